@@ -1,0 +1,1 @@
+"""kvtool audit: lint a vLLM serve configuration against a target vLLM release."""

@@ -1,0 +1,140 @@
+"""Data passed from the input readers to the rules: the audit's internal contract.
+
+Flow: input text -> ``Invocation`` (tokens that remember where they came from) ->
+``ServeConfig`` (normalised the way vLLM's parser at the target release would) ->
+rules -> ``Finding``s -> a renderer per output format. Data flows one way.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Location(BaseModel):
+    """Where a token, env var or key was written; any part may be unknown."""
+
+    model_config = ConfigDict(frozen=True)
+
+    file: str | None = None
+    line: int | None = None  # 1-based
+    column: int | None = None  # 1-based
+    end_column: int | None = None
+
+
+class SourceToken(BaseModel):
+    """One argv word as written, with its origin."""
+
+    model_config = ConfigDict(frozen=True)
+
+    text: str
+    location: Location | None = None
+    conditional: bool = False  # came from a ${VAR:+...} expansion: present only sometimes
+
+
+class EnvAssignment(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    value: str | None  # None when the value is not known statically (valueFrom, $OTHER)
+    location: Location | None = None
+    conditional: bool = False
+
+
+class Suppression(BaseModel):
+    """An inline or annotation suppression: ``# kvtool: ignore[CODE] reason``."""
+
+    codes: tuple[str, ...]  # codes or rule names, as written
+    reason: str | None
+    location: Location | None = None
+    scope: Literal["line", "invocation", "file"] = "line"
+
+
+InputKind = Literal["argv", "shell", "vllm-config", "kubernetes", "compose", "kaito"]
+
+
+class Invocation(BaseModel):
+    """One ``vllm serve`` command found in an input, before normalisation.
+
+    ``tokens`` are the words after ``serve`` (or after the api_server module), the
+    positional model included; an input with several commands yields several.
+    """
+
+    kind: InputKind
+    label: str  # human name: "deploy.yaml: Deployment/vllm container vllm", "run.sh:12"
+    file: str | None = None
+    tokens: tuple[SourceToken, ...] = ()
+    env: tuple[EnvAssignment, ...] = ()
+    image: str | None = None  # container image, when the input names one
+    suppressions: tuple[Suppression, ...] = ()
+    # Options read from a --config YAML are already key/value pairs, not argv words.
+    config_items: tuple[tuple[str, Any, Location | None], ...] = ()
+
+
+class ServeOption(BaseModel):
+    """One option after normalisation: canonical flag name and its value."""
+
+    flag: str  # canonical long form at the target release, e.g. "--kv-offloading-size"
+    value: Any = None  # str for plain flags, True/False for booleans, dict for JSON flags
+    written: str  # the spelling the user wrote, e.g. "--kv_offloading_size" or "-tp"
+    location: Location | None = None
+    conditional: bool = False
+    known: bool = True  # False when the target release has no such flag
+
+
+class ParseProblem(BaseModel):
+    """Something vLLM's own parser would reject before any rule runs."""
+
+    message: str
+    flag: str | None = None
+    location: Location | None = None
+
+
+class ServeConfig(BaseModel):
+    """A normalised serve configuration at one target release."""
+
+    invocation: Invocation
+    vllm_version: str
+    model: str | None = None
+    options: tuple[ServeOption, ...] = ()
+    # JSON-valued flags after merging whole JSON, dotted keys and "+" appends, in order.
+    json_values: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    env: dict[str, EnvAssignment] = Field(default_factory=dict)
+    problems: tuple[ParseProblem, ...] = ()
+
+    def option(self, flag: str) -> ServeOption | None:
+        """The effective (last) occurrence of ``flag``, as argparse keeps the last."""
+        found = [o for o in self.options if o.flag == flag]
+        return found[-1] if found else None
+
+
+class Severity(str, Enum):
+    info = "info"
+    warning = "warning"
+    error = "error"
+
+    @property
+    def rank(self) -> int:
+        return ("info", "warning", "error").index(self.value)
+
+
+class Fix(BaseModel):
+    applicability: Literal["safe", "unsafe", "display"]
+    description: str
+    # Token-level edit for argv and shell inputs: replace these tokens by ``replacement``.
+    remove_tokens: tuple[SourceToken, ...] = ()
+    replacement: tuple[str, ...] = ()
+
+
+class Finding(BaseModel):
+    code: str
+    name: str
+    severity: Severity
+    message: str
+    flag: str | None = None  # flag, env var or config key, spelled as vLLM spells it
+    location: Location | None = None
+    fix: Fix | None = None
+    invocation: str | None = None  # Invocation.label
+    evidence: dict[str, Any] = Field(default_factory=dict)

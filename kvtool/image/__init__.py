@@ -1,0 +1,1 @@
+"""kvtool inspect-image: which KV connectors a vLLM image bundles."""

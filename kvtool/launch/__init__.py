@@ -1,0 +1,1 @@
+"""kvtool launch: launch configs for each offload setup."""

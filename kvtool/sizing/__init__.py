@@ -1,0 +1,1 @@
+"""kvtool size: KV-cache bytes per token and offload tier sizing."""

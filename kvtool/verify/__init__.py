@@ -1,0 +1,1 @@
+"""kvtool verify: prove from metrics and logs that the offload tier serves hits."""
