@@ -21,7 +21,8 @@ class Location(BaseModel):
     file: str | None = None
     line: int | None = None  # 1-based
     column: int | None = None  # 1-based
-    end_column: int | None = None
+    end_column: int | None = None  # 1-based, exclusive (SARIF endColumn), on end_line
+    end_line: int | None = None  # set when the token ends on a later line than it starts
 
 
 class SourceToken(BaseModel):
@@ -32,6 +33,7 @@ class SourceToken(BaseModel):
     text: str
     location: Location | None = None
     conditional: bool = False  # came from a ${VAR:+...} expansion: present only sometimes
+    index: int | None = None  # position in the argv given to ``read_argv`` (argv inputs only)
 
 
 class EnvAssignment(BaseModel):
@@ -71,6 +73,9 @@ class Invocation(BaseModel):
     suppressions: tuple[Suppression, ...] = ()
     # Options read from a --config YAML are already key/value pairs, not argv words.
     config_items: tuple[tuple[str, Any, Location | None], ...] = ()
+    # Settings of the tool that wraps vLLM, outside vLLM's own flags, e.g. KAITO's
+    # top-level ``kv_cache_cpu_memory_utilization`` (key -> (value, location)).
+    settings: dict[str, tuple[Any, Location | None]] = Field(default_factory=dict)
 
 
 class ServeOption(BaseModel):
@@ -82,6 +87,12 @@ class ServeOption(BaseModel):
     location: Location | None = None
     conditional: bool = False
     known: bool = True  # False when the target release has no such flag
+    # For a dotted JSON key (``--kv-transfer-config.kv_connector X``): the keys below
+    # the flag, and ``value`` is that leaf value; () for a whole flag value.
+    key_path: tuple[str, ...] = ()
+    # True when a later occurrence of the same flag replaced this one, as argparse
+    # keeps only the last; such an option has no effect on the served config.
+    overridden: bool = False
 
 
 class ParseProblem(BaseModel):
