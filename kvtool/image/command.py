@@ -1,7 +1,152 @@
-"""CLI registration for this command (filled in by the issue that builds it)."""
+"""``kvtool inspect-image``: does a vLLM image bundle LMCache, NIXL and Mooncake?"""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
 
+class Check(str, Enum):
+    build_flag = "build-flag"
+    runtime = "runtime"
+    all = "all"
+
+
+class OutputFormat(str, Enum):
+    text = "text"
+    json = "json"
+
+
+class ConnectorName(str, Enum):
+    lmcache = "lmcache"
+    nixl = "nixl"
+    mooncake = "mooncake"
+
+
+def inspect_image(
+    image: Annotated[
+        str | None,
+        typer.Argument(
+            help="Image reference (repo:tag, host:port/repo:tag, repo@sha256:...), a docker save "
+            "or OCI archive, "
+            "or an OCI layout directory.",
+            show_default=False,
+        ),
+    ] = None,
+    check: Annotated[
+        Check | None,
+        typer.Option(
+            help="build-flag: read INSTALL_KV_CONNECTORS from the config (no pull); runtime: "
+            "import the packages inside the image (or --python); all: both. "
+            "Default: build-flag, or runtime with --python.",
+            show_default=False,
+        ),
+    ] = None,
+    platform: Annotated[
+        str,
+        typer.Option(
+            help="Platform to pick from a multi-platform image: os/arch or os/arch/variant."
+        ),
+    ] = "linux/amd64",
+    python: Annotated[
+        Path | None,
+        typer.Option(help="Run the runtime probe with this local Python instead of a container."),
+    ] = None,
+    connector: Annotated[
+        list[ConnectorName] | None,
+        typer.Option(help="Connector to verify (repeatable). Default: all three."),
+    ] = None,
+    username: Annotated[
+        str | None, typer.Option(help="Registry user name; the password comes from stdin.")
+    ] = None,
+    password_stdin: Annotated[
+        bool, typer.Option("--password-stdin", help="Read the registry password from stdin.")
+    ] = False,
+    insecure: Annotated[
+        bool,
+        typer.Option(help="Plain HTTP to the registry (always so for localhost and 127.0.0.1)."),
+    ] = False,
+    ref: Annotated[
+        str | None,
+        typer.Option(help="Which image of a multi-image archive or layout (tag or ref name)."),
+    ] = None,
+    no_cache: Annotated[
+        bool, typer.Option("--no-cache", help="Neither read nor write the config cache.")
+    ] = False,
+    gpus: Annotated[
+        bool, typer.Option(help="Give the probe container every GPU (needed for libcuda).")
+    ] = False,
+    probe_timeout: Annotated[
+        float, typer.Option(help="Seconds the runtime probe may take.", min=1)
+    ] = 300.0,
+    probe_memory: Annotated[
+        str, typer.Option(help="Memory limit of the probe container, e.g. 4g.")
+    ] = "4g",
+    max_config_bytes: Annotated[
+        int, typer.Option(help="Refuse config blobs larger than this.", min=1024)
+    ] = 8 * 1024 * 1024,
+    output_format: Annotated[
+        OutputFormat, typer.Option("--output-format", help="text (stderr) or json (stdout).")
+    ] = OutputFormat.text,
+) -> None:
+    """Verdict per KV connector: bundled, not-bundled, broken or unknown.
+
+    Exit 0 when every requested connector is bundled, 1 when one is not bundled,
+    broken or inconclusive, 2 when a step could not run (auth, network, engine).
+    """
+    from kvtool.console import stderr
+    from kvtool.errors import KvtoolError
+    from kvtool.image.auth import Credentials
+    from kvtool.image.inspect import InspectRequest, ReadOptions, Runtime, inspect
+    from kvtool.image.manifest import Platform
+    from kvtool.image.model import Connector
+    from kvtool.image.render import render_text, to_json
+    from kvtool.image.runtime import ContainerLimits
+
+    if (username is None) != (not password_stdin):
+        raise KvtoolError("--username and --password-stdin go together")
+    credentials = None
+    if username is not None:
+        password = sys.stdin.readline().rstrip("\r\n")
+        if not password:
+            raise KvtoolError("--password-stdin: stdin held no password")
+        credentials = Credentials(username, password)
+    chosen = check or (Check.runtime if python is not None else Check.build_flag)
+    if chosen is not Check.build_flag and image is None and python is None:
+        raise KvtoolError("the runtime check needs an IMAGE or --python PATH")
+    runtime: Runtime = "none" if chosen is Check.build_flag else ("python" if python else "engine")
+    request = InspectRequest(
+        image=image,
+        build_flag=chosen is not Check.runtime,
+        runtime=runtime,
+        python=python,
+        connectors=[Connector(c.value) for c in connector] if connector else list(Connector),
+        read=ReadOptions(
+            platform=Platform.parse(platform),
+            credentials=credentials,
+            insecure=insecure,
+            use_cache=not no_cache,
+            max_config_bytes=max_config_bytes,
+            ref_name=ref,
+        ),
+        limits=ContainerLimits(memory=probe_memory, timeout_s=probe_timeout, gpus=gpus),
+    )
+    with stderr.status("inspecting", spinner="dots") as status:
+        report = inspect(request, progress=lambda text: status.update(text))
+    if output_format is OutputFormat.json:
+        typer.echo(to_json(report))
+    else:
+        render_text(report, stderr)
+    for step in (report.build_flag_step, report.runtime_step):
+        if step.status == "failed":
+            stderr.print(f"kvtool: error: {step.reason}", markup=False, soft_wrap=True)
+    raise typer.Exit(report.exit_code)
+
+
 def register(app: typer.Typer) -> None:
-    """Add this sub-package's commands to the root app."""
+    """Add ``inspect-image`` to the root app."""
+    app.command("inspect-image")(inspect_image)

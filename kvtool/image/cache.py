@@ -1,0 +1,82 @@
+"""A local cache of resolved configs, keyed by the tag's manifest digest and platform.
+
+Digests are immutable, so an entry never goes stale: a HEAD of the tag (which Docker
+Hub does not count as a pull) finds the digest, and a hit skips every GET. Entries
+live under ``$XDG_CACHE_HOME/kvtool/configs`` (``~/.cache`` when unset); a corrupt or
+unreadable entry counts as a miss, and failing to write one never fails a command.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from kvtool.image.manifest import Platform, ResolvedConfig, sha256_digest
+from kvtool.image.reference import DIGEST_RE
+
+ENTRY_VERSION = 1
+
+
+def cache_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "kvtool" / "configs"
+
+
+def _entry_path(root: Path, digest: str, platform: Platform) -> Path | None:
+    if not DIGEST_RE.match(digest):
+        return None
+    algorithm, _, hex_digest = digest.partition(":")
+    return root / algorithm / hex_digest / (str(platform).replace("/", "_") + ".json")
+
+
+def load(digest: str, platform: Platform, root: Path | None = None) -> ResolvedConfig | None:
+    """The cached resolution of ``digest`` for ``platform``, or None on a miss."""
+    path = _entry_path(root or cache_root(), digest, platform)
+    if path is None or not path.is_file():
+        return None
+    try:
+        entry = json.loads(path.read_text(encoding="utf-8"))
+        config_text = entry["config"]
+        if entry.get("version") != ENTRY_VERSION:
+            return None
+        if sha256_digest(config_text.encode("utf-8")) != entry["config_text_digest"]:
+            return None
+        return ResolvedConfig(
+            config=json.loads(config_text),
+            config_digest=str(entry["config_digest"]),
+            manifest_digest=str(entry["manifest_digest"]),
+            index_digest=entry.get("index_digest"),
+            available_platforms=[str(p) for p in entry.get("available_platforms", [])],
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def store(
+    digest: str, platform: Platform, resolved: ResolvedConfig, root: Path | None = None
+) -> None:
+    """Remember ``resolved`` under ``digest``; silently skipped when the disk refuses."""
+    path = _entry_path(root or cache_root(), digest, platform)
+    if path is None:
+        return
+    config_text = json.dumps(resolved.config, sort_keys=True)
+    entry = {
+        "version": ENTRY_VERSION,
+        "manifest_digest": resolved.manifest_digest,
+        "config_digest": resolved.config_digest,
+        "index_digest": resolved.index_digest,
+        "available_platforms": resolved.available_platforms,
+        "config": config_text,
+        "config_text_digest": sha256_digest(config_text.encode("utf-8")),
+    }
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(
+            "w", dir=path.parent, delete=False, suffix=".tmp", encoding="utf-8"
+        ) as handle:
+            json.dump(entry, handle)
+        os.replace(handle.name, path)
+    except OSError:
+        return

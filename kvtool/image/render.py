@@ -1,0 +1,79 @@
+"""Render an :class:`InspectionReport` as text (rich, stderr) or JSON (stdout)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from kvtool.image.model import InspectionReport, StepOutcome, Verdict
+
+VERDICT_STYLE = {
+    Verdict.bundled: "bold green",
+    Verdict.not_bundled: "bold red",
+    Verdict.broken: "bold red",
+    Verdict.unknown: "bold yellow",
+}
+
+
+def to_json(report: InspectionReport) -> str:
+    return report.model_dump_json(indent=2)
+
+
+def _step(outcome: StepOutcome) -> str:
+    if outcome.status == "ran":
+        return "ran"
+    kind = f"{outcome.kind}: " if outcome.kind else ""
+    return f"{outcome.status} ({kind}{outcome.reason})"
+
+
+def render_text(report: InspectionReport, console: Console) -> None:
+    image = report.image
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    if image is not None:
+        digest = image.manifest_digest or image.config_digest or ""
+        cached = ", cached" if image.from_cache else ""
+        grid.add_row("image", f"{image.reference} ({image.source}{cached})")
+        grid.add_row("platform", f"{image.platform}  config {image.config_platform}")
+        if image.available_platforms:
+            grid.add_row("platforms", ", ".join(image.available_platforms))
+        if digest:
+            grid.add_row("digest", digest)
+        if image.vllm_version:
+            grid.add_row("vLLM", f"{image.vllm_version} (from {image.vllm_version_source})")
+        flag = image.build_flag
+        deciding = [e for e in flag.evidence if e.value is not None]
+        where = f", history #{deciding[-1].index}" if deciding else ""
+        strong = ", installs kv_connectors" if flag.strong else ""
+        grid.add_row(
+            "build flag", f"INSTALL_KV_CONNECTORS={flag.value} ({flag.decided_by}{where}{strong})"
+        )
+        if image.rate_limit is not None:
+            limit = image.rate_limit
+            grid.add_row(
+                "rate limit",
+                f"remaining {limit.remaining} of {limit.limit}"
+                + (f" (source {limit.source})" if limit.source else ""),
+            )
+    grid.add_row("build-flag step", escape(_step(report.build_flag_step)))
+    grid.add_row("runtime step", escape(_step(report.runtime_step)))
+    if report.probe is not None:
+        torch = f", torch {report.probe.torch}" if report.probe.torch else ""
+        grid.add_row("probe python", f"{report.probe.python}{torch}")
+    console.print(grid)
+    for warning in image.warnings if image else []:
+        console.print(f"[yellow]warning:[/] {escape(warning)}")
+    table = Table(show_header=True, header_style="bold")
+    table.add_column("connector")
+    table.add_column("verdict")
+    table.add_column("why")
+    for verdict in report.verdicts:
+        why = verdict.reason + (f"\n{verdict.error}" if verdict.error else "")
+        table.add_row(
+            verdict.connector.value,
+            f"[{VERDICT_STYLE[verdict.verdict]}]{verdict.verdict.value}[/]",
+            escape(why),
+        )
+    console.print(table)
