@@ -1,0 +1,81 @@
+"""Resolve ``--model``: a local config.json or model directory, or a curated catalog name.
+
+The catalog (``rules/models/catalog.yaml``) holds config.json fields copied from cited
+files; entries go through the same parser as local files, so a catalog model and its
+downloaded config.json give identical figures.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from kvtool.errors import KvtoolError
+from kvtool.resources import rules_dir
+from kvtool.sizing.hf_config import spec_from_config
+from kvtool.sizing.spec import ModelSpec
+
+CATALOG_FILE = "models/catalog.yaml"
+
+
+class CatalogEntry(BaseModel):
+    """One curated model: its config.json fields and where they were copied from."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    aliases: tuple[str, ...] = ()
+    source: str
+    config: dict[str, Any]
+
+
+@cache
+def catalog() -> tuple[CatalogEntry, ...]:
+    import yaml
+
+    raw = yaml.safe_load((rules_dir() / CATALOG_FILE).read_text(encoding="utf-8"))
+    return tuple(CatalogEntry.model_validate(entry) for entry in raw["models"])
+
+
+def find_entry(name: str) -> CatalogEntry | None:
+    """The entry whose name or alias equals ``name``, ignoring case."""
+    wanted = name.lower()
+    for entry in catalog():
+        if wanted == entry.name.lower() or wanted in (a.lower() for a in entry.aliases):
+            return entry
+    return None
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    config_path = path / "config.json" if path.is_dir() else path
+    if not config_path.is_file():
+        raise KvtoolError(f"--model {path}: no config.json in that directory")
+    try:
+        loaded = json.loads(config_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise KvtoolError(f"{config_path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    if not isinstance(loaded, dict):
+        raise KvtoolError(f"{config_path}: expected a JSON object at the top level")
+    return loaded
+
+
+def load_model_spec(path_or_name: str) -> ModelSpec:
+    """A :class:`ModelSpec` from a config.json path, a model directory, or a catalog name."""
+    path = Path(path_or_name).expanduser()
+    if path.exists():
+        config_path = path / "config.json" if path.is_dir() else path
+        return spec_from_config(_read_config(path), name=path_or_name, where=str(config_path))
+    entry = find_entry(path_or_name)
+    if entry is None:
+        known = ", ".join(e.name for e in catalog())
+        raise KvtoolError(
+            f"--model {path_or_name!r}: no such file or directory, and not in the catalog "
+            f"({known}); pass a local config.json or model directory"
+        )
+    return spec_from_config(
+        entry.config, name=entry.name, where=f"catalog {entry.name} ({entry.source})"
+    )

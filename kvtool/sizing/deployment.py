@@ -1,0 +1,74 @@
+"""The deployment side of a sizing question, validated once at construction.
+
+Field names match the ``kvtool size`` flags (``tp`` is ``--tp``, ``host_ram_gib`` is
+``--host-ram-gib``), so a validation error can name the flag the user typed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from kvtool.errors import KvtoolError
+from kvtool.sizing.dtypes import KV_DTYPE_CHOICES, MODEL_DTYPE_BYTES
+
+
+class Deployment(BaseModel):
+    """Parallelism, cache and host/GPU budgets for one vLLM deployment.
+
+    ``None`` means "not given": figures that need it are left out of the report rather
+    than guessed, except where a documented default exists (block size, utilization,
+    load-time assumptions), which the report then names.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tp: int = Field(default=1, ge=1)
+    pp: int = Field(default=1, ge=1)
+    dcp: int = Field(default=1, ge=1)
+    dtype: str | None = None  # overrides the config's dtype (vLLM --dtype)
+    kv_cache_dtype: str = "auto"
+    mamba_ssm_dtype: str | None = None  # recurrent SSM state dtype; default the model dtype
+    block_size: int | None = Field(default=None, ge=1)
+    context_len: int | None = Field(default=None, ge=1)
+    sessions: int | None = Field(default=None, ge=1)
+    host_ram_gib: float | None = Field(default=None, gt=0)  # available (psutil total - used)
+    utilization: float | None = Field(default=None, gt=0, le=1)
+    cpu_tier_gib: float | None = Field(default=None, gt=0)
+    gpu_kv_gib: float | None = Field(default=None, gt=0)
+    num_gpu_blocks: int | None = Field(default=None, ge=1)
+    prefix_len: int | None = Field(default=None, ge=1)
+    lmcache_chunk_size: int | None = Field(default=None, ge=1)
+    pcie_gbps: float | None = Field(default=None, gt=0)
+    nvme_gbps: float | None = Field(default=None, gt=0)
+    prefill_tok_s: float | None = Field(default=None, gt=0)
+    mla_dedup: bool = True  # native offload keeps one latent copy (CUDA, single node, TP only)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Deployment:
+        if self.tp % self.dcp:
+            raise ValueError(f"--dcp {self.dcp} must divide --tp {self.tp}")
+        if self.gpu_kv_gib is not None and self.num_gpu_blocks is not None:
+            raise ValueError("--gpu-kv-gib and --num-gpu-blocks are alternatives; give one")
+        if self.kv_cache_dtype not in KV_DTYPE_CHOICES:
+            raise ValueError(
+                f"--kv-cache-dtype {self.kv_cache_dtype!r} is not one of "
+                f"{', '.join(KV_DTYPE_CHOICES)}"
+            )
+        for flag, value in (("--dtype", self.dtype), ("--mamba-ssm-dtype", self.mamba_ssm_dtype)):
+            if value is not None and value not in MODEL_DTYPE_BYTES:
+                raise ValueError(f"{flag} {value!r} is not one of {', '.join(MODEL_DTYPE_BYTES)}")
+        return self
+
+
+def make_deployment(**values: Any) -> Deployment:
+    """Build a :class:`Deployment`, turning validation errors into one-line CLI errors."""
+    try:
+        return Deployment(**values)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        if first["loc"]:
+            flag = "--" + str(first["loc"][0]).replace("_", "-")
+            raise KvtoolError(f"{flag} {first.get('input')!r}: {first['msg']}") from None
+        raise KvtoolError(str(first["msg"]).removeprefix("Value error, ")) from None

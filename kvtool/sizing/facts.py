@@ -1,0 +1,62 @@
+"""Engine and tool constants for sizing, read from ``rules/models/sizing_facts.yaml``.
+
+Each constant there cites the vLLM, LMCache or KAITO file it comes from; code reads
+the numbers through :func:`sizing_facts` and never types them itself.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from kvtool.resources import rules_dir
+
+FACTS_FILE = "models/sizing_facts.yaml"
+
+
+class SizingFacts(BaseModel):
+    """The constants, flattened; every field is required so a missing row fails loudly."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    default_block_size: int
+    native_offload_alignment_bytes: int
+    native_offload_blocks_per_chunk: int
+    gib_bytes: int
+    lmcache_chunk_size: int
+    lmcache_object_alignment_bytes: int
+    lmcache_eviction_watermark: float
+    lmcache_l1_init_size_gb: int
+    kaito_default_utilization: float
+    kaito_offload_disabled_architectures: tuple[str, ...]
+    pcie_gts: float
+    pcie_lanes: int
+    pcie_encoding: float
+    pcie_efficiency: float
+    nvme_read_gbps: float
+    cpu_tier_min_ratio_to_gpu: float
+
+    @property
+    def pcie_effective_gbps(self) -> float:
+        """Usable host-to-GPU GB/s per link: GT/s x lanes x line code / 8 bits x efficiency."""
+        return self.pcie_gts * self.pcie_lanes * self.pcie_encoding / 8 * self.pcie_efficiency
+
+
+_PREFIXES = {"vllm": "", "lmcache": "lmcache_", "kaito": "kaito_", "hardware": "", "advice": ""}
+
+
+@cache
+def sizing_facts() -> SizingFacts:
+    """Load the facts table once; rows are ``section: {name: {value, source}}``."""
+    import yaml
+
+    raw: dict[str, dict[str, dict[str, Any]]] = yaml.safe_load(
+        (rules_dir() / FACTS_FILE).read_text(encoding="utf-8")
+    )
+    flat: dict[str, Any] = {}
+    for section, rows in raw.items():
+        for name, row in rows.items():
+            flat[_PREFIXES[section] + name] = row["value"]
+    return SizingFacts.model_validate(flat)

@@ -1,0 +1,188 @@
+"""Model geometry that decides KV-cache bytes: attention layer groups and recurrent-state groups.
+
+A :class:`ModelSpec` is what :mod:`kvtool.sizing.hf_config` extracts from a config.json.
+It stores whole-model counts (all heads, all layers); per-rank shapes are derived for a
+given tensor-parallel size by the methods here, so one spec serves every deployment.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class AttentionKind(str, Enum):
+    FULL = "full"
+    SLIDING = "sliding"
+    MLA = "mla"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class AttentionGroup(_Frozen):
+    """``num_layers`` attention layers with the same cache geometry.
+
+    Invariant: MLA groups have ``num_kv_heads == 1`` and ``head_size_v == 0`` (one latent
+    vector per token, replicated on every TP rank); sliding groups have a window.
+    """
+
+    kind: AttentionKind
+    num_layers: int = Field(gt=0)
+    num_kv_heads: int = Field(gt=0)
+    head_size_k: int = Field(gt=0)
+    head_size_v: int = Field(ge=0)
+    sliding_window: int | None = Field(default=None, gt=0)
+
+    def kv_heads_per_rank(self, tp: int) -> int:
+        """KV heads one TP rank holds: a shard, or one replicated head when heads < TP."""
+        if self.kind is AttentionKind.MLA:
+            return 1
+        return max(1, self.num_kv_heads // tp)
+
+    def elements_per_token_per_layer(self, tp: int) -> int:
+        """K plus V elements one rank stores per token per layer."""
+        return self.kv_heads_per_rank(tp) * (self.head_size_k + self.head_size_v)
+
+    def logical_elements_per_token_per_layer(self) -> int:
+        """Elements per token per layer for the whole model, with no replica counted."""
+        heads = 1 if self.kind is AttentionKind.MLA else self.num_kv_heads
+        return heads * (self.head_size_k + self.head_size_v)
+
+
+class Mamba1Group(_Frozen):
+    """Mamba-1 layers (Jamba): conv state (d_conv-1) x d_inner, SSM state d_inner x d_state."""
+
+    kind: Literal["mamba1"] = "mamba1"
+    num_layers: int = Field(gt=0)
+    d_inner: int = Field(gt=0)
+    d_conv: int = Field(gt=1)
+    d_state: int = Field(gt=0)
+
+    def split_error(self, tp: int) -> str | None:
+        """Why ``tp`` ranks cannot split these layers, or None."""
+        return (
+            f"mamba d_inner (mamba_expand x hidden_size) {self.d_inner}"
+            if self.d_inner % tp
+            else None
+        )
+
+    def state_elements_per_rank(self, tp: int) -> tuple[int, int]:
+        """(conv, ssm) elements per sequence per layer on one rank; d_inner is split by TP."""
+        inner = self.d_inner // tp
+        return (self.d_conv - 1) * inner, inner * self.d_state
+
+
+class Mamba2Group(_Frozen):
+    """Mamba-2 layers (Nemotron-H, Granite-4 hybrids): heads x head_dim x d_state SSM state."""
+
+    kind: Literal["mamba2"] = "mamba2"
+    num_layers: int = Field(gt=0)
+    num_heads: int = Field(gt=0)
+    head_dim: int = Field(gt=0)
+    n_groups: int = Field(gt=0)
+    d_state: int = Field(gt=0)
+    d_conv: int = Field(gt=1)
+
+    def split_error(self, tp: int) -> str | None:
+        if self.num_heads % tp:
+            return f"mamba_num_heads {self.num_heads}"
+        if self.n_groups % tp and self.n_groups != 1:
+            return f"n_groups {self.n_groups}"
+        return None
+
+    def groups_per_rank(self, tp: int) -> int:
+        """B/C groups one rank holds; a single group is replicated on every rank."""
+        return self.n_groups // tp if self.n_groups % tp == 0 else 1
+
+    def state_elements_per_rank(self, tp: int) -> tuple[int, int]:
+        conv_dim = (
+            self.num_heads * self.head_dim // tp + 2 * self.groups_per_rank(tp) * self.d_state
+        )
+        return (self.d_conv - 1) * conv_dim, self.num_heads // tp * self.head_dim * self.d_state
+
+
+class GatedDeltaNetGroup(_Frozen):
+    """Gated DeltaNet linear-attention layers (Qwen3-Next, Qwen3.5/3.6).
+
+    Conv state (k-1) x (2 Hk dk + Hv dv), temporal state Hv x dv x dk; both split by TP.
+    """
+
+    kind: Literal["gdn"] = "gdn"
+    num_layers: int = Field(gt=0)
+    num_k_heads: int = Field(gt=0)
+    num_v_heads: int = Field(gt=0)
+    k_head_dim: int = Field(gt=0)
+    v_head_dim: int = Field(gt=0)
+    d_conv: int = Field(gt=1)
+
+    def split_error(self, tp: int) -> str | None:
+        if self.num_k_heads % tp:
+            return f"linear_num_key_heads {self.num_k_heads}"
+        if self.num_v_heads % tp:
+            return f"linear_num_value_heads {self.num_v_heads}"
+        return None
+
+    def state_elements_per_rank(self, tp: int) -> tuple[int, int]:
+        conv_dim = (
+            2 * self.num_k_heads * self.k_head_dim + self.num_v_heads * self.v_head_dim
+        ) // tp
+        return (
+            self.d_conv - 1
+        ) * conv_dim, self.num_v_heads // tp * self.v_head_dim * self.k_head_dim
+
+
+StateGroup = Annotated[Mamba1Group | Mamba2Group | GatedDeltaNetGroup, Field(discriminator="kind")]
+
+
+class ModelSpec(_Frozen):
+    """Everything about a model that KV-cache sizing needs, and where it came from.
+
+    Invariant: ``attention`` is non-empty or ``states`` is (a model with neither holds
+    no cache); layer counts in both add up to the decoder layers that hold state.
+    """
+
+    name: str
+    source: str  # the file or catalog citation the geometry was read from
+    architecture: str
+    model_type: str
+    dtype: str  # model dtype; "auto" KV caches and recurrent states use it
+    num_attention_heads: int = Field(gt=0)
+    attention: tuple[AttentionGroup, ...] = ()
+    states: tuple[StateGroup, ...] = ()
+    max_position_embeddings: int | None = None
+    assumptions: tuple[str, ...] = ()  # defaults kvtool filled in, said out loud
+
+    @property
+    def is_mla(self) -> bool:
+        return any(g.kind is AttentionKind.MLA for g in self.attention)
+
+    @property
+    def is_hybrid_state(self) -> bool:
+        return bool(self.states)
+
+    @property
+    def has_sliding_window(self) -> bool:
+        return any(g.kind is AttentionKind.SLIDING for g in self.attention)
+
+    @property
+    def attention_layers(self) -> int:
+        return sum(g.num_layers for g in self.attention)
+
+    @property
+    def state_layers(self) -> int:
+        return sum(g.num_layers for g in self.states)
+
+    @property
+    def architecture_class(self) -> str:
+        """One word for the cache layout: dense, mla, sliding-window or hybrid-state."""
+        if self.states:
+            return "hybrid-state"
+        if self.is_mla:
+            return "mla"
+        if self.has_sliding_window:
+            return "sliding-window"
+        return "dense"
