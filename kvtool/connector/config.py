@@ -1,0 +1,218 @@
+"""The reference connector's settings, read once from ``kv_connector_extra_config``.
+
+Every key starts with ``kvtool.``; keys without that prefix belong to other
+connectors (MultiConnector shares one extra config) and are ignored. Unknown
+``kvtool.`` keys, unknown policy names and out-of-range values raise
+:class:`ConnectorConfigError` naming the key, the value and what is allowed.
+
+- ``kvtool.policy`` (``eviction_aware``): ``eager``, ``fifo`` or ``eviction_aware``.
+- ``kvtool.fifo.threshold`` (100): finished requests still buffering blocks
+  needed before FIFO releases anything (>= 1).
+- ``kvtool.fifo.select_count`` (10): requests FIFO releases per trigger (>= 1).
+- ``kvtool.eviction_aware.horizon_steps`` (2.5): look-ahead, in scheduler steps
+  of block consumption, that sizes the danger window (> 0).
+- ``kvtool.eviction_aware.max_deferral_seconds`` (0 = off): also release a
+  request whose oldest buffered block is older than this (>= 0).
+- ``kvtool.max_release_blocks_per_step`` (4096): cap on blocks released in one
+  step, for every policy (>= 1).
+- ``kvtool.idle_drain_steps`` (4): release everything buffered after this many
+  consecutive steps that schedule no token (>= 1) ...
+- ``kvtool.idle_drain_seconds`` (2.0): ... or after this long without a token
+  step, whichever comes first (0 = steps only).
+- ``kvtool.host_capacity_bytes`` (4 GiB): host store size, bytes or a string
+  such as ``"512MiB"`` or ``"8GiB"``.
+- ``kvtool.shutdown`` (``drain``): at shutdown ``drain`` buffered blocks or
+  ``drop`` them (counted either way).
+
+The horizon default and the FIFO defaults are LMCache 0.5.6's (lazy-offload.md
+§2, §3, §8.E) so results compare like for like.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import math
+import re
+from collections.abc import Callable, Mapping
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from kvtool.errors import KvtoolError
+
+KEY_PREFIX = "kvtool."
+
+
+class ConnectorConfigError(KvtoolError, ValueError):
+    """Bad ``kv_connector_extra_config``; a ValueError so vLLM reports it at start-up."""
+
+
+class PolicyName(str, Enum):
+    EAGER = "eager"
+    FIFO = "fifo"
+    EVICTION_AWARE = "eviction_aware"
+
+
+class ShutdownMode(str, Enum):
+    DRAIN = "drain"
+    DROP = "drop"
+
+
+_GIB = 1 << 30
+_SIZE_UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": _GIB, "tib": 1 << 40,
+               "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+
+
+class ConnectorConfig(BaseModel):
+    """Validated settings; build with :meth:`from_extra_config`. Field docs: module docstring."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    policy: PolicyName = PolicyName.EVICTION_AWARE
+    fifo_threshold: int = 100
+    fifo_select_count: int = 10
+    horizon_steps: float = 2.5
+    max_deferral_seconds: float = 0.0
+    max_release_blocks_per_step: int = 4096
+    idle_drain_steps: int = 4
+    idle_drain_seconds: float = 2.0
+    host_capacity_bytes: int = 4 * _GIB
+    shutdown: ShutdownMode = ShutdownMode.DRAIN
+
+    @classmethod
+    def from_extra_config(cls, extra: Mapping[str, Any] | None) -> ConnectorConfig:
+        """Read the ``kvtool.*`` keys of ``extra``; raise ConnectorConfigError on bad input."""
+        values: dict[str, Any] = {}
+        for key, raw in (extra or {}).items():
+            if not key.startswith(KEY_PREFIX):
+                continue
+            spec = _KEYS.get(key)
+            if spec is None:
+                close = difflib.get_close_matches(key, list(_KEYS), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise ConnectorConfigError(
+                    f"kv_connector_extra_config: unknown key {key!r}{hint} "
+                    f"(known: {', '.join(sorted(_KEYS))})"
+                )
+            field, parse = spec
+            values[field] = parse(key, raw)
+        try:
+            return cls(**values)
+        except ValidationError as exc:  # only reached for a parser/field mismatch
+            raise ConnectorConfigError(f"kv_connector_extra_config: {exc}") from exc
+
+    def describe(self) -> str:
+        """The start-up log line: the policy and the knobs it uses."""
+        knobs: list[str] = []
+        if self.policy is PolicyName.FIFO:
+            knobs += [f"threshold={self.fifo_threshold}", f"select_count={self.fifo_select_count}"]
+        elif self.policy is PolicyName.EVICTION_AWARE:
+            knobs += [f"horizon_steps={self.horizon_steps:g}",
+                      f"max_deferral_seconds={self.max_deferral_seconds:g}"]
+        knobs += [
+            f"max_release_blocks_per_step={self.max_release_blocks_per_step}",
+            f"idle_drain={self.idle_drain_steps} steps/{self.idle_drain_seconds:g} s",
+            f"host_capacity={self.host_capacity_bytes / _GIB:.2f} GiB",
+            f"shutdown={self.shutdown.value}",
+        ]
+        return f"kvtool lazy offload enabled with {self.policy.value} policy: " + ", ".join(knobs)
+
+    def log_startup(self, logger: logging.Logger) -> None:
+        logger.info("%s", self.describe())
+
+
+def _policy(key: str, raw: Any) -> PolicyName:
+    name = str(raw).strip().lower().replace("-", "_")
+    try:
+        return PolicyName(name)
+    except ValueError:
+        allowed = ", ".join(p.value for p in PolicyName)
+        raise ConnectorConfigError(
+            f"kv_connector_extra_config: {key}={raw!r} is not a policy; use one of {allowed}"
+        ) from None
+
+
+def _shutdown(key: str, raw: Any) -> ShutdownMode:
+    try:
+        return ShutdownMode(str(raw).strip().lower())
+    except ValueError:
+        raise ConnectorConfigError(
+            f"kv_connector_extra_config: {key}={raw!r}; use 'drain' or 'drop'"
+        ) from None
+
+
+def _int_at_least(low: int) -> Callable[[str, Any], int]:
+    def parse(key: str, raw: Any) -> int:
+        if isinstance(raw, bool) or not isinstance(raw, (int, str, float)):
+            raise ConnectorConfigError(
+                f"kv_connector_extra_config: {key}={raw!r} is not an integer"
+            )
+        try:
+            number = float(raw)
+        except ValueError:
+            raise ConnectorConfigError(
+                f"kv_connector_extra_config: {key}={raw!r} is not an integer"
+            ) from None
+        if not number.is_integer():
+            raise ConnectorConfigError(
+                f"kv_connector_extra_config: {key}={raw!r} must be a whole number"
+            )
+        if number < low:
+            raise ConnectorConfigError(f"kv_connector_extra_config: {key}={raw!r} must be >= {low}")
+        return int(number)
+
+    return parse
+
+
+def _float_range(low: float, *, inclusive: bool) -> Callable[[str, Any], float]:
+    def parse(key: str, raw: Any) -> float:
+        try:
+            number = float(raw)
+        except (TypeError, ValueError):
+            raise ConnectorConfigError(
+                f"kv_connector_extra_config: {key}={raw!r} is not a number"
+            ) from None
+        ok = number >= low if inclusive else number > low
+        if isinstance(raw, bool) or not math.isfinite(number) or not ok:
+            bound = f">= {low:g}" if inclusive else f"> {low:g}"
+            raise ConnectorConfigError(
+                f"kv_connector_extra_config: {key}={raw!r} must be a finite number {bound}"
+            )
+        return number
+
+    return parse
+
+
+def _size(key: str, raw: Any) -> int:
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        value = raw
+    else:
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(raw))
+        unit = match.group(2).lower() if match else ""
+        if not match or unit not in _SIZE_UNITS:
+            raise ConnectorConfigError(
+                f"kv_connector_extra_config: {key}={raw!r} is not a size "
+                "(bytes, or a number with KiB, MiB, GiB, TiB, KB, MB, GB, TB)"
+            )
+        value = int(float(match.group(1)) * _SIZE_UNITS[unit])
+    if value <= 0:
+        raise ConnectorConfigError(f"kv_connector_extra_config: {key}={raw!r} must be > 0 bytes")
+    return value
+
+
+_KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
+    "kvtool.policy": ("policy", _policy),
+    "kvtool.fifo.threshold": ("fifo_threshold", _int_at_least(1)),
+    "kvtool.fifo.select_count": ("fifo_select_count", _int_at_least(1)),
+    "kvtool.eviction_aware.horizon_steps": ("horizon_steps", _float_range(0.0, inclusive=False)),
+    "kvtool.eviction_aware.max_deferral_seconds": (
+        "max_deferral_seconds", _float_range(0.0, inclusive=True)),
+    "kvtool.max_release_blocks_per_step": ("max_release_blocks_per_step", _int_at_least(1)),
+    "kvtool.idle_drain_steps": ("idle_drain_steps", _int_at_least(1)),
+    "kvtool.idle_drain_seconds": ("idle_drain_seconds", _float_range(0.0, inclusive=True)),
+    "kvtool.host_capacity_bytes": ("host_capacity_bytes", _size),
+    "kvtool.shutdown": ("shutdown", _shutdown),
+}
+"""Documented key -> (model field, parser). The parsers own the range checks."""

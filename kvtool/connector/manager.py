@@ -1,0 +1,540 @@
+"""The lazy-offload manager: buffers store work, acts on the policy's decisions, keeps the ledger.
+
+Runs in the scheduler process next to the engine's block pool. The adapter
+translates engine events into calls here and ships the returned jobs to the
+workers inside the connector metadata; workers answer with :class:`JobReport`.
+
+Flow of one block: :meth:`LazyOffloadManager.buffer_blocks` snapshots its hash
+(admitted, pending) -> the policy releases it -> the manager protects it,
+re-checks the hash, reserves a host slot and emits a :class:`StoreJob`
+(in flight) -> every worker reports -> the manager unprotects it and commits
+(stored) or aborts (failed) the slot. Any other path ends in a counted drop
+(:class:`~kvtool.connector.stats.DropReason`).
+
+Per-step cost is proportional to the blocks allocated this step (checked
+against the buffer index to find recycled blocks early), the blocks the
+policy inspects near the eviction head, and the blocks released or completed;
+never to everything that is buffered.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from kvtool.connector.blockpool import BlockHash, BlockPoolView
+from kvtool.connector.config import ConnectorConfig, ShutdownMode
+from kvtool.connector.policies import (
+    DrainPolicy,
+    Release,
+    ReleaseReason,
+    RequestKey,
+    StepSignals,
+    make_policy,
+)
+from kvtool.connector.stats import ConnectorStats, DropReason
+from kvtool.connector.store import BlockKey, StoreFullError, StoreIndex
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StoreJob:
+    """Copy engine blocks ``block_ids[i]`` into host slot ``slots[i]``, tagged ``keys[i]``."""
+
+    job_id: int
+    block_ids: tuple[int, ...]
+    slots: tuple[int, ...]
+    keys: tuple[BlockKey, ...]
+
+
+@dataclass(frozen=True)
+class LoadJob:
+    """Copy host slot ``slots[i]`` into engine block ``block_ids[i]`` after checking ``keys[i]``."""
+
+    job_id: int
+    block_ids: tuple[int, ...]
+    slots: tuple[int, ...]
+    keys: tuple[BlockKey, ...]
+
+
+@dataclass(frozen=True)
+class JobReport:
+    """One worker's outcome for one job. Every worker reports every job exactly once."""
+
+    job_id: int
+    ok: bool
+
+
+@dataclass(frozen=True)
+class StepInput:
+    """What the adapter knows when the engine schedules a step."""
+
+    scheduled_tokens: int
+    allocated_block_ids: Sequence[int] = ()
+    """Block ids handed out this step (new requests' blocks and running requests'
+    new blocks). A buffered block among them was possibly recycled."""
+
+
+@dataclass(frozen=True)
+class StepResult:
+    store_jobs: tuple[StoreJob, ...] = ()
+
+
+@dataclass
+class _Buffered:
+    block_id: int
+    block_hash: BlockHash
+    admitted_at: float
+
+
+@dataclass
+class _RequestBuffer:
+    """Blocks one request generation buffered, in token order.
+
+    Holds the ordinals ``front .. front + len(blocks) - 1``; releases pop the
+    front and losses truncate the back, so the ordinals stay contiguous.
+    """
+
+    key: RequestKey
+    order: int
+    blocks: deque[_Buffered] = field(default_factory=deque)
+    front: int = 0
+    finished: bool = False
+    broken: bool = False
+    """An earlier block was lost: later blocks of this generation are refused."""
+
+    @property
+    def next_ordinal(self) -> int:
+        return self.front + len(self.blocks)
+
+
+@dataclass
+class _InFlight:
+    request: RequestKey | None
+    block_ids: tuple[int, ...]
+    hashes: tuple[BlockHash, ...]
+    is_store: bool
+    reports: int = 0
+    ok: bool = True
+
+
+class LazyOffloadManager:
+    """Scheduler-side state of the reference connector (see module docstring).
+
+    Invariants:
+
+    - a buffered block's hash was read from the pool when it was buffered and
+      is compared again after it is protected; a block is stored only if both
+      agree (None never agrees), so KV of a recycled block is never stored;
+    - every protect is undone by exactly one unprotect, after all
+      ``world_size`` workers reported the job (or at once for blocks the
+      re-check rejects);
+    - each block hash is buffered, in flight or stored at most once, so
+      requests sharing a hot prefix do not store it twice;
+    - the ledger in :class:`ConnectorStats` balances after every call.
+    """
+
+    def __init__(
+        self,
+        config: ConnectorConfig,
+        pool: BlockPoolView,
+        store: StoreIndex,
+        *,
+        world_size: int = 1,
+        group_tokens_per_block: Sequence[int] = (16,),
+        clock: Callable[[], float] = time.monotonic,
+        policy: DrainPolicy | None = None,
+    ) -> None:
+        if world_size < 1:
+            raise ValueError(f"world_size must be >= 1, got {world_size}")
+        if any(tpb < 0 for tpb in group_tokens_per_block):
+            raise ValueError(f"tokens per block must be >= 0, got {list(group_tokens_per_block)}")
+        self.config = config
+        self.pool = pool
+        self.store = store
+        self.world_size = world_size
+        # Groups with 0 tokens per block (scratch groups) consume no blocks per token.
+        self._tokens_per_block = [tpb for tpb in group_tokens_per_block if tpb > 0]
+        self._clock = clock
+        self.policy = policy if policy is not None else make_policy(config)
+        self.stats = ConnectorStats()
+
+        self._serials = itertools.count()
+        self._jobs_ids = itertools.count(1)
+        self._live: dict[str, RequestKey] = {}
+        self._buffers: dict[RequestKey, _RequestBuffer] = {}  # insertion = admission order
+        self._ready: dict[RequestKey, int] = {}  # finished and buffering -> admission order
+        self._where: dict[int, tuple[_RequestBuffer, int]] = {}  # block id -> (buffer, ordinal)
+        self._claimed: set[BlockHash] = set()  # hashes buffered or in flight
+        # Deadline index, lazily pruned: (front block admitted_at, order, front ordinal, key).
+        self._fronts: list[tuple[float, int, int, RequestKey]] = []
+        self._jobs: dict[int, _InFlight] = {}
+        self._idle_steps = 0
+        self._last_token_step: float | None = None
+
+    # ------------------------------------------------------------------ requests
+
+    def on_request_arrived(self, request_id: str) -> RequestKey:
+        """A request id is (re)scheduled; idempotent while the request is live."""
+        key = self._live.get(request_id)
+        if key is None:
+            key = RequestKey(request_id, next(self._serials))
+            self._live[request_id] = key
+        return key
+
+    def on_request_finished(self, request_id: str) -> None:
+        """Finished or aborted: its blocks go back to the engine's free queue, still
+        hashed, so what it buffered stays storable. A later arrival of the same id
+        is a new generation."""
+        key = self._live.pop(request_id, None)
+        if key is not None:
+            self._retire(key)
+
+    def on_request_preempted(self, request_id: str) -> None:
+        """The engine freed the request's blocks and will recompute it.
+
+        What was buffered stays storable (hash-checked like any block); the
+        resumed request starts a new generation, and its re-buffered blocks that
+        are already buffered are skipped as duplicates.
+        """
+        self.on_request_finished(request_id)
+
+    def buffer_blocks(self, request_id: str, block_ids: Sequence[int]) -> int:
+        """Buffer the request's newly full blocks, in token order; returns how many were admitted.
+
+        Reads each block's hash from the pool now (vLLM hashes full blocks when
+        it schedules them, before their KV is computed; the copy happens after
+        the forward). Blocks without a hash are refused and end the request's
+        chain; blocks whose hash is already buffered, in flight or stored are
+        skipped.
+        """
+        key = self.on_request_arrived(request_id)
+        buffer = self._buffers.get(key)
+        now = self._clock()
+        admitted = 0
+        for block_id in block_ids:
+            if buffer is not None and buffer.broken:
+                self.stats.rejected_prefix_broken += 1
+                continue
+            block_hash = self.pool.block_hash(block_id)
+            if block_hash is None:
+                self.stats.rejected_unhashed += 1
+                if buffer is None:
+                    buffer = self._new_buffer(key)
+                buffer.broken = True
+                continue
+            self._check_block(block_id)  # a stale entry for a recycled block goes first
+            if block_hash in self._claimed or self.store.known(block_hash):
+                self.stats.skipped_duplicate += 1
+                continue
+            if buffer is None:
+                buffer = self._new_buffer(key)
+            if not buffer.blocks:
+                heapq.heappush(self._fronts, (now, buffer.order, buffer.next_ordinal, key))
+            self._where[block_id] = (buffer, buffer.next_ordinal)
+            buffer.blocks.append(_Buffered(block_id, block_hash, now))
+            self._claimed.add(block_hash)
+            admitted += 1
+        self.stats.admitted += admitted
+        self.stats.pending += admitted
+        return admitted
+
+    # ------------------------------------------------------------------ steps
+
+    def step(self, step: StepInput) -> StepResult:
+        """One scheduler step: find recycled blocks, ask the policy, carry out its releases."""
+        now = self._clock()
+        for block_id in step.allocated_block_ids:
+            self._check_block(block_id)
+        if step.scheduled_tokens > 0:
+            self._idle_steps = 0
+            self._last_token_step = now
+        else:
+            self._idle_steps += 1
+        signals = StepSignals(
+            now=now,
+            scheduled_tokens=step.scheduled_tokens,
+            blocks_allocated=len(step.allocated_block_ids),
+            est_next_step_blocks=sum(
+                math.ceil(step.scheduled_tokens / tpb) for tpb in self._tokens_per_block
+            ),
+            idle_steps=self._idle_steps,
+            idle_seconds=0.0
+            if step.scheduled_tokens > 0 or self._last_token_step is None
+            else now - self._last_token_step,
+        )
+        releases = self.policy.decide(signals, _View(self), self.pool)
+        if any(r.reason is ReleaseReason.IDLE for r in releases):
+            self.stats.idle_drains += 1
+        return StepResult(self._carry_out(releases, self.config.max_release_blocks_per_step))
+
+    def on_job_reports(self, reports: Iterable[JobReport]) -> None:
+        """Worker outcomes; a job completes when all ``world_size`` workers reported it."""
+        for report in reports:
+            job = self._jobs.get(report.job_id)
+            if job is None:
+                logger.warning("ignoring report for unknown or completed job %d", report.job_id)
+                continue
+            job.reports += 1
+            job.ok = job.ok and report.ok
+            if job.reports == self.world_size:
+                del self._jobs[report.job_id]
+                self._complete(job)
+
+    def has_pending_work(self) -> bool:
+        """True while jobs are in flight or blocks are buffered (the idle drain will
+        release them within a bounded number of steps): keep the engine stepping."""
+        return bool(self._jobs) or self.stats.pending > 0
+
+    def shutdown(self, mode: ShutdownMode | None = None) -> StepResult:
+        """Release everything buffered (``drain``) or drop it (``drop``), counted.
+
+        Jobs still in flight afterwards stay counted as ``in_flight``.
+        """
+        if (mode or self.config.shutdown) is ShutdownMode.DROP:
+            for buffer in list(self._buffers.values()):
+                if buffer.blocks:
+                    self._lose_from(buffer, buffer.front, DropReason.SHUTDOWN, DropReason.SHUTDOWN)
+            return StepResult()
+        view = _View(self)
+        releases = [
+            Release(key, view.span(key)[1], ReleaseReason.SHUTDOWN) for key in view.iter_requests()
+        ]
+        return StepResult(self._carry_out(releases, budget=None))
+
+    # ------------------------------------------------------------------ host hits
+
+    def lookup(self, block_hashes: Sequence[BlockHash]) -> int:
+        """Leading blocks of the chain available on the host. No side effects."""
+        return self.store.longest_prefix(block_hashes)
+
+    def plan_load(self, block_ids: Sequence[int], block_hashes: Sequence[BlockHash]) -> LoadJob:
+        """A job loading stored ``block_hashes`` into the engine blocks ``block_ids``.
+
+        The slots stay reserved for reading until every worker reports the job.
+        """
+        if len(block_ids) != len(block_hashes):
+            raise ValueError("block_ids and block_hashes differ in length")
+        slots = self.store.acquire(block_hashes)
+        job_id = next(self._jobs_ids)
+        self._jobs[job_id] = _InFlight(None, tuple(block_ids), tuple(block_hashes), is_store=False)
+        self.stats.host_lookups += 1
+        self.stats.host_hits += len(block_ids)
+        return LoadJob(job_id, tuple(block_ids), tuple(slots),
+                       tuple(self.store.key(h) for h in block_hashes))
+
+    # ------------------------------------------------------------------ internals
+
+    def _new_buffer(self, key: RequestKey) -> _RequestBuffer:
+        buffer = _RequestBuffer(key, order=key.serial)
+        self._buffers[key] = buffer
+        return buffer
+
+    def _retire(self, key: RequestKey) -> None:
+        buffer = self._buffers.get(key)
+        if buffer is None:
+            return
+        buffer.finished = True
+        if buffer.blocks:
+            self._ready[key] = buffer.order
+        else:
+            del self._buffers[key]
+
+    def _check_block(self, block_id: int) -> None:
+        """A block was allocated: drop the buffered suffix if its content changed."""
+        where = self._where.get(block_id)
+        if where is None:
+            return
+        buffer, ordinal = where
+        if self.pool.block_hash(block_id) != buffer.blocks[ordinal - buffer.front].block_hash:
+            self._lose_from(buffer, ordinal, DropReason.EVICTED)
+
+    def _lose_from(
+        self,
+        buffer: _RequestBuffer,
+        ordinal: int,
+        first: DropReason,
+        rest: DropReason = DropReason.PREFIX_BROKEN,
+    ) -> None:
+        """Drop buffered ordinals >= ``ordinal`` (``first`` for that block, ``rest`` for
+        the later ones) and refuse the generation's later blocks."""
+        lost = 0
+        while buffer.blocks and buffer.next_ordinal > ordinal:
+            block = buffer.blocks.pop()
+            del self._where[block.block_id]
+            self._claimed.discard(block.block_hash)
+            lost += 1
+        if lost:
+            self.stats.drop(first, 1)
+            self.stats.drop(rest, lost - 1)
+            self.stats.pending -= lost
+        buffer.broken = True
+        self._forget_if_empty(buffer)
+
+    def _forget_if_empty(self, buffer: _RequestBuffer) -> None:
+        if buffer.blocks:
+            return
+        self._ready.pop(buffer.key, None)
+        if buffer.finished:
+            self._buffers.pop(buffer.key, None)
+
+    def _carry_out(self, releases: Iterable[Release], budget: int | None) -> tuple[StoreJob, ...]:
+        jobs = []
+        for release in releases:
+            if budget is not None and budget <= 0:
+                break
+            buffer = self._buffers.get(release.request)
+            if buffer is None or not buffer.blocks:
+                continue
+            through = min(release.through, buffer.next_ordinal - 1)
+            if budget is not None:
+                through = min(through, buffer.front + budget - 1)
+            taken = [buffer.blocks.popleft() for _ in range(through - buffer.front + 1)]
+            buffer.front = through + 1
+            for block in taken:
+                del self._where[block.block_id]
+            if buffer.blocks:
+                heapq.heappush(
+                    self._fronts,
+                    (buffer.blocks[0].admitted_at, buffer.order, buffer.front, buffer.key),
+                )
+            self.stats.pending -= len(taken)
+            self.stats.released += len(taken)
+            self.stats.released_by[release.reason.value] += len(taken)
+            if budget is not None:
+                budget -= len(taken)
+            job = self._submit(buffer, taken)
+            self._forget_if_empty(buffer)
+            if job is not None:
+                jobs.append(job)
+        return tuple(jobs)
+
+    def _submit(self, buffer: _RequestBuffer, taken: list[_Buffered]) -> StoreJob | None:
+        """Protect, re-check, reserve slots; everything not submitted is dropped, counted."""
+        block_ids = [b.block_id for b in taken]
+        self.pool.protect(block_ids)
+        valid = len(taken)
+        for i, block in enumerate(taken):
+            if self.pool.block_hash(block.block_id) != block.block_hash:
+                valid = i
+                break
+        slots: list[int] = []
+        for block in taken[:valid]:
+            try:
+                slots.append(self.store.reserve(block.block_hash))
+            except StoreFullError:
+                break
+        stored = len(slots)
+        rejected = taken[stored:]
+        if rejected:
+            self.pool.unprotect([b.block_id for b in rejected])
+            for block in rejected:
+                self._claimed.discard(block.block_hash)
+            first = DropReason.HASH_CHANGED_AT_RELEASE if stored == valid else DropReason.STORE_FULL
+            self.stats.drop(first, 1)
+            self.stats.drop(DropReason.PREFIX_BROKEN, len(rejected) - 1)
+            if buffer.blocks:
+                self._lose_from(buffer, buffer.front, DropReason.PREFIX_BROKEN)
+            buffer.broken = True
+            logger.warning(
+                "kvtool lazy offload: request %s lost %d block(s) at release (%s)",
+                buffer.key.request_id, len(rejected), first.value,
+            )
+        if not stored:
+            return None
+        kept = taken[:stored]
+        job_id = next(self._jobs_ids)
+        self._jobs[job_id] = _InFlight(
+            buffer.key,
+            tuple(b.block_id for b in kept),
+            tuple(b.block_hash for b in kept),
+            is_store=True,
+        )
+        self.stats.in_flight += stored
+        return StoreJob(job_id, tuple(b.block_id for b in kept), tuple(slots),
+                        tuple(self.store.key(b.block_hash) for b in kept))
+
+    def _complete(self, job: _InFlight) -> None:
+        if not job.is_store:
+            self.store.release(job.hashes)
+            if job.ok:
+                self.stats.loaded += len(job.block_ids)
+                self.stats.loaded_bytes += len(job.block_ids) * self.store.block_bytes
+            else:
+                self.stats.load_failed += len(job.block_ids)
+            return
+        self.pool.unprotect(job.block_ids)
+        n = len(job.block_ids)
+        self.stats.in_flight -= n
+        for block_hash in job.hashes:
+            self._claimed.discard(block_hash)
+            if job.ok:
+                self.store.commit(block_hash)
+            else:
+                self.store.abort(block_hash)
+        self.stats.store_evictions = self.store.evictions
+        if job.ok:
+            self.stats.stored += n
+            self.stats.stored_bytes += n * self.store.block_bytes
+            return
+        self.stats.failed += n
+        buffer = self._buffers.get(job.request) if job.request is not None else None
+        if buffer is not None:
+            # Later blocks of this generation would be stored without their prefix.
+            if buffer.blocks:
+                failed = DropReason.FAILED_STORE
+                self._lose_from(buffer, buffer.front, failed, failed)
+            buffer.broken = True
+        logger.warning("kvtool lazy offload: a store of %d block(s) failed", n)
+
+
+class _View:
+    """The manager as the policies see it (:class:`~kvtool.connector.policies.PendingView`)."""
+
+    def __init__(self, manager: LazyOffloadManager) -> None:
+        self._m = manager
+
+    @property
+    def pending_blocks(self) -> int:
+        return self._m.stats.pending
+
+    def finished_ready(self) -> Mapping[RequestKey, int]:
+        return self._m._ready
+
+    def locate(self, block_id: int) -> tuple[RequestKey, int] | None:
+        where = self._m._where.get(block_id)
+        return None if where is None else (where[0].key, where[1])
+
+    def span(self, request: RequestKey) -> tuple[int, int]:
+        buffer = self._m._buffers[request]
+        return buffer.front, buffer.next_ordinal - 1
+
+    def admission_order(self, request: RequestKey) -> int:
+        return self._m._buffers[request].order
+
+    def iter_requests(self) -> Iterator[RequestKey]:
+        for key, buffer in self._m._buffers.items():
+            if buffer.blocks:
+                yield key
+
+    def iter_fronts_older_than(self, cutoff: float) -> Generator[RequestKey, None, None]:
+        heap = self._m._fronts
+        kept: list[tuple[float, int, int, RequestKey]] = []
+        try:
+            while heap and heap[0][0] <= cutoff:
+                entry = heapq.heappop(heap)
+                buffer = self._m._buffers.get(entry[3])
+                if buffer is None or not buffer.blocks or buffer.front != entry[2]:
+                    continue  # stale: that front was released or lost since
+                kept.append(entry)
+                yield entry[3]
+        finally:
+            for entry in kept:
+                heapq.heappush(heap, entry)

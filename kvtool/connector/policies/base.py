@@ -1,0 +1,161 @@
+"""The drain-policy contract: a policy decides which buffered blocks to release; the manager acts.
+
+A policy never protects, submits or drops anything. Each scheduler step the
+manager calls :meth:`DrainPolicy.decide` with the step's signals, a read-only
+view of what is buffered and the engine's eviction order, and gets back a list
+of :class:`Release` decisions that it then carries out (protect, re-check the
+hashes, submit). Design notes: shared/reference/lazy-offload.md §2-§3 and §6.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Generator, Iterator, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import ClassVar, NamedTuple, Protocol
+
+from kvtool.connector.config import ConnectorConfig, PolicyName
+
+
+class RequestKey(NamedTuple):
+    """One generation of one request: preemption and id reuse start a new serial."""
+
+    request_id: str
+    serial: int
+
+
+class ReleaseReason(str, Enum):
+    EAGER = "eager"
+    THRESHOLD = "threshold"
+    EVICTION_WINDOW = "eviction_window"
+    DEADLINE = "deadline"
+    IDLE = "idle"
+    SHUTDOWN = "shutdown"
+
+
+@dataclass(frozen=True)
+class Release:
+    """Release ``request``'s buffered blocks from its front through ordinal ``through``.
+
+    Ordinals number a request's admitted blocks 0, 1, 2, ... in token order;
+    releasing always takes a front segment, so what is stored is a prefix.
+    """
+
+    request: RequestKey
+    through: int
+    reason: ReleaseReason
+
+
+@dataclass(frozen=True)
+class StepSignals:
+    """What the manager knows about the step being scheduled."""
+
+    now: float
+    scheduled_tokens: int
+    blocks_allocated: int
+    """Blocks the engine handed out this step (gross, prefix-cache hits included)."""
+    est_next_step_blocks: int
+    """Sum over KV groups with tokens_per_block > 0 of ceil(scheduled_tokens / tokens_per_block)."""
+    idle_steps: int
+    """Consecutive steps, this one included, that scheduled no token (0 on a token step)."""
+    idle_seconds: float
+    """Seconds since the last step that scheduled a token (0 on a token step)."""
+
+
+class PendingView(Protocol):
+    """Read-only view of the manager's buffer, with costs the policies rely on."""
+
+    @property
+    def pending_blocks(self) -> int:
+        """Blocks buffered in all requests."""
+
+    def finished_ready(self) -> Mapping[RequestKey, int]:
+        """Finished requests that still buffer blocks -> admission order number. O(1)."""
+
+    def locate(self, block_id: int) -> tuple[RequestKey, int] | None:
+        """The buffered (request, ordinal) holding ``block_id``, if any. O(1)."""
+
+    def span(self, request: RequestKey) -> tuple[int, int]:
+        """(first, last) buffered ordinal of a request that buffers blocks. O(1)."""
+
+    def admission_order(self, request: RequestKey) -> int:
+        """Order in which requests first buffered a block; smaller is older. O(1)."""
+
+    def iter_requests(self) -> Iterator[RequestKey]:
+        """Requests that buffer blocks, oldest admission first; lazy, O(1) per item."""
+
+    def iter_fronts_older_than(self, cutoff: float) -> Generator[RequestKey, None, None]:
+        """Requests whose oldest buffered block was admitted at or before ``cutoff``,
+        oldest first; O(log n) per item. Produced on demand: close() it when done."""
+
+
+class EvictionOrder(Protocol):
+    def iter_eviction_order(self) -> Iterator[int]:
+        """Free block ids from the eviction head onwards (lazy)."""
+
+
+class DrainPolicy(ABC):
+    """Decides, once per scheduler step, which buffered blocks to release.
+
+    Invariants every policy keeps:
+
+    - :meth:`decide` returns at most one :class:`Release` per request, each for
+      a request that buffers blocks, with ``first <= through <= last`` of its
+      span, and the released blocks add up to at most
+      ``config.max_release_blocks_per_step``;
+    - no side effects outside the policy's own counters and estimators: the
+      same inputs in the same state give the same decisions;
+    - the cost of one call is proportional to the blocks it inspects near the
+      eviction head or releases, never to everything that is buffered;
+    - the tail drains when the engine goes idle: once ``idle_drain_steps``
+      consecutive steps (or ``idle_drain_seconds``) pass without a scheduled
+      token, everything buffered is released, oldest first, at the step cap.
+    """
+
+    name: ClassVar[PolicyName]
+
+    def __init__(self, config: ConnectorConfig) -> None:
+        self.config = config
+
+    def decide(
+        self, signals: StepSignals, pending: PendingView, pool: EvictionOrder
+    ) -> list[Release]:
+        """Decisions for this step; see the class invariants."""
+        if pending.pending_blocks == 0:
+            self.observe(signals)
+            return []
+        if self._engine_idle(signals):
+            self.observe(signals)
+            return release_oldest(pending, self.config.max_release_blocks_per_step,
+                                  ReleaseReason.IDLE)
+        return self._decide(signals, pending, pool)
+
+    def observe(self, signals: StepSignals) -> None:  # noqa: B027 - optional hook
+        """Update estimators on a step whose decision does not come from :meth:`_decide`."""
+
+    @abstractmethod
+    def _decide(
+        self, signals: StepSignals, pending: PendingView, pool: EvictionOrder
+    ) -> list[Release]:
+        """The policy's own rule; called only when something is buffered and not idle."""
+
+    def _engine_idle(self, signals: StepSignals) -> bool:
+        if signals.scheduled_tokens > 0:
+            return False
+        by_steps = signals.idle_steps >= self.config.idle_drain_steps
+        seconds = self.config.idle_drain_seconds
+        return by_steps or (seconds > 0 and signals.idle_seconds >= seconds)
+
+
+def release_oldest(pending: PendingView, budget: int, reason: ReleaseReason) -> list[Release]:
+    """Whole requests in admission order until ``budget`` blocks; the last may be cut."""
+    out: list[Release] = []
+    for request in pending.iter_requests():
+        if budget <= 0:
+            break
+        first, last = pending.span(request)
+        through = min(last, first + budget - 1)
+        out.append(Release(request, through, reason))
+        budget -= through - first + 1
+    return out

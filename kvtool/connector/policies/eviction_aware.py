@@ -1,0 +1,113 @@
+"""EVICTION_AWARE: release a request's blocks just before the engine would recycle them.
+
+Pure policy: it decides, the manager acts (design: lazy-offload.md §3, §6.3).
+Each step it reads only the first ``depth`` blocks of the engine's free queue
+(the danger window), where ``depth`` is the predicted block consumption over
+``horizon_steps`` steps, and looks each one up in the manager's block index.
+Per-step cost is therefore O(depth + released), not O(everything buffered);
+blocks recycled before reaching the window are found by the manager from the
+step's allocations, not by re-validating the buffer.
+
+A request with a block in the window releases its *due front*: every buffered
+block up to the last one in the window, so what is stored is always a prefix.
+Requests nearest the eviction head go first; a per-step block cap bounds the
+burst; an optional deadline releases requests whose oldest buffered block is
+older than ``max_deferral_seconds``, after the window candidates.
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import islice
+
+from kvtool.connector.config import ConnectorConfig, PolicyName
+from kvtool.connector.policies.base import (
+    DrainPolicy,
+    EvictionOrder,
+    PendingView,
+    Release,
+    ReleaseReason,
+    RequestKey,
+    StepSignals,
+)
+
+EWMA_ALPHA = 0.3
+"""Weight of the newest step in the consumption estimate (LMCache's calibrated value)."""
+
+MIN_WINDOW_BLOCKS = 0.5
+"""A predicted window under half a block means nothing is at risk: depth 0, so a
+decayed estimate does not keep reading the queue head forever."""
+
+
+class EvictionAwarePolicy(DrainPolicy):
+    name = PolicyName.EVICTION_AWARE
+
+    def __init__(self, config: ConnectorConfig) -> None:
+        super().__init__(config)
+        self._blocks_per_step: float | None = None
+        """EWMA of blocks allocated per step; None until the first step seeds it."""
+
+    def observe(self, signals: StepSignals) -> None:
+        allocated = float(signals.blocks_allocated)
+        if self._blocks_per_step is None:
+            self._blocks_per_step = allocated
+        else:
+            self._blocks_per_step = (
+                EWMA_ALPHA * allocated + (1.0 - EWMA_ALPHA) * self._blocks_per_step
+            )
+
+    def danger_depth(self, signals: StepSignals) -> int:
+        """Free-queue positions (from the head) whose blocks count as about to be recycled.
+
+        Uses the larger of the recent consumption (EWMA) and this step's
+        feed-forward estimate; never divides, so no estimate can be zero-divided.
+        """
+        per_step = max(self._blocks_per_step or 0.0, float(signals.est_next_step_blocks))
+        window = per_step * self.config.horizon_steps
+        return 0 if window < MIN_WINDOW_BLOCKS else math.ceil(window)
+
+    def _decide(
+        self, signals: StepSignals, pending: PendingView, pool: EvictionOrder
+    ) -> list[Release]:
+        self.observe(signals)
+        budget = self.config.max_release_blocks_per_step
+        out: list[Release] = []
+
+        # request -> [first rank seen, last due ordinal]
+        due: dict[RequestKey, list[int]] = {}
+        depth = self.danger_depth(signals)
+        for rank, block_id in enumerate(islice(pool.iter_eviction_order(), depth)):
+            hit = pending.locate(block_id)
+            if hit is None:
+                continue
+            request, ordinal = hit
+            seen = due.get(request)
+            if seen is None:
+                due[request] = [rank, ordinal]
+            elif ordinal > seen[1]:
+                seen[1] = ordinal
+        order = sorted(due, key=lambda r: (due[r][0], pending.admission_order(r)))
+        for request in order:
+            if budget <= 0:
+                return out
+            first, _ = pending.span(request)
+            through = min(due[request][1], first + budget - 1)
+            out.append(Release(request, through, ReleaseReason.EVICTION_WINDOW))
+            budget -= through - first + 1
+
+        deferral = self.config.max_deferral_seconds
+        if deferral > 0 and budget > 0:
+            overdue = pending.iter_fronts_older_than(signals.now - deferral)
+            try:
+                for request in overdue:
+                    if budget <= 0:
+                        break
+                    if request in due:
+                        continue
+                    first, last = pending.span(request)
+                    through = min(last, first + budget - 1)
+                    out.append(Release(request, through, ReleaseReason.DEADLINE))
+                    budget -= through - first + 1
+            finally:
+                overdue.close()
+        return out

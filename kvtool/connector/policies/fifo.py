@@ -1,0 +1,52 @@
+"""FIFO: release finished requests in admission order once enough are ready.
+
+Semantics (LMCache's documented FIFO, shared/seeds/000 and lazy-offload.md §2):
+
+- a request is *ready* while it is finished and still buffers blocks; the
+  ready count is recomputed, not a counter, so released requests leave it;
+- on a step that schedules at least one token, if ``ready >= threshold``, the
+  ``select_count`` ready requests admitted first are released whole;
+- with threshold 20 / select 10 and 25 ready, one step releases 10 and then
+  nothing more until 5 more finish;
+- unlike LMCache, the tail below the threshold is drained when the engine goes
+  idle (base-class rule), and both knobs are validated to be >= 1.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from kvtool.connector.config import PolicyName
+from kvtool.connector.policies.base import (
+    DrainPolicy,
+    EvictionOrder,
+    PendingView,
+    Release,
+    ReleaseReason,
+    StepSignals,
+)
+
+
+class FifoPolicy(DrainPolicy):
+    name = PolicyName.FIFO
+
+    def _decide(
+        self, signals: StepSignals, pending: PendingView, pool: EvictionOrder
+    ) -> list[Release]:
+        if signals.scheduled_tokens == 0:
+            return []
+        ready = pending.finished_ready()
+        if len(ready) < self.config.fifo_threshold:
+            return []
+        # Cost is paid only on a triggering step and is O(ready * log select).
+        chosen = heapq.nsmallest(self.config.fifo_select_count, ready, key=ready.__getitem__)
+        budget = self.config.max_release_blocks_per_step
+        out: list[Release] = []
+        for request in chosen:
+            if budget <= 0:
+                break
+            first, last = pending.span(request)
+            through = min(last, first + budget - 1)
+            out.append(Release(request, through, ReleaseReason.THRESHOLD))
+            budget -= through - first + 1
+        return out

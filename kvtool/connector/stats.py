@@ -1,0 +1,86 @@
+"""Counters for every decision the lazy-offload manager makes, as one object.
+
+The unit is a block (one engine KV block, all layers). The ledger invariant,
+checked by :meth:`ConnectorStats.ledger_balanced`, is::
+
+    admitted == pending + in_flight + stored + failed + sum(dropped.values())
+
+so every admitted block ends in exactly one outcome and none is lost silently.
+Blocks refused at admission (``skipped_duplicate``, ``rejected_*``) were never
+admitted and sit outside the ledger.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class DropReason(str, Enum):
+    """Why an admitted block was not stored."""
+
+    EVICTED = "evicted"
+    """Its hash changed (the engine recycled the block) before it was released."""
+    HASH_CHANGED_AT_RELEASE = "hash_changed_at_release"
+    """The re-check after protecting found a changed hash."""
+    PREFIX_BROKEN = "prefix_broken"
+    """An earlier block of the same request was lost, so this one is unreachable."""
+    STORE_FULL = "store_full"
+    """The host store had no slot that was not in use by an in-flight transfer."""
+    FAILED_STORE = "failed_store"
+    """Buffered behind a block whose store failed (the prefix chain broke)."""
+    ALREADY_STORED = "already_stored"
+    """Another request stored the same hash first; nothing left to do."""
+    SHUTDOWN = "shutdown"
+    """Still buffered when the connector shut down with ``shutdown=drop``."""
+
+
+@dataclass
+class ConnectorStats:
+    """Running totals; ``pending`` and ``in_flight`` are gauges, the rest only grow."""
+
+    admitted: int = 0
+    released: int = 0
+    stored: int = 0
+    stored_bytes: int = 0
+    failed: int = 0
+    pending: int = 0
+    in_flight: int = 0
+    dropped: Counter[str] = field(default_factory=Counter)
+    skipped_duplicate: int = 0
+    rejected_unhashed: int = 0
+    rejected_prefix_broken: int = 0
+    host_lookups: int = 0
+    host_hits: int = 0
+    loaded: int = 0
+    loaded_bytes: int = 0
+    load_failed: int = 0
+    store_evictions: int = 0
+    idle_drains: int = 0
+    released_by: Counter[str] = field(default_factory=Counter)
+
+    def drop(self, reason: DropReason, n: int = 1) -> None:
+        if n:
+            self.dropped[reason.value] += n
+
+    def ledger_balanced(self) -> bool:
+        outcomes = self.pending + self.in_flight + self.stored + self.failed
+        return self.admitted == outcomes + sum(self.dropped.values())
+
+    def as_dict(self) -> dict[str, int]:
+        """Flat ``name -> count`` view (``dropped_<reason>``, ``released_by_<policy reason>``)."""
+        out = {
+            name: value
+            for name, value in vars(self).items()
+            if isinstance(value, int) and not isinstance(value, bool)
+        }
+        for drop in DropReason:
+            out[f"dropped_{drop.value}"] = self.dropped.get(drop.value, 0)
+        for reason, count in sorted(self.released_by.items()):
+            out[f"released_by_{reason}"] = count
+        return out
+
+    def summary(self) -> str:
+        """One ``key=value`` log line with every non-zero counter."""
+        return " ".join(f"{k}={v}" for k, v in self.as_dict().items() if v)

@@ -1,0 +1,151 @@
+"""The host store's index: which block hashes are on the host, and in which slot.
+
+The scheduler process owns this index; worker processes own the bytes (the
+transfer engine's host arena, one row per slot). Because only the scheduler
+picks slots and evicts, every worker's arena agrees with the index without any
+traffic back: a store job names the slot to write, a load job the slot to read.
+
+- Capacity is in bytes: ``capacity_bytes // block_bytes`` slots.
+- Eviction is LRU over entries that are complete and not in use: a slot being
+  written by an in-flight store or read by an in-flight load is never reused.
+- Lookup walks a request's block-hash chain and returns the longest prefix
+  present; a block hash chains its parents, so a hit on block i implies the
+  content of blocks 0..i.
+- Keys carry a fingerprint of model, KV layout and dtype (:func:`fingerprint`)
+  so a block is never served to a different model or layout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from kvtool.connector.blockpool import BlockHash
+
+
+def fingerprint(model: str, layout: str, dtype: str, block_size: int, *extra: str) -> str:
+    """A short stable id of everything that must match for stored bytes to be reusable."""
+    text = "\x1f".join([model, layout, dtype, str(block_size), *extra])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class BlockKey:
+    """What a host slot holds: a block hash under one model/layout fingerprint."""
+
+    fingerprint: str
+    block_hash: BlockHash
+
+
+@dataclass
+class _Entry:
+    slot: int
+    ready: bool
+    """False while the store that fills the slot is in flight."""
+    users: int
+    """In-flight transfers using the slot (1 writer while not ready, else readers)."""
+
+
+class StoreFullError(RuntimeError):
+    """Every slot is being written or read: nothing can be evicted right now."""
+
+
+class StoreIndex:
+    """Scheduler-side index of the host store (see module docstring).
+
+    Invariant: each slot belongs to at most one entry; an entry with ``users``
+    > 0 is never evicted; ``len(entries) + len(free slots) == num_slots``.
+    """
+
+    def __init__(self, capacity_bytes: int, block_bytes: int, model_fingerprint: str) -> None:
+        if block_bytes <= 0:
+            raise ValueError(f"block_bytes must be > 0, got {block_bytes}")
+        self.num_slots = capacity_bytes // block_bytes
+        if self.num_slots < 1:
+            raise ValueError(
+                f"host capacity {capacity_bytes} B holds no block of {block_bytes} B"
+            )
+        self.block_bytes = block_bytes
+        self.fingerprint = model_fingerprint
+        self._entries: OrderedDict[BlockHash, _Entry] = OrderedDict()  # first = LRU
+        # Popped from the end, so a fresh store hands out 0, 1, 2, ...: consecutive
+        # slots let the transfer engine copy runs instead of single blocks.
+        self._free_slots = list(range(self.num_slots - 1, -1, -1))
+        self.evictions = 0
+
+    def key(self, block_hash: BlockHash) -> BlockKey:
+        return BlockKey(self.fingerprint, block_hash)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def contains(self, block_hash: BlockHash) -> bool:
+        """True when the hash is stored completely (not merely being written)."""
+        entry = self._entries.get(block_hash)
+        return entry is not None and entry.ready
+
+    def known(self, block_hash: BlockHash) -> bool:
+        """True when the hash is stored or being stored."""
+        return block_hash in self._entries
+
+    def longest_prefix(self, block_hashes: Sequence[BlockHash]) -> int:
+        """How many leading hashes of the chain are stored. No side effects."""
+        n = 0
+        for block_hash in block_hashes:
+            if not self.contains(block_hash):
+                break
+            n += 1
+        return n
+
+    def reserve(self, block_hash: BlockHash) -> int:
+        """A slot for a new entry being written; evicts the LRU idle entry if needed.
+
+        Raises StoreFullError when every slot is in use by an in-flight transfer
+        and KeyError if the hash is already known.
+        """
+        if block_hash in self._entries:
+            raise KeyError(f"{block_hash!r} is already stored or being stored")
+        if not self._free_slots:
+            self._evict_one()
+        slot = self._free_slots.pop()
+        self._entries[block_hash] = _Entry(slot=slot, ready=False, users=1)
+        return slot
+
+    def commit(self, block_hash: BlockHash) -> None:
+        """The store into the reserved slot completed on every worker."""
+        entry = self._entries[block_hash]
+        entry.ready = True
+        entry.users -= 1
+
+    def abort(self, block_hash: BlockHash) -> None:
+        """The store failed: forget the entry and free its slot."""
+        entry = self._entries.pop(block_hash)
+        self._free_slots.append(entry.slot)
+
+    def acquire(self, block_hashes: Sequence[BlockHash]) -> list[int]:
+        """Slots of stored hashes about to be read; marks them most recently used."""
+        slots = []
+        for block_hash in block_hashes:
+            entry = self._entries[block_hash]
+            if not entry.ready:
+                raise KeyError(f"{block_hash!r} is not stored yet")
+            entry.users += 1
+            self._entries.move_to_end(block_hash)
+            slots.append(entry.slot)
+        return slots
+
+    def release(self, block_hashes: Sequence[BlockHash]) -> None:
+        """The reads started by :meth:`acquire` finished."""
+        for block_hash in block_hashes:
+            self._entries[block_hash].users -= 1
+
+    def _evict_one(self) -> None:
+        for block_hash, entry in self._entries.items():
+            if entry.users == 0:
+                del self._entries[block_hash]
+                self._free_slots.append(entry.slot)
+                self.evictions += 1
+                return
+        raise StoreFullError(f"all {self.num_slots} host slots are in use by transfers")

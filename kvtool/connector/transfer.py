@@ -1,0 +1,281 @@
+"""Worker-side transfer engine: whole KV blocks between the engine's tensors and a host arena.
+
+A block is opaque bytes: for every registered KV tensor, the slice at one block
+index, whatever the attention backend packs inside it (on CPU, K and V share
+the last dimension: vllm-on-cpu.md §3.4). Each tensor is viewed as one or more
+*segments*, 2-D ``uint8`` views ``[num_blocks, bytes]``; the host arena holds,
+per segment, ``[num_slots, bytes]``, so one slot is one block of every layer.
+
+Copies are batched: one ``index_select`` gathers all blocks of a job per
+segment, one ``index_copy_`` scatters them, and host slots are copied in runs
+of consecutive slots (the store index hands out consecutive slots). On CUDA
+stores and loads run on dedicated streams ordered after the compute stream by
+events, into pinned host memory, without blocking the host; :meth:`poll`
+reports finished jobs. On CPU the same code path runs with plain copies that
+finish before ``submit_*`` returns.
+
+Loads check every slot's recorded key against the job's key and fail the job
+(nothing copied) on any mismatch, so a block is never served to the wrong
+hash, model or layout.
+
+torch is imported here only (optional dependency ``kvtool[connector]``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+
+class TransferJob(Protocol):
+    """Shape of :class:`kvtool.connector.manager.StoreJob` / ``LoadJob``."""
+
+    @property
+    def job_id(self) -> int: ...
+    @property
+    def block_ids(self) -> tuple[int, ...]: ...
+    @property
+    def slots(self) -> tuple[int, ...]: ...
+    @property
+    def keys(self) -> tuple[Hashable, ...]: ...
+
+
+def block_segments(tensor: torch.Tensor, block_dim: int = 0) -> list[torch.Tensor]:
+    """2-D ``uint8`` views ``[num_blocks, bytes_per_block]`` covering ``tensor``.
+
+    ``block_dim`` is the dimension indexing blocks: 0 for vLLM's CPU layout
+    ``[num_blocks, ...]``, 1 for the CUDA flash-attention layout
+    ``[2, num_blocks, ...]`` (one segment per leading index). Everything after
+    the block dimension must be contiguous, so a block is one run of bytes.
+    """
+    if not 0 <= block_dim < tensor.dim():
+        raise ValueError(f"block_dim {block_dim} out of range for shape {tuple(tensor.shape)}")
+    leading = tensor.shape[:block_dim]
+    num_blocks = tensor.shape[block_dim]
+    segments = []
+    for index in _indices(tuple(leading)):
+        part = tensor[index] if index else tensor
+        inner = part[0] if num_blocks else part
+        if not inner.is_contiguous():
+            raise ValueError(f"a block of shape {tuple(inner.shape)} is not contiguous")
+        row_bytes = inner.numel() * inner.element_size()
+        # as_strided keeps the engine's block stride (blocks may be padded or
+        # interleaved with other layers) and never copies.
+        flat = part.as_strided((num_blocks, inner.numel()), (part.stride(0), 1))
+        segments.append(flat.view(torch.uint8).view(num_blocks, row_bytes))
+    return segments
+
+
+def _indices(shape: tuple[int, ...]) -> list[tuple[int, ...]]:
+    out: list[tuple[int, ...]] = [()]
+    for size in shape:
+        out = [(*prefix, i) for prefix in out for i in range(size)]
+    return out
+
+
+def slot_runs(slots: Sequence[int]) -> list[tuple[int, int, int]]:
+    """``(position in job, first slot, length)`` for each run of consecutive slots."""
+    runs: list[tuple[int, int, int]] = []
+    for pos, slot in enumerate(slots):
+        if runs and runs[-1][1] + runs[-1][2] == slot:
+            start, first, length = runs[-1]
+            runs[-1] = (start, first, length + 1)
+        else:
+            runs.append((pos, slot, 1))
+    return runs
+
+
+@dataclass(frozen=True)
+class TransferResult:
+    job_id: int
+    ok: bool
+    error: str = ""
+
+
+@dataclass
+class _Pending:
+    job_id: int
+    event: Any  # torch.cuda.Event on CUDA, None when already complete
+    keepalive: list[torch.Tensor] = field(default_factory=list)
+    ok: bool = True
+    error: str = ""
+
+
+class TransferEngine:
+    """Copies whole blocks between KV segments and a host arena of ``num_slots`` slots.
+
+    Invariants: a slot's recorded key is set when a store into it is submitted,
+    and a load reads only slots whose recorded key equals the job's key; every
+    submitted job is reported by :meth:`poll` exactly once.
+    """
+
+    def __init__(self, segments: Sequence[torch.Tensor], num_slots: int) -> None:
+        if not segments:
+            raise ValueError("no KV segments registered")
+        if num_slots < 1:
+            raise ValueError(f"num_slots must be >= 1, got {num_slots}")
+        self.device = segments[0].device
+        num_blocks = {s.shape[0] for s in segments}
+        if len(num_blocks) != 1 or any(s.device != self.device for s in segments):
+            raise ValueError("KV segments differ in block count or device")
+        for seg in segments:
+            if seg.dtype != torch.uint8 or seg.dim() != 2 or seg.stride(1) != 1:
+                raise ValueError("segments must be 2-D uint8 views (see block_segments)")
+        self.segments = list(segments)
+        self.num_slots = num_slots
+        self.is_cuda = self.device.type == "cuda"
+        pin = self.is_cuda
+        self.arena = [
+            torch.empty((num_slots, s.shape[1]), dtype=torch.uint8, pin_memory=pin)
+            for s in self.segments
+        ]
+        self.slot_keys: list[Hashable | None] = [None] * num_slots
+        self._pending: list[_Pending] = []
+        if self.is_cuda:
+            self._store_stream = torch.cuda.Stream(device=self.device)
+            self._load_stream = torch.cuda.Stream(device=self.device)
+
+    @classmethod
+    def from_kv_caches(
+        cls, kv_caches: Mapping[str, torch.Tensor], num_slots: int, block_dim: int = 0
+    ) -> TransferEngine:
+        """Segments of every registered layer tensor, in a stable (sorted-name) order.
+
+        Layers that share one storage (vLLM's CPU backend) are still separate
+        segments: each layer's slice of a block is its own run of bytes.
+        """
+        segments = [
+            seg for name in sorted(kv_caches) for seg in block_segments(kv_caches[name], block_dim)
+        ]
+        return cls(segments, num_slots)
+
+    @property
+    def block_bytes(self) -> int:
+        """Bytes of one block across every segment: the host store's unit."""
+        return sum(int(s.shape[1]) for s in self.segments)
+
+    def layout(self) -> str:
+        """A description of the segment layout, for the store key fingerprint."""
+        widths = ",".join(str(int(s.shape[1])) for s in self.segments)
+        return f"segments[{widths}]"
+
+    # ------------------------------------------------------------------ jobs
+
+    def submit_store(self, job: TransferJob) -> None:
+        """Gather ``job.block_ids`` into ``job.slots``; on CUDA ordered after the
+        work already queued on the current stream (the forward that computed them)."""
+        record = _Pending(job.job_id, None)
+        try:
+            self._check_job(job)
+            for slot, key in zip(job.slots, job.keys, strict=True):
+                self.slot_keys[slot] = key
+            ids = torch.tensor(job.block_ids, dtype=torch.long, device=self.device)
+            runs = slot_runs(job.slots)
+            if self.is_cuda:
+                record.event = self._store_cuda(ids, runs, record.keepalive)
+            else:
+                for seg, host in zip(self.segments, self.arena, strict=True):
+                    for pos, slot, n in runs:
+                        torch.index_select(seg, 0, ids[pos:pos + n], out=host[slot:slot + n])
+        except (RuntimeError, ValueError, IndexError) as exc:
+            for slot in job.slots:
+                if 0 <= slot < self.num_slots:
+                    self.slot_keys[slot] = None
+            record.ok, record.error = False, f"store job {job.job_id}: {exc}"
+        self._pending.append(record)
+
+    def submit_load(self, job: TransferJob) -> None:
+        """Scatter ``job.slots`` into ``job.block_ids`` after checking every slot's key.
+
+        On CUDA the current stream is made to wait for the load before its next
+        kernel, so the forward that reads these blocks sees them.
+        """
+        record = _Pending(job.job_id, None)
+        try:
+            self._check_job(job)
+            wrong = [
+                slot for slot, key in zip(job.slots, job.keys, strict=True)
+                if self.slot_keys[slot] != key
+            ]
+            if wrong:
+                raise ValueError(f"host slots {wrong[:8]} do not hold the requested blocks")
+            ids = torch.tensor(job.block_ids, dtype=torch.long, device=self.device)
+            runs = slot_runs(job.slots)
+            if self.is_cuda:
+                record.event = self._load_cuda(ids, runs, record.keepalive)
+            else:
+                for seg, host in zip(self.segments, self.arena, strict=True):
+                    for pos, slot, n in runs:
+                        seg.index_copy_(0, ids[pos:pos + n], host[slot:slot + n])
+        except (RuntimeError, ValueError, IndexError) as exc:
+            record.ok, record.error = False, f"load job {job.job_id}: {exc}"
+        self._pending.append(record)
+
+    def poll(self) -> list[TransferResult]:
+        """Jobs finished since the last poll, in submission order of completion checks."""
+        done, waiting = [], []
+        for record in self._pending:
+            if record.event is None or record.event.query():
+                done.append(TransferResult(record.job_id, record.ok, record.error))
+            else:
+                waiting.append(record)
+        self._pending = waiting
+        return done
+
+    def wait_all(self) -> list[TransferResult]:
+        """Block until every submitted job is finished, then report them."""
+        for record in self._pending:
+            if record.event is not None:
+                record.event.synchronize()
+        return self.poll()
+
+    def has_pending(self) -> bool:
+        return bool(self._pending)
+
+    # ------------------------------------------------------------------ CUDA
+
+    def _store_cuda(
+        self, ids: torch.Tensor, runs: list[tuple[int, int, int]], keep: list[torch.Tensor]
+    ) -> Any:
+        stream = self._store_stream
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(stream):
+            for seg, host in zip(self.segments, self.arena, strict=True):
+                staged = seg.index_select(0, ids)  # device-side gather, contiguous
+                keep.append(staged)
+                for pos, slot, n in runs:
+                    host[slot:slot + n].copy_(staged[pos:pos + n], non_blocking=True)
+            event = torch.cuda.Event()
+            event.record(stream)
+        keep.append(ids)
+        return event
+
+    def _load_cuda(
+        self, ids: torch.Tensor, runs: list[tuple[int, int, int]], keep: list[torch.Tensor]
+    ) -> Any:
+        stream = self._load_stream
+        current = torch.cuda.current_stream(self.device)
+        stream.wait_stream(current)
+        with torch.cuda.stream(stream):
+            for seg, host in zip(self.segments, self.arena, strict=True):
+                staged = torch.empty((len(ids), seg.shape[1]), dtype=torch.uint8,
+                                     device=self.device)
+                keep.append(staged)
+                for pos, slot, n in runs:
+                    staged[pos:pos + n].copy_(host[slot:slot + n], non_blocking=True)
+                seg.index_copy_(0, ids, staged)
+            event = torch.cuda.Event()
+            event.record(stream)
+        current.wait_event(event)
+        keep.append(ids)
+        return event
+
+    def _check_job(self, job: TransferJob) -> None:
+        if not len(job.block_ids) == len(job.slots) == len(job.keys):
+            raise ValueError("block_ids, slots and keys differ in length")
+        bad = [s for s in job.slots if not 0 <= s < self.num_slots]
+        if bad:
+            raise ValueError(f"slots {bad[:8]} outside the arena of {self.num_slots}")
