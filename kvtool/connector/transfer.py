@@ -135,8 +135,8 @@ class TransferEngine:
         self.slot_keys: list[Hashable | None] = [None] * num_slots
         self._pending: list[_Pending] = []
         if self.is_cuda:
-            self._store_stream = torch.cuda.Stream(device=self.device)
-            self._load_stream = torch.cuda.Stream(device=self.device)
+            self._store_stream = torch.cuda.Stream(device=self.device)  # type: ignore[no-untyped-call]
+            self._load_stream = torch.cuda.Stream(device=self.device)  # type: ignore[no-untyped-call]
 
     @classmethod
     def from_kv_caches(
@@ -248,7 +248,7 @@ class TransferEngine:
                 keep.append(staged)
                 for pos, slot, n in runs:
                     host[slot:slot + n].copy_(staged[pos:pos + n], non_blocking=True)
-            event = torch.cuda.Event()
+            event = torch.cuda.Event()  # type: ignore[no-untyped-call]
             event.record(stream)
         keep.append(ids)
         return event
@@ -267,7 +267,7 @@ class TransferEngine:
                 for pos, slot, n in runs:
                     staged[pos:pos + n].copy_(host[slot:slot + n], non_blocking=True)
                 seg.index_copy_(0, ids, staged)
-            event = torch.cuda.Event()
+            event = torch.cuda.Event()  # type: ignore[no-untyped-call]
             event.record(stream)
         current.wait_event(event)
         keep.append(ids)
