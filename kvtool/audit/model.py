@@ -52,6 +52,9 @@ class Suppression(BaseModel):
     reason: str | None
     location: Location | None = None
     scope: Literal["line", "invocation", "file"] = "line"
+    # For scope "line": the line whose findings it silences (the comment's own line, or
+    # the next code line when the comment stands alone); ``location`` is the comment.
+    target_line: int | None = None
 
 
 InputKind = Literal["argv", "shell", "vllm-config", "kubernetes", "compose", "kaito"]
@@ -76,6 +79,8 @@ class Invocation(BaseModel):
     # Settings of the tool that wraps vLLM, outside vLLM's own flags, e.g. KAITO's
     # top-level ``kv_cache_cpu_memory_utilization`` (key -> (value, location)).
     settings: dict[str, tuple[Any, Location | None]] = Field(default_factory=dict)
+    # What the reader could not resolve, e.g. a --config file that is not on this machine.
+    notes: tuple[str, ...] = ()
 
 
 class ServeOption(BaseModel):

@@ -1,0 +1,134 @@
+"""Find the ``vllm serve`` call inside one command's words.
+
+Operators start vLLM in many wrappings: ``vllm serve M``, ``exec vllm serve``,
+``python3 -m vllm.entrypoints.openai.api_server``, ``docker run ... IMAGE vllm
+serve``, an image whose entrypoint already is ``vllm serve`` (``docker run IMAGE
+--model M``), or ``sh -c "vllm serve ..."``. This module only decides which words
+are the serve arguments, the environment and the image; readers attach locations.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+_ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+_PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ash"})
+_CONTAINER_CLIS = frozenset({"docker", "podman", "nerdctl"})
+# The OpenAI server module: serve arguments follow it directly (no "serve" word).
+API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+CLI_MAIN_MODULE = "vllm.entrypoints.cli.main"
+# `docker run` options that take a separate value; everything else is a bare switch.
+_DOCKER_VALUE_OPTIONS = frozenset(
+    {
+        "-e", "--env", "--env-file", "-v", "--volume", "-p", "--publish", "--name", "--gpus",
+        "--ipc", "--network", "--net", "--shm-size", "-w", "--workdir", "--entrypoint", "-u",
+        "--user", "--runtime", "--device", "--mount", "-l", "--label", "--cpus", "-m",
+        "--memory", "--platform", "--ulimit", "--cap-add", "--cap-drop", "--security-opt",
+        "--restart", "--add-host", "-h", "--hostname", "--pull", "--log-driver", "--log-opt",
+        "--cpuset-cpus", "--pid", "--userns", "--tmpfs", "--group-add", "--health-cmd",
+        "--memory-swap", "--stop-signal", "--stop-timeout", "--cidfile", "--dns",
+    }
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ServeMatch:
+    """Where the serve arguments start in a word list, and what surrounds them."""
+
+    kind: Literal["serve", "api_server", "image_entrypoint", "shell"]
+    args_start: int  # index of the first serve argument (or, for "shell", of the script)
+    program: int  # index of the word that starts vLLM (or the shell)
+    env: dict[int, str] = field(default_factory=dict)  # word index -> "NAME=value"
+    image: str | None = None
+
+
+def basename(word: str) -> str:
+    return word.rsplit("/", 1)[-1]
+
+
+def looks_like_vllm_image(image: str) -> bool:
+    """An image whose entrypoint is ``vllm serve`` (vllm/vllm-openai and its mirrors)."""
+    repository = image.rsplit("@", 1)[0].rsplit(":", 1)[0] if "/" in image else image
+    return "vllm" in basename(repository).lower()
+
+
+def find_serve(words: list[str], start: int = 0) -> ServeMatch | None:
+    """The first vLLM server start in ``words[start:]``, or None."""
+    index = start
+    while index < len(words):
+        match = _match_at(words, index)
+        if match is not None:
+            env = {
+                i: w for i, w in enumerate(words[start : match.program], start) if _is_assignment(w)
+            }
+            return ServeMatch(
+                match.kind, match.args_start, match.program, {**env, **match.env}, match.image
+            )
+        index += 1
+    return None
+
+
+def _is_assignment(word: str) -> bool:
+    return bool(_ASSIGNMENT.match(word))
+
+
+def _match_at(words: list[str], index: int) -> ServeMatch | None:
+    word = basename(words[index])
+    following = words[index + 1] if index + 1 < len(words) else None
+    if word == "vllm" and following == "serve":
+        return ServeMatch("serve", index + 2, index)
+    if _PYTHON.fullmatch(word) and following == "-m" and index + 2 < len(words):
+        module = words[index + 2]
+        if module == API_SERVER_MODULE:
+            return ServeMatch("api_server", index + 3, index)
+        if module == CLI_MAIN_MODULE and index + 3 < len(words) and words[index + 3] == "serve":
+            return ServeMatch("serve", index + 4, index)
+    if word in _SHELLS:
+        for script_index in range(index + 1, len(words) - 1):
+            option = words[script_index]
+            if not option.startswith("-"):
+                break
+            if "c" in option.lstrip("-") and not option.startswith("--"):
+                return ServeMatch("shell", script_index + 1, index)
+    if word in _CONTAINER_CLIS and following == "run":
+        return _match_container_run(words, index)
+    return None
+
+
+def _match_container_run(words: list[str], index: int) -> ServeMatch | None:
+    env: dict[int, str] = {}
+    position = index + 2
+    entrypoint: str | None = None
+    while position < len(words):
+        word = words[position]
+        if word == "--":
+            position += 1
+            break
+        if not word.startswith("-"):
+            break
+        name, has_value, value = word.partition("=")
+        if name in _DOCKER_VALUE_OPTIONS and not has_value:
+            value = words[position + 1] if position + 1 < len(words) else ""
+            if name in ("-e", "--env") and _is_assignment(value):
+                env[position + 1] = value
+            if name == "--entrypoint":
+                entrypoint = value
+            position += 2
+            continue
+        if name in ("-e", "--env") and has_value and _is_assignment(value):
+            env[position] = value
+        if name == "--entrypoint" and has_value:
+            entrypoint = value
+        position += 1
+    if position >= len(words):
+        return None
+    image = words[position]
+    inner = find_serve(words, position + 1)
+    if inner is not None:
+        return ServeMatch(inner.kind, inner.args_start, inner.program, {**env, **inner.env}, image)
+    if entrypoint is None and looks_like_vllm_image(image):
+        return ServeMatch("image_entrypoint", position + 1, position, env, image)
+    return None

@@ -1,0 +1,95 @@
+"""docker compose files: the vLLM services, their command, entrypoint, environment and image.
+
+A string ``command``/``entrypoint`` is split like a shell line (compose splits it
+with shell quoting rules, without running a shell); a list is one word per item.
+With no ``entrypoint`` override, a vLLM image's own entrypoint (``vllm serve``)
+receives the command as its arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import yaml
+
+from kvtool.audit.inputs import yaml_tree
+from kvtool.audit.inputs.container import ArgvWord, container_invocations, words_from_sequence
+from kvtool.audit.inputs.positions import LineIndex, OffsetMap
+from kvtool.audit.inputs.shell import ShellContext
+from kvtool.audit.inputs.shell_lexer import LexError, lex
+from kvtool.audit.inputs.suppressions import yaml_comment_suppressions
+from kvtool.audit.model import EnvAssignment, Invocation
+from kvtool.errors import KvtoolError
+
+
+def read_compose(text: str, file: str | None, base_dir: Path | None) -> list[Invocation]:
+    comments = tuple(yaml_comment_suppressions(text, file))
+    found: list[Invocation] = []
+    for document in yaml_tree.compose_documents(text, file):
+        services = yaml_tree.get(document, "services")
+        for name, _, service in yaml_tree.items(services):
+            first, last = service.start_mark.line + 1, service.end_mark.line + 1
+            image = yaml_tree.scalar(yaml_tree.get(service, "image"))
+            entrypoint_node = yaml_tree.get(service, "entrypoint")
+            words = _words(entrypoint_node, text, file) + _words(
+                yaml_tree.get(service, "command"), text, file
+            )
+            context = ShellContext(
+                file=file,
+                kind="compose",
+                base_dir=base_dir,
+                env=tuple(_environment(yaml_tree.get(service, "environment"), file)),
+                image=image,
+                label=f"{file or '<input>'}: service {name}",
+                suppressions=tuple(
+                    c for c in comments if c.target_line and first <= c.target_line <= last
+                ),
+            )
+            found.extend(
+                container_invocations(
+                    words, text, context, entrypoint_is_image=entrypoint_node is None
+                )
+            )
+    return found
+
+
+def _words(node: yaml.Node | None, text: str, file: str | None) -> list[ArgvWord]:
+    if isinstance(node, yaml.SequenceNode):
+        return words_from_sequence(node, file)
+    value = yaml_tree.scalar(node)
+    if value is None or not isinstance(node, yaml.ScalarNode):
+        return []
+    start, end = yaml_tree.scalar_source_span(node, text)
+    mapping = OffsetMap.align(value, text, start, end)
+    index = LineIndex(text, file)
+    try:
+        lexed = lex(value)
+    except LexError as error:
+        line, column = index.line_col(mapping.to_source(error.offset))
+        raise KvtoolError(f"{file or '<input>'}:{line}:{column}: {error.message}") from None
+    return [
+        ArgvWord(
+            word.text, index.location(mapping.to_source(word.start), mapping.to_source(word.end))
+        )
+        for command in lexed.commands
+        for word in command.words
+    ]
+
+
+def _environment(node: yaml.Node | None, file: str | None) -> Iterator[EnvAssignment]:
+    """``environment:`` as a list of ``NAME=value`` or as a mapping (null: taken from the host)."""
+    for item in yaml_tree.sequence(node):
+        text = yaml_tree.scalar(item)
+        if text is None:
+            continue
+        name, has_value, value = text.partition("=")
+        yield EnvAssignment(
+            name=name, value=value if has_value else None, location=yaml_tree.location(item, file)
+        )
+    for name, key_node, value_node in yaml_tree.items(node):
+        yield EnvAssignment(
+            name=name,
+            value=yaml_tree.scalar(value_node),
+            location=yaml_tree.location(key_node, file),
+        )

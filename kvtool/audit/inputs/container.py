@@ -1,0 +1,115 @@
+"""A container's argv written as YAML items (Kubernetes command/args, compose lists).
+
+Each item is one argv word, with no shell in between, unless the words run a
+shell (``["/bin/sh", "-c", "vllm serve ..."]``), whose script is read by the shell
+reader with its offsets mapped back into the YAML file.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+
+import yaml
+
+from kvtool.audit.inputs import yaml_tree
+from kvtool.audit.inputs.command_line import find_serve, looks_like_vllm_image
+from kvtool.audit.inputs.positions import LineIndex, OffsetMap
+from kvtool.audit.inputs.shell import ShellContext, read_script
+from kvtool.audit.inputs.vllm_config import referenced_config
+from kvtool.audit.model import EnvAssignment, Invocation, Location, SourceToken
+
+# Kubernetes expands $(VAR) in command/args from the container's env; $$(VAR) escapes it.
+_K8S_VAR = re.compile(r"\$\$\(|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+
+
+@dataclass(frozen=True)
+class ArgvWord:
+    text: str
+    location: Location | None
+    node: yaml.ScalarNode | None = None
+
+
+def words_from_sequence(node: yaml.Node | None, file: str | None) -> list[ArgvWord]:
+    words: list[ArgvWord] = []
+    for item in yaml_tree.sequence(node):
+        text = yaml_tree.scalar(item)
+        if text is not None and isinstance(item, yaml.ScalarNode):
+            words.append(ArgvWord(text, yaml_tree.location(item, file), item))
+    return words
+
+
+def expand_k8s_vars(words: list[ArgvWord], env: tuple[EnvAssignment, ...]) -> list[ArgvWord]:
+    """Replace ``$(NAME)`` by literal env values, as the kubelet does before exec."""
+    known = {e.name: e.value for e in env if e.value is not None}
+
+    def substitute(match: re.Match[str]) -> str:
+        if match.group(0) == "$$(":
+            return "$("
+        name = match.group(1)
+        return known.get(name, match.group(0))
+
+    return [replace(w, text=_K8S_VAR.sub(substitute, w.text)) for w in words]
+
+
+def container_invocations(
+    words: list[ArgvWord],
+    source: str,
+    context: ShellContext,
+    *,
+    entrypoint_is_image: bool,
+) -> list[Invocation]:
+    """Invocations started by one container's argv.
+
+    ``entrypoint_is_image``: no command/entrypoint override was written, so the
+    image's entrypoint runs with ``words`` as arguments; a vLLM image's entrypoint
+    is ``vllm serve``.
+    """
+    texts = [w.text for w in words]
+    match = find_serve(texts)
+    if match is not None and match.kind == "shell":
+        if match.args_start >= len(words):
+            return []
+        return _shell_item(words[match.args_start], source, context)
+    if match is not None:
+        start, image = match.args_start, match.image or context.image
+        env = context.env + tuple(
+            EnvAssignment(
+                name=t.partition("=")[0], value=t.partition("=")[2], location=words[i].location
+            )
+            for i, t in sorted(match.env.items())
+        )
+    elif entrypoint_is_image and context.image and looks_like_vllm_image(context.image):
+        start, image, env = 0, context.image, context.env
+    else:
+        return []
+    tokens = tuple(SourceToken(text=w.text, location=w.location) for w in words[start:])
+    items, notes = referenced_config(tokens, context.base_dir)
+    return [
+        Invocation(
+            kind=context.kind,
+            label=context.label or (context.file or "<input>"),
+            file=context.file,
+            tokens=tokens,
+            env=env,
+            image=image,
+            suppressions=context.suppressions,
+            config_items=items,
+            notes=notes,
+        )
+    ]
+
+
+def _shell_item(word: ArgvWord, source: str, context: ShellContext) -> list[Invocation]:
+    index = LineIndex(source, context.file)
+    node = word.node
+    if node is None:
+        mapping = OffsetMap.identity(0)
+    else:
+        start, end = yaml_tree.scalar_source_span(node, source)
+        mapping = OffsetMap.align(node.value, source, start, end)
+
+    def locate(start: int, end: int) -> Location:
+        return index.location(mapping.to_source(start), mapping.to_source(end))
+
+    return read_script(word.text, locate, context)

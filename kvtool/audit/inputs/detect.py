@@ -1,0 +1,46 @@
+"""Which reader an input file needs, decided from its content (the name only breaks ties)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePath
+
+from kvtool.audit.inputs.kaito import is_inference_config
+from kvtool.errors import KvtoolError
+
+FILE_FORMATS = ("shell", "vllm-config", "kubernetes", "compose", "kaito")
+
+_K8S_HEAD = re.compile(r"^apiVersion:\s*\S", re.MULTILINE)
+_K8S_KIND = re.compile(r"^kind:\s*([A-Za-z]+)", re.MULTILINE)
+_COMPOSE = re.compile(r"^services:\s*$", re.MULTILINE)
+_YAML_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*:(\s|$)", re.MULTILINE)
+_VLLM_COMMAND = re.compile(r"\bvllm\s+serve\b|vllm\.entrypoints\.openai\.api_server")
+_SHELL_SUFFIXES = (".sh", ".bash", ".zsh", ".env", ".cmd")
+_YAML_SUFFIXES = (".yaml", ".yml")
+
+
+def detect_format(text: str, filename: str | None = None) -> str:
+    """One of ``FILE_FORMATS``; raises ``KvtoolError`` when the content fits none."""
+    name = PurePath(filename or "").name.lower()
+    if text.startswith("#!") or name.endswith(_SHELL_SUFFIXES):
+        return "shell"
+    kinds = set(_K8S_KIND.findall(text))
+    if _K8S_HEAD.search(text) and kinds:
+        if kinds == {"ConfigMap"} and is_inference_config(_dedented_block_lines(text)):
+            return "kaito"
+        return "kubernetes"
+    if _COMPOSE.search(text) or ("compose" in name and name.endswith(_YAML_SUFFIXES)):
+        return "compose"
+    if _VLLM_COMMAND.search(text) and not name.endswith(_YAML_SUFFIXES):
+        return "shell"
+    if name.endswith(_YAML_SUFFIXES) or _YAML_KEY.search(text):
+        return "vllm-config"
+    raise KvtoolError(
+        f"{filename or '<input>'}: cannot tell what kind of input this is; "
+        f"pass --input-format ({', '.join(FILE_FORMATS)})"
+    )
+
+
+def _dedented_block_lines(text: str) -> str:
+    """Lines of embedded YAML blocks with their indentation removed, for a cheap key check."""
+    return "\n".join(line.strip() for line in text.splitlines())

@@ -1,0 +1,92 @@
+"""Turn character offsets into ``Location``s: every token remembers where it was written."""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+from kvtool.audit.model import Location
+
+
+@dataclass(frozen=True)
+class LineIndex:
+    """Offsets of line starts in one text, so an offset maps to (line, column) in O(log n)."""
+
+    text: str
+    file: str | None = None
+    starts: tuple[int, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        starts = [0]
+        for index, char in enumerate(self.text):
+            if char == "\n":
+                starts.append(index + 1)
+        object.__setattr__(self, "starts", tuple(starts))
+
+    def line_col(self, offset: int) -> tuple[int, int]:
+        """1-based line and column of ``offset`` (clamped into the text)."""
+        offset = max(0, min(offset, len(self.text)))
+        line = bisect.bisect_right(self.starts, offset) - 1
+        return line + 1, offset - self.starts[line] + 1
+
+    def location(self, start: int, end: int | None = None) -> Location:
+        """Location of the span ``[start, end)``; ``end_line`` only when it ends on a later line."""
+        line, column = self.line_col(start)
+        if end is None or end <= start:
+            return Location(file=self.file, line=line, column=column)
+        end_line, end_column = self.line_col(end)
+        return Location(
+            file=self.file,
+            line=line,
+            column=column,
+            end_column=end_column,
+            end_line=end_line if end_line != line else None,
+        )
+
+    def offset(self, line: int, column: int) -> int:
+        """Inverse of ``line_col`` for 1-based positions inside the text."""
+        return self.starts[line - 1] + column - 1
+
+
+@dataclass(frozen=True)
+class OffsetMap:
+    """Maps offsets in a derived string (a YAML scalar's value) back to the source text.
+
+    Anchors are (value offset, source offset) pairs sorted by value offset; an offset
+    maps through the nearest anchor at or before it. Exact wherever the value was
+    written verbatim (plain, single-line and literal block scalars); elsewhere it
+    points at the start of the line the value came from.
+    """
+
+    anchors: tuple[tuple[int, int], ...]
+
+    def to_source(self, value_offset: int) -> int:
+        keys = [a[0] for a in self.anchors]
+        position = bisect.bisect_right(keys, value_offset) - 1
+        if position < 0:
+            return self.anchors[0][1] if self.anchors else 0
+        value_anchor, source_anchor = self.anchors[position]
+        return source_anchor + (value_offset - value_anchor)
+
+    @classmethod
+    def identity(cls, base: int = 0) -> OffsetMap:
+        return cls(((0, base),))
+
+    @classmethod
+    def align(cls, value: str, source: str, source_start: int, source_end: int) -> OffsetMap:
+        """Find each line of ``value`` in ``source[source_start:source_end]``, in order."""
+        anchors: list[tuple[int, int]] = []
+        cursor = source_start
+        value_offset = 0
+        for value_line in value.split("\n"):
+            content = value_line.lstrip(" ")
+            lead = len(value_line) - len(content)
+            probe = content[: max(1, min(len(content), 40))] if content else ""
+            found = source.find(probe, cursor, source_end) if probe else -1
+            if found >= 0:
+                anchors.append((value_offset + lead, found))
+                cursor = found + len(probe)
+            elif not anchors:
+                anchors.append((value_offset, source_start))
+            value_offset += len(value_line) + 1
+        return cls(tuple(anchors))

@@ -1,0 +1,177 @@
+"""Shell scripts (and shell strings embedded in YAML): every ``vllm serve`` with its environment.
+
+The same reader serves ``command: ["/bin/sh", "-c", "vllm serve ..."]`` in a
+manifest: the caller passes a ``locate`` function that maps offsets in the embedded
+string back to the manifest, so tokens still point at the right line and column.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kvtool.audit.inputs.command_line import ServeMatch, find_serve
+from kvtool.audit.inputs.positions import LineIndex, OffsetMap
+from kvtool.audit.inputs.shell_lexer import Command, Comment, LexError, Word, lex
+from kvtool.audit.inputs.suppressions import parse_comment
+from kvtool.audit.inputs.vllm_config import referenced_config
+from kvtool.audit.model import (
+    EnvAssignment,
+    InputKind,
+    Invocation,
+    Location,
+    SourceToken,
+    Suppression,
+)
+from kvtool.errors import KvtoolError
+
+Locate = Callable[[int, int], Location]
+# Words standing for "whatever arguments the wrapper got": unknown, possibly none.
+_PASS_THROUGH = frozenset({"$@", "$*", "${@}", "${*}"})
+
+
+@dataclass(frozen=True)
+class ShellContext:
+    """What the surrounding input knows: file, kind, environment and image."""
+
+    file: str | None
+    kind: InputKind = "shell"
+    base_dir: Path | None = None
+    env: tuple[EnvAssignment, ...] = ()
+    image: str | None = None
+    label: str | None = None  # label prefix, e.g. "deploy.yaml: Deployment/vllm container vllm"
+    suppressions: tuple[Suppression, ...] = field(default_factory=tuple)
+
+
+def read_shell_file(text: str, file: str | None, base_dir: Path | None) -> list[Invocation]:
+    index = LineIndex(text, file)
+    return read_script(text, index.location, ShellContext(file=file, base_dir=base_dir))
+
+
+def read_script(text: str, locate: Locate, context: ShellContext) -> list[Invocation]:
+    """Every vLLM server start in ``text``; ``locate(start, end)`` turns offsets into Locations."""
+    try:
+        lexed = lex(text)
+    except LexError as error:
+        where = locate(error.offset, error.offset)
+        raise KvtoolError(
+            f"{where.file or '<input>'}:{where.line}:{where.column}: {error.message}"
+        ) from None
+    found: list[Invocation] = []
+    for command in lexed.commands:
+        words = [w.text for w in command.words]
+        match = find_serve(words)
+        if match is None:
+            continue
+        if match.kind == "shell":
+            if match.args_start < len(command.words):
+                found.extend(_nested(text, command.words[match.args_start], locate, context))
+            continue
+        found.append(_invocation(command, match, locate, context, lexed.comments))
+    return found
+
+
+def _nested(outer: str, script: Word, locate: Locate, context: ShellContext) -> list[Invocation]:
+    """``sh -c 'vllm serve ...'``: read the script word with offsets mapped back."""
+    if (
+        outer.startswith("'", script.start)
+        and outer[script.start + 1 : script.end - 1] == script.text
+    ):
+        mapping = OffsetMap.identity(script.start + 1)
+    else:
+        mapping = OffsetMap.align(script.text, outer, script.start, script.end)
+
+    def inner_locate(start: int, end: int) -> Location:
+        return locate(mapping.to_source(start), mapping.to_source(end))
+
+    return read_script(script.text, inner_locate, context)
+
+
+def _invocation(
+    command: Command,
+    match: ServeMatch,
+    locate: Locate,
+    context: ShellContext,
+    comments: list[Comment],
+) -> Invocation:
+    tokens = tuple(
+        SourceToken(text=w.text, location=locate(w.start, w.end), conditional=w.conditional)
+        for w in command.words[match.args_start :]
+        if not (w.dynamic and w.text in _PASS_THROUGH)
+    )
+    env = list(context.env)
+    for name, word in command.exported.items():
+        env.append(_assignment(word, locate, fallback_name=name))
+    for position in sorted(match.env):
+        env.append(_assignment(command.words[position], locate))
+    program = locate(command.words[match.program].start, command.words[match.program].end)
+    first_line = locate(command.words[0].start, command.words[0].end).line
+    last_line = locate(command.words[-1].start, command.words[-1].end).line
+    items, notes = referenced_config(tokens, context.base_dir)
+    where = f"{context.file or '<input>'}:{program.line}"
+    label = f"{context.label} ({where})" if context.label else where
+    return Invocation(
+        kind=context.kind,
+        label=label,
+        file=context.file,
+        tokens=tokens,
+        env=tuple(env),
+        image=match.image or context.image,
+        suppressions=context.suppressions
+        + tuple(_command_suppressions(comments, locate, first_line, last_line)),
+        config_items=items,
+        notes=notes,
+    )
+
+
+def _assignment(word: Word, locate: Locate, fallback_name: str | None = None) -> EnvAssignment:
+    name, _, value = word.text.partition("=")
+    return EnvAssignment(
+        name=name or (fallback_name or ""),
+        value=None if word.dynamic else value,
+        location=locate(word.start, word.end),
+        conditional=word.conditional,
+    )
+
+
+def _command_suppressions(
+    comments: list[Comment],
+    locate: Locate,
+    first_line: int | None,
+    last_line: int | None,
+) -> list[Suppression]:
+    """Trailing comments on the command's lines, and the comment block right above it."""
+    if first_line is None or last_line is None:
+        return []
+    found: list[Suppression] = []
+    above = first_line - 1
+    for comment in sorted(comments, key=lambda c: c.start, reverse=True):
+        where = locate(comment.start, comment.end)
+        if where.line is None:
+            continue
+        parsed = parse_comment(comment.text)
+        if comment.trailing and first_line <= where.line <= last_line:
+            if parsed:
+                found.append(_suppression(parsed, where, "line", where.line))
+        elif not comment.trailing and where.line == above:
+            above -= 1
+            if parsed:
+                found.append(_suppression(parsed, where, "invocation", None))
+    return list(reversed(found))
+
+
+def _suppression(
+    parsed: tuple[tuple[str, ...], str | None],
+    where: Location,
+    scope: str,
+    target_line: int | None,
+) -> Suppression:
+    codes, reason = parsed
+    return Suppression(
+        codes=codes,
+        reason=reason,
+        location=where,
+        scope="line" if scope == "line" else "invocation",
+        target_line=target_line,
+    )

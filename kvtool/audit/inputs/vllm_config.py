@@ -1,0 +1,88 @@
+"""vLLM ``--config`` YAML: top-level keys are flag names without dashes.
+
+vLLM turns each item into argv words (nested mappings become one JSON argument)
+and inserts them right after the model, so flags on the command line win; the
+normaliser replays that, so this reader only keeps each key, its value and where
+it was written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kvtool.audit.inputs import yaml_tree
+from kvtool.audit.model import Invocation, Location, SourceToken
+from kvtool.errors import KvtoolError
+
+ConfigItems = tuple[tuple[str, Any, Location | None], ...]
+
+
+def config_items(text: str, file: str | None) -> ConfigItems:
+    """The items of one config file; anything but a single mapping is an error."""
+    documents = yaml_tree.compose_documents(text, file)
+    if not documents:
+        return ()
+    if len(documents) > 1:
+        raise KvtoolError(
+            f"{yaml_tree.where(documents[1], file)}: a vLLM --config file holds one YAML document"
+        )
+    root = documents[0]
+    if not isinstance(root, yaml.MappingNode):
+        raise KvtoolError(
+            f"{yaml_tree.where(root, file)}: a vLLM --config file must be a mapping of flag names"
+        )
+    found: list[tuple[str, Any, Location | None]] = []
+    for key, key_node, value_node in yaml_tree.items(root):
+        found.append(
+            (key, yaml_tree.construct(value_node, file), yaml_tree.location(key_node, file))
+        )
+    return tuple(found)
+
+
+def read_config_file(text: str, file: str | None) -> list[Invocation]:
+    """A config file given directly: one invocation made only of config items."""
+    return [
+        Invocation(
+            kind="vllm-config",
+            label=file or "<config>",
+            file=file,
+            config_items=config_items(text, file),
+        )
+    ]
+
+
+def referenced_config(
+    tokens: tuple[SourceToken, ...], base_dir: Path | None
+) -> tuple[ConfigItems, tuple[str, ...]]:
+    """Items of the file named by ``--config FILE`` in ``tokens``, and notes on what was skipped.
+
+    Only the two-word form is expanded, exactly as vLLM's parser checks for the word
+    ``--config``; ``--config=FILE`` is accepted by argparse but its file is never read.
+    """
+    words = [t.text for t in tokens]
+    notes: list[str] = []
+    if any(w.startswith("--config=") for w in words):
+        notes.append(
+            "--config=FILE is not expanded by vLLM's parser (only '--config FILE' is): "
+            "the file's options do not apply"
+        )
+    if "--config" not in words:
+        return (), tuple(notes)
+    index = words.index("--config")
+    if index + 1 >= len(words):
+        return (), tuple(notes)
+    name = words[index + 1]
+    path = Path(name)
+    if not path.is_absolute() and base_dir is not None:
+        path = base_dir / path
+    if not path.is_file():
+        notes.append(f"--config {name}: no such file here ({path}); its options were not read")
+        return (), tuple(notes)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise KvtoolError(f"{path}: cannot read --config file: {error}") from None
+    return config_items(text, str(path)), tuple(notes)
