@@ -77,5 +77,8 @@ def load_model_spec(path_or_name: str) -> ModelSpec:
             f"({known}); pass a local config.json or model directory"
         )
     return spec_from_config(
-        entry.config, name=entry.name, where=f"catalog {entry.name} ({entry.source})"
+        entry.config,
+        name=entry.name,
+        where=f"catalog entry {entry.name!r} in {CATALOG_FILE}",
+        source=entry.source,
     )

@@ -1,7 +1,141 @@
-"""CLI registration for this command (filled in by the issue that builds it)."""
+"""CLI registration for ``kvtool size`` (parse options, call the library, render)."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Annotated
 
 import typer
 
 
+class OutputFormat(str, Enum):
+    text = "text"
+    json = "json"
+
+
+class Emit(str, Enum):
+    flags = "flags"
+    env = "env"
+
+
 def register(app: typer.Typer) -> None:
-    """Add this sub-package's commands to the root app."""
+    """Add ``kvtool size`` to the root app."""
+
+    @app.command("size")
+    def size(
+        model: Annotated[
+            str,
+            typer.Option("--model", "-m", help="config.json, model directory, or catalog name."),
+        ],
+        tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel size.")] = 1,
+        pp: Annotated[int, typer.Option("--pp", help="Pipeline-parallel size.")] = 1,
+        dcp: Annotated[int, typer.Option("--dcp", help="Decode-context-parallel size.")] = 1,
+        kv_cache_dtype: Annotated[
+            str, typer.Option("--kv-cache-dtype", help="auto, bfloat16, float16, fp8, ...")
+        ] = "auto",
+        dtype: Annotated[
+            str | None, typer.Option("--dtype", help="Model dtype (default: the config's).")
+        ] = None,
+        mamba_ssm_dtype: Annotated[
+            str | None,
+            typer.Option("--mamba-ssm-dtype", help="SSM state dtype (default: model dtype)."),
+        ] = None,
+        block_size: Annotated[
+            int | None, typer.Option("--block-size", help="vLLM block size in tokens.")
+        ] = None,
+        context_len: Annotated[
+            int | None,
+            typer.Option("--context-len", help="Tokens per request (default: model max)."),
+        ] = None,
+        sessions: Annotated[
+            int | None, typer.Option("--sessions", help="Concurrent sessions to hold.")
+        ] = None,
+        host_ram_gib: Annotated[
+            float | None,
+            typer.Option("--host-ram-gib", help="Available host RAM (psutil total - used)."),
+        ] = None,
+        utilization: Annotated[
+            float | None,
+            typer.Option("--utilization", help="Share of host RAM for the CPU tier (KAITO)."),
+        ] = None,
+        cpu_tier_gib: Annotated[
+            float | None,
+            typer.Option("--cpu-tier-gib", help="Intended CPU tier, GiB, total across ranks."),
+        ] = None,
+        gpu_kv_gib: Annotated[
+            float | None,
+            typer.Option("--gpu-kv-gib", help="GPU KV memory per rank (vLLM log), GiB."),
+        ] = None,
+        num_gpu_blocks: Annotated[
+            int | None, typer.Option("--num-gpu-blocks", help="GPU blocks (vLLM log).")
+        ] = None,
+        prefix_len: Annotated[
+            int | None,
+            typer.Option("--prefix-len", help="Benchmark prefix length (default: context)."),
+        ] = None,
+        lmcache_chunk_size: Annotated[
+            int | None, typer.Option("--lmcache-chunk-size", help="LMCache chunk tokens.")
+        ] = None,
+        pcie_gbps: Annotated[
+            float | None,
+            typer.Option("--pcie-gbps", help="Effective host-to-GPU GB/s per GPU."),
+        ] = None,
+        nvme_gbps: Annotated[
+            float | None, typer.Option("--nvme-gbps", help="NVMe read GB/s (all drives).")
+        ] = None,
+        prefill_tok_s: Annotated[
+            float | None,
+            typer.Option("--prefill-tok-s", help="Prefill throughput for re-prefill time."),
+        ] = None,
+        no_mla_dedup: Annotated[
+            bool,
+            typer.Option("--no-mla-dedup", help="Native offload stores MLA once per rank."),
+        ] = False,
+        emit: Annotated[
+            Emit | None, typer.Option("--emit", help="Print lines to paste: flags or env.")
+        ] = None,
+        output_format: Annotated[
+            OutputFormat, typer.Option("--output-format", help="text or json.")
+        ] = OutputFormat.text,
+        explain: Annotated[
+            bool, typer.Option("--explain", help="Show the arithmetic line by line.")
+        ] = False,
+    ) -> None:
+        """KV-cache bytes per token and offload tier sizes, with the arithmetic shown."""
+        from kvtool.console import stderr
+        from kvtool.sizing.catalog import load_model_spec
+        from kvtool.sizing.deployment import make_deployment
+        from kvtool.sizing.render import emit_lines, render_json, render_text
+        from kvtool.sizing.report import compute
+
+        deployment = make_deployment(
+            tp=tp,
+            pp=pp,
+            dcp=dcp,
+            dtype=dtype,
+            kv_cache_dtype=kv_cache_dtype,
+            mamba_ssm_dtype=mamba_ssm_dtype,
+            block_size=block_size,
+            context_len=context_len,
+            sessions=sessions,
+            host_ram_gib=host_ram_gib,
+            utilization=utilization,
+            cpu_tier_gib=cpu_tier_gib,
+            gpu_kv_gib=gpu_kv_gib,
+            num_gpu_blocks=num_gpu_blocks,
+            prefix_len=prefix_len,
+            lmcache_chunk_size=lmcache_chunk_size,
+            pcie_gbps=pcie_gbps,
+            nvme_gbps=nvme_gbps,
+            prefill_tok_s=prefill_tok_s,
+            mla_dedup=not no_mla_dedup,
+        )
+        report = compute(load_model_spec(model), deployment)
+        if emit is not None:
+            for line in emit_lines(report, emit.value):
+                typer.echo(line)
+            return
+        if output_format is OutputFormat.json:
+            typer.echo(render_json(report, explain))
+            return
+        render_text(report, stderr, explain)

@@ -285,8 +285,13 @@ PARSERS: dict[str, _Parser] = {
 }
 
 
-def spec_from_config(raw: Mapping[str, Any], *, name: str, where: str) -> ModelSpec:
-    """Build a :class:`ModelSpec` from a config.json mapping read from ``where``."""
+def spec_from_config(
+    raw: Mapping[str, Any], *, name: str, where: str, source: str | None = None
+) -> ModelSpec:
+    """Build a :class:`ModelSpec` from a config.json mapping read from ``where``.
+
+    ``source`` cites where the values come from when ``where`` is not itself the file.
+    """
     if not isinstance(raw, Mapping):
         raise KvtoolError(f"{where}: expected a JSON object at the top level")
     text_raw = raw.get("text_config")
@@ -328,7 +333,8 @@ def spec_from_config(raw: Mapping[str, Any], *, name: str, where: str) -> ModelS
     max_len = text.get("max_position_embeddings")
     return ModelSpec(
         name=name,
-        source=where,
+        origin=where,
+        source=source or where,
         architecture=str(architectures[0]),
         model_type=model_type,
         dtype=str(dtype).removeprefix("torch."),

@@ -128,23 +128,23 @@ def _check_parallelism(spec: ModelSpec, dep: Deployment) -> None:
     if spec.num_attention_heads % tp:
         raise KvtoolError(
             f"--tp {tp} does not divide num_attention_heads {spec.num_attention_heads} "
-            f"({spec.source})"
+            f"({spec.origin})"
         )
     for group in spec.attention:
         kv = group.num_kv_heads
         if group.kind is not AttentionKind.MLA and (kv % tp if kv >= tp else tp % kv):
             raise KvtoolError(
                 f"--tp {tp} does not divide num_key_value_heads {kv} (nor the reverse) "
-                f"({spec.source})"
+                f"({spec.origin})"
             )
     for state in spec.states:
         reason = state.split_error(tp)
         if reason is not None:
-            raise KvtoolError(f"--tp {tp} does not divide {reason} ({spec.source})")
+            raise KvtoolError(f"--tp {tp} does not divide {reason} ({spec.origin})")
     layers = spec.attention_layers + spec.state_layers
     if dep.pp > layers:
         raise KvtoolError(
-            f"--pp {dep.pp} exceeds the model's {layers} cache-holding layers ({spec.source})"
+            f"--pp {dep.pp} exceeds the model's {layers} cache-holding layers ({spec.origin})"
         )
 
 
@@ -322,7 +322,7 @@ def compute(spec: ModelSpec, dep: Deployment, facts: SizingFacts | None = None) 
         explain(
             "per-rank equivalent (SGLang, LMCache in-process)",
             f"{cpu_tier:.4g} / tp {tp} (x pp {pp} for LMCache)",
-            f"{lmc_inproc:.4g} GiB",
+            f"{lmc_inproc:g} GiB",
         )
         if context is not None:
             cpu_sessions = cpu_tokens // context

@@ -146,7 +146,8 @@ class ModelSpec(_Frozen):
     """
 
     name: str
-    source: str  # the file or catalog citation the geometry was read from
+    origin: str  # where the fields were read: a config.json path or a catalog entry
+    source: str  # the citation for the values (the path itself for a local file)
     architecture: str
     model_type: str
     dtype: str  # model dtype; "auto" KV caches and recurrent states use it

@@ -1,0 +1,168 @@
+"""Render a :class:`SizingReport`: a rich table (stderr), the arithmetic, JSON, paste-ready lines.
+
+Human output goes to the stderr console; JSON and ``--emit`` lines go to stdout so they
+can be piped. Rendering never computes a figure: everything comes from the report.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from kvtool.errors import KvtoolError
+from kvtool.sizing.facts import sizing_facts
+from kvtool.sizing.report import SizingReport
+
+
+def flag_gib(value: float) -> str:
+    """A GiB size for a flag, rounded *up* to 0.01 so the tier is never smaller than computed."""
+    return f"{math.ceil(round(value * 100, 6)) / 100:g}"
+
+
+def _bytes(value: float | None) -> str:
+    if value is None:
+        return "-"
+    text = f"{value:,.0f}" if float(value).is_integer() else f"{value:,.1f}"
+    for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
+        if value >= 1 << shift:
+            return f"{text}  ({value / (1 << shift):.4g} {unit})"
+    return text
+
+
+def _count(value: int | None) -> str:
+    return "-" if value is None else f"{value:,}"
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g} s"
+
+
+def _gib(value: float | None) -> str:
+    return "-" if value is None else f"{value:.6g} GiB"
+
+
+def _bench_range(r: SizingReport) -> str:
+    if r.bench_num_prefixes_min is None:
+        return "-"
+    return f"{r.bench_num_prefixes_min}..{r.bench_num_prefixes_max} at prefix {r.bench_prefix_len}"
+
+
+def render_text(report: SizingReport, console: Console, explain: bool) -> None:
+    """The table, then warnings and assumptions; ``explain`` adds the arithmetic."""
+    r = report
+    title = (
+        f"{r.model} ({r.architecture}, {r.architecture_class}) - tp {r.tp}, pp {r.pp}, "
+        f"dcp {r.dcp}, kv {r.kv_cache_dtype} ({r.kv_dtype_bytes} B), block {r.block_size}"
+    )
+    table = Table(title=title, show_header=True, header_style="bold")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    rows: list[tuple[str, str] | None] = [
+        ("KV bytes/token, whole model", _bytes(r.kv_bytes_per_token)),
+        ("KV bytes/token per rank", _bytes(r.kv_bytes_per_token_per_rank)),
+        (
+            f"KV bytes/token, all ranks (x{r.kv_replication_factor:g})",
+            _bytes(r.kv_bytes_per_token_all_ranks),
+        ),
+        ("bytes per block per rank", _bytes(r.bytes_per_block)),
+    ]
+    if r.kv_bytes_per_token_full_attention_only != r.kv_bytes_per_token:
+        full_only = _bytes(r.kv_bytes_per_token_full_attention_only)
+        rows.append(("KV bytes/token, full-attention layers only", full_only))
+    if r.state_bytes_per_sequence:
+        rows += [
+            ("recurrent state per sequence, all ranks", _bytes(r.state_bytes_per_sequence)),
+            ("amortised bytes/token per rank", _bytes(r.amortised_bytes_per_token_per_rank)),
+        ]
+    rows += [
+        None,
+        (f"request at {_count(r.context_len)} tokens, per rank", _bytes(r.request_bytes_per_rank)),
+        ("request, stored in a native CPU tier", _bytes(r.request_bytes_stored)),
+    ]
+    if r.gpu_resident_request_bytes_per_rank != r.request_bytes_per_rank:
+        rows.append(
+            ("request, GPU-resident per rank (HMA)", _bytes(r.gpu_resident_request_bytes_per_rank))
+        )
+    rows += [
+        None,
+        ("--kv-offloading-size (TP total)", _gib(r.kv_offloading_size_gib)),
+        ("  from", r.cpu_tier_basis or "pass --cpu-tier-gib, --host-ram-gib or --sessions"),
+        ("  native chunk", _bytes(r.native_chunk_bytes)),
+        ("  CPU tier tokens", _count(r.cpu_tier_tokens)),
+        ("  sessions at the context length", _count(r.cpu_tier_sessions)),
+        ("per-rank equivalent (SGLang)", _gib(r.per_rank_gib)),
+        (
+            "LMCACHE_MAX_LOCAL_CPU_SIZE (in-process, per rank)",
+            _gib(r.lmcache_max_local_cpu_size_gib),
+        ),
+        None,
+        ("LMCache L1, KAITO formula", _gib(r.l1_capacity_gib)),
+        ("  tokens", _count(r.lmcache_tokens_at_l1_capacity)),
+        ("LMCache L1, whole budget", _gib(r.l1_whole_budget_gib)),
+        ("  tokens", _count(r.lmcache_tokens_at_whole_budget)),
+        ("  resident below the eviction watermark", _count(r.lmcache_resident_tokens_at_watermark)),
+        None,
+        ("GPU tier tokens", _count(r.gpu_tier_tokens)),
+        ("bench prefix_repetition num_prefixes", _bench_range(r)),
+        None,
+        (f"load from DRAM at {r.pcie_gbps:.3g} GB/s per GPU", _seconds(r.load_seconds_dram)),
+        (f"load from NVMe at {r.nvme_gbps:g} GB/s", _seconds(r.load_seconds_nvme)),
+        (
+            "re-prefill",
+            _seconds(r.load_seconds_reprefill) if r.prefill_tok_s else "- (pass --prefill-tok-s)",
+        ),
+    ]
+    for row in rows:
+        if row is None:
+            table.add_section()
+        else:
+            table.add_row(*row)
+    console.print(table)
+    if explain:
+        console.print("[bold]Arithmetic[/bold]")
+        for line in r.explain:
+            console.print(
+                f"  {escape(line.label)}: {escape(line.formula)} = "
+                f"[bold]{escape(line.value)}[/bold]",
+                soft_wrap=True,
+            )
+    for w in r.warnings:
+        console.print(
+            f"[yellow]warning[/yellow] {escape(f'[{w.code}]')} {escape(w.message)}", soft_wrap=True
+        )
+    for note in r.assumptions:
+        console.print(f"[dim]assumed: {escape(note)}[/dim]", soft_wrap=True)
+
+
+def render_json(report: SizingReport, explain: bool) -> str:
+    data = report.model_dump(mode="json")
+    if not explain:
+        data.pop("explain")
+    return json.dumps(data, indent=2)
+
+
+def emit_lines(report: SizingReport, what: str) -> list[str]:
+    """Lines to paste: ``flags`` (vLLM flag, LMCache MP server) or ``env`` (in-process LMCache)."""
+    if report.kv_offloading_size_gib is None:
+        raise KvtoolError(
+            f"--emit {what} needs a CPU tier: pass --cpu-tier-gib, --host-ram-gib or --sessions"
+        )
+    facts = sizing_facts()
+    if what == "flags":
+        l1 = report.l1_whole_budget_gib or report.kv_offloading_size_gib
+        return [
+            f"--kv-offloading-size {flag_gib(report.kv_offloading_size_gib)}",
+            f"lmcache server --chunk-size {report.lmcache_chunk_size} --l1-use-lazy "
+            f"--l1-init-size-gb {facts.lmcache_l1_init_size_gb} --l1-size-gb {flag_gib(l1)} "
+            "--eviction-policy LRU",
+        ]
+    assert report.lmcache_max_local_cpu_size_gib is not None
+    return [
+        f"LMCACHE_CHUNK_SIZE={report.lmcache_chunk_size}",
+        "LMCACHE_LOCAL_CPU=True",
+        f"LMCACHE_MAX_LOCAL_CPU_SIZE={flag_gib(report.lmcache_max_local_cpu_size_gib)}",
+    ]
