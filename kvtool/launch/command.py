@@ -1,7 +1,185 @@
-"""CLI registration for this command (filled in by the issue that builds it)."""
+"""``kvtool launch``: emit a launch config for one offload setup (a recipe)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
+_TARGETS = ("shell", "compose", "k8s", "json")
+
+
+def _parse_env(pairs: list[str]) -> tuple[tuple[str, str], ...]:
+    from kvtool.errors import KvtoolError
+
+    parsed = []
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key or not key.replace("_", "a").isalnum():
+            raise KvtoolError(f"--env {pair!r}: expected NAME=VALUE")
+        parsed.append((key, value))
+    return tuple(parsed)
+
+
+def _print_list(as_json: bool) -> None:
+    import json
+    from dataclasses import asdict
+
+    from kvtool.console import stderr
+    from kvtool.launch.service import list_recipes
+
+    summaries = list_recipes()
+    if as_json:
+        typer.echo(json.dumps([asdict(s) for s in summaries], indent=2))
+        return
+    stderr.print("kvtool launch recipes (step: the field guide's decision tree)\n")
+    for s in summaries:
+        step = f"step {s.decision}" if s.decision else "outside the tree"
+        stderr.print(f"[bold]{s.name}[/bold]  ({step}; vLLM {s.supported}; "
+                     f"targets {', '.join(s.targets)})")
+        stderr.print(f"  {s.title}", markup=False)
+        stderr.print(f"  Pick it when: {s.when}\n", markup=False)
+
+
+def _write(files: dict[str, str], output_dir: Path | None, force: bool) -> list[Path]:
+    from kvtool.errors import KvtoolError
+
+    if output_dir is None:
+        for text in files.values():
+            typer.echo(text, nl=False)
+        return []
+    if output_dir.exists() and not output_dir.is_dir():
+        raise KvtoolError(f"-o {output_dir}: exists and is not a directory")
+    paths = [output_dir / name for name in files]
+    clashes = [str(p) for p in paths if p.exists()]
+    if clashes and not force:
+        raise KvtoolError(f"-o {output_dir}: would overwrite {', '.join(clashes)}; pass --force")
+    output_dir.mkdir(parents=True, exist_ok=True)
+    for path, text in zip(paths, files.values(), strict=True):
+        path.write_text(text, encoding="utf-8")
+        if path.suffix == ".sh":
+            path.chmod(0o755)
+    return paths
+
+
+def launch(
+    recipe: Annotated[
+        str | None, typer.Argument(help="Recipe name; `kvtool launch --list` shows them.")
+    ] = None,
+    serve_args: Annotated[
+        list[str] | None,
+        typer.Argument(help="Extra `vllm serve` arguments, after `--`.", show_default=False),
+    ] = None,
+    list_: Annotated[
+        bool, typer.Option("--list", help="Describe every recipe and when to pick it.")
+    ] = False,
+    model: Annotated[str | None, typer.Option(help="Model vLLM serves (name or path).")] = None,
+    tp: Annotated[int, typer.Option(help="Tensor-parallel size per engine.")] = 1,
+    vllm_version: Annotated[
+        str | None, typer.Option(help="Target vLLM release (default: the newest table).")
+    ] = None,
+    host_ram_gib: Annotated[
+        float | None, typer.Option(help="Host RAM available to the engine's host, GiB.")
+    ] = None,
+    cpu_tier_gib: Annotated[
+        float | None, typer.Option(help="CPU tier size (TP-wide total), GiB, instead of RAM.")
+    ] = None,
+    utilization: Annotated[
+        float | None, typer.Option(help="Share of --host-ram-gib for the tier (default 0.5).")
+    ] = None,
+    sizing_model: Annotated[
+        str | None,
+        typer.Option(help="Catalog name or config.json for sizing, when --model is not one."),
+    ] = None,
+    target: Annotated[str, typer.Option(help="shell | compose | k8s | json")] = "shell",
+    output_dir: Annotated[
+        Path | None, typer.Option("-o", "--output-dir", help="Write files here, not stdout.")
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Overwrite files in -o DIR.")] = False,
+    entrypoint: Annotated[
+        str,
+        typer.Option(help="cli: `vllm serve`; module: `python -m vllm.entrypoints.openai...`."),
+    ] = "cli",
+    python: Annotated[str, typer.Option(help="Interpreter for --entrypoint module.")] = "python3",
+    image: Annotated[
+        str | None, typer.Option(help="Container image (default vllm/vllm-openai:v<version>).")
+    ] = None,
+    port: Annotated[int, typer.Option(help="Engine HTTP port (prefill +100, decode +200).")] = 8000,
+    fs_path: Annotated[
+        str, typer.Option(help="Directory of the filesystem tier.")
+    ] = "/mnt/nvme/kvtool-kv",
+    kaito_preset: Annotated[
+        str | None, typer.Option(help="KAITO preset name (default: --model).")
+    ] = None,
+    name: Annotated[
+        str | None, typer.Option(help="Base name of services and Kubernetes objects.")
+    ] = None,
+    env: Annotated[
+        list[str] | None, typer.Option("--env", help="NAME=VALUE for every engine (repeat).")
+    ] = None,
+) -> None:
+    """Emit a launch config for an offload setup: shell, compose, Kubernetes or JSON."""
+    from pydantic import ValidationError
+
+    from kvtool.console import stderr
+    from kvtool.errors import KvtoolError
+    from kvtool.launch.plan import LaunchOptions
+    from kvtool.launch.service import launch as run_launch
+
+    if target not in _TARGETS:
+        raise KvtoolError(f"--target {target!r}: use one of {', '.join(_TARGETS)}")
+    if list_:
+        _print_list(as_json=target == "json")
+        return
+    if recipe is None:
+        raise KvtoolError("name a recipe (kvtool launch --list shows them)")
+    if model is None:
+        raise KvtoolError("--model is required")
+    if entrypoint not in ("cli", "module"):
+        raise KvtoolError(f"--entrypoint {entrypoint!r}: use cli or module")
+    try:
+        options = LaunchOptions(
+            model=model,
+            tp=tp,
+            target=target,  # type: ignore[arg-type]  # checked against _TARGETS above
+            entrypoint=entrypoint,  # type: ignore[arg-type]  # checked above
+            python=python,
+            image=image,
+            port=port,
+            fs_path=fs_path,
+            kaito_preset=kaito_preset or model,
+            extra_args=tuple(serve_args or ()),
+            env=_parse_env(env or []),
+            name=name,
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        flag = "--" + str(first["loc"][0]).replace("_", "-") if first["loc"] else "input"
+        raise KvtoolError(f"{flag} {first.get('input')!r}: {first['msg']}") from None
+    result = run_launch(
+        recipe,
+        options,
+        vllm_version=vllm_version,
+        host_ram_gib=host_ram_gib,
+        cpu_tier_gib=cpu_tier_gib,
+        utilization=utilization,
+        sizing_model=sizing_model,
+    )
+    plan = result.plan
+    if result.release_note:
+        stderr.print(f"kvtool launch: {result.release_note}", markup=False)
+    for warning in plan.warnings:
+        stderr.print(f"kvtool launch: warning: {warning}", markup=False)
+    written = _write(result.files, output_dir, force)
+    for path in written:
+        stderr.print(f"kvtool launch: wrote {path}", markup=False)
+    stderr.print(
+        f"kvtool launch: {plan.recipe} for vLLM {plan.vllm_version}, target {target}",
+        markup=False,
+    )
+
 
 def register(app: typer.Typer) -> None:
-    """Add this sub-package's commands to the root app."""
+    """Add ``kvtool launch`` to the root app."""
+    app.command("launch", no_args_is_help=True)(launch)

@@ -1,0 +1,74 @@
+"""The sizes a launch fills in, all computed by :mod:`kvtool.sizing` (never here).
+
+Each recipe names its sizing kind: ``native`` (the TP-wide CPU tier for
+``--kv-offloading-size`` / ``cpu_bytes_to_use``), ``lmcache-mp`` (the server's
+``--l1-size-gb``: the whole budget, since one server holds every rank's shard),
+``kaito`` (the L1 KAITO itself will compute, shown for information) or ``none``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvtool.errors import KvtoolError
+from kvtool.launch.recipe import Recipe
+
+GIB = 1 << 30  # vLLM turns --kv-offloading-size GiB into bytes as size x 2^30
+
+# Sizing warnings that concern only one backend's arithmetic.
+_WARNING_SCOPE = {"kaito-": "kaito", "lmcache-": "lmcache-mp"}
+
+
+def _relevant(code: str, sizing: str) -> bool:
+    for prefix, kind in _WARNING_SCOPE.items():
+        if code.startswith(prefix):
+            return sizing == kind
+    return True
+
+
+def launch_sizes(
+    recipe: Recipe,
+    *,
+    model: str,
+    tp: int,
+    host_ram_gib: float | None,
+    cpu_tier_gib: float | None,
+    utilization: float | None,
+) -> dict[str, Any]:
+    """Template parameters for ``recipe``'s sizes, plus ``warnings`` from kvtool.sizing."""
+    from kvtool.sizing.catalog import load_model_spec
+    from kvtool.sizing.deployment import make_deployment
+    from kvtool.sizing.facts import sizing_facts
+    from kvtool.sizing.report import compute
+
+    util = utilization if utilization is not None else sizing_facts().kaito_default_utilization
+    if recipe.sizing == "none":
+        return {"utilization": util}
+    if recipe.sizing == "kaito":
+        if host_ram_gib is None:
+            return {"utilization": util}
+    elif host_ram_gib is None and cpu_tier_gib is None:
+        raise KvtoolError(
+            f"recipe {recipe.name} sizes a host-memory tier: pass --host-ram-gib "
+            "(RAM available to the engine's host) or --cpu-tier-gib"
+        )
+    report = compute(
+        load_model_spec(model),
+        make_deployment(
+            tp=tp, host_ram_gib=host_ram_gib, cpu_tier_gib=cpu_tier_gib, utilization=util
+        ),
+    )
+    sizes: dict[str, Any] = {
+        "utilization": util,
+        "sizing_model": report.model,
+        "cpu_tier_gib": report.kv_offloading_size_gib,
+        "cpu_tier_tokens": report.cpu_tier_tokens,
+        "l1_size_gb": report.l1_whole_budget_gib,
+        "lmcache_tokens": report.lmcache_tokens_at_whole_budget,
+        "kaito_l1_gib": report.l1_capacity_gib,
+        "kaito_lmcache_tokens": report.lmcache_tokens_at_l1_capacity,
+        "warnings": [w.message for w in report.warnings if _relevant(w.code, recipe.sizing)],
+    }
+    if report.kv_offloading_size_gib is not None:
+        sizes["cpu_tier_bytes"] = round(report.kv_offloading_size_gib * GIB)
+    return sizes

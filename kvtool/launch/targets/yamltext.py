@@ -1,0 +1,25 @@
+"""YAML output for manifests: block style, keys in insertion order, no anchors.
+
+PyYAML writes ``&id001`` anchors for a dict used twice (labels reused as selectors);
+valid, but unreadable in a manifest a person reviews, so aliases are turned off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import yaml
+
+
+class _PlainDumper(yaml.SafeDumper):
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def dump(document: Any) -> str:
+    return yaml.dump(document, Dumper=_PlainDumper, sort_keys=False, width=1000)
+
+
+def dump_all(documents: Iterable[Any]) -> str:
+    return yaml.dump_all(documents, Dumper=_PlainDumper, sort_keys=False, width=1000)
