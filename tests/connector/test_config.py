@@ -1,0 +1,90 @@
+"""Config: documented keys and defaults, clear errors for bad input."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from kvtool.connector.config import (
+    ConnectorConfig,
+    ConnectorConfigError,
+    PolicyName,
+    ShutdownMode,
+)
+from kvtool.errors import KvtoolError
+
+
+def test_defaults_are_the_documented_ones() -> None:
+    config = ConnectorConfig.from_extra_config({})
+    assert config.policy is PolicyName.EVICTION_AWARE
+    # LMCache 0.5.6's defaults (lazy-offload.md §2, §3): FIFO 100 / 10, horizon 2.5.
+    assert (config.fifo_threshold, config.fifo_select_count, config.horizon_steps) == (100, 10, 2.5)
+    assert config.max_deferral_seconds == 0.0
+    assert config.shutdown is ShutdownMode.DRAIN
+
+
+def test_keys_are_read_from_strings_and_native_values() -> None:
+    config = ConnectorConfig.from_extra_config({
+        "kvtool.policy": "FIFO",
+        "kvtool.fifo.threshold": "20",
+        "kvtool.fifo.select_count": 10,
+        "kvtool.eviction_aware.horizon_steps": "3.5",
+        "kvtool.host_capacity_bytes": "512MiB",
+        "kvtool.shutdown": "drop",
+        "lmcache.mp.host": "localhost",  # another connector's key: ignored
+    })
+    assert config.policy is PolicyName.FIFO
+    assert (config.fifo_threshold, config.fifo_select_count) == (20, 10)
+    assert config.horizon_steps == 3.5
+    assert config.host_capacity_bytes == 512 * 2**20
+    assert config.shutdown is ShutdownMode.DROP
+
+
+def test_unknown_key_names_the_closest_known_one() -> None:
+    with pytest.raises(ConnectorConfigError, match=r"'kvtool\.fifo\.treshold'.*did you mean 'kvtool\.fifo\.threshold'"):
+        ConnectorConfig.from_extra_config({"kvtool.fifo.treshold": 5})
+
+
+def test_unknown_policy_lists_the_policies() -> None:
+    with pytest.raises(ConnectorConfigError, match="eager, fifo, eviction_aware"):
+        ConnectorConfig.from_extra_config({"kvtool.policy": "lru"})
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("kvtool.fifo.threshold", 0, ">= 1"),
+        ("kvtool.fifo.select_count", -1, ">= 1"),
+        ("kvtool.fifo.select_count", "1.5", "whole number"),
+        ("kvtool.fifo.threshold", "abc", "not an integer"),
+        ("kvtool.fifo.threshold", True, "not an integer"),
+        ("kvtool.eviction_aware.horizon_steps", 0, "> 0"),
+        ("kvtool.eviction_aware.horizon_steps", "nan", "finite"),
+        ("kvtool.eviction_aware.max_deferral_seconds", -1, ">= 0"),
+        ("kvtool.max_release_blocks_per_step", "0.5", "whole number"),
+        ("kvtool.idle_drain_steps", 0, ">= 1"),
+        ("kvtool.host_capacity_bytes", "12 parsecs", "not a size"),
+        ("kvtool.host_capacity_bytes", 0, "> 0 bytes"),
+        ("kvtool.shutdown", "flush", "'drain' or 'drop'"),
+    ],
+)
+def test_out_of_range_values_name_key_and_bound(key: str, value: object, message: str) -> None:
+    with pytest.raises(ConnectorConfigError) as info:
+        ConnectorConfig.from_extra_config({key: value})
+    assert key in str(info.value)
+    assert message in str(info.value)
+    assert isinstance(info.value, KvtoolError) and isinstance(info.value, ValueError)
+
+
+def test_startup_line_names_policy_and_knobs(caplog: pytest.LogCaptureFixture) -> None:
+    config = ConnectorConfig.from_extra_config(
+        {"kvtool.policy": "fifo", "kvtool.fifo.threshold": 20, "kvtool.fifo.select_count": 10}
+    )
+    with caplog.at_level(logging.INFO):
+        config.log_startup(logging.getLogger("kvtool.test"))
+    assert "fifo policy" in caplog.text
+    assert "threshold=20" in caplog.text and "select_count=10" in caplog.text
+    ea = ConnectorConfig.from_extra_config({}).describe()
+    assert "eviction_aware policy" in ea and "horizon_steps=2.5" in ea
+    assert "threshold" not in ea

@@ -1,0 +1,191 @@
+"""Manager behaviour: hash re-checks, dedupe, worker reports, request lifecycle, shutdown."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvtool.connector.config import ShutdownMode
+from kvtool.connector.manager import JobReport
+from kvtool.connector.stats import DropReason
+
+from tests.connector.harness import BLOCK_BYTES, Rig, released_blocks
+
+EAGER = {"kvtool.policy": "eager"}
+FIFO_1 = {"kvtool.policy": "fifo", "kvtool.fifo.threshold": 1, "kvtool.fifo.select_count": 100}
+
+
+def _dropped(rig: Rig, reason: DropReason) -> int:
+    return rig.manager.stats.dropped[reason.value]
+
+
+def test_store_protects_until_completion_then_commits() -> None:
+    rig = Rig.with_config(EAGER)
+    blocks = rig.compute("a", ["a0", "a1"])
+    rig.finish("a")
+    (job,) = rig.step()
+    assert [rig.pool.ref_cnt(b) for b in blocks] == [1, 1]  # protected, out of the free queue
+    assert rig.manager.lookup([rig.pool.block_hash(b) for b in blocks]) == 0  # not yet stored
+    rig.complete([job])
+    assert [rig.pool.ref_cnt(b) for b in blocks] == [0, 0]
+    hashes = [rig.pool.block_hash(b) for b in blocks]
+    assert rig.manager.lookup(hashes) == 2
+    stats = rig.manager.stats
+    assert (stats.stored, stats.stored_bytes, stats.in_flight) == (2, 2 * BLOCK_BYTES, 0)
+    assert stats.ledger_balanced()
+
+
+def test_recycled_block_drops_only_the_affected_suffix() -> None:
+    rig = Rig.with_config(FIFO_1, num_blocks=8)
+    blocks = rig.compute("a", ["a0", "a1", "a2", "a3"])
+    rig.manager.on_request_finished("a")
+    rig.pool.free([blocks[2], blocks[3], blocks[0], blocks[1]])  # a2 and a3 nearest the head
+    rig.allocated.clear()
+    rig.pool.allocate(4)  # blocks 4-7
+    recycled = rig.pool.allocate(1)  # a2: its hash is reset
+    assert recycled == [blocks[2]]
+    rig.allocated = recycled
+    jobs = rig.step()
+    assert released_blocks(jobs) == blocks[:2]
+    assert _dropped(rig, DropReason.EVICTED) == 1
+    assert _dropped(rig, DropReason.PREFIX_BROKEN) == 1  # a3 would be unreachable
+    assert rig.manager.stats.ledger_balanced()
+
+
+def test_hash_change_seen_only_at_release_is_caught_after_protecting() -> None:
+    rig = Rig.with_config(FIFO_1)
+    blocks = rig.compute("a", ["a0", "a1", "a2"])
+    rig.finish("a")
+    rig.allocated.clear()
+    assert rig.pool.reset_prefix_cache()  # every hash cleared, no allocation seen
+    assert rig.step() == []
+    assert _dropped(rig, DropReason.HASH_CHANGED_AT_RELEASE) == 1
+    assert _dropped(rig, DropReason.PREFIX_BROKEN) == 2
+    assert [rig.pool.ref_cnt(b) for b in blocks] == [0, 0, 0]  # the protect was undone
+    assert rig.manager.stats.ledger_balanced()
+
+
+def test_duplicate_hot_prefix_is_buffered_and_stored_once() -> None:
+    rig = Rig.with_config(EAGER)
+    leader = rig.compute("leader", ["sys", "doc", "q1"])
+    follower = rig.compute("follower", ["sys", "doc", "q2"])  # prefix-cache hit on 2 blocks
+    assert follower[:2] == leader[:2]
+    stats = rig.manager.stats
+    assert (stats.admitted, stats.skipped_duplicate) == (4, 2)
+    jobs = rig.step()
+    assert sorted(released_blocks(jobs)) == sorted([*leader, follower[2]])
+    rig.complete(jobs)
+    # A later request over the stored prefix skips it too.
+    rig.finish("leader")
+    rig.finish("follower")
+    rig.compute("third", ["sys", "doc", "q1"])
+    assert rig.step() == [] and stats.skipped_duplicate == 5
+
+
+def test_blocks_stay_protected_until_every_worker_reports() -> None:
+    rig = Rig.with_config(EAGER, world_size=2)
+    (block,) = rig.compute("a", ["a0"])
+    (job,) = rig.step()
+    rig.manager.on_job_reports([JobReport(job.job_id, True)])
+    assert rig.pool.ref_cnt(block) == 2  # the request's own reference + the protect
+    rig.finish("a")
+    assert rig.pool.ref_cnt(block) == 1
+    rig.manager.on_job_reports([JobReport(job.job_id, True)])
+    assert rig.pool.ref_cnt(block) == 0 and rig.manager.stats.stored == 1
+
+
+def test_worker_failure_aborts_the_slot_and_drops_the_held_back_blocks() -> None:
+    rig = Rig.with_config(EAGER | {"kvtool.max_release_blocks_per_step": 1}, world_size=2)
+    blocks = rig.compute("a", ["a0", "a1", "a2"])
+    (job,) = rig.step()
+    rig.manager.on_job_reports([JobReport(job.job_id, True), JobReport(job.job_id, False)])
+    stats = rig.manager.stats
+    assert stats.failed == 1
+    assert _dropped(rig, DropReason.FAILED_STORE) == 2
+    assert rig.manager.lookup([rig.pool.block_hash(blocks[0])]) == 0
+    assert rig.pool.ref_cnt(blocks[0]) == 1  # protect undone; the request still holds it
+    assert rig.step() == []
+    rig.compute("a", ["a3"])
+    assert stats.rejected_prefix_broken == 1  # later blocks of that generation are refused
+    assert stats.ledger_balanced()
+
+
+def test_abort_keeps_buffered_blocks_storable() -> None:
+    rig = Rig.with_config(FIFO_1)
+    blocks = rig.compute("a", ["a0", "a1"])
+    rig.finish("a")  # vLLM calls request_finished for aborts too
+    assert released_blocks(rig.step()) == blocks
+
+
+def test_preemption_keeps_what_was_buffered_and_the_resume_is_deduplicated() -> None:
+    rig = Rig.with_config(FIFO_1)
+    first = rig.compute("a", ["a0", "a1"])
+    rig.preempt("a")
+    rig.compute("a", ["a0", "a1", "a2"])  # resumed: recomputes from token 0
+    stats = rig.manager.stats
+    assert stats.skipped_duplicate == 2 and stats.admitted == 3
+    jobs = rig.step()  # the preempted generation counts as finished
+    assert released_blocks(jobs) == first
+    rig.finish("a")
+    rig.complete(jobs)
+    assert len(released_blocks(rig.step())) == 1
+    assert stats.ledger_balanced()
+
+
+def test_request_id_reuse_starts_a_new_generation() -> None:
+    rig = Rig.with_config(FIFO_1 | {"kvtool.fifo.select_count": 1})
+    old = rig.compute("r", ["old"])
+    rig.finish("r")
+    new = rig.compute("r", ["new"])
+    assert released_blocks(rig.step()) == old  # the old generation is finished and ready
+    assert rig.step() == []  # the new one is still running
+    rig.finish("r")
+    assert released_blocks(rig.step()) == new
+
+
+def test_store_full_of_in_flight_writes_drops_and_counts() -> None:
+    rig = Rig.with_config(EAGER, capacity_blocks=2)
+    rig.compute("a", ["a0", "a1", "a2"])
+    (job,) = rig.step()
+    assert len(job.block_ids) == 2
+    assert _dropped(rig, DropReason.STORE_FULL) == 1
+    rig.complete([job])
+    rig.compute("b", ["b0"])
+    (job_b,) = rig.step()
+    assert job_b.slots == (job.slots[0],)  # LRU: the oldest stored block's slot is reused
+    assert rig.manager.stats.ledger_balanced()
+
+
+@pytest.mark.parametrize("mode", [ShutdownMode.DRAIN, ShutdownMode.DROP])
+def test_shutdown_drains_or_drops_with_counts(mode: ShutdownMode) -> None:
+    rig = Rig.with_config({"kvtool.shutdown": mode.value})
+    blocks = rig.compute("a", ["a0", "a1"])
+    result = rig.manager.shutdown()
+    stats = rig.manager.stats
+    if mode is ShutdownMode.DRAIN:
+        assert released_blocks(result.store_jobs) == blocks
+        assert stats.released_by["shutdown"] == 2
+    else:
+        assert result.store_jobs == ()
+        assert _dropped(rig, DropReason.SHUTDOWN) == 2
+    assert stats.pending == 0 and stats.ledger_balanced()
+
+
+def test_load_job_reserves_slots_until_reported() -> None:
+    rig = Rig.with_config(EAGER, capacity_blocks=1)
+    (block,) = rig.compute("a", ["a0"])
+    rig.complete(rig.step())
+    block_hash = rig.pool.block_hash(block)
+    load = rig.manager.plan_load([block], [block_hash])
+    assert load.keys[0].block_hash == block_hash and load.keys[0].fingerprint == "fp"
+    rig.compute("b", ["b0"])
+    assert rig.step() == []  # the only slot is being read: nothing can be evicted
+    assert _dropped(rig, DropReason.STORE_FULL) == 1
+    rig.manager.on_job_reports([JobReport(load.job_id, True)])
+    stats = rig.manager.stats
+    assert (stats.host_hits, stats.loaded) == (1, 1)
+
+
+def test_unknown_report_is_ignored() -> None:
+    rig = Rig.with_config(EAGER)
+    rig.manager.on_job_reports([JobReport(999, True)])
+    assert rig.manager.stats.stored == 0
