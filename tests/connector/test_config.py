@@ -42,7 +42,8 @@ def test_keys_are_read_from_strings_and_native_values() -> None:
 
 
 def test_unknown_key_names_the_closest_known_one() -> None:
-    with pytest.raises(ConnectorConfigError, match=r"'kvtool\.fifo\.treshold'.*did you mean 'kvtool\.fifo\.threshold'"):
+    expected = r"'kvtool\.fifo\.treshold'.*did you mean 'kvtool\.fifo\.threshold'"
+    with pytest.raises(ConnectorConfigError, match=expected):
         ConnectorConfig.from_extra_config({"kvtool.fifo.treshold": 5})
 
 

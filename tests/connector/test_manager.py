@@ -7,7 +7,6 @@ import pytest
 from kvtool.connector.config import ShutdownMode
 from kvtool.connector.manager import JobReport
 from kvtool.connector.stats import DropReason
-
 from tests.connector.harness import BLOCK_BYTES, Rig, released_blocks
 
 EAGER = {"kvtool.policy": "eager"}

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from kvtool.connector.blockpool import InMemoryBlockPool
-
 from tests.connector.harness import Rig, released_blocks
 
 FIFO_20_10 = {"kvtool.policy": "fifo", "kvtool.fifo.threshold": 20, "kvtool.fifo.select_count": 10}
@@ -61,10 +60,9 @@ def test_fifo_counts_only_finished_requests_and_needs_a_token_step() -> None:
     assert rig.step() == []  # one ready: below threshold
     _finished_requests(rig, ["done2"])
     assert rig.step(tokens=0) == []  # threshold met, but no token scheduled
+    done = {((), "done"), ((), "done2")}
     released = released_blocks(rig.step())
-    assert sorted(released) == sorted(
-        [b for b in range(rig.num_blocks) if rig.pool.block_hash(b) in {((), "done"), ((), "done2")}]
-    )
+    assert sorted(released) == [b for b in range(rig.num_blocks) if rig.pool.block_hash(b) in done]
     assert rig.manager.stats.pending == 2  # the running request is untouched
 
 
@@ -72,7 +70,7 @@ def test_fifo_orders_by_admission_not_by_finish() -> None:
     rig = Rig.with_config({"kvtool.policy": "fifo", "kvtool.fifo.threshold": 2,
                            "kvtool.fifo.select_count": 1})
     (first,) = rig.compute("first", ["x"])
-    (second,) = rig.compute("second", ["y"])
+    rig.compute("second", ["y"])
     rig.finish("second")
     rig.finish("first")
     assert released_blocks(rig.step()) == [first]
@@ -212,5 +210,5 @@ def test_block_pool_reproduces_vllm_free_queue_order() -> None:
     assert list(pool.iter_eviction_order()) == [3, 4, 5, 2, 0]
     (b,) = pool.allocate(1)
     pool.free([b])  # unhashed: back to the head
-    assert list(pool.iter_eviction_order())[0] == b
+    assert next(pool.iter_eviction_order()) == b
     assert pool.allocate(5)[-1] == 0 and pool.block_hash(0) is None  # recycled: hash reset
