@@ -99,7 +99,7 @@ class ImportResult(BaseModel):
     error: str | None = None  # "ExceptionType: message", as Python printed it
     error_type: str | None = None
     missing: str | None = None  # ModuleNotFoundError's module name, when that was the error
-    loaded: str | None = None  # for connector loads: the class, "module.QualName"
+    loaded: str | None = None  # connector loads: "module.QualName"; submodules: their file
 
 
 class ProbeReport(BaseModel):

@@ -93,8 +93,13 @@ class RegistryClient:
 
     def head_digest(self, reference: str) -> str | None:
         """The tag's digest from a HEAD (which Docker Hub does not count as a pull)."""
-        with self._request("HEAD", f"/manifests/{reference}", what=f"manifest {reference}") as r:
-            digest = r.headers.get("docker-content-digest")
+        try:
+            with self._request(
+                "HEAD", f"/manifests/{reference}", what=f"manifest {reference}"
+            ) as r:
+                digest = r.headers.get("docker-content-digest")
+        except NotFoundError:
+            return None  # a HEAD has no error body; the GET that follows reports the details
         return digest if digest and DIGEST_RE.match(digest) else None
 
     def fetch_manifest(self, reference: str) -> Document:

@@ -1,0 +1,197 @@
+"""inspect-image against a real docker-registry on 127.0.0.1 (plain HTTP, as Docker does)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.image.conftest import PRIVATE_REPOSITORY, Pushed
+from tests.image.servers import PUSH_PASSWORD, PUSH_USER
+
+pytestmark = pytest.mark.registry
+
+
+def inspect_json(kvtool_cli: Any, *args: str) -> tuple[int, dict[str, Any], str]:
+    result = kvtool_cli("inspect-image", *args, "--output-format", "json")
+    return result.exit_code, json.loads(result.stdout), result.stderr
+
+
+def verdicts(report: dict[str, Any]) -> dict[str, str]:
+    return {v["connector"]: v["verdict"] for v in report["verdicts"]}
+
+
+def test_oci_index_defaults_to_amd64_and_skips_the_attestation(
+    registry: Pushed, kvtool_cli: Any
+) -> None:
+    code, report, _ = inspect_json(kvtool_cli, registry.ref("v0.32.0"))
+    assert code == 0
+    image = report["image"]
+    assert image["platform"] == image["config_platform"] == "linux/amd64"
+    assert image["available_platforms"] == ["linux/amd64", "linux/arm64/v8"]
+    assert image["index_digest"] == registry.digests["v0.32.0"]
+    assert image["build_flag"]["value"] == "true"
+    assert image["build_flag"]["decided_by"] == "run-prefix"
+    assert image["build_flag"]["strong"] is True
+    assert image["vllm_version"] == "0.32.0" and image["vllm_version_source"] == "tag"
+    assert image["env"]["CUDA_VERSION"] == "12.9.1"
+    assert verdicts(report) == {"lmcache": "bundled", "nixl": "bundled", "mooncake": "bundled"}
+
+
+def test_platform_option_picks_the_arm64_child(registry: Pushed, kvtool_cli: Any) -> None:
+    code, report, _ = inspect_json(kvtool_cli, registry.ref("v0.32.0"), "--platform", "linux/arm64")
+    assert code == 1
+    assert report["image"]["config_platform"] == "linux/arm64/v8"
+    assert report["image"]["build_flag"]["value"] == "false"
+    assert set(verdicts(report).values()) == {"not-bundled"}
+
+
+def test_missing_platform_lists_what_is_available(registry: Pushed, kvtool_cli: Any) -> None:
+    result = kvtool_cli("inspect-image", registry.ref("v0.32.0"), "--platform", "linux/s390x")
+    assert result.exit_code == 2
+    assert "no image for platform linux/s390x" in result.stderr
+    assert "linux/amd64, linux/arm64/v8" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("tag", "platform", "flag", "decided_by"),
+    [
+        ("v0.32.0-single", "linux/amd64", "true", "run-prefix"),  # docker schema2
+        ("v0.10.2-legacy", "linux/amd64", "true", "run-prefix"),  # old BuildKit: ARG says false
+        ("v0.10.2-legacy", "linux/arm64", "true", "run-prefix"),  # classic builder
+        ("buildah-kv", "linux/amd64", "true", "run-prefix"),  # valueless ARG, |8 counts words
+        ("buildah-default", "linux/amd64", "false", "run-prefix"),
+        ("v0.9.0-nokv", "linux/amd64", "unknown", "none"),
+    ],
+)
+def test_build_flag_per_builder(
+    registry: Pushed, kvtool_cli: Any, tag: str, platform: str, flag: str, decided_by: str
+) -> None:
+    code, report, _ = inspect_json(kvtool_cli, registry.ref(tag), "--platform", platform)
+    assert report["image"]["build_flag"]["value"] == flag
+    assert report["image"]["build_flag"]["decided_by"] == decided_by
+    expected = {"true": "bundled", "false": "not-bundled", "unknown": "unknown"}[flag]
+    assert set(verdicts(report).values()) == {expected}
+    assert code == (0 if flag == "true" else 1)
+
+
+def test_old_buildkit_evidence_keeps_the_misleading_arg_line(
+    registry: Pushed, kvtool_cli: Any
+) -> None:
+    _, report, _ = inspect_json(kvtool_cli, registry.ref("v0.10.2-legacy"))
+    evidence = report["image"]["build_flag"]["evidence"]
+    assert [(e["kind"], e["value"]) for e in evidence] == [("arg", "false"), ("run", "true")]
+
+
+def test_version_from_labels_beats_the_tag(registry: Pushed, kvtool_cli: Any) -> None:
+    _, report, _ = inspect_json(kvtool_cli, registry.ref("labelled"))
+    assert report["image"]["vllm_version"] == "0.31.1"
+    assert report["image"]["vllm_version_source"] == "label org.opencontainers.image.version"
+
+
+def test_second_run_is_served_from_the_digest_cache(
+    registry: Pushed, kvtool_cli: Any, tmp_path: Path
+) -> None:
+    _, first, _ = inspect_json(kvtool_cli, registry.ref("v0.32.0"))
+    _, second, _ = inspect_json(kvtool_cli, registry.ref("v0.32.0"))
+    assert first["image"]["from_cache"] is False
+    assert second["image"]["from_cache"] is True
+    assert second["image"]["config_digest"] == first["image"]["config_digest"]
+    assert list((tmp_path / "cache" / "kvtool" / "configs" / "sha256").iterdir())
+    _, third, _ = inspect_json(kvtool_cli, registry.ref("v0.32.0"), "--no-cache")
+    assert third["image"]["from_cache"] is False
+
+
+def test_pinned_digest_reference(registry: Pushed, kvtool_cli: Any) -> None:
+    digest = registry.digests["v0.32.0-single"]
+    code, report, _ = inspect_json(
+        kvtool_cli, f"{registry.registry.host}/vllm/vllm-openai@{digest}"
+    )
+    assert code == 0
+    assert report["image"]["manifest_digest"] == digest
+
+
+def test_unknown_tag_is_could_not_run_not_unbundled(registry: Pushed, kvtool_cli: Any) -> None:
+    code, report, stderr = inspect_json(kvtool_cli, registry.ref("no-such-tag"))
+    assert code == 2
+    assert report["build_flag_step"]["kind"] == "not-found"
+    assert set(verdicts(report).values()) == {"unknown"}
+    assert "MANIFEST_UNKNOWN" in stderr
+
+
+def test_text_output_names_verdicts_on_stderr(registry: Pushed, kvtool_cli: Any) -> None:
+    result = kvtool_cli("inspect-image", registry.ref("v0.32.0"), "--platform", "linux/arm64")
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert "not-bundled" in result.stderr
+    assert "INSTALL_KV_CONNECTORS=false" in result.stderr
+
+
+# -- Bearer token flow -------------------------------------------------------------------
+
+
+def test_anonymous_bearer_flow(token_registry: Pushed, kvtool_cli: Any) -> None:
+    code, report, _ = inspect_json(kvtool_cli, token_registry.ref("v0.32.0"))
+    assert code == 0
+    assert report["image"]["build_flag"]["value"] == "true"
+
+
+def test_anonymous_pull_of_a_private_repository_is_an_auth_failure(
+    token_registry: Pushed, kvtool_cli: Any
+) -> None:
+    code, report, stderr = inspect_json(
+        kvtool_cli, token_registry.ref("v0.32.0", PRIVATE_REPOSITORY)
+    )
+    assert code == 2
+    assert report["build_flag_step"]["kind"] == "auth"
+    assert "insufficient_scope" in stderr
+    assert set(verdicts(report).values()) == {"unknown"}  # never "not bundled"
+
+
+def test_credentials_from_password_stdin(
+    token_registry: Pushed, kvtool_cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(f"{PUSH_PASSWORD}\n"))
+    code, report, _ = inspect_json(
+        kvtool_cli,
+        token_registry.ref("v0.32.0", PRIVATE_REPOSITORY),
+        "--username",
+        PUSH_USER,
+        "--password-stdin",
+    )
+    assert code == 0
+    assert report["image"]["manifest_digest"] == token_registry.digests["private"]
+
+
+def test_wrong_password_is_an_auth_failure(
+    token_registry: Pushed, kvtool_cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("wrong\n"))
+    code, report, stderr = inspect_json(
+        kvtool_cli,
+        token_registry.ref("v0.32.0", PRIVATE_REPOSITORY),
+        "--username",
+        PUSH_USER,
+        "--password-stdin",
+    )
+    assert code == 2
+    assert report["build_flag_step"]["kind"] == "auth"
+    assert "rejected the credentials" in stderr
+
+
+def test_credentials_from_the_docker_config_file(token_registry: Pushed, kvtool_cli: Any) -> None:
+    import os
+
+    config = Path(os.environ["DOCKER_CONFIG"]) / "config.json"
+    auth = base64.b64encode(f"{PUSH_USER}:{PUSH_PASSWORD}".encode()).decode()
+    config.write_text(json.dumps({"auths": {token_registry.registry.host: {"auth": auth}}}))
+    code, _, _ = inspect_json(kvtool_cli, token_registry.ref("v0.32.0", PRIVATE_REPOSITORY))
+    assert code == 0
