@@ -74,19 +74,26 @@ class OffsetMap:
 
     @classmethod
     def align(cls, value: str, source: str, source_start: int, source_end: int) -> OffsetMap:
-        """Find each line of ``value`` in ``source[source_start:source_end]``, in order."""
-        anchors: list[tuple[int, int]] = []
+        """Align ``value`` with how it was written in ``source[source_start:source_end]``.
+
+        Each non-blank character of the value is looked up, in order, a short way
+        ahead in the source; this follows YAML folding, indentation, quotes and
+        escapes. Blanks get no anchor: no token starts at one.
+        """
+        anchors: list[tuple[int, int]] = [(0, source_start)]
         cursor = source_start
-        value_offset = 0
-        for value_line in value.split("\n"):
-            content = value_line.lstrip(" ")
-            lead = len(value_line) - len(content)
-            probe = content[: max(1, min(len(content), 40))] if content else ""
-            found = source.find(probe, cursor, source_end) if probe else -1
-            if found >= 0:
-                anchors.append((value_offset + lead, found))
-                cursor = found + len(probe)
-            elif not anchors:
-                anchors.append((value_offset, source_start))
-            value_offset += len(value_line) + 1
+        for value_offset, char in enumerate(value):
+            if char in " \t\n":
+                continue
+            found = source.find(char, cursor, min(source_end, cursor + _ALIGN_WINDOW))
+            if found < 0:
+                continue
+            if found - value_offset != anchors[-1][1] - anchors[-1][0]:
+                anchors.append((value_offset, found))
+            cursor = found + 1
         return cls(tuple(anchors))
+
+
+# How far ahead a value character is looked for: past a line break, its indentation
+# and an escape, never into the next scalar.
+_ALIGN_WINDOW = 200
