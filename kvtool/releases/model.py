@@ -78,3 +78,32 @@ class ReleaseFacts(_Frozen):
     kv_transfer_config_fields: tuple[KVTransferField, ...] = ()
     kv_transfer_config_forbids_extra: bool = False
     notes: tuple[str, ...] = Field(default=(), description="parser notes from the generator")
+
+
+class Gate(_Frozen):
+    """When one flag / env var / connector / tier appeared, was deprecated and went away.
+
+    ``gone_at`` is the first release after the last one that still had it (None while
+    the newest table has it); ``deprecated_since`` starts the unbroken run of
+    deprecated releases that ends at its last appearance.
+    """
+
+    first_seen: str
+    gone_at: str | None = None
+    deprecated_since: str | None = None
+    replacement: str | None = None  # from the source (deprecated env reads) or a curated row
+
+
+class ReleaseIndex(_Frozen):
+    """Cross-release gates derived from every table in ``rules/releases/``.
+
+    Flags are keyed by every spelling argparse accepts (canonical, aliases and the
+    ``--no-`` form), so a lookup never needs the release table itself.
+    """
+
+    versions: tuple[str, ...]  # sorted by packaging.version
+    wheels: dict[str, str]  # version -> sha256 of the wheel its table came from
+    flags: dict[str, Gate]
+    env_vars: dict[str, Gate]
+    connectors: dict[str, Gate]
+    tiers: dict[str, Gate]

@@ -1,0 +1,82 @@
+"""Load the generated release tables (``rules/releases/``) and the cross-release index.
+
+Loading is the audit's cold-start path: one table plus the index is a couple of
+``json.loads`` calls and one pydantic validation each, cached per process.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+from pydantic import ValidationError
+
+from kvtool.errors import KvtoolError
+from kvtool.releases.model import Gate, ReleaseFacts, ReleaseIndex
+from kvtool.resources import rules_dir
+
+_INDEX = "index.json"
+
+
+def releases_dir() -> Path:
+    return rules_dir() / "releases"
+
+
+def _parse_version(text: str, what: str) -> Version:
+    try:
+        return Version(text)
+    except InvalidVersion as exc:
+        raise KvtoolError(f"{what}: {text!r} is not a vLLM release version") from exc
+
+
+@cache
+def available_versions() -> list[str]:
+    """Every release with a table, oldest first (sorted by ``packaging.version``)."""
+    names = [p.stem for p in releases_dir().glob("*.json") if p.name != _INDEX]
+    return sorted(names, key=Version)
+
+
+@cache
+def load_release(version: str) -> ReleaseFacts:
+    """The table for exactly ``version``; ``KvtoolError`` when there is none."""
+    normalized = str(_parse_version(version.lstrip("v"), "vLLM version"))
+    path = releases_dir() / f"{normalized}.json"
+    if not path.is_file():
+        known = available_versions()
+        span = f"{known[0]}..{known[-1]}" if known else "none"
+        raise KvtoolError(f"no release table for vLLM {version} (tables cover {span})")
+    try:
+        return ReleaseFacts.model_validate_json(path.read_bytes())
+    except ValidationError as exc:
+        raise KvtoolError(f"release table {path} is corrupt: {exc.errors()[0]['msg']}") from exc
+
+
+@cache
+def release_index() -> ReleaseIndex:
+    """Gates (first_seen / gone_at / deprecated_since / replacement) across releases."""
+    path = releases_dir() / _INDEX
+    try:
+        return ReleaseIndex.model_validate(json.loads(path.read_bytes()))
+    except FileNotFoundError as exc:
+        raise KvtoolError(f"release index {path} is missing from this installation") from exc
+    except (ValueError, ValidationError) as exc:
+        raise KvtoolError(f"release index {path} is corrupt: {exc}") from exc
+
+
+def flag_gate(spelling: str) -> Gate | None:
+    """Gate of a flag spelling (canonical, alias or ``--no-`` form) in any release."""
+    return release_index().flags.get(spelling)
+
+
+def env_var_gate(name: str) -> Gate | None:
+    return release_index().env_vars.get(name)
+
+
+def connector_gate(name: str) -> Gate | None:
+    return release_index().connectors.get(name)
+
+
+def tier_gate(name: str) -> Gate | None:
+    return release_index().tiers.get(name)

@@ -1,0 +1,103 @@
+"""Decide which release table a command checks against.
+
+Order: an explicit ``--vllm-version`` wins; else the version in an image tag
+(``vllm/vllm-openai:v0.32.0``, ``...:0.31.1-cuda12``); else the newest table, which the
+result says. Versions are mapped onto tables like this:
+
+* a tabled release: that table;
+* a pre-/post-/dev-release (``0.33.0rc1``, ``0.11.0.post2``): its base release's table,
+  with a warning;
+* newer than the newest table: the newest table, with a warning;
+* an untabled patch release inside the covered range (``0.31.1``): the nearest lower
+  patch table of the same minor series, with a warning;
+* older than the oldest table, or a version that names no release at all: ``KvtoolError``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from packaging.version import InvalidVersion, Version
+from pydantic import BaseModel, ConfigDict
+
+from kvtool.errors import KvtoolError
+from kvtool.releases.loader import available_versions
+
+# The tag's leading version: "v0.32.0", "0.31.1-cuda12", "v0.30.0-cu129", "0.33.0rc1".
+_TAG_VERSION = re.compile(r"^v?(\d+\.\d+\.\d+(?:(?:\.post|rc|\.dev)\d+)?)(?![\d.])")
+
+
+class TargetRelease(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    version: str  # always a version that has a table
+    source: Literal["flag", "image", "newest"]
+    warning: str | None = None
+
+
+def version_from_image(image: str) -> str | None:
+    """The vLLM version in an image reference's tag, or None (no tag, ``latest``, digest)."""
+    ref = image.strip().split("@", 1)[0]
+    slash = ref.rfind("/")
+    colon = ref.rfind(":")
+    if colon <= slash:
+        return None
+    match = _TAG_VERSION.match(ref[colon + 1 :])
+    return match.group(1) if match else None
+
+
+def _map_to_table(requested: str, origin: str) -> tuple[str, str | None]:
+    try:
+        wanted = Version(requested.strip().lstrip("vV"))
+    except InvalidVersion as exc:
+        raise KvtoolError(f"{origin}: {requested!r} is not a vLLM version") from exc
+    versions = available_versions()
+    if not versions:
+        raise KvtoolError("no vLLM release tables are installed")
+    parsed = [Version(v) for v in versions]
+    base = Version(wanted.base_version)
+    warning: str | None = None
+    if base != wanted:
+        warning = f"vLLM {wanted} is not a final release; checking against {base}"
+    if base in parsed:
+        return versions[parsed.index(base)], warning
+    newest, oldest = parsed[-1], parsed[0]
+    if base > newest:
+        return versions[-1], (
+            f"vLLM {wanted} is newer than the newest release table ({newest}); "
+            f"checking against {newest}"
+        )
+    if base < oldest:
+        raise KvtoolError(
+            f"{origin}: vLLM {wanted} is older than the oldest release table ({oldest})"
+        )
+    same_series = [v for v in parsed if v.release[:2] == base.release[:2] and v < base]
+    if not same_series:
+        raise KvtoolError(f"{origin}: vLLM {wanted} is not a known vLLM release")
+    nearest = max(same_series)
+    return versions[parsed.index(nearest)], (
+        f"no release table for vLLM {wanted}; checking against {nearest}, "
+        "the nearest lower patch release"
+    )
+
+
+def resolve_target(requested: str | None, image: str | None) -> TargetRelease:
+    """Pick the release table for an explicit version, an image tag, or the newest."""
+    if requested:
+        version, warning = _map_to_table(requested, "--vllm-version")
+        return TargetRelease(version=version, source="flag", warning=warning)
+    if image:
+        tagged = version_from_image(image)
+        if tagged is not None:
+            version, warning = _map_to_table(tagged, f"image {image}")
+            return TargetRelease(version=version, source="image", warning=warning)
+    newest = available_versions()[-1] if available_versions() else None
+    if newest is None:
+        raise KvtoolError("no vLLM release tables are installed")
+    why = f"the image tag of {image} names no vLLM version" if image else "no --vllm-version given"
+    return TargetRelease(
+        version=newest,
+        source="newest",
+        warning=f"{why}; checking against the newest release table ({newest})",
+    )

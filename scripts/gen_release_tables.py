@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Generate ``rules/releases/<version>.json`` and ``index.json`` from released vLLM wheels.
+
+    python scripts/gen_release_tables.py                       # every release 0.10.2..newest
+    python scripts/gen_release_tables.py --versions 0.32.0 0.33.0
+    python scripts/gen_release_tables.py --check --versions 0.10.2 0.32.0   # exit 1 on drift
+
+Wheels are fetched with ``pip download --no-deps`` into ``.cache/wheels/`` (kept between
+runs) and read with ``ast`` straight from the zip; vLLM is never imported. Downloads run
+in a background thread while earlier wheels are parsed. Progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+_REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from packaging.version import Version  # noqa: E402
+from releasegen import wheels  # noqa: E402
+from releasegen.build import build_release, sha256_of  # noqa: E402
+from releasegen.index import build_index  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.progress import Progress  # noqa: E402
+
+from kvtool.releases.curated import flag_replacements  # noqa: E402
+from kvtool.releases.model import ReleaseFacts, ReleaseIndex  # noqa: E402
+
+console = Console(stderr=True)
+
+
+def dump_table(table: ReleaseFacts) -> str:
+    data = table.model_dump(mode="json", exclude_defaults=True)
+    # Keep the always-present identity fields even when they equal a default.
+    data["version"] = table.version
+    return json.dumps(data, indent=1, ensure_ascii=False) + "\n"
+
+
+def dump_index(index: ReleaseIndex) -> str:
+    data = index.model_dump(mode="json", exclude_none=True)
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False) + "\n"
+
+
+def _diff(committed: ReleaseFacts, derived: ReleaseFacts) -> list[str]:
+    lines: list[str] = []
+    if committed.wheel.sha256 != derived.wheel.sha256:
+        lines.append(f"wheel sha256 {committed.wheel.sha256[:12]} -> {derived.wheel.sha256[:12]}")
+    for attr in ("flags", "env_vars", "connectors"):
+        old = {x.name: x for x in getattr(committed, attr)}
+        new = {x.name: x for x in getattr(derived, attr)}
+        for name in sorted(old.keys() - new.keys()):
+            lines.append(f"{attr}: {name} no longer derived")
+        for name in sorted(new.keys() - old.keys()):
+            lines.append(f"{attr}: {name} newly derived")
+        for name in sorted(old.keys() & new.keys()):
+            if old[name] != new[name]:
+                lines.append(f"{attr}: {name} changed")
+    for attr in (
+        "offload_specs",
+        "offload_tiers",
+        "kv_transfer_config_fields",
+        "kv_transfer_config_forbids_extra",
+        "notes",
+    ):
+        if getattr(committed, attr) != getattr(derived, attr):
+            lines.append(f"{attr} changed")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--versions", nargs="+", help="releases to derive (default: all)")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="re-derive and compare with the committed tables; exit 1 on drift",
+    )
+    parser.add_argument("--cache-dir", type=Path, default=_REPO / ".cache" / "wheels")
+    parser.add_argument("--out", type=Path, default=_REPO / "rules" / "releases")
+    args = parser.parse_args(argv)
+
+    pip = wheels.default_pip()
+    versions = args.versions or wheels.released_versions(pip)
+    versions = sorted(set(versions), key=Version)
+    args.out.mkdir(parents=True, exist_ok=True)
+    drift: list[str] = []
+
+    with ThreadPoolExecutor(max_workers=2) as pool, Progress(console=console) as progress:
+        task = progress.add_task("deriving release tables", total=len(versions))
+        pending: dict[str, Future[Path]] = {
+            v: pool.submit(wheels.download, pip, args.cache_dir, v) for v in versions
+        }
+        for version in versions:
+            progress.update(task, description=f"vLLM {version}")
+            wheel = pending[version].result()
+            table = build_release(version, wheel, sha256_of(wheel))
+            target = args.out / f"{version}.json"
+            if args.check:
+                if not target.exists():
+                    drift.append(f"{version}: no committed table")
+                else:
+                    committed = ReleaseFacts.model_validate_json(target.read_text())
+                    drift += [f"{version}: {line}" for line in _diff(committed, table)]
+            else:
+                target.write_text(dump_table(table))
+            progress.advance(task)
+
+    tables = [
+        ReleaseFacts.model_validate_json(p.read_text())
+        for p in sorted(args.out.glob("*.json"))
+        if p.name != "index.json"
+    ]
+    index_text = dump_index(build_index(tables, flag_replacements()))
+    index_path = args.out / "index.json"
+    if args.check:
+        if not index_path.exists() or index_path.read_text() != index_text:
+            drift.append("index.json differs from the committed tables")
+        for line in drift:
+            console.print(f"[red]drift[/red] {line}")
+        if drift:
+            return 1
+        console.print(f"[green]no drift[/green] in {len(versions)} release table(s)")
+        return 0
+    index_path.write_text(index_text)
+    console.print(f"wrote {len(versions)} table(s) and index.json ({len(tables)} releases)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

