@@ -148,7 +148,7 @@ def launch(
             image=image,
             port=port,
             fs_path=fs_path,
-            kaito_preset=kaito_preset or model,
+            kaito_preset=kaito_preset,
             extra_args=tuple(serve_args or ()),
             env=_parse_env(env or []),
             name=name,

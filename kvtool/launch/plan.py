@@ -211,7 +211,7 @@ def _parameters(
         "lmcache_http_port": 8080,
         "lmcache_metrics_port": 9090,
         "fs_path": options.fs_path,
-        "kaito_preset": options.kaito_preset,
+        "kaito_preset": options.kaito_preset or options.model,
         **{k: v for k, v in sizes.items() if k != "warnings"},
     }
 
