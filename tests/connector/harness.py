@@ -32,9 +32,10 @@ class Rig:
     world_size: int = 1
     tokens_per_block: Sequence[int] = (16,)
     clock: FakeClock = field(default_factory=FakeClock)
+    pool_class: type[InMemoryBlockPool] = InMemoryBlockPool
 
     def __post_init__(self) -> None:
-        self.pool = InMemoryBlockPool(self.num_blocks)
+        self.pool = self.pool_class(self.num_blocks)
         self.store = StoreIndex(self.capacity_blocks * BLOCK_BYTES, BLOCK_BYTES, "fp")
         self.manager = LazyOffloadManager(
             self.config, self.pool, self.store, world_size=self.world_size,

@@ -1,0 +1,205 @@
+"""Random schedules against the manager, checking its invariants after every step.
+
+Invariants (issue 5): no block is stored after its hash changed; no block is
+unprotected before all workers report; every admitted block ends in exactly one
+outcome; nothing is lost silently. Simulated workers copy a block when they
+report it, reading the pool's current hash, so a stale store shows up as a
+hash that differs from the job's key.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from kvtool.connector.blockpool import BlockHash, InMemoryBlockPool
+from kvtool.connector.config import ShutdownMode
+from kvtool.connector.manager import JobReport, LoadJob, StoreJob
+from kvtool.connector.store import BlockKey
+from tests.connector.harness import Rig
+
+REQUEST_IDS = ["r0", "r1", "r2", "r3"]
+CONTENTS = st.lists(st.sampled_from("abcd"), min_size=1, max_size=4)
+
+
+class ProtectCountingPool(InMemoryBlockPool):
+    """Counts the manager's own protects per block, separately from request refs."""
+
+    def __init__(self, num_blocks: int) -> None:
+        super().__init__(num_blocks)
+        self.protects: Counter[int] = Counter()
+
+    def protect(self, block_ids: Sequence[int]) -> None:
+        self.protects.update(block_ids)
+        super().protect(block_ids)
+
+    def unprotect(self, block_ids: Sequence[int]) -> None:
+        for block in block_ids:
+            assert self.protects[block] > 0, f"block {block} unprotected more than protected"
+            self.protects[block] -= 1
+        super().unprotect(block_ids)
+
+
+class ManagerMachine(RuleBasedStateMachine):
+    rig: Rig
+    pool: ProtectCountingPool
+
+    @initialize(
+        policy=st.sampled_from(["eager", "fifo", "eviction_aware"]),
+        world_size=st.integers(1, 3),
+        capacity=st.integers(2, 24),
+        cap=st.integers(1, 8),
+    )
+    def start(self, policy: str, world_size: int, capacity: int, cap: int) -> None:
+        extra = {
+            "kvtool.policy": policy,
+            "kvtool.fifo.threshold": 2,
+            "kvtool.fifo.select_count": 2,
+            "kvtool.eviction_aware.max_deferral_seconds": 5,
+            "kvtool.max_release_blocks_per_step": cap,
+            "kvtool.idle_drain_steps": 2,
+        }
+        self.rig = Rig.with_config(extra, num_blocks=24, capacity_blocks=capacity,
+                                   world_size=world_size, pool_class=ProtectCountingPool)
+        assert isinstance(self.rig.pool, ProtectCountingPool)
+        self.pool = self.rig.pool
+        self.world_size = world_size
+        # job id -> (job, workers that have not reported yet)
+        self.jobs: dict[int, tuple[StoreJob | LoadJob, set[int]]] = {}
+        self.job_ok: dict[int, bool] = {}
+        self.arena: dict[int, BlockKey] = {}  # what the simulated workers wrote per slot
+        self.stored_ok = 0
+        self.chains: list[list[BlockHash]] = []
+
+    # ------------------------------------------------------------------ engine
+
+    @precondition(lambda self: len(self.rig.held) < len(REQUEST_IDS))
+    @rule(data=st.data(), contents=CONTENTS)
+    def new_request(self, data: st.DataObject, contents: list[str]) -> None:
+        rid = data.draw(st.sampled_from([r for r in REQUEST_IDS if r not in self.rig.held]))
+        self._compute(rid, contents)
+
+    @precondition(lambda self: bool(self.rig.held))
+    @rule(data=st.data(), contents=CONTENTS)
+    def grow(self, data: st.DataObject, contents: list[str]) -> None:
+        self._compute(data.draw(st.sampled_from(sorted(self.rig.held))), contents)
+
+    @precondition(lambda self: bool(self.rig.held))
+    @rule(data=st.data())
+    def finish_or_abort(self, data: st.DataObject) -> None:
+        self.rig.finish(data.draw(st.sampled_from(sorted(self.rig.held))))
+
+    @precondition(lambda self: bool(self.rig.held))
+    @rule(data=st.data())
+    def preempt(self, data: st.DataObject) -> None:
+        self.rig.preempt(data.draw(st.sampled_from(sorted(self.rig.held))))
+
+    @rule()
+    def reset_prefix_cache(self) -> None:
+        self.pool.reset_prefix_cache()
+
+    @rule(tokens=st.sampled_from([0, 0, 16, 64]), seconds=st.sampled_from([0.0, 1.0, 6.0]))
+    def step(self, tokens: int, seconds: float) -> None:
+        self.rig.clock.now += seconds
+        for job in self.rig.step(tokens):
+            self._emit(job)
+
+    # ------------------------------------------------------------------ workers
+
+    @precondition(lambda self: bool(self.jobs))
+    @rule(data=st.data(), ok=st.sampled_from([True, True, True, False]))
+    def worker_reports(self, data: st.DataObject, ok: bool) -> None:
+        job_id = data.draw(st.sampled_from(sorted(self.jobs)))
+        job, waiting = self.jobs[job_id]
+        worker = data.draw(st.sampled_from(sorted(waiting)))
+        if ok and isinstance(job, StoreJob):
+            for block, key in zip(job.block_ids, job.keys, strict=True):
+                # The worker copies now: the block must still hold the admitted KV.
+                assert self.pool.block_hash(block) == key.block_hash, "stale KV stored"
+                assert self.pool.protects[block] > 0, "copied an unprotected block"
+        if ok and isinstance(job, LoadJob):
+            for slot, key in zip(job.slots, job.keys, strict=True):
+                assert self.arena.get(slot) == key, "load reads a slot holding other bytes"
+        waiting.discard(worker)
+        self.job_ok[job_id] = self.job_ok.get(job_id, True) and ok
+        if not waiting:
+            del self.jobs[job_id]
+            if isinstance(job, StoreJob) and self.job_ok[job_id]:
+                self.stored_ok += len(job.block_ids)
+        self.rig.manager.on_job_reports([JobReport(job_id, ok)])
+
+    @precondition(lambda self: bool(self.chains))
+    @rule(data=st.data())
+    def host_hit(self, data: st.DataObject) -> None:
+        chain = data.draw(st.sampled_from(self.chains))
+        n = self.rig.manager.lookup(chain)
+        if n:
+            load = self.rig.manager.plan_load(list(range(n)), chain[:n])
+            self.jobs[load.job_id] = (load, set(range(self.world_size)))
+
+    # ------------------------------------------------------------------ invariants
+
+    @invariant()
+    def ledger_balances(self) -> None:
+        stats = self.rig.manager.stats
+        assert stats.ledger_balanced(), stats.as_dict()
+        in_flight = sum(
+            len(job.block_ids) for job, _ in self.jobs.values() if isinstance(job, StoreJob)
+        )
+        assert stats.in_flight == in_flight
+        assert stats.stored == self.stored_ok
+
+    @invariant()
+    def in_flight_blocks_stay_protected(self) -> None:
+        needed: Counter[int] = Counter()
+        for job, _ in self.jobs.values():
+            if isinstance(job, StoreJob):
+                needed.update(job.block_ids)
+        for block, count in needed.items():
+            assert self.pool.protects[block] >= count, f"block {block} unprotected early"
+
+    def teardown(self) -> None:
+        if not hasattr(self, "rig"):
+            return
+        for job_id, (_, waiting) in list(self.jobs.items()):
+            self.rig.manager.on_job_reports([JobReport(job_id, True)] * len(waiting))
+        self.rig.manager.shutdown(ShutdownMode.DROP)
+        stats = self.rig.manager.stats
+        assert stats.pending == 0 and stats.in_flight == 0
+        assert stats.ledger_balanced()
+        assert sum(self.pool.protects.values()) == 0, "protects and unprotects do not balance"
+
+    # ------------------------------------------------------------------ helpers
+
+    def _compute(self, rid: str, contents: list[str]) -> None:
+        if self.pool.num_free < len(contents):
+            return
+        blocks = self.rig.compute(rid, contents)
+        self.chains.append([self.pool.block_hash(b) for b in self.rig.held[rid]])
+        assert len(blocks) == len(contents)
+
+    def _emit(self, job: StoreJob) -> None:
+        for block, key in zip(job.block_ids, job.keys, strict=True):
+            assert self.pool.block_hash(block) == key.block_hash
+        for slot, key in zip(job.slots, job.keys, strict=True):
+            self.arena[slot] = key
+        self.jobs[job.job_id] = (job, set(range(self.world_size)))
+
+
+ManagerMachine.TestCase.settings = settings(
+    max_examples=150,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestManagerStateMachine = ManagerMachine.TestCase
