@@ -1,0 +1,499 @@
+"""vLLM adapter for kvtool's lazy-offload connector: the only module that imports vLLM.
+
+Load it with::
+
+    --kv-transfer-config '{"kv_connector": "KvtoolConnector",
+                           "kv_connector_module_path": "kvtool.connector.vllm",
+                           "kv_role": "kv_both",
+                           "kv_connector_extra_config": {"kvtool.policy": "eviction_aware"}}'
+
+(keys: :mod:`kvtool.connector.config`). Prefix caching must be on: a buffered
+block is validated by its prefix-cache hash.
+
+The adapter translates vLLM's ``KVConnectorBase_V1`` hooks into calls on the
+engine-agnostic core and back (hook order: shared/reference/vllm-on-cpu.md
+§3.3, lazy-offload.md §1.4):
+
+- scheduler (EngineCore process): ``bind_gpu_block_pool`` builds the
+  :class:`~kvtool.connector.manager.LazyOffloadManager` over a view of vLLM's
+  ``BlockPool``; ``build_connector_meta`` buffers each request's newly full
+  prompt blocks, runs one manager step and ships its store jobs plus this
+  step's load jobs to the workers; ``update_connector_output`` feeds the
+  workers' reports back; ``get_num_new_matched_tokens`` answers from the host
+  store index; ``request_finished`` returns False so the blocks go back to
+  vLLM's free queue still hashed; ``has_pending_push_work`` keeps the engine
+  stepping while blocks are buffered or in flight, so the idle drain runs.
+- worker (one per rank): ``register_kv_caches`` builds the
+  :class:`~kvtool.connector.transfer.TransferEngine`; ``start_load_kv`` loads
+  hits before the forward; ``wait_for_save`` copies released blocks after the
+  forward that computed them; ``build_connector_worker_meta`` reports finished
+  jobs.
+
+Supported releases: vLLM 0.32.x and 0.33.x; importing this module under any
+other release raises :class:`UnsupportedVllmError` naming them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import vllm
+from packaging.version import InvalidVersion, Version
+
+from kvtool.errors import KvtoolError
+
+# The hook signatures, SchedulerOutput fields and BlockPool internals this
+# adapter relies on were read from vLLM 0.32.0 (vllm-on-cpu.md §3.5, §3.6, §4);
+# 0.33 keeps them. Other series move or rename them, so refuse early and clearly.
+SUPPORTED_SERIES: tuple[tuple[int, int], ...] = ((0, 32), (0, 33))
+
+
+class UnsupportedVllmError(KvtoolError, ImportError):
+    """The installed vLLM is a release this adapter was not written for."""
+
+
+def check_vllm_version(version: str) -> None:
+    """Raise UnsupportedVllmError unless ``version`` is in a supported series."""
+    supported = ", ".join(f"{major}.{minor}.x" for major, minor in SUPPORTED_SERIES)
+    try:
+        release = Version(version).release
+    except InvalidVersion:
+        release = ()
+    if tuple(release[:2]) not in SUPPORTED_SERIES:
+        raise UnsupportedVllmError(
+            f"kvtool.connector.vllm supports vLLM {supported}; this is vLLM {version}"
+        )
+
+
+check_vllm_version(vllm.__version__)
+
+# Imported only after the version check: other releases lay these modules out differently.
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (  # noqa: E402
+    KVConnectorBase_V1,
+    KVConnectorMetadata,
+    KVConnectorRole,
+    KVConnectorWorkerMetadata,
+)
+from vllm.v1.metrics.cache_hit_source import CacheHitSource  # noqa: E402
+
+from kvtool.connector.blockpool import BlockHash  # noqa: E402
+from kvtool.connector.config import ConnectorConfig, ShutdownMode  # noqa: E402
+from kvtool.connector.manager import (  # noqa: E402
+    JobReport,
+    LazyOffloadManager,
+    LoadJob,
+    StepInput,
+    StoreJob,
+)
+from kvtool.connector.store import StoreIndex, fingerprint  # noqa: E402
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    import torch
+
+    from kvtool.connector.transfer import TransferEngine
+
+logger = logging.getLogger("kvtool.connector")
+
+
+def _log_through_vllm() -> None:
+    """Send kvtool's log records to vLLM's handlers, so they appear in the engine log.
+
+    vLLM configures only its own ``vllm`` logger; without this the start-up line
+    and the core's warnings would reach no handler.
+    """
+    ours, theirs = logging.getLogger("kvtool"), logging.getLogger("vllm")
+    if ours.handlers or not theirs.handlers:
+        return
+    for handler in theirs.handlers:
+        ours.addHandler(handler)
+    ours.setLevel(theirs.level or logging.INFO)
+    ours.propagate = False
+
+
+_log_through_vllm()
+
+# vLLM appends the KV cache group id to a block's prefix-cache hash as 4 bytes
+# (kv_cache_utils.make_block_hash_with_group_id); requests carry hashes without it.
+_GROUP_ID_BYTES = 4
+
+
+# --------------------------------------------------------------------------- messages
+
+
+@dataclass
+class KvtoolConnectorMetadata(KVConnectorMetadata):  # type: ignore[misc]
+    """Scheduler -> workers for one step: blocks to load before the forward, to store after."""
+
+    load_jobs: list[LoadJob] = field(default_factory=list)
+    store_jobs: list[StoreJob] = field(default_factory=list)
+
+
+@dataclass
+class KvtoolWorkerMetadata(KVConnectorWorkerMetadata):  # type: ignore[misc]
+    """Workers -> scheduler: finished jobs, one entry per (worker, job)."""
+
+    reports: list[JobReport] = field(default_factory=list)
+
+    def aggregate(self, other: KVConnectorWorkerMetadata) -> KvtoolWorkerMetadata:
+        theirs = other.reports if isinstance(other, KvtoolWorkerMetadata) else []
+        return KvtoolWorkerMetadata([*self.reports, *theirs])
+
+
+# --------------------------------------------------------------------------- block pool
+
+
+class VllmBlockPoolView:
+    """:class:`~kvtool.connector.blockpool.BlockPoolView` over vLLM's ``BlockPool``.
+
+    Hashes are returned without vLLM's group-id suffix so they compare equal to
+    a request's ``block_hashes`` (the host store is keyed and looked up by them).
+    """
+
+    def __init__(self, pool: Any) -> None:
+        self._pool = pool
+
+    def block_hash(self, block_id: int) -> BlockHash | None:
+        with_group: bytes | None = self._pool.blocks[block_id].block_hash
+        return None if with_group is None else with_group[:-_GROUP_ID_BYTES]
+
+    def protect(self, block_ids: Sequence[int]) -> None:
+        self._pool.touch([self._pool.blocks[i] for i in block_ids])
+
+    def unprotect(self, block_ids: Sequence[int]) -> None:
+        self._pool.free_blocks([self._pool.blocks[i] for i in block_ids])
+
+    def iter_eviction_order(self) -> Iterator[int]:
+        for block in self._pool.free_block_queue.iter_blocks_after(None):
+            yield block.block_id
+
+
+# --------------------------------------------------------------------------- connector
+
+
+@dataclass
+class _Tracked:
+    """Scheduler-side view of one running request (KV cache group 0)."""
+
+    block_ids: list[int]
+    prompt_len: int
+    buffered_blocks: int = 0
+    """Leading blocks already handed to the manager."""
+
+
+@dataclass(frozen=True)
+class _Lookup:
+    local_blocks: int
+    hit_blocks: int
+
+
+@dataclass(frozen=True)
+class KvLayout:
+    """What both roles derive identically from vLLM's ``KVCacheConfig``."""
+
+    block_size: int
+    block_bytes: int
+    """Bytes of one block summed over every layer: the host store's unit."""
+    num_blocks: int
+
+    @classmethod
+    def from_kv_cache_config(cls, kv_cache_config: Any) -> KvLayout:
+        groups = kv_cache_config.kv_cache_groups
+        if len(groups) != 1:
+            raise ValueError(
+                f"kvtool's connector handles models with one KV cache group; this one has "
+                f"{len(groups)} (hybrid attention is not supported)"
+            )
+        spec = groups[0].kv_cache_spec
+        return cls(
+            block_size=int(spec.block_size),
+            block_bytes=int(spec.page_size_bytes) * len(groups[0].layer_names),
+            num_blocks=int(kv_cache_config.num_blocks),
+        )
+
+
+class KvtoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
+    """kvtool's reference lazy-offload connector (see the module docstring)."""
+
+    # Hits come from host memory; vLLM reports external hits by tier.
+    _cache_hit_source = CacheHitSource.HOST
+
+    def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any) -> None:
+        super().__init__(vllm_config, role, kv_cache_config)
+        if not vllm_config.cache_config.enable_prefix_caching:
+            raise ValueError(
+                "kvtool's connector needs prefix caching (--enable-prefix-caching): "
+                "buffered blocks are validated by their prefix-cache hashes"
+            )
+        extra = self._kv_transfer_config.kv_connector_extra_config
+        self.config = ConnectorConfig.from_extra_config(extra)
+        self.layout = KvLayout.from_kv_cache_config(kv_cache_config)
+        self.num_slots = self.config.host_capacity_bytes // self.layout.block_bytes
+        if self.num_slots < 1:
+            raise ValueError(
+                f"kvtool.host_capacity_bytes={self.config.host_capacity_bytes} holds no KV "
+                f"block of {self.layout.block_bytes} bytes"
+            )
+        self.world_size = int(vllm_config.parallel_config.world_size)
+        model_config = vllm_config.model_config
+        self.fingerprint = fingerprint(
+            str(model_config.model),
+            f"kv_bytes_per_block={self.layout.block_bytes}",
+            str(vllm_config.cache_config.cache_dtype),
+            self.layout.block_size,
+            str(model_config.dtype),
+            f"world_size={self.world_size}",
+        )
+        # Scheduler role.
+        self.manager: LazyOffloadManager | None = None
+        self._hash_ratio = 1
+        self._tracked: dict[str, _Tracked] = {}
+        self._lookups: dict[str, _Lookup] = {}
+        self._load_jobs: list[LoadJob] = []
+        # Worker role.
+        self.engine: TransferEngine | None = None
+        self._finished_reports: list[JobReport] = []
+        self._load_blocks: dict[int, tuple[int, ...]] = {}
+        self._load_errors: set[int] = set()
+        if role == KVConnectorRole.SCHEDULER:
+            self.config.log_startup(logger)
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def requires_kv_delivery(self) -> bool:
+        # A best-effort cache: a store lost to preemption is only a future miss.
+        return False
+
+    @classmethod
+    def get_required_kvcache_layout(cls, vllm_config: Any) -> str | None:
+        # Blocks are copied as opaque bytes, so any layout works.
+        return None
+
+    # ================================================================== scheduler
+
+    def bind_gpu_block_pool(self, gpu_block_pool: Any) -> None:
+        if self.manager is not None:
+            return
+        self._hash_ratio = max(1, self.layout.block_size // int(gpu_block_pool.hash_block_size))
+        store = StoreIndex(self.config.host_capacity_bytes, self.layout.block_bytes,
+                           self.fingerprint)
+        self.manager = LazyOffloadManager(
+            self.config,
+            VllmBlockPoolView(gpu_block_pool),
+            store,
+            world_size=self.world_size,
+            group_tokens_per_block=[self.layout.block_size],
+        )
+
+    def _manager(self) -> LazyOffloadManager:
+        if self.manager is None:
+            raise RuntimeError("the scheduler did not bind its block pool to the connector")
+        return self.manager
+
+    def _block_hashes(self, request: Any) -> list[BlockHash]:
+        """The request's hash per engine block (the last hash-block hash inside it)."""
+        hashes: list[BlockHash] = request.block_hashes
+        ratio = self._hash_ratio
+        if ratio == 1:
+            return list(hashes)
+        return [hashes[(i + 1) * ratio - 1] for i in range(len(hashes) // ratio)]
+
+    def get_num_new_matched_tokens(
+        self, request: Any, num_computed_tokens: int
+    ) -> tuple[int | None, bool]:
+        bs = self.layout.block_size
+        local_blocks = num_computed_tokens // bs
+        # At least one token must be computed to sample from, so never claim all of them.
+        cap = (int(request.num_tokens) - 1) // bs
+        hashes = self._block_hashes(request)[:cap]
+        hit_blocks = self._manager().lookup(hashes) if len(hashes) > local_blocks else 0
+        self._lookups[request.request_id] = _Lookup(local_blocks, hit_blocks)
+        if hit_blocks <= local_blocks:
+            return 0, False
+        return (hit_blocks - local_blocks) * bs, False
+
+    def update_state_after_alloc(
+        self, request: Any, blocks: Any, num_external_tokens: int
+    ) -> None:
+        lookup = self._lookups.pop(request.request_id, None)
+        if num_external_tokens <= 0 or lookup is None:
+            return
+        n = num_external_tokens // self.layout.block_size
+        start = lookup.local_blocks
+        block_ids = blocks.get_block_ids()[0][start:start + n]
+        hashes = self._block_hashes(request)[start:start + n]
+        self._load_jobs.append(self._manager().plan_load(block_ids, hashes))
+
+    def build_connector_meta(self, scheduler_output: Any) -> KvtoolConnectorMetadata:
+        manager = self._manager()
+        for request_id in scheduler_output.preempted_req_ids or ():
+            manager.on_request_preempted(request_id)
+            tracked = self._tracked.get(request_id)
+            if tracked is not None:
+                tracked.buffered_blocks = 0
+        num_scheduled: dict[str, int] = scheduler_output.num_scheduled_tokens
+        allocated: list[int] = []
+
+        for new in scheduler_output.scheduled_new_reqs:
+            group0 = list(new.block_ids[0]) if new.block_ids else []
+            allocated += group0
+            if new.prompt_token_ids is None:
+                continue  # prompt embeddings: no token hashes to key blocks by
+            tracked = _Tracked(group0, len(new.prompt_token_ids))
+            self._tracked[new.req_id] = tracked
+            manager.on_request_arrived(new.req_id)
+            self._buffer_full(new.req_id, tracked,
+                              new.num_computed_tokens + num_scheduled.get(new.req_id, 0))
+
+        cached = scheduler_output.scheduled_cached_reqs
+        for i, request_id in enumerate(cached.req_ids):
+            new_ids = cached.new_block_ids[i]
+            group0 = list(new_ids[0]) if new_ids else []
+            allocated += group0
+            tracked = self._tracked.get(request_id)
+            if tracked is None:
+                continue
+            if request_id in cached.resumed_req_ids:
+                tracked.block_ids = group0
+                tracked.buffered_blocks = 0
+                manager.on_request_arrived(request_id)
+            else:
+                tracked.block_ids += group0
+            self._buffer_full(request_id, tracked,
+                              cached.num_computed_tokens[i] + num_scheduled.get(request_id, 0))
+
+        result = manager.step(StepInput(
+            scheduled_tokens=int(scheduler_output.total_num_scheduled_tokens),
+            allocated_block_ids=allocated,
+        ))
+        meta = KvtoolConnectorMetadata(load_jobs=self._load_jobs,
+                                       store_jobs=list(result.store_jobs))
+        self._load_jobs = []
+        return meta
+
+    def _buffer_full(self, request_id: str, tracked: _Tracked, computed_after_step: int) -> None:
+        """Hand the prompt blocks that are full once this step's forward ran to the manager."""
+        full = min(computed_after_step, tracked.prompt_len) // self.layout.block_size
+        full = min(full, len(tracked.block_ids))
+        if full > tracked.buffered_blocks:
+            self._manager().buffer_blocks(request_id,
+                                          tracked.block_ids[tracked.buffered_blocks:full])
+            tracked.buffered_blocks = full
+
+    def update_connector_output(self, connector_output: Any) -> None:
+        meta = connector_output.kv_connector_worker_meta
+        if isinstance(meta, KvtoolWorkerMetadata) and meta.reports:
+            self._manager().on_job_reports(meta.reports)
+
+    def request_finished(
+        self, request: Any, block_ids: list[int]
+    ) -> tuple[bool, dict[str, Any] | None]:
+        self._tracked.pop(request.request_id, None)
+        self._lookups.pop(request.request_id, None)
+        if self.manager is not None:
+            self.manager.on_request_finished(request.request_id)
+        # Lazy offload: the blocks return to vLLM's free queue, still hashed, at once.
+        return False, None
+
+    def has_pending_push_work(self) -> bool:
+        return self.manager is not None and self.manager.has_pending_work()
+
+    # ================================================================== worker
+
+    def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
+        from kvtool.connector.transfer import TransferEngine
+
+        first = next(iter(kv_caches.values()))
+        # The dimension that counts blocks: 0 on CPU ([blocks, heads, bs, 2*hs]),
+        # 1 for layouts with K and V split up front ([2, blocks, ...]).
+        block_dim = next(
+            (d for d, size in enumerate(first.shape) if size == self.layout.num_blocks), None
+        )
+        if block_dim is None:
+            raise ValueError(
+                f"no dimension of the KV tensor {tuple(first.shape)} counts the "
+                f"{self.layout.num_blocks} blocks vLLM allocated"
+            )
+        engine = TransferEngine.from_kv_caches(kv_caches, self.num_slots, block_dim=block_dim)
+        if engine.block_bytes != self.layout.block_bytes:
+            raise ValueError(
+                f"KV tensors hold {engine.block_bytes} bytes per block, the KV cache "
+                f"config says {self.layout.block_bytes}: unsupported layout"
+            )
+        self.engine = engine
+
+    def _engine(self) -> TransferEngine:
+        if self.engine is None:
+            raise RuntimeError("vLLM did not register its KV caches with the connector")
+        return self.engine
+
+    def _bound_metadata(self) -> KvtoolConnectorMetadata | None:
+        if not self.has_connector_metadata():
+            return None
+        meta = self._get_connector_metadata()
+        return meta if isinstance(meta, KvtoolConnectorMetadata) else None
+
+    def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
+        meta = self._bound_metadata()
+        if meta is None or not meta.load_jobs:
+            return
+        engine = self._engine()
+        for job in meta.load_jobs:
+            self._load_blocks[job.job_id] = job.block_ids
+            engine.submit_load(job)
+        # A load's key check happens at submit, so failures are known now and
+        # vLLM can recompute those blocks in this very step.
+        self._collect(engine)
+
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        return  # loads complete (or are ordered on the device) in start_load_kv
+
+    def save_kv_layer(
+        self, layer_name: str, kv_layer: torch.Tensor, attn_metadata: Any, **kwargs: Any
+    ) -> None:
+        return  # whole blocks are copied after the forward, in wait_for_save
+
+    def wait_for_save(self) -> None:
+        meta = self._bound_metadata()
+        if meta is None or not meta.store_jobs:
+            return
+        engine = self._engine()
+        for job in meta.store_jobs:
+            engine.submit_store(job)
+
+    def _collect(self, engine: TransferEngine) -> None:
+        for result in engine.poll():
+            if not result.ok:
+                logger.warning("kvtool connector: %s", result.error)
+            blocks = self._load_blocks.pop(result.job_id, None)
+            if blocks is not None and not result.ok:
+                self._load_errors.update(blocks)
+            self._finished_reports.append(JobReport(result.job_id, result.ok))
+
+    def get_block_ids_with_load_errors(self) -> set[int]:
+        errors, self._load_errors = self._load_errors, set()
+        return errors
+
+    def build_connector_worker_meta(self) -> KvtoolWorkerMetadata | None:
+        if self.engine is not None:
+            self._collect(self.engine)
+        if not self._finished_reports:
+            return None
+        reports, self._finished_reports = self._finished_reports, []
+        return KvtoolWorkerMetadata(reports)
+
+    # ================================================================== both
+
+    def shutdown(self) -> None:
+        if self.engine is not None:
+            self.engine.wait_all()
+        if self.manager is not None:
+            # The engine no longer steps, so nothing released now could reach a
+            # worker: whatever is still buffered is dropped, and counted.
+            self.manager.shutdown(ShutdownMode.DROP)
+            logger.info("kvtool lazy offload at shutdown: %s", self.manager.stats.summary())
