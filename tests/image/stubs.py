@@ -14,6 +14,10 @@ LIBCUDART = "libcudart.so.12: cannot open shared object file: No such file or di
 LIBCUDA = "libcuda.so.1: cannot open shared object file: No such file or directory"
 
 FACTORY = """
+_LMCACHE = "lmcache.integration.vllm."
+_MP_WORKER = "LMCacheMPWorkerAdapter"
+
+
 def _load(module, name):
     def loader():
         import importlib
