@@ -1,0 +1,73 @@
+"""Host store index: capacity in bytes, LRU, longest prefix, fingerprinted keys."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvtool.connector.store import StoreFullError, StoreIndex, fingerprint
+
+
+def _stored(index: StoreIndex, *hashes: str) -> list[int]:
+    slots = []
+    for block_hash in hashes:
+        slots.append(index.reserve(block_hash))
+        index.commit(block_hash)
+    return slots
+
+
+def test_capacity_in_bytes_sets_the_slot_count() -> None:
+    assert StoreIndex(10_000, 3_000, "fp").num_slots == 3
+    with pytest.raises(ValueError, match="holds no block"):
+        StoreIndex(100, 3_000, "fp")
+
+
+def test_longest_prefix_stops_at_the_first_missing_or_unfinished_block() -> None:
+    index = StoreIndex(10, 1, "fp")
+    _stored(index, "a", "b", "d")
+    index.reserve("c")  # being written: not servable yet
+    assert index.longest_prefix(["a", "b", "c", "d"]) == 2
+    assert index.longest_prefix(["x", "a"]) == 0
+    index.commit("c")
+    assert index.longest_prefix(["a", "b", "c", "d"]) == 4
+
+
+def test_lru_evicts_the_least_recently_used_idle_entry() -> None:
+    index = StoreIndex(3, 1, "fp")
+    slots = _stored(index, "a", "b", "c")
+    assert slots == [0, 1, 2]  # a fresh store hands out consecutive slots
+    index.acquire(["a"])  # read "a": now most recently used
+    index.release(["a"])
+    assert index.reserve("d") == slots[1]  # "b" was least recently used
+    assert not index.known("b") and index.evictions == 1
+
+
+def test_entries_in_use_are_never_evicted() -> None:
+    index = StoreIndex(2, 1, "fp")
+    _stored(index, "a")
+    index.acquire(["a"])  # an in-flight load reads it
+    index.reserve("b")  # an in-flight store writes it
+    with pytest.raises(StoreFullError):
+        index.reserve("c")
+    index.release(["a"])
+    assert index.reserve("c") == 0
+
+
+def test_failed_store_frees_its_slot() -> None:
+    index = StoreIndex(1, 1, "fp")
+    index.reserve("a")
+    index.abort("a")
+    assert not index.known("a") and index.reserve("b") == 0
+
+
+def test_keys_carry_the_model_layout_dtype_fingerprint() -> None:
+    base = fingerprint("llama", "segments[8192,8192]", "bfloat16", 16)
+    assert base == fingerprint("llama", "segments[8192,8192]", "bfloat16", 16)
+    others = {
+        fingerprint("qwen", "segments[8192,8192]", "bfloat16", 16),
+        fingerprint("llama", "segments[4096]", "bfloat16", 16),
+        fingerprint("llama", "segments[8192,8192]", "float16", 16),
+        fingerprint("llama", "segments[8192,8192]", "bfloat16", 32),
+    }
+    assert base not in others and len(others) == 4
+    other = fingerprint("qwen", "x", "y", 1)
+    assert StoreIndex(1, 1, base).key("h") != StoreIndex(1, 1, other).key("h")

@@ -1,0 +1,115 @@
+"""Transfer engine round trips on CPU tensors, and on CUDA when a GPU is present.
+
+Imports only torch and kvtool.connector.transfer, so scripts/gpu_check.sh can
+run it on a GPU machine that has torch but not kvtool's other dependencies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kvtool.connector.transfer import (  # noqa: E402
+    TransferEngine,
+    block_segments,
+    slot_runs,
+)
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@dataclass(frozen=True)
+class Job:
+    job_id: int
+    block_ids: tuple[int, ...]
+    slots: tuple[int, ...]
+    keys: tuple[Hashable, ...]
+
+
+def _kv_cpu_layout(device: str, num_blocks: int = 32) -> dict[str, torch.Tensor]:
+    # vLLM CPU backend layout per layer: [num_blocks, kv_heads, block_size, 2*head]
+    # (vllm-on-cpu.md §3.4), bf16.
+    gen = torch.Generator().manual_seed(0)
+    return {
+        f"layer{i}": torch.randn(num_blocks, 2, 16, 64, generator=gen).to(torch.bfloat16).to(device)
+        for i in range(3)
+    }
+
+
+def _run(engine: TransferEngine, job: Job, store: bool) -> bool:
+    (engine.submit_store if store else engine.submit_load)(job)
+    (result,) = engine.wait_all()
+    assert result.job_id == job.job_id
+    return result.ok
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_store_then_load_restores_scattered_blocks_byte_for_byte(device: str) -> None:
+    kv = _kv_cpu_layout(device)
+    original = {name: t.clone() for name, t in kv.items()}
+    engine = TransferEngine.from_kv_caches(kv, num_slots=16)
+    blocks = (3, 17, 4, 30, 9)
+    slots = (0, 1, 2, 7, 8)  # two runs
+    keys = tuple(("h", b) for b in blocks)
+    assert _run(engine, Job(1, blocks, slots, keys), store=True)
+    for t in kv.values():
+        t.zero_()
+    targets = (20, 21, 5, 6, 0)  # load into other blocks than they came from
+    assert _run(engine, Job(2, targets, slots, keys), store=False)
+    for name, t in kv.items():
+        for src, dst in zip(blocks, targets, strict=True):
+            assert torch.equal(t[dst], original[name][src]), (name, src, dst)
+        assert torch.count_nonzero(t[1].float()) == 0  # untouched blocks stay untouched
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_flash_attention_layout_with_kv_leading_dimension(device: str) -> None:
+    # CUDA flash-attention layout [2, num_blocks, block_size, heads, head]: block_dim=1.
+    kv = {"l0": torch.arange(2 * 8 * 4 * 2 * 3, dtype=torch.float16).reshape(2, 8, 4, 2, 3)}
+    kv = {k: v.to(device) for k, v in kv.items()}
+    original = kv["l0"].clone()
+    engine = TransferEngine.from_kv_caches(kv, num_slots=4, block_dim=1)
+    assert len(engine.segments) == 2 and engine.block_bytes == 2 * 4 * 2 * 3 * 2
+    assert _run(engine, Job(1, (6, 1), (2, 3), ("a", "b")), store=True)
+    kv["l0"].zero_()
+    assert _run(engine, Job(2, (0, 7), (2, 3), ("a", "b")), store=False)
+    assert torch.equal(kv["l0"][:, 0], original[:, 6])
+    assert torch.equal(kv["l0"][:, 7], original[:, 1])
+
+
+def test_load_with_a_wrong_key_fails_and_copies_nothing() -> None:
+    kv = _kv_cpu_layout("cpu", num_blocks=8)
+    engine = TransferEngine.from_kv_caches(kv, num_slots=4)
+    assert _run(engine, Job(1, (1,), (0,), (("fp-model-a", "h1"),)), store=True)
+    before = kv["layer0"][5].clone()
+    engine.submit_load(Job(2, (5,), (0,), (("fp-model-b", "h1"),)))
+    (result,) = engine.poll()
+    assert not result.ok and "do not hold" in result.error
+    assert torch.equal(kv["layer0"][5], before)
+
+
+def test_bad_block_id_reports_a_failed_job() -> None:
+    engine = TransferEngine.from_kv_caches(_kv_cpu_layout("cpu", num_blocks=8), num_slots=4)
+    engine.submit_store(Job(1, (99,), (0,), ("k",)))
+    (result,) = engine.poll()
+    assert not result.ok
+    engine.submit_load(Job(2, (0,), (0,), ("k",)))  # the failed store left no key behind
+    assert not engine.poll()[0].ok
+
+
+def test_segments_keep_the_engine_block_stride_without_copying() -> None:
+    # Two layers interleaved in one storage, as vLLM's cross-layer KV tensors can be.
+    storage = torch.arange(8 * 2 * 6, dtype=torch.int16).reshape(8, 2, 6)
+    layer = storage[:, 0]  # [8, 6], block stride 12 elements
+    (segment,) = block_segments(layer)
+    assert segment.data_ptr() == layer.data_ptr() and segment.shape == (8, 12)
+    assert torch.equal(segment[3].view(torch.int16), layer[3])
+
+
+def test_slot_runs_group_consecutive_slots() -> None:
+    assert slot_runs([4, 5, 6, 9, 10, 2]) == [(0, 4, 3), (3, 9, 2), (5, 2, 1)]
+    assert slot_runs([]) == []
