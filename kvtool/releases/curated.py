@@ -11,17 +11,11 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-import yaml
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from kvtool.errors import KvtoolError
 from kvtool.resources import rules_dir
-
-try:  # libyaml's loader is several times faster; fall back to pure Python
-    _Loader: Any = yaml.CSafeLoader
-except AttributeError:  # pragma: no cover - depends on how PyYAML was built
-    _Loader = yaml.SafeLoader
 
 
 class _Row(BaseModel):
@@ -42,6 +36,13 @@ def _check_version(value: str | None) -> str | None:
     return value
 
 
+def _in_range(version: str, low: str | None, high: str | None) -> bool:
+    v = Version(version)
+    if low is not None and v < Version(low):
+        return False
+    return not (high is not None and v >= Version(high))
+
+
 class VersionRange(_Row):
     """Releases ``introduced <= v < fixed`` (either end open when None)."""
 
@@ -51,16 +52,25 @@ class VersionRange(_Row):
     _versions = field_validator("introduced", "fixed")(_check_version)
 
     def contains(self, version: str) -> bool:
-        v = Version(version)
-        if self.introduced is not None and v < Version(self.introduced):
-            return False
-        return not (self.fixed is not None and v >= Version(self.fixed))
+        return _in_range(version, self.introduced, self.fixed)
+
+
+class Span(_Row):
+    """Releases ``since <= v < until`` over which a fact holds (either end open)."""
+
+    since: str | None = None
+    until: str | None = None
+
+    _versions = field_validator("since", "until")(_check_version)
+
+    def contains(self, version: str) -> bool:
+        return _in_range(version, self.since, self.until)
 
 
 class FlagReplacement(_Row):
-    """What to use instead of a removed or deprecated flag, env var or connector."""
+    """What to use instead of a removed or deprecated flag, env var, connector or tier."""
 
-    name: str  # "--calculate-kv-scales", "VLLM_...", "P2pNcclConnector"
+    name: str  # "--calculate-kv-scales", "VLLM_...", "P2pNcclConnector", "fs_python"
     replacement: str  # spelled as the user would write it, or a short instruction
     min_version: str | None = None  # the replacement needs at least this release
 
@@ -70,45 +80,64 @@ class FlagReplacement(_Row):
 class SecurityAdvisory(VersionRange):
     """A published vulnerability in vLLM itself, with the first fixed release."""
 
-    id: str  # CVE or GHSA id
+    id: str  # CVE id
+    aliases: tuple[str, ...] = ()  # GHSA ids
     summary: str
-    severity: Literal["low", "moderate", "high", "critical"] | None = None
+    severity: Literal["low", "moderate", "high", "critical"]
+    applies_when: str = ""  # exposure condition in words ("video models only")
 
 
 class KnownBug(VersionRange):
-    """A bug that a serve configuration can trigger, and how to avoid it."""
+    """A bug a serve configuration can trigger, and how to avoid it.
 
-    id: str  # repository#number
+    A row matches a configuration when every condition that is set holds:
+    ``when_flags`` all present; at least one of ``when_connectors`` in use;
+    ``when_env`` all set to the given values (compared case-insensitively);
+    ``when_offload`` KV offload configured; ``when_model`` regex on the model name;
+    ``when_hybrid`` the model is a hybrid (Mamba/SWA + attention) model.
+    The version range is of ``component``: vLLM releases for "vllm", otherwise the
+    range is open and the row applies to every vLLM release.
+    """
+
+    id: str  # owner/repo#number
     title: str
-    # Audit matching: every listed key must hold (flags spelled as vLLM spells them).
+    component: Literal["vllm", "lmcache"] = "vllm"
+    state: str  # issue state when checked, e.g. "open", "closed (not fixed)"
     when_flags: tuple[str, ...] = ()
     when_connectors: tuple[str, ...] = ()
+    when_env: dict[str, str] = Field(default_factory=dict)
+    when_offload: bool = False
+    when_model: str | None = None
+    when_hybrid: bool = False
     avoidance: str
 
 
-class BundlingPin(VersionRange):
-    """Which KV-connector package versions a vLLM release's own build pins."""
+class BundlingPin(Span):
+    """A KV-connector package version tied to vLLM releases (build pin or image content)."""
 
-    package: str  # lmcache, nixl, mooncake-transfer-engine
-    requirement: str  # PEP 440 specifier as pinned
-    where: str  # e.g. "requirements/kv_connectors.txt (git repository, not the wheel)"
+    package: str  # lmcache, nixl, mooncake-transfer-engine, cupy-cuda13x
+    requirement: str  # PEP 440 specifier, e.g. "==0.4.4", ">=0.3.9"
+    where: str  # "requirements/kv_connectors_cu12.txt", "image vllm/vllm-openai:v0.29.0"
+    verified: bool = False  # False: stated by a source kvtool could not check itself
 
 
-class BackendConnectorRow(VersionRange):
+class BackendConnectorRow(Span):
     """How ``--kv-offloading-backend`` turns into a KV connector over a release range."""
 
-    backend: str  # "native" or "lmcache"
+    backend: Literal["native", "lmcache"]
     connector: str
+    when_env: dict[str, str] = Field(default_factory=dict)  # e.g. VLLM_USE_SIMPLE_KV_OFFLOAD=1
+    activation: Literal["backend", "size"]  # which flag being set triggers the conversion
     size_passed_on: bool  # whether --kv-offloading-size reaches the connector
-    size_scope: Literal["total", "per_rank", "ignored"]
-    activation: str  # which flags trigger the conversion in this range
+    size_scope: Literal["total", "ignored"]  # how vLLM reads the user's number
+    replaces_extra_config: bool  # the conversion replaces kv_connector_extra_config wholesale
     notes: str = ""
 
 
-class SemanticFact(VersionRange):
+class SemanticFact(Span):
     """A behaviour read from code that is not a presence check (HMA decisions, ...)."""
 
-    key: str  # stable identifier consumers look up, e.g. "hma.auto_disable_non_hma"
+    key: str  # stable identifier consumers look up, e.g. "hma.decision"
     statement: str
     value: str | None = None  # a machine-usable value where one exists
 
@@ -119,9 +148,13 @@ def _curated_path(name: str) -> Path:
 
 @cache
 def _rows(name: str) -> list[dict[str, Any]]:
+    # Imported here: only commands that consult curated rows pay for PyYAML.
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when built with it
     path = _curated_path(name)
     try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader)
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
     except FileNotFoundError as exc:
         raise KvtoolError(f"curated table {path} is missing from this installation") from exc
     except yaml.YAMLError as exc:
@@ -181,12 +214,21 @@ def semantic_facts() -> tuple[SemanticFact, ...]:
     return _load("semantics.yaml", SemanticFact)
 
 
-def backend_connector(backend: str, version: str) -> BackendConnectorRow | None:
-    """The mapping row for ``--kv-offloading-backend backend`` at ``version``."""
-    return next(
-        (r for r in backend_connector_map() if r.backend == backend and r.contains(version)),
-        None,
-    )
+def backend_connector(
+    backend: str, version: str, env: dict[str, str] | None = None
+) -> BackendConnectorRow | None:
+    """The mapping row for ``--kv-offloading-backend backend`` at ``version`` under ``env``.
+
+    Rows with a ``when_env`` condition win over unconditional rows when it holds.
+    """
+    env = env or {}
+    candidates = [
+        r for r in backend_connector_map() if r.backend == backend and r.contains(version)
+    ]
+    for row in sorted(candidates, key=lambda r: not r.when_env):
+        if all(env.get(k, "").lower() == v.lower() for k, v in row.when_env.items()):
+            return row
+    return None
 
 
 def semantic(key: str, version: str) -> SemanticFact | None:

@@ -266,6 +266,8 @@ class ServeParserBuilder:
         if isinstance(expr, (ast.Tuple, ast.List)):
             items = [self._value(frame, e) for e in expr.elts]
             return tuple(items) if isinstance(expr, ast.Tuple) else items
+        if isinstance(expr, ast.Subscript):
+            return self._expr(frame, expr)
         if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
             left, right = self._value(frame, expr.left), self._value(frame, expr.right)
             if isinstance(left, str) and isinstance(right, str):
@@ -284,6 +286,8 @@ class ServeParserBuilder:
                 return container.fields.get(key, UNKNOWN)
             if isinstance(container, FieldKwargs) and key == "choices":
                 return container
+            if isinstance(container, FieldKwargs) and key == "default":
+                return container.default
             return UNKNOWN
         if isinstance(expr, ast.Call):
             return self._call_expr(frame, expr)
