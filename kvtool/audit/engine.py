@@ -1,0 +1,335 @@
+"""Run the audit: invocations -> normalised configs -> rules -> suppressions -> findings.
+
+Data flows one way. Everything that reads files or tables is behind :class:`Tables`
+(the default reads the shipped ``rules/``), so the rest is pure: the same invocations,
+settings and tables always give the same report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kvtool.audit import rules as _rules  # noqa: F401  (registers every rule)
+from kvtool.audit.context import ModelFacts, RuleContext, Semantics
+from kvtool.audit.model import Finding, Invocation, Location, ServeConfig, Severity, Suppression
+from kvtool.audit.registry import ConfigRule, RuleRegistry, registry
+from kvtool.audit.settings import AuditSettings
+from kvtool.errors import KvtoolError
+from kvtool.releases.model import ReleaseFacts, ReleaseIndex
+
+
+class Target(BaseModel):
+    """The release one invocation was checked against, and why that one."""
+
+    model_config = ConfigDict(frozen=True)
+
+    vllm_version: str
+    source: str  # "flag", "settings", "image" or "newest"
+    warning: str | None = None
+
+
+class InvocationReport(BaseModel):
+    label: str
+    file: str | None
+    kind: str
+    target: Target
+    findings: list[Finding] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+
+class AuditReport(BaseModel):
+    invocations: list[InvocationReport] = Field(default_factory=list)
+    suppressed: int = 0  # findings silenced by inline or annotation suppressions
+
+    @property
+    def findings(self) -> list[Finding]:
+        return [f for inv in self.invocations for f in inv.findings]
+
+    def counts(self) -> dict[str, int]:
+        counts = {s.value: 0 for s in Severity}
+        for finding in self.findings:
+            counts[finding.severity.value] += 1
+        return counts
+
+    def fails(self, fail_on: Severity) -> bool:
+        return any(f.severity.rank >= fail_on.rank for f in self.findings)
+
+
+class Tables(Protocol):
+    """Where the engine gets release facts, curated semantics and model facts."""
+
+    def target(self, requested: str | None, image: str | None) -> Target: ...
+
+    def release(self, version: str) -> ReleaseFacts: ...
+
+    def index(self) -> ReleaseIndex: ...
+
+    def semantics(self) -> Semantics: ...
+
+    def model(self, name: str) -> ModelFacts | None: ...
+
+
+Normalizer = Callable[[Invocation, ReleaseFacts], ServeConfig]
+
+
+@dataclass
+class Selection:
+    """Which rules are on for one file, and the severity each reports at."""
+
+    enabled: set[str]
+    severities: dict[str, Severity] = field(default_factory=dict)
+
+    def severity(self, finding: Finding) -> Severity:
+        return self.severities.get(finding.code, finding.severity)
+
+
+def _resolve_selectors(selectors: Iterable[str], where: str, rules: RuleRegistry) -> set[str]:
+    codes: set[str] = set()
+    for selector in selectors:
+        try:
+            codes |= rules.select(selector)
+        except KeyError:
+            raise KvtoolError(f"{where}: {selector!r} is not a rule code, name or prefix") from None
+    return codes
+
+
+def selection_for(
+    settings: AuditSettings, file: str | None, rules: RuleRegistry = registry
+) -> Selection:
+    """Rules enabled for ``file`` under ``settings``; bad selectors raise KvtoolError."""
+    where = settings.source or "command line"
+    enabled = _resolve_selectors(settings.select, f"{where}: select", rules)
+    enabled |= _resolve_selectors(settings.extend_select, f"{where}: extend-select", rules)
+    enabled -= _resolve_selectors(settings.ignored_for(file), f"{where}: ignore", rules)
+    severities: dict[str, Severity] = {}
+    for selector, level in settings.severity.items():
+        for code in _resolve_selectors([selector], f"{where}: severity", rules):
+            severities[code] = level
+    return Selection(enabled=enabled, severities=severities)
+
+
+def check_config(
+    ctx: RuleContext, selection: Selection, rules: RuleRegistry = registry
+) -> list[Finding]:
+    """Every enabled config rule's findings for one context, severities overridden."""
+    found: list[Finding] = []
+    for rule in rules:
+        if not isinstance(rule, ConfigRule) or rule.code not in selection.enabled:
+            continue
+        for finding in rule.check(ctx):
+            found.append(finding.model_copy(update={"severity": selection.severity(finding)}))
+    return found
+
+
+def _default_location(invocation: Invocation) -> Location | None:
+    """Where a finding without its own location points: the command's first word."""
+    for token in invocation.tokens:
+        if token.location is not None:
+            return token.location
+    return Location(file=invocation.file) if invocation.file else None
+
+
+@dataclass
+class _SuppressionUse:
+    suppression: Suppression
+    codes: set[str]
+    invocation_label: str
+    used: set[str] = field(default_factory=set)
+
+
+def _applies(use: _SuppressionUse, finding: Finding, file: str | None) -> bool:
+    sup = use.suppression
+    if finding.code not in use.codes:
+        return False
+    if sup.scope == "file":
+        return finding.location is None or finding.location.file in (None, file)
+    if sup.scope == "invocation":
+        return finding.invocation == use.invocation_label
+    line = (
+        sup.target_line
+        if sup.target_line is not None
+        else (sup.location.line if sup.location else None)
+    )
+    loc = finding.location
+    if loc is None or line is None:
+        return False
+    last = loc.end_line or loc.line
+    return loc.line is not None and last is not None and loc.line <= line <= last
+
+
+class Auditor:
+    """Runs the audit over invocations with one set of settings and tables."""
+
+    def __init__(
+        self,
+        tables: Tables,
+        normalizer: Normalizer,
+        settings: AuditSettings,
+        *,
+        use_suppressions: bool = True,
+        rules: RuleRegistry = registry,
+    ) -> None:
+        self.tables = tables
+        self.normalizer = normalizer
+        self.settings = settings
+        self.use_suppressions = use_suppressions
+        self.rules = rules
+        self._suppressions: dict[tuple[object, ...], _SuppressionUse] = {}
+        self._meta: list[tuple[Finding, str | None]] = []
+
+    def run(self, invocations: Sequence[Invocation]) -> AuditReport:
+        report = AuditReport()
+        for invocation in invocations:
+            report.invocations.append(self._audit_one(invocation, report))
+        self._report_suppressions(report)
+        for inv in report.invocations:
+            inv.findings.sort(key=_sort_key)
+        return report
+
+    def target_for(self, invocation: Invocation) -> Target:
+        if self.settings.vllm_version is not None:
+            target = self.tables.target(self.settings.vllm_version, None)
+            if self.settings.source is not None and target.source == "flag":
+                return target.model_copy(update={"source": "settings"})
+            return target
+        return self.tables.target(None, invocation.image)
+
+    def context_for(self, invocation: Invocation, target: Target) -> RuleContext:
+        facts = self.tables.release(target.vllm_version)
+        config = self.normalizer(invocation, facts)
+        model = self.tables.model(config.model) if config.model else None
+        return RuleContext(
+            config=config,
+            facts=facts,
+            index=self.tables.index(),
+            semantics=self.tables.semantics(),
+            target_source=target.source,
+            host_ram_gib=self.settings.host_ram_gib,
+            model=model,
+        )
+
+    def _audit_one(self, invocation: Invocation, report: AuditReport) -> InvocationReport:
+        target = self.target_for(invocation)
+        ctx = self.context_for(invocation, target)
+        selection = selection_for(self.settings, invocation.file, self.rules)
+        fallback = _default_location(invocation)
+        findings = [
+            f.model_copy(
+                update={"invocation": invocation.label, "location": f.location or fallback}
+            )
+            for f in check_config(ctx, selection, self.rules)
+        ]
+        if self.use_suppressions:
+            findings = self._suppress(invocation, findings, report)
+        return InvocationReport(
+            label=invocation.label,
+            file=invocation.file,
+            kind=invocation.kind,
+            target=target,
+            findings=findings,
+            notes=list(invocation.notes),
+        )
+
+    def _suppress(
+        self, invocation: Invocation, findings: list[Finding], report: AuditReport
+    ) -> list[Finding]:
+        uses: list[_SuppressionUse] = []
+        for sup in invocation.suppressions:
+            key = (
+                (sup.location.file, sup.location.line, sup.location.column)
+                if sup.location
+                else (id(sup),)
+            )
+            key = (*key, sup.codes, sup.scope)
+            use = self._suppressions.get(key)
+            if use is None:
+                use = _SuppressionUse(
+                    sup, self._suppression_codes(sup, invocation), invocation.label
+                )
+                self._suppressions[key] = use
+                if not (sup.reason or "").strip():
+                    self._meta_finding(
+                        "KV001",
+                        f"Suppression `{', '.join(sup.codes)}` has no reason; say why it is safe.",
+                        sup,
+                        invocation,
+                    )
+            uses.append(use)
+        kept: list[Finding] = []
+        for finding in findings:
+            matching = [use for use in uses if _applies(use, finding, invocation.file)]
+            for use in matching:
+                use.used.add(finding.code)
+            if matching:
+                report.suppressed += 1
+            else:
+                kept.append(finding)
+        return kept
+
+    def _suppression_codes(self, sup: Suppression, invocation: Invocation) -> set[str]:
+        codes: set[str] = set()
+        for written in sup.codes:
+            try:
+                codes |= self.rules.select(written)
+            except KeyError:
+                self._meta_finding(
+                    "KV002",
+                    f"`{written}` in a suppression is not a rule code, name or prefix.",
+                    sup,
+                    invocation,
+                )
+        return codes
+
+    def _meta_finding(
+        self, code: str, message: str, sup: Suppression, invocation: Invocation
+    ) -> None:
+        rule = self.rules.get(code)
+        assert rule is not None  # meta rules are registered with the engine's own module set
+        finding = rule.finding(message, location=sup.location or _default_location(invocation))
+        self._meta.append(
+            (finding.model_copy(update={"invocation": invocation.label}), invocation.file)
+        )
+
+    def _report_suppressions(self, report: AuditReport) -> None:
+        for use in self._suppressions.values():
+            unused = sorted(use.codes - use.used)
+            if use.codes and not use.used:
+                written = ", ".join(use.suppression.codes)
+                self._meta_finding_unused(
+                    f"Suppression `{written}` matched no finding.", use, report
+                )
+            elif unused and len(use.suppression.codes) > 1:
+                self._meta_finding_unused(
+                    f"Suppression codes {', '.join(unused)} matched no finding.", use, report
+                )
+        by_label = {inv.label: inv for inv in report.invocations}
+        for finding, file in self._meta:
+            selection = selection_for(self.settings, file, self.rules)
+            if finding.code not in selection.enabled:
+                continue
+            target = by_label.get(finding.invocation or "")
+            if target is not None:
+                target.findings.append(
+                    finding.model_copy(update={"severity": selection.severity(finding)})
+                )
+
+    def _meta_finding_unused(self, message: str, use: _SuppressionUse, report: AuditReport) -> None:
+        rule = self.rules.get("KV000")
+        assert rule is not None
+        finding = rule.finding(message, location=use.suppression.location)
+        file = use.suppression.location.file if use.suppression.location else None
+        self._meta.append((finding.model_copy(update={"invocation": use.invocation_label}), file))
+
+
+def _sort_key(finding: Finding) -> tuple[str, int, int, str]:
+    loc = finding.location
+    return (
+        (loc.file or "") if loc else "",
+        (loc.line or 0) if loc else 0,
+        (loc.column or 0) if loc else 0,
+        finding.code,
+    )

@@ -1,0 +1,101 @@
+"""``--fix`` / ``--diff``: hand the findings' token fixes to :mod:`kvtool.audit.fix` per input.
+
+Shell scripts are rewritten in place (``--fix``) or diffed (``--diff``); argv inputs
+print the fixed command; YAML inputs only list their fixes (rewriting YAML safely is
+out of scope). Only fixes whose applicability is allowed are used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kvtool.audit.engine import AuditReport
+from kvtool.audit.fix import REWRITABLE, fix_argv, fix_text
+from kvtool.audit.model import Finding, Fix, Invocation
+
+FixedKey = tuple[str, str | None, int | None]
+
+
+@dataclass
+class FixRun:
+    diff: str = ""
+    applied: int = 0
+    notes: list[str] = field(default_factory=list)
+    fixed_codes: set[FixedKey] = field(default_factory=set)
+
+    @property
+    def summary(self) -> str:
+        text = f"Applied {self.applied} fix(es)." if self.applied else "No fixes applied."
+        return " ".join([text, *self.notes])
+
+
+def _key(finding: Finding) -> FixedKey:
+    loc = finding.location
+    return (finding.code, loc.file if loc else None, loc.line if loc else None)
+
+
+def _fixable(findings: Sequence[Finding], applicable: tuple[str, ...]) -> list[tuple[Finding, Fix]]:
+    chosen: list[tuple[Finding, Fix]] = []
+    seen: set[tuple[object, ...]] = set()
+    for finding in findings:
+        fix = finding.fix
+        if fix is None or fix.applicability not in applicable or not fix.remove_tokens:
+            continue
+        identity = (fix.remove_tokens, fix.replacement)
+        if identity in seen:
+            continue
+        seen.add(identity)
+        chosen.append((finding, fix))
+    return chosen
+
+
+def _record(
+    run: FixRun, chosen: list[tuple[Finding, Fix]], skipped: tuple[str, ...], applied: int
+) -> None:
+    run.applied += applied
+    for finding, fix in chosen:
+        if not any(reason.startswith(f"{fix.description}:") for reason in skipped):
+            run.fixed_codes.add(_key(finding))
+    run.notes.extend(f"Skipped: {reason}." for reason in skipped)
+
+
+def apply_fixes(
+    invocations: Sequence[Invocation],
+    report: AuditReport,
+    *,
+    applicable: tuple[str, ...],
+    write: bool,
+    argv: Sequence[str] = (),
+) -> FixRun:
+    """Apply (``write``) or preview the allowed fixes; ``argv`` is the original command for "
+    "argv inputs."""
+    run = FixRun()
+    by_label = {inv.label: inv for inv in invocations}
+    per_file: dict[str, list[tuple[Finding, Fix]]] = {}
+    for inv_report in report.invocations:
+        invocation = by_label.get(inv_report.label)
+        chosen = _fixable(inv_report.findings, applicable)
+        if invocation is None or not chosen:
+            continue
+        if invocation.kind == "argv":
+            outcome = fix_argv(list(argv), [fix for _, fix in chosen])
+            run.diff += outcome.diff
+            _record(run, chosen, outcome.skipped, outcome.applied)
+        elif invocation.kind in REWRITABLE and invocation.file:
+            per_file.setdefault(invocation.file, []).extend(chosen)
+        else:
+            run.notes.append(
+                f"{invocation.label}: {len(chosen)} fix(es) for {invocation.kind} input are "
+                "shown, not applied."
+            )
+    for file, chosen in per_file.items():
+        path = Path(file)
+        text = path.read_text(encoding="utf-8")
+        outcome = fix_text(text, [fix for _, fix in chosen], file=file, kind="shell")
+        run.diff += outcome.diff
+        _record(run, chosen, outcome.skipped, outcome.applied)
+        if write and outcome.text != text:
+            path.write_text(outcome.text, encoding="utf-8")
+    return run

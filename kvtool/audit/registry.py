@@ -1,0 +1,234 @@
+"""The rule registry: every audit rule is one class, registered by a decorator.
+
+A rule class carries its identity (``code``, kebab-case ``name``), its default
+severity, a one-line ``summary``, how its fixes may be applied and its references.
+Its docstring, split into the sections What / Why / Example / Fix / Releases /
+References, is what ``kvtool rule CODE`` prints, what SARIF's rule metadata and
+``docs/rules.md`` are built from: one source for every view of a rule.
+
+Invariants the registry enforces at import time (a broken rule never ships):
+codes match ``<family><3 digits>`` with a known family, names are kebab-case,
+neither repeats, every docstring section is present and non-empty, and every rule
+cites at least one reference.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from kvtool.audit.model import Finding, Fix, Location, Severity
+
+if TYPE_CHECKING:
+    from kvtool.audit.context import RuleContext
+
+FAMILIES: dict[str, str] = {
+    "VG": "version gates: flags, choices, env vars, connectors and config keys per release",
+    "CN": "connectors, the hybrid KV cache manager (HMA) and offload semantics",
+    "SZ": "sizing: units, per-rank versus total, host memory",
+    "LZ": "lazy offload (`lmcache.mp.*` keys of LMCacheMPConnector)",
+    "SC": "deployment: security floor and known bugs",
+    "IM": "image bundling (shared with `kvtool inspect-image`)",
+    "KV": "suppressions and other meta findings",
+}
+
+DOC_SECTIONS: tuple[str, ...] = ("What", "Why", "Example", "Fix", "Releases", "References")
+
+FixApplicability = Literal["safe", "unsafe", "display", "none"]
+
+_CODE = re.compile(r"^(?P<family>[A-Z]{2})\d{3}$")
+_NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
+# A section heading is the section's name alone on a line, underlined with dashes.
+_HEADING = re.compile(r"^(?P<title>[A-Z][a-z]+)\n-{3,}$", re.MULTILINE)
+
+
+class RuleMeta(BaseModel):
+    """Validated metadata of one rule; also the JSON shape of ``kvtool rule --all``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    code: str
+    name: str
+    family: str
+    default_severity: Severity
+    summary: str
+    fix_applicability: FixApplicability
+    references: tuple[str, ...]
+    sections: dict[str, str]
+
+    @field_validator("code")
+    @classmethod
+    def _code_shape(cls, value: str) -> str:
+        match = _CODE.match(value)
+        if match is None or match["family"] not in FAMILIES:
+            raise ValueError(
+                f"code {value!r} is not <family><3 digits> with a family in {sorted(FAMILIES)}"
+            )
+        return value
+
+    @field_validator("name")
+    @classmethod
+    def _name_shape(cls, value: str) -> str:
+        if not _NAME.match(value):
+            raise ValueError(f"name {value!r} is not kebab-case")
+        return value
+
+    @field_validator("summary")
+    @classmethod
+    def _summary_one_line(cls, value: str) -> str:
+        if not value.strip() or "\n" in value:
+            raise ValueError("summary must be one non-empty line")
+        return value
+
+    @field_validator("references")
+    @classmethod
+    def _has_references(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value or any(not ref.strip() for ref in value):
+            raise ValueError("a rule cites at least one non-empty reference")
+        return value
+
+    @field_validator("sections")
+    @classmethod
+    def _all_sections(cls, value: dict[str, str]) -> dict[str, str]:
+        missing = [s for s in DOC_SECTIONS if not value.get(s, "").strip()]
+        if missing:
+            raise ValueError(f"docstring lacks sections {missing} (each: title, dashes, text)")
+        return value
+
+
+def parse_sections(docstring: str) -> dict[str, str]:
+    """Split a rule docstring into ``{section title: text}``; text before the first heading "
+    "is dropped."""
+    text = inspect.cleandoc(docstring)
+    headings = list(_HEADING.finditer(text))
+    sections: dict[str, str] = {}
+    for index, heading in enumerate(headings):
+        end = headings[index + 1].start() if index + 1 < len(headings) else len(text)
+        sections[heading["title"]] = text[heading.end() : end].strip()
+    return sections
+
+
+class Rule:
+    """A rule's identity and documentation; its findings come from :meth:`finding`.
+
+    Rules that inspect a serve config subclass :class:`ConfigRule`; meta rules (the
+    ``KV`` family) are raised by the engine's suppression stage instead.
+    """
+
+    code: ClassVar[str]
+    name: ClassVar[str]
+    default_severity: ClassVar[Severity]
+    summary: ClassVar[str]
+    fix_applicability: ClassVar[FixApplicability] = "none"
+    references: ClassVar[tuple[str, ...]]
+    meta: ClassVar[RuleMeta]
+
+    def finding(
+        self,
+        message: str,
+        *,
+        flag: str | None = None,
+        location: Location | None = None,
+        fix: Fix | None = None,
+        severity: Severity | None = None,
+        **evidence: Any,
+    ) -> Finding:
+        """A finding stamped with this rule's identity (``severity`` overrides the default)."""
+        return Finding(
+            code=self.code,
+            name=self.name,
+            severity=severity or self.default_severity,
+            message=message,
+            flag=flag,
+            location=location,
+            fix=fix,
+            evidence=evidence,
+        )
+
+
+class ConfigRule(Rule, ABC):
+    """A rule that checks one normalised serve config.
+
+    ``check`` must be pure: it reads the context and yields findings, never touching
+    files or the network, so the same config always gives the same findings.
+    """
+
+    @abstractmethod
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        """Yield every finding of this rule for ``ctx.config``."""
+
+
+R = TypeVar("R", bound=type[Rule])
+
+
+class RegistryError(Exception):
+    """A rule's metadata is invalid or collides with another rule (a programming error)."""
+
+
+class RuleRegistry:
+    """All rules by code and by name; selectors accept codes, names, prefixes and ``ALL``."""
+
+    def __init__(self) -> None:
+        self._by_code: dict[str, Rule] = {}
+        self._by_name: dict[str, Rule] = {}
+
+    def register(self, cls: R) -> R:
+        """Class decorator: validate ``cls``'s metadata and add one instance of it."""
+        try:
+            meta = RuleMeta(
+                code=cls.code,
+                name=cls.name,
+                family=cls.code[:2],
+                default_severity=cls.default_severity,
+                summary=cls.summary,
+                fix_applicability=cls.fix_applicability,
+                references=tuple(cls.references),
+                sections=parse_sections(cls.__doc__ or ""),
+            )
+        except (AttributeError, ValueError) as exc:
+            raise RegistryError(f"rule class {cls.__name__}: {exc}") from exc
+        if meta.code in self._by_code:
+            raise RegistryError(f"duplicate rule code {meta.code} ({cls.__name__})")
+        if meta.name in self._by_name:
+            raise RegistryError(f"duplicate rule name {meta.name} ({cls.__name__})")
+        cls.meta = meta
+        instance = cls()
+        self._by_code[meta.code] = instance
+        self._by_name[meta.name] = instance
+        return cls
+
+    def __iter__(self) -> Iterator[Rule]:
+        return iter(sorted(self._by_code.values(), key=lambda rule: rule.code))
+
+    def __len__(self) -> int:
+        return len(self._by_code)
+
+    def get(self, code_or_name: str) -> Rule | None:
+        """The rule with this code (any case) or name, or None."""
+        return self._by_code.get(code_or_name.upper()) or self._by_name.get(code_or_name.lower())
+
+    def select(self, selector: str) -> set[str]:
+        """Codes matched by ``selector``: a code, a name, a prefix (``VG``, ``CN01``) or ``ALL``.
+
+        Raises ``KeyError`` naming the selector when nothing matches.
+        """
+        key = selector.strip()
+        if key.upper() == "ALL":
+            return set(self._by_code)
+        rule = self.get(key)
+        if rule is not None:
+            return {rule.code}
+        prefix = key.upper()
+        matched = {code for code in self._by_code if code.startswith(prefix)}
+        if not matched:
+            raise KeyError(key)
+        return matched
+
+
+registry = RuleRegistry()
+register = registry.register

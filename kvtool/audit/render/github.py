@@ -1,0 +1,37 @@
+"""GitHub Actions workflow commands (``--output-format github``), one line per finding.
+
+``::error file=deploy.yaml,line=42,col=5,title=SZ001 kv-offloading-size-per-rank::message``;
+info findings become ``::notice``. Values are escaped as the runner expects.
+"""
+
+from __future__ import annotations
+
+from kvtool.audit.engine import AuditReport
+from kvtool.audit.model import Finding, Severity
+
+COMMANDS = {Severity.error: "error", Severity.warning: "warning", Severity.info: "notice"}
+
+
+def _escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def line(finding: Finding) -> str:
+    props: list[str] = []
+    loc = finding.location
+    if loc is not None and loc.file:
+        props.append(f"file={_escape_property(loc.file)}")
+        if loc.line:
+            props.append(f"line={loc.line}")
+        if loc.column:
+            props.append(f"col={loc.column}")
+    props.append(f"title={_escape_property(f'{finding.code} {finding.name}')}")
+    return f"::{COMMANDS[finding.severity]} {','.join(props)}::{_escape_data(finding.message)}"
+
+
+def render(report: AuditReport) -> str:
+    return "".join(line(f) + "\n" for f in report.findings)

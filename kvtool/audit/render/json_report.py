@@ -1,0 +1,120 @@
+"""The JSON report (``--output-format json``), versioned by ``schema_version``.
+
+Schema version 1::
+
+    {"schema_version": 1,
+     "tool": {"name": "kvtool", "version": "..."},
+     "target": {"vllm_version", "source", "warning"} | null,   # the first invocation's
+     "invocations": [{"label", "file", "kind", "target": {...}, "notes": [...]}],
+     "findings": [{"code", "name", "severity", "message", "flag",
+                   "location": {"file", "line", "column", "end_line", "end_column"} | null,
+                   "fix": {"applicability", "description", "replacement_args"} | null,
+                   "invocation", "docs", "references": [...], "evidence": {...}}],
+     "summary": {"error", "warning", "info", "suppressed"}}
+
+``source`` is one of flag, settings, image, newest. ``replacement_args`` are the words
+that replace the finding's tokens (null when the fix removes or cannot be applied).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from kvtool import __version__
+from kvtool.audit.engine import AuditReport, Target
+from kvtool.audit.model import Finding, Location
+from kvtool.audit.registry import registry
+
+SCHEMA_VERSION = 1
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class JsonFix(_Out):
+    applicability: str
+    description: str
+    replacement_args: list[str] | None
+
+
+class JsonFinding(_Out):
+    code: str
+    name: str
+    severity: str
+    message: str
+    flag: str | None
+    location: Location | None
+    fix: JsonFix | None
+    invocation: str | None
+    docs: str
+    references: list[str]
+    evidence: dict[str, Any]
+
+
+class JsonInvocation(_Out):
+    label: str
+    file: str | None
+    kind: str
+    target: Target
+    notes: list[str]
+
+
+class JsonReport(_Out):
+    schema_version: int
+    tool: dict[str, str]
+    target: Target | None
+    invocations: list[JsonInvocation]
+    findings: list[JsonFinding]
+    summary: dict[str, int]
+
+
+def docs_anchor(code: str, name: str) -> str:
+    """The finding's section in the generated rule docs."""
+    return f"docs/rules.md#{code.lower()}-{name}"
+
+
+def _finding(finding: Finding) -> JsonFinding:
+    rule = registry.get(finding.code)
+    fix = None
+    if finding.fix is not None:
+        fix = JsonFix(
+            applicability=finding.fix.applicability,
+            description=finding.fix.description,
+            replacement_args=list(finding.fix.replacement) if finding.fix.remove_tokens else None,
+        )
+    return JsonFinding(
+        code=finding.code,
+        name=finding.name,
+        severity=finding.severity.value,
+        message=finding.message,
+        flag=finding.flag,
+        location=finding.location,
+        fix=fix,
+        invocation=finding.invocation,
+        docs=docs_anchor(finding.code, finding.name),
+        references=list(rule.references) if rule else [],
+        evidence=finding.evidence,
+    )
+
+
+def build(report: AuditReport) -> JsonReport:
+    invocations = [
+        JsonInvocation(label=i.label, file=i.file, kind=i.kind, target=i.target, notes=i.notes)
+        for i in report.invocations
+    ]
+    return JsonReport(
+        schema_version=SCHEMA_VERSION,
+        tool={"name": "kvtool", "version": __version__},
+        target=report.invocations[0].target if report.invocations else None,
+        invocations=invocations,
+        findings=[_finding(f) for f in report.findings],
+        summary={**report.counts(), "suppressed": report.suppressed},
+    )
+
+
+def render(report: AuditReport) -> str:
+    return json.dumps(build(report).model_dump(mode="json"), indent=2, sort_keys=False) + "\n"

@@ -1,0 +1,59 @@
+"""The human report (``--output-format text``): one block per finding, via rich.
+
+``file:line:col: CODE severity message [name]`` then the fix, if any. The summary
+line is separate (:func:`summary`) because it goes to stderr.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+
+from kvtool.audit.engine import AuditReport
+from kvtool.audit.model import Finding, Severity
+
+STYLES = {Severity.error: "bold red", Severity.warning: "yellow", Severity.info: "cyan"}
+
+
+def _where(finding: Finding) -> str:
+    loc = finding.location
+    if loc is None or not loc.file:
+        return finding.invocation or "argv"
+    parts = [loc.file]
+    if loc.line:
+        parts.append(str(loc.line))
+        if loc.column:
+            parts.append(str(loc.column))
+    return ":".join(parts)
+
+
+def print_report(report: AuditReport, console: Console) -> None:
+    for finding in report.findings:
+        style = STYLES[finding.severity]
+        console.print(
+            f"[bold]{escape(_where(finding))}[/bold]: [{style}]{finding.code}[/{style}] "
+            f"[{style}]{finding.severity.value}[/{style}] {escape(finding.message)} "
+            f"[dim]\\[{finding.name}][/dim]",
+            soft_wrap=True,
+        )
+        if finding.fix is not None:
+            console.print(
+                f"    [dim]fix ({finding.fix.applicability}):[/dim] "
+                f"{escape(finding.fix.description)}",
+                soft_wrap=True,
+            )
+
+
+def summary(report: AuditReport) -> str:
+    """One line: targets, counts per severity, suppressed count."""
+    targets = sorted({(i.target.vllm_version, i.target.source) for i in report.invocations})
+    where = ", ".join(f"vLLM {version} ({source})" for version, source in targets) or "nothing"
+    counts = report.counts()
+    parts = [
+        f"{counts[s.value]} {s.value}{'s' if counts[s.value] != 1 else ''}"
+        for s in reversed(Severity)
+    ]
+    text = f"Checked {len(report.invocations)} invocation(s) against {where}: {', '.join(parts)}"
+    if report.suppressed:
+        text += f", {report.suppressed} suppressed"
+    return text + "."

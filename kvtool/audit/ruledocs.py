@@ -1,0 +1,77 @@
+"""Rule documentation from the registry: ``kvtool rule``, ``docs/rules.md`` and JSON.
+
+One source (each rule's class attributes and docstring) for every view, so the
+docs, SARIF metadata and CLI help never disagree.
+"""
+
+from __future__ import annotations
+
+import json
+
+from kvtool.audit import rules as _rules  # noqa: F401  (registers every rule)
+from kvtool.audit.registry import FAMILIES, Rule, RuleMeta, registry
+
+DOCS_HEADER = """\
+# kvtool audit rules
+
+Generated from the rule registry by `scripts/gen_rule_docs.py`; do not edit by hand.
+`kvtool rule CODE` prints one rule; codes and names are accepted everywhere
+(`--select`, `--ignore`, settings, `# kvtool: ignore[...]`).
+
+Severity: **error** = vLLM refuses to start or misbehaves; **warning** = probably wrong;
+**info** = advice. Fix: **safe** fixes are applied by `--fix`; **unsafe** fixes need a
+human check; **display** fixes are only described.
+"""
+
+
+def rule_text(rule: Rule) -> str:
+    """What ``kvtool rule CODE`` prints: identity line, then every docstring section."""
+    meta = rule.meta
+    lines = [
+        f"{meta.code} {meta.name} ({meta.default_severity.value}; fix: {meta.fix_applicability})",
+        "",
+        meta.summary,
+        "",
+    ]
+    for title, body in meta.sections.items():
+        lines.extend([title, "-" * len(title), body, ""])
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _anchor(meta: RuleMeta) -> str:
+    return f"{meta.code.lower()}-{meta.name}"
+
+
+def markdown() -> str:
+    """``docs/rules.md``: an index table per family, then one section per rule."""
+    out = [DOCS_HEADER]
+    for family, description in FAMILIES.items():
+        members = [rule.meta for rule in registry if rule.meta.family == family]
+        if not members:
+            continue
+        out.append(f"\n## {family}: {description}\n")
+        out.append("| Code | Name | Severity | Fix | Summary |")
+        out.append("|---|---|---|---|---|")
+        for meta in members:
+            out.append(
+                f"| [{meta.code}](#{_anchor(meta)}) | {meta.name} | "
+                f"{meta.default_severity.value} | "
+                f"{meta.fix_applicability} | {meta.summary} |"
+            )
+    for rule in registry:
+        meta = rule.meta
+        out.append(f"\n### {meta.code} {meta.name}\n")
+        out.append(
+            f"Severity **{meta.default_severity.value}** · fix **{meta.fix_applicability}** · "
+            f"{meta.summary}\n"
+        )
+        for title, body in meta.sections.items():
+            out.append(
+                f"**{title}.** {body}\n" if "\n" not in body else f"**{title}.**\n\n{body}\n"
+            )
+    return "\n".join(out).rstrip() + "\n"
+
+
+def as_json() -> str:
+    """Every rule's metadata as a JSON list (``kvtool rule --all --output-format json``)."""
+    return json.dumps([rule.meta.model_dump(mode="json") for rule in registry], indent=2) + "\n"

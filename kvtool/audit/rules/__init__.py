@@ -1,0 +1,9 @@
+"""Every audit rule, one module per family (the explicit list is the registry's source).
+
+Importing this package registers all rules in :data:`kvtool.audit.registry.registry`.
+A new family module is added to the import list below; nothing is discovered implicitly.
+"""
+
+from kvtool.audit.rules import connectors, deployment, lazy, meta, sizing, versiongates
+
+FAMILY_MODULES = (versiongates, connectors, sizing, lazy, deployment, meta)

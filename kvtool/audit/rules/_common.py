@@ -1,0 +1,84 @@
+"""Small helpers shared by the rule families: suggestions and token-level fixes."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+from kvtool.audit.context import RuleContext
+from kvtool.audit.model import Fix, ServeOption, SourceToken
+
+
+def closest(word: str, candidates: Iterable[str]) -> str | None:
+    """The closest candidate to ``word`` (difflib ratio >= 0.6), or None."""
+    matches = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
+def did_you_mean(word: str, candidates: Iterable[str]) -> str:
+    """``" Did you mean X?"`` or an empty string."""
+    match = closest(word, candidates)
+    return f" Did you mean `{match}`?" if match else ""
+
+
+def option_tokens(ctx: RuleContext, opt: ServeOption) -> tuple[SourceToken, ...]:
+    """The argv tokens that spell ``opt``: the flag token and, when separate, its value token.
+
+    Empty when the option did not come from argv words (a ``--config`` YAML item) or
+    its token cannot be found, so a fix is never applied to the wrong words.
+    """
+    tokens = ctx.config.invocation.tokens
+    for index, token in enumerate(tokens):
+        if token.location != opt.location or not token.text.startswith(opt.written):
+            continue
+        if "=" in token.text or isinstance(opt.value, bool) or opt.value is None:
+            return (token,)
+        following = tokens[index + 1] if index + 1 < len(tokens) else None
+        if following is not None and following.text == str(opt.value):
+            return (token, following)
+        return (token,)
+    return ()
+
+
+def removal_fix(
+    ctx: RuleContext, opt: ServeOption, description: str, *, safe: bool = True
+) -> Fix | None:
+    """A fix deleting ``opt``'s tokens, or None when they cannot be located."""
+    tokens = option_tokens(ctx, opt)
+    if not tokens:
+        return None
+    return Fix(
+        applicability="safe" if safe else "unsafe",
+        description=description,
+        remove_tokens=tokens,
+        replacement=(),
+    )
+
+
+def replacement_fix(
+    ctx: RuleContext,
+    opt: ServeOption,
+    replacement: tuple[str, ...],
+    description: str,
+    *,
+    safe: bool,
+) -> Fix:
+    """A fix replacing ``opt``'s tokens by ``replacement``; display-only when tokens are unknown."""
+    tokens = option_tokens(ctx, opt)
+    if not tokens:
+        return Fix(applicability="display", description=description)
+    return Fix(
+        applicability="safe" if safe else "unsafe",
+        description=description,
+        remove_tokens=tokens,
+        replacement=replacement,
+    )
+
+
+def conditional_note(opt: ServeOption | None) -> str:
+    """A message suffix for options that only appear when a shell variable is set."""
+    return (
+        " (only when the surrounding `${VAR:+...}` expansion is active)"
+        if opt and opt.conditional
+        else ""
+    )

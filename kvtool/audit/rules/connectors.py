@@ -1,0 +1,850 @@
+"""CN: connectors, the hybrid KV cache manager (HMA) and offload semantics.
+
+Which connector vLLM loads and how it decides HMA come from the context (release
+table + curated semantic rows); the rules only compare them with the config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from kvtool.audit.context import (
+    KV_OFFLOADING_BACKEND,
+    KV_OFFLOADING_SIZE,
+    KV_TRANSFER_CONFIG,
+    RuleContext,
+)
+from kvtool.audit.model import Finding, Fix, Severity
+from kvtool.audit.registry import ConfigRule, register
+from kvtool.audit.rules._common import conditional_note, removal_fix
+
+VG_REF = "shared/reference/version-gates.md"
+UX_REF = "shared/reference/image-inspection-and-audit-ux.md"
+FIELD_GUIDE = "shared/seeds/004_6693fa353686f930.txt"
+DISABLE_HMA = "--disable-hybrid-kv-cache-manager"
+HMA_FACTORY_ERROR = (
+    "ValueError: Connector {name} does not support HMA but HMA is enabled. "
+    "Please set `--disable-hybrid-kv-cache-manager`."
+)
+
+
+@dataclass(frozen=True)
+class HmaOutcome:
+    """Whether HMA ends up on, and why, for the effective connector at the target release."""
+
+    on: bool
+    # "flag", "forced-on", "transfer-config", "non-hma-connector", "no-connector" or "supported"
+    reason: str
+    non_hma: tuple[str, ...]
+
+
+def hma_outcome(ctx: RuleContext, *, ignore_flag: bool = False) -> HmaOutcome:
+    """Imitate vLLM's HMA decision on a GPU platform (CPU platforms always turn HMA off).
+
+    ``ignore_flag``: the decision vLLM would take without ``--disable-hybrid-kv-cache-manager``.
+    """
+    non_hma = tuple(ctx.non_hma_connectors())
+    flag = None if ignore_flag else ctx.bool_option(DISABLE_HMA)
+    conn = ctx.connector
+    if flag is True:
+        return HmaOutcome(False, "flag", non_hma)
+    if flag is False:
+        return HmaOutcome(True, "forced-on", non_hma)
+    if conn is None:
+        return HmaOutcome(True, "no-connector", non_hma)
+    decision = ctx.semantics.hma_decision(ctx.version)
+    if decision is not None and decision.mode == "transfer-config-disables":
+        if conn.via == "kv-transfer-config":
+            return HmaOutcome(False, "transfer-config", non_hma)
+        # --kv-offloading-* became a connector after the HMA decision: HMA stayed on.
+        return HmaOutcome(True, "forced-on", non_hma)
+    if non_hma:
+        return HmaOutcome(False, "non-hma-connector", non_hma)
+    return HmaOutcome(True, "supported", non_hma)
+
+
+@register
+class RedundantDisableHybridKvCacheManager(ConfigRule):
+    """Reports `--disable-hybrid-kv-cache-manager` where the connector supports HMA.
+
+    What
+    ----
+    The flag is passed although the connector vLLM loads (every child, for MultiConnector)
+    subclasses `SupportsHMA` at the target release, so vLLM would keep HMA on by itself.
+
+    Why
+    ---
+    Passing the flag by reflex costs hybrid-model support and sliding-window memory savings
+    for nothing. vLLM decides HMA per connector from 0.22.0 (the field guide says 0.23.0;
+    the wheels show 0.22.0), and `OffloadingConnector` supports HMA from 0.21.0.
+
+    Example
+    -------
+    `vllm serve m --kv-offloading-size 400 --disable-hybrid-kv-cache-manager` on 0.32.0.
+
+    Fix
+    ---
+    Delete the flag (safe fix).
+
+    Releases
+    --------
+    SupportsHMA per connector from the release tables; decision mode per release from
+    `rules/audit/semantics.toml` (`hma_decisions`).
+
+    References
+    ----------
+    - shared/reference/version-gates.md §2 row 9 and §4 "How HMA was decided over time"
+    - https://github.com/vllm-project/vllm/pull/41847
+    """
+
+    code = "CN010"
+    name = "redundant-disable-hybrid-kv-cache-manager"
+    default_severity = Severity.warning
+    summary = "--disable-hybrid-kv-cache-manager with a connector that supports HMA"
+    fix_applicability = "safe"
+    references = (f"{VG_REF} §2 row 9", "https://github.com/vllm-project/vllm/pull/41847")
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        opt = ctx.option(DISABLE_HMA)
+        conn = ctx.connector
+        if opt is None or opt.value is not True or conn is None or ctx.non_hma_connectors():
+            return
+        names = (conn.name, *conn.children)
+        if any(ctx.connector_fact(name) is None for name in names):
+            return  # a connector unknown at this release: unknown-connector reports it
+        support = [ctx.supports_hma(name) for name in names]
+        without = hma_outcome(ctx, ignore_flag=True)
+        if not without.on:
+            return  # HMA would be off anyway (e.g. any --kv-transfer-config before 0.22.0)
+        dynamic = [name for name, value in zip(names, support, strict=True) if value is None]
+        if dynamic:
+            fact = ctx.connector_fact(dynamic[0])
+            note = f" ({fact.hma_note})" if fact is not None and fact.hma_note else ""
+            message = (
+                f"`{dynamic[0]}` decides HMA support at import time in vLLM "
+                f"{ctx.version}{note}: with an "
+                f"LMCache that supports HMA (lmcache >= 0.4.7), `{DISABLE_HMA}` only turns "
+                "off hybrid and "
+                "sliding-window KV savings."
+            )
+            severity = Severity.info
+        else:
+            message = (
+                f"`{conn.name}` supports HMA in vLLM {ctx.version}, which keeps HMA on by itself; "
+                f"`{DISABLE_HMA}` only turns off hybrid and sliding-window KV savings."
+            )
+            severity = self.default_severity
+        yield self.finding(
+            message + conditional_note(opt),
+            flag=DISABLE_HMA,
+            location=opt.location,
+            fix=removal_fix(ctx, opt, f"remove {DISABLE_HMA}", safe=not dynamic),
+            severity=severity,
+            connector=conn.name,
+        )
+
+
+@register
+class NonHmaConnectorOnHybridModel(ConfigRule):
+    """Reports a connector without HMA support serving a hybrid model.
+
+    What
+    ----
+    The served model has several KV cache group kinds (sliding window, Mamba/SSM, linear
+    attention) and the connector (or a MultiConnector child) lacks `SupportsHMA`.
+
+    Why
+    ---
+    Without HMA, hybrid models lose their per-group KV layout. From 0.23.0 vLLM's warning says
+    hybrid SSM models (Jamba, Bamba) require HMA and "will fail at startup without it";
+    `LMCacheConnectorV1` on hybrids is blocked upstream (LMCache#3106).
+
+    Example
+    -------
+    A Qwen3.5 or Jamba model with `{"kv_connector": "LMCacheConnectorV1"}`.
+
+    Fix
+    ---
+    Use native offload (`--kv-offloading-size`) or `LMCacheMPConnector` with lmcache >= 0.4.7.
+
+    Releases
+    --------
+    SupportsHMA per connector from the release tables; "Mamba needs HMA" from `mamba_requires_hma`.
+    Only checked when the model is known (catalog or local config.json).
+
+    References
+    ----------
+    - shared/reference/version-gates.md §5 item 9
+    - https://github.com/LMCache/LMCache/issues/3106
+    """
+
+    code = "CN011"
+    name = "non-hma-connector-on-hybrid-model"
+    default_severity = Severity.error
+    summary = "connector without HMA support serving a hybrid model"
+    references = (f"{VG_REF} §5 item 9", "https://github.com/LMCache/LMCache/issues/3106")
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        model = ctx.model
+        non_hma = ctx.non_hma_connectors()
+        if model is None or not model.hybrid or not non_hma:
+            return
+        hard_fail = model.mamba and ctx.semantics.mamba_requires_hma.contains(ctx.version)
+        consequence = (
+            "vLLM refuses to start Mamba/SSM hybrids without HMA"
+            if hard_fail
+            else "HMA is turned off, so the model loses its per-group KV layout"
+        )
+        yield self.finding(
+            f"Model `{model.name}` is a hybrid and `{', '.join(non_hma)}` lacks SupportsHMA "
+            "in vLLM "
+            f"{ctx.version}: {consequence}.",
+            flag=KV_TRANSFER_CONFIG,
+            location=ctx.connector.option.location
+            if ctx.connector and ctx.connector.option
+            else None,
+            severity=Severity.error if hard_fail else Severity.warning,
+            connectors=non_hma,
+        )
+
+
+@register
+class HmaForcedWithNonHmaConnector(ConfigRule):
+    """Reports a connector without HMA support while HMA stays on, which fails at startup.
+
+    What
+    ----
+    HMA ends up on although the connector (or a MultiConnector child) lacks `SupportsHMA`:
+    either `--no-disable-hybrid-kv-cache-manager` forces it, or the release converts
+    `--kv-offloading-*` into a connector after deciding HMA (0.11.1-0.21.x).
+
+    Why
+    ---
+    `KVConnectorFactory` raises `ValueError: Connector X does not support HMA but HMA is enabled`.
+    With native offload this fired on 0.11.1-0.20.x (OffloadingConnector has HMA from 0.21.0;
+    the field guide says "<= 0.22.x"); with `--kv-offloading-backend lmcache` through 0.21.x.
+
+    Example
+    -------
+    `--kv-offloading-size 100` on 0.20.0 (GPU); `--no-disable-hybrid-kv-cache-manager` with
+    `LMCacheConnectorV1` on any release.
+
+    Fix
+    ---
+    Add `--disable-hybrid-kv-cache-manager`, or upgrade to a release where the connector
+    supports HMA.
+
+    Releases
+    --------
+    SupportsHMA from the release tables; decision order from `hma_decisions` in
+    `rules/audit/semantics.toml`.
+
+    References
+    ----------
+    - shared/reference/version-gates.md §2 row 24 and §4 row 24
+    """
+
+    code = "CN012"
+    name = "hma-forced-with-non-hma-connector"
+    default_severity = Severity.error
+    summary = "HMA stays on with a connector that lacks SupportsHMA: startup fails"
+    fix_applicability = "display"
+    references = (f"{VG_REF} §2 row 24",)
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        outcome = hma_outcome(ctx)
+        if not outcome.on or outcome.reason != "forced-on" or not outcome.non_hma:
+            return
+        conn = ctx.connector
+        why = (
+            f"`--no-{DISABLE_HMA[2:]}` forces HMA on"
+            if ctx.bool_option(DISABLE_HMA) is False
+            else f"vLLM {ctx.version} converts --kv-offloading-* into a connector after deciding "
+            "HMA, so HMA stays on"
+        )
+        yield self.finding(
+            f"{why} and `{', '.join(outcome.non_hma)}` lacks SupportsHMA in vLLM "
+            f"{ctx.version}: startup fails with "
+            f"`{HMA_FACTORY_ERROR.format(name=outcome.non_hma[0])}`",
+            flag=DISABLE_HMA,
+            location=conn.option.location if conn and conn.option else None,
+            fix=Fix(
+                applicability="display",
+                description=f"add {DISABLE_HMA} or use a connector with HMA support",
+            ),
+            connectors=list(outcome.non_hma),
+        )
+
+
+@register
+class NonHmaConnectorDisablesHma(ConfigRule):
+    """Reports that vLLM will turn HMA off because the connector lacks `SupportsHMA`.
+
+    What
+    ----
+    The flag is unset, the release decides HMA per connector, and the connector (or a
+    MultiConnector child: one is enough) lacks `SupportsHMA`, so vLLM turns HMA off.
+
+    Why
+    ---
+    Hybrid and sliding-window models lose their KV savings. From 0.23.0 vLLM's warning does
+    not name the connector (only 0.22.x does; the field guide says the warning names it),
+    so the audit names it.
+
+    Example
+    -------
+    MultiConnector with children `NixlConnector` and `LMCacheConnectorV1` on 0.32.0.
+
+    Fix
+    ---
+    Replace the non-HMA connector (native offload or LMCacheMPConnector with lmcache >= 0.4.7).
+
+    Releases
+    --------
+    0.22.0 and later (`hma_decisions`: per-connector mode).
+
+    References
+    ----------
+    - shared/reference/version-gates.md §2 rows 9 and 25
+    """
+
+    code = "CN013"
+    name = "non-hma-connector-disables-hma"
+    default_severity = Severity.info
+    summary = "vLLM turns HMA off because the connector lacks SupportsHMA"
+    references = (f"{VG_REF} §2 rows 9 and 25",)
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        outcome = hma_outcome(ctx)
+        if outcome.reason != "non-hma-connector":
+            return
+        decision = ctx.semantics.hma_decision(ctx.version)
+        says = (
+            "its startup warning names the connector"
+            if decision is not None and decision.warning_names_connector
+            else "its startup warning does not name the connector"
+        )
+        conn = ctx.connector
+        yield self.finding(
+            f"vLLM {ctx.version} turns HMA off because `{', '.join(outcome.non_hma)}` lacks "
+            f"SupportsHMA ({says}).",
+            flag=KV_TRANSFER_CONFIG,
+            location=conn.option.location if conn and conn.option else None,
+            connectors=list(outcome.non_hma),
+        )
+
+
+@register
+class KvOffloadingSizeWithoutBackend(ConfigRule):
+    """Reports `--kv-offloading-size` without a backend where the size alone does nothing.
+
+    What
+    ----
+    On releases where `--kv-offloading-backend` defaults to None, the backend triggers the
+    offload; a size on its own is silently ignored.
+
+    Why
+    ---
+    No KV is offloaded and nothing says so.
+
+    Example
+    -------
+    `--kv-offloading-size 100` on 0.12.0.
+
+    Fix
+    ---
+    Add `--kv-offloading-backend native` (or upgrade to 0.14.0+, where native is the default).
+
+    Releases
+    --------
+    `size_needs_backend` in `rules/audit/semantics.toml` (0.11.1-0.13.x).
+
+    References
+    ----------
+    - shared/reference/version-gates.md §4 row 2 and §5 item 1
+    """
+
+    code = "CN001"
+    name = "kv-offloading-size-without-backend"
+    default_severity = Severity.error
+    summary = "--kv-offloading-size alone is ignored at the target release"
+    fix_applicability = "display"
+    references = (f"{VG_REF} §4 row 2",)
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        size = ctx.option(KV_OFFLOADING_SIZE)
+        if size is None or ctx.option(KV_OFFLOADING_BACKEND) is not None:
+            return
+        if not ctx.semantics.size_needs_backend.contains(ctx.version):
+            return
+        yield self.finding(
+            f"On vLLM {ctx.version} `{KV_OFFLOADING_SIZE}` does nothing without "
+            f"`{KV_OFFLOADING_BACKEND}` "
+            "(the backend defaults to None): no KV is offloaded." + conditional_note(size),
+            flag=KV_OFFLOADING_SIZE,
+            location=size.location,
+            fix=Fix(applicability="display", description=f"add {KV_OFFLOADING_BACKEND} native"),
+        )
+
+
+@register
+class KvOffloadingSizeOverwritesKvTransferConfig(ConfigRule):
+    """Reports `--kv-offloading-*` together with a `--kv-transfer-config` that names a connector.
+
+    What
+    ----
+    Both the offload flags and a `--kv-transfer-config` with `kv_connector` are given.
+
+    Why
+    ---
+    vLLM's `_post_init_kv_transfer_config` overwrites `kv_connector` (and, for the lmcache
+    backend up to 0.22.x, the whole `kv_connector_extra_config`) and forces `kv_role=kv_both`:
+    the user's connector (say NixlConnector for P/D) is silently replaced.
+
+    Example
+    -------
+    `--kv-offloading-size 200
+    --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_producer"}'`.
+
+    Fix
+    ---
+    Use one mechanism: for offload plus P/D, a MultiConnector with NixlConnector and
+    OffloadingConnector children in `--kv-transfer-config`.
+
+    Releases
+    --------
+    `size_overwrites_kv_transfer_config` in `rules/audit/semantics.toml`.
+
+    References
+    ----------
+    - shared/reference/version-gates.md §5 item 2
+    """
+
+    code = "CN002"
+    name = "kv-offloading-size-overwrites-kv-transfer-config"
+    default_severity = Severity.error
+    summary = "--kv-offloading-* silently replaces the connector in --kv-transfer-config"
+    references = (f"{VG_REF} §5 item 2",)
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        mapping = ctx.backend_mapping
+        user_connector = ctx.kv_transfer_config.get("kv_connector")
+        if (
+            mapping is None
+            or not isinstance(user_connector, str)
+            or user_connector == mapping.connector
+        ):
+            return
+        if not ctx.semantics.size_overwrites_kv_transfer_config.contains(ctx.version):
+            return
+        opt = ctx.option(KV_OFFLOADING_SIZE) or ctx.option(KV_OFFLOADING_BACKEND)
+        yield self.finding(
+            f"vLLM {ctx.version} replaces `kv_connector` `{user_connector}` from "
+            f"`{KV_TRANSFER_CONFIG}` with "
+            f"`{mapping.connector}` because `--kv-offloading-*` is set, and forces `kv_role` "
+            "to `kv_both`.",
+            flag=KV_TRANSFER_CONFIG,
+            location=ctx.location_of(KV_TRANSFER_CONFIG) or (opt.location if opt else None),
+            replaced=user_connector,
+            connector=mapping.connector,
+        )
+
+
+@register
+class KvOffloadingSizeIgnoredWithLmcacheBackend(ConfigRule):
+    """Reports `--kv-offloading-size` with the lmcache backend where the size is not passed on.
+
+    What
+    ----
+    The lmcache backend maps to `LMCacheMPConnector` (from 0.23.0), whose capacity is set by the
+    LMCache server (`--l1-size-gb`); vLLM does not pass the size on.
+
+    Why
+    ---
+    Operators believe they sized the cache; the server's own default or flag decides.
+    The field guide's "keep LMCACHE_MAX_LOCAL_CPU_SIZE and --kv-offloading-size consistent"
+    only holds on 0.11.1-0.22.x.
+
+    Example
+    -------
+    `--kv-offloading-backend lmcache --kv-offloading-size 200` on 0.32.0.
+
+    Fix
+    ---
+    Size the LMCache server (`lmcache server --l1-size-gb`); keep the size only as the on-switch.
+
+    Releases
+    --------
+    `backend_connectors` rows with `size = "ignored"` in `rules/audit/semantics.toml`.
+
+    References
+    ----------
+    - shared/reference/version-gates.md §4 row 27 and §5 item 1
+    - shared/reference/sizing.md §0 item 3
+    """
+
+    code = "CN005"
+    name = "kv-offloading-size-ignored-with-lmcache-backend"
+    default_severity = Severity.warning
+    summary = "--kv-offloading-size does not size the LMCache MP backend"
+    references = (f"{VG_REF} §4 row 27", "shared/reference/sizing.md §0 item 3")
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        mapping = ctx.backend_mapping
+        size = ctx.option(KV_OFFLOADING_SIZE)
+        if mapping is None or size is None or mapping.size != "ignored":
+            return
+        yield self.finding(
+            f"With `{KV_OFFLOADING_BACKEND} {mapping.backend}` vLLM {ctx.version} loads "
+            f"`{mapping.connector}` and "
+            f"does not pass `{KV_OFFLOADING_SIZE} {size.value}` on: the LMCache server's "
+            "`--l1-size-gb` sets the capacity.",
+            flag=KV_OFFLOADING_SIZE,
+            location=size.location,
+        )
+
+
+def _hashseed_set(ctx: RuleContext) -> bool:
+    return ctx.env("PYTHONHASHSEED") is not None
+
+
+@register
+class LmcacheWithoutPythonhashseed(ConfigRule):
+    """Reports an LMCache connector with TP > 1 or P/D and no `PYTHONHASHSEED`.
+
+    What
+    ----
+    An LMCache connector is used where several processes must agree on chunk hashes (TP > 1,
+    PP > 1, or a producer/consumer `kv_role`) and `PYTHONHASHSEED` is not in the environment.
+
+    Why
+    ---
+    Workers and instances compute different `NONE_HASH` values and the cache hit rate is 0 %
+    (LMCache #1739, #1658, #2979; vLLM #42625).
+
+    Example
+    -------
+    `--kv-offloading-backend lmcache -tp 4` with no `PYTHONHASHSEED`.
+
+    Fix
+    ---
+    Set `PYTHONHASHSEED=0` (any fixed value, the same for every worker and instance).
+
+    Releases
+    --------
+    Every release with LMCache connectors.
+
+    References
+    ----------
+    - shared/reference/image-inspection-and-audit-ux.md §F item 7
+    - https://github.com/LMCache/LMCache/issues/1739
+    """
+
+    code = "CN020"
+    name = "lmcache-without-pythonhashseed"
+    default_severity = Severity.warning
+    summary = "LMCache connector with TP/PP > 1 or P/D and no PYTHONHASHSEED"
+    references = (f"{UX_REF} §F item 7", "https://github.com/LMCache/LMCache/issues/1739")
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        conn = ctx.connector
+        if conn is None or _hashseed_set(ctx):
+            return
+        names = {conn.name, *conn.children}
+        lmcache = sorted(names & set(ctx.semantics.lmcache_connectors))
+        role = ctx.kv_transfer_config.get("kv_role")
+        shared = ctx.world > 1 or role in ("kv_producer", "kv_consumer")
+        if not lmcache or not shared:
+            return
+        yield self.finding(
+            f"`{lmcache[0]}` with TP x PP = {ctx.world} and kv_role {role or 'unset'} needs "
+            "the same "
+            "`PYTHONHASHSEED` in every process, or chunk hashes differ and nothing hits.",
+            flag="PYTHONHASHSEED",
+            location=conn.option.location if conn.option else None,
+        )
+
+
+@register
+class P2pTierWithoutPythonhashseed(ConfigRule):
+    """Reports the native `p2p` offload tier without `PYTHONHASHSEED` on releases that require it.
+
+    What
+    ----
+    `secondary_tiers` includes a `p2p` tier and `PYTHONHASHSEED` is unset on a release whose p2p
+    manager raises at startup without it.
+
+    Why
+    ---
+    vLLM refuses to start: "PYTHONHASHSEED must be set for P2P KV offload". The check exists in
+    0.27.0-0.28.x (the field guide says from 0.26.0; 0.26.0 only hints in a timeout warning)
+    and is lifted in 0.29.0.
+
+    Example
+    -------
+    OffloadingConnector with `"secondary_tiers": [{"type": "p2p"}]` on 0.27.1, no PYTHONHASHSEED.
+
+    Fix
+    ---
+    Set `PYTHONHASHSEED` to the same value on every instance.
+
+    Releases
+    --------
+    `p2p_requires_pythonhashseed` in `rules/audit/semantics.toml`.
+
+    References
+    ----------
+    - shared/reference/version-gates.md §2 row 12
+    """
+
+    code = "CN021"
+    name = "p2p-tier-without-pythonhashseed"
+    default_severity = Severity.error
+    summary = "native p2p tier without PYTHONHASHSEED where vLLM requires it"
+    references = (f"{VG_REF} §2 row 12",)
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        tiers = ctx.extra_config.get("secondary_tiers")
+        if not isinstance(tiers, list) or _hashseed_set(ctx):
+            return
+        if not any(isinstance(t, dict) and t.get("type") == "p2p" for t in tiers):
+            return
+        if not ctx.semantics.p2p_requires_pythonhashseed.contains(ctx.version):
+            return
+        yield self.finding(
+            f"vLLM {ctx.version} refuses to start the p2p tier without PYTHONHASHSEED "
+            '("PYTHONHASHSEED must be set for P2P KV offload").',
+            flag="PYTHONHASHSEED",
+            location=ctx.location_of(KV_TRANSFER_CONFIG),
+        )
+
+
+def _offloading(ctx: RuleContext) -> str | None:
+    """The offload connector in use (a child of MultiConnector counts), or None."""
+    conn = ctx.connector
+    if conn is None:
+        return None
+    for name in (conn.name, *conn.children):
+        if name in ctx.semantics.offload_connectors:
+            return name
+    return None
+
+
+@register
+class OffloadWithoutPrefixCaching(ConfigRule):
+    """Reports KV offload with prefix caching turned off.
+
+    What
+    ----
+    An offload connector is configured and `--no-enable-prefix-caching` is passed.
+
+    Why
+    ---
+    Offloaded KV is found again through prefix-cache hashes; with prefix caching off, offload
+    has nothing to hit against and only costs transfer bandwidth.
+
+    Example
+    -------
+    `--kv-offloading-size 100 --no-enable-prefix-caching`.
+
+    Fix
+    ---
+    Remove `--no-enable-prefix-caching` (prefix caching is on by default).
+
+    Releases
+    --------
+    Every release with KV offload.
+
+    References
+    ----------
+    - shared/seeds/004_6693fa353686f930.txt ("Offload doesn't help", item 3)
+    - shared/reference/image-inspection-and-audit-ux.md §F item 8
+    """
+
+    code = "CN030"
+    name = "offload-without-prefix-caching"
+    default_severity = Severity.error
+    summary = "KV offload configured with prefix caching off"
+    fix_applicability = "unsafe"
+    references = (f"{FIELD_GUIDE} (Offload doesn't help, item 3)", f"{UX_REF} §F item 8")
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        connector = _offloading(ctx)
+        if connector is None or not ctx.prefix_caching_off:
+            return
+        opt = ctx.option("--enable-prefix-caching")
+        assert opt is not None  # prefix_caching_off implies the option is present
+        yield self.finding(
+            f"`{connector}` offloads KV but prefix caching is off: offloaded blocks can never "
+            "be hit.",
+            flag="--enable-prefix-caching",
+            location=opt.location,
+            fix=removal_fix(ctx, opt, f"remove {opt.written}", safe=False),
+        )
+
+
+@register
+class Fp8KvCacheWithoutScales(ConfigRule):
+    """Notes that an FP8 KV cache uses scale 1.0 unless the checkpoint ships k/v scales.
+
+    What
+    ----
+    `--kv-cache-dtype fp8*` is set; kvtool cannot see whether the checkpoint ships calibrated
+    `k_scale`/`v_scale`.
+
+    Why
+    ---
+    Without shipped scales vLLM uses 1.0, which can clip large activations (quality loss,
+    often only past 128k context). `--calculate-kv-scales` (removed in 0.28.0) still computed
+    dynamic scales through 0.27.1; the field guide's "it had no effect" is wrong.
+
+    Example
+    -------
+    `--kv-cache-dtype fp8` on a checkpoint without `k_scale`.
+
+    Fix
+    ---
+    Check the checkpoint for scales, or stay on BF16 KV and use offload to regain memory.
+
+    Releases
+    --------
+    Every release; `--calculate-kv-scales` presence from the release tables.
+
+    References
+    ----------
+    - shared/reference/version-gates.md §2 row 5 and §4 row 37
+    """
+
+    code = "CN031"
+    name = "fp8-kv-cache-without-scales"
+    default_severity = Severity.info
+    summary = "FP8 KV cache: scale 1.0 unless the checkpoint ships k/v scales"
+    references = (f"{VG_REF} §4 row 37", f"{VG_REF} §2 row 5")
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        opt = ctx.option("--kv-cache-dtype")
+        if opt is None or not str(opt.value).startswith("fp8"):
+            return
+        calc = ctx.option("--calculate-kv-scales")
+        if calc is not None and calc.known and calc.value is True:
+            return  # dynamic scales are computed on releases that still have the flag
+        yield self.finding(
+            f"`--kv-cache-dtype {opt.value}`: unless the checkpoint ships "
+            "`k_scale`/`v_scale`, vLLM uses "
+            "scale 1.0, which can clip large activations on long contexts.",
+            flag="--kv-cache-dtype",
+            location=opt.location,
+        )
+
+
+@register
+class EnforceEagerWithOffload(ConfigRule):
+    """Reports `--enforce-eager` on a deployment that uses KV offload.
+
+    What
+    ----
+    `--enforce-eager` disables CUDA graphs. It is often added as a fragmentation workaround.
+
+    Why
+    ---
+    It hurts steady-state throughput by more than fragmentation costs: dropping it cut a
+    prefix-cache-hit turn from 2.4 s to 0.64 s on Qwen3-4B (field guide). Keep it only where
+    the architecture needs it (hybrid DeltaNet + attention models).
+
+    Example
+    -------
+    `--kv-offloading-size 100 --enforce-eager`.
+
+    Fix
+    ---
+    Remove `--enforce-eager` unless the model needs it.
+
+    Releases
+    --------
+    Every release.
+
+    References
+    ----------
+    - shared/seeds/004_6693fa353686f930.txt ("Other long-context knobs")
+    """
+
+    code = "CN032"
+    name = "enforce-eager-with-offload"
+    default_severity = Severity.warning
+    summary = "--enforce-eager disables CUDA graphs on an offload deployment"
+    fix_applicability = "unsafe"
+    references = (f"{FIELD_GUIDE} (Other long-context knobs)",)
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        opt = ctx.option("--enforce-eager")
+        if opt is None or opt.value is not True or _offloading(ctx) is None:
+            return
+        if ctx.model is not None and ctx.model.hybrid:
+            return  # hybrid DeltaNet-style models may genuinely need eager mode
+        yield self.finding(
+            "`--enforce-eager` disables CUDA graphs and costs more throughput than it saves "
+            "in fragmentation." + conditional_note(opt),
+            flag="--enforce-eager",
+            location=opt.location,
+            fix=removal_fix(ctx, opt, "remove --enforce-eager", safe=False),
+        )
+
+
+@register
+class RetentionIntervalNotBlockMultiple(ConfigRule):
+    """Reports a `--prefix-cache-retention-interval` that is not a multiple of `--block-size`.
+
+    What
+    ----
+    A positive retention interval must be a multiple of the scheduler block size.
+
+    Why
+    ---
+    vLLM rejects the value at startup. From 0.30.0 the interval also gates which SWA/SSM
+    chunks OffloadingConnector offloads and must be a multiple of the SWA group's
+    `tokens_per_chunk` (checked by vLLM; not visible to kvtool).
+
+    Example
+    -------
+    `--prefix-cache-retention-interval 100 --block-size 32`.
+
+    Fix
+    ---
+    Round the interval to a multiple of the block size.
+
+    Releases
+    --------
+    `retention_interval_block_multiple` in `rules/audit/semantics.toml` (the flag exists
+    from 0.29.0).
+
+    References
+    ----------
+    - shared/reference/version-gates.md §4 rows 32 and 35
+    """
+
+    code = "CN033"
+    name = "retention-interval-not-block-multiple"
+    default_severity = Severity.error
+    summary = "--prefix-cache-retention-interval is not a multiple of --block-size"
+    fix_applicability = "display"
+    references = (f"{VG_REF} §4 rows 32 and 35",)
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        interval_opt = ctx.option("--prefix-cache-retention-interval")
+        if interval_opt is None or ctx.option("--block-size") is None:
+            return
+        if not ctx.semantics.retention_interval_block_multiple.contains(ctx.version):
+            return
+        interval = ctx.int_option("--prefix-cache-retention-interval", 0)
+        block = ctx.int_option("--block-size", 0)
+        if interval <= 0 or block <= 0 or interval % block == 0:
+            return
+        lower = interval - interval % block
+        yield self.finding(
+            f"`--prefix-cache-retention-interval {interval}` is not a multiple of "
+            f"`--block-size {block}`; "
+            f"use {lower or block} or {lower + block}.",
+            flag="--prefix-cache-retention-interval",
+            location=interval_opt.location,
+        )

@@ -1,0 +1,417 @@
+"""SZ: sizing units (per rank versus total) and host memory.
+
+The arithmetic is ``kvtool.sizing.arithmetic`` (the same code ``kvtool size`` uses);
+these rules only decide when a config's numbers contradict it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from kvtool.audit.context import KV_OFFLOADING_SIZE, RuleContext
+from kvtool.audit.model import Finding, Fix, Severity
+from kvtool.audit.registry import ConfigRule, register
+from kvtool.audit.rules._common import conditional_note, replacement_fix
+from kvtool.sizing.arithmetic import per_rank_gib, total_from_per_rank_gib
+
+SIZING_REF = "shared/reference/sizing.md"
+FIELD_GUIDE = "shared/seeds/004_6693fa353686f930.txt"
+LMCACHE_CPU_SIZE = "LMCACHE_MAX_LOCAL_CPU_SIZE"
+
+# The largest HBM of one GPU this tool targets: H200, 141 GB (NVIDIA H200 datasheet).
+# A TP-wide host tier no larger than one GPU's memory almost always means a per-GPU number.
+LARGEST_GPU_HBM_GB = 141
+
+
+def _fmt(value: float) -> str:
+    return f"{value:g}"
+
+
+def _lmcache_cpu_size(ctx: RuleContext) -> float | None:
+    value = ctx.env_value(LMCACHE_CPU_SIZE)
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+def _in_process_lmcache(ctx: RuleContext) -> bool:
+    conn = ctx.connector
+    return conn is not None and "LMCacheConnectorV1" in (conn.name, *conn.children)
+
+
+def _mp_lmcache(ctx: RuleContext) -> bool:
+    conn = ctx.connector
+    return conn is not None and "LMCacheMPConnector" in (conn.name, *conn.children)
+
+
+@register
+class KvOffloadingSizePerRank(ConfigRule):
+    """Reports a `--kv-offloading-size` that looks like a per-GPU number.
+
+    What
+    ----
+    With TP x PP > 1, a native `--kv-offloading-size` no larger than one GPU's HBM (141 GB on
+    H200) is almost certainly sized per GPU, the SGLang habit.
+
+    Why
+    ---
+    The flag is the total across all TP x PP ranks, in GiB (the opposite of SGLang's
+    per-rank `--hicache-size`): each rank gets size / (TP x PP), a factor of TP less than meant.
+
+    Example
+    -------
+    `-tp 8 --kv-offloading-size 100` (each rank gets 12.5 GiB).
+
+    Fix
+    ---
+    Multiply by TP x PP (an unsafe fix: check host RAM first).
+
+    Releases
+    --------
+    Every release with `--kv-offloading-size` (native backend sizes are totals on all of them).
+
+    References
+    ----------
+    - shared/reference/sizing.md §4.2 F3 and §5 row 1
+    - shared/reference/version-gates.md §4 row 26
+    """
+
+    code = "SZ001"
+    name = "kv-offloading-size-per-rank"
+    default_severity = Severity.warning
+    summary = "--kv-offloading-size looks sized per GPU, but it is the TP-wide total"
+    fix_applicability = "unsafe"
+    references = (f"{SIZING_REF} §4.2 F3", "shared/reference/version-gates.md §4 row 26")
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        opt = ctx.option(KV_OFFLOADING_SIZE)
+        mapping = ctx.backend_mapping
+        size = ctx.float_option(KV_OFFLOADING_SIZE)
+        if (
+            opt is None
+            or size is None
+            or mapping is None
+            or mapping.size != "total"
+            or ctx.world == 1
+        ):
+            return
+        if size > LARGEST_GPU_HBM_GB:
+            return
+        total = total_from_per_rank_gib(size, ctx.world)
+        yield self.finding(
+            f"`{KV_OFFLOADING_SIZE} {_fmt(size)}` is the total over TP x PP = {ctx.world} "
+            "ranks: each gets "
+            f"{_fmt(per_rank_gib(size, ctx.world))} GiB. If {_fmt(size)} GiB was meant per "
+            f"GPU, use {_fmt(total)}." + conditional_note(opt),
+            flag=KV_OFFLOADING_SIZE,
+            location=opt.location,
+            fix=replacement_fix(
+                ctx,
+                opt,
+                (KV_OFFLOADING_SIZE, _fmt(total)),
+                f"{KV_OFFLOADING_SIZE} {_fmt(size)} -> {_fmt(total)} (x TP x PP)",
+                safe=False,
+            ),
+            per_rank_gib=per_rank_gib(size, ctx.world),
+            world=ctx.world,
+        )
+
+
+@register
+class LmcacheCpuSizeTimesTpExceedsHostRam(ConfigRule):
+    """Reports an in-process LMCache CPU size that, per rank, adds up to more than the host has.
+
+    What
+    ----
+    `LMCACHE_MAX_LOCAL_CPU_SIZE` is allocated by every TP x PP worker of the in-process
+    `LMCacheConnectorV1`; times the world size it exceeds `--host-ram-gib`.
+
+    Why
+    ---
+    The host runs out of memory: TP=2 x 50 GB used 100 GB RSS (LMCache #2901); TP=8 x 512 GB
+    asked for 4 TB and was OOM-killed with no log line.
+
+    Example
+    -------
+    `LMCACHE_MAX_LOCAL_CPU_SIZE=200` with `-tp 8` on a 1 TiB host (`--host-ram-gib 1024`).
+
+    Fix
+    ---
+    Set it to the intended total divided by TP x PP.
+
+    Releases
+    --------
+    Every release with `LMCacheConnectorV1`. Needs `--host-ram-gib` (or `host-ram-gib` in settings).
+
+    References
+    ----------
+    - shared/reference/sizing.md §2.4 and §5 row 1
+    - https://github.com/LMCache/LMCache/issues/2901
+    """
+
+    code = "SZ002"
+    name = "lmcache-cpu-size-times-tp-exceeds-host-ram"
+    default_severity = Severity.error
+    summary = "per-rank LMCACHE_MAX_LOCAL_CPU_SIZE x TP x PP exceeds host RAM"
+    fix_applicability = "display"
+    references = (f"{SIZING_REF} §2.4", "https://github.com/LMCache/LMCache/issues/2901")
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        per_rank = _lmcache_cpu_size(ctx)
+        if per_rank is None or ctx.host_ram_gib is None or not _in_process_lmcache(ctx):
+            return
+        total = total_from_per_rank_gib(per_rank, ctx.world)
+        if total <= ctx.host_ram_gib:
+            return
+        env = ctx.env(LMCACHE_CPU_SIZE)
+        yield self.finding(
+            f"`{LMCACHE_CPU_SIZE}={_fmt(per_rank)}` is per rank: {ctx.world} ranks allocate "
+            f"{_fmt(total)} GiB, "
+            f"more than the host's {_fmt(ctx.host_ram_gib)} GiB.",
+            flag=LMCACHE_CPU_SIZE,
+            location=env.location if env else None,
+            fix=Fix(
+                applicability="display",
+                description=(
+                    f"at most {_fmt(per_rank_gib(ctx.host_ram_gib, ctx.world))} GiB per rank"
+                ),
+            ),
+            total_gib=total,
+        )
+
+
+@register
+class LmcacheSizeDisagreesWithKvOffloadingSize(ConfigRule):
+    """Reports `LMCACHE_MAX_LOCAL_CPU_SIZE` that disagrees with `--kv-offloading-size` (in-process).
+
+    What
+    ----
+    `--kv-offloading-backend lmcache` on a release that maps it to `LMCacheConnectorV1`
+    (0.11.1-0.22.x), where vLLM passes `lmcache.max_local_cpu_size = size / (TP x PP)` per
+    rank, and the env var says something else.
+
+    Why
+    ---
+    `lmcache.*` keys in `kv_connector_extra_config` override LMCache env vars (lmcache 0.5.6),
+    so the env var is silently ignored; the field guide's "LMCache env vars win" is wrong.
+
+    Example
+    -------
+    `-tp 4 --kv-offloading-backend lmcache --kv-offloading-size 400` with
+    `LMCACHE_MAX_LOCAL_CPU_SIZE=400` on 0.22.0 (each rank gets 100, not 400).
+
+    Fix
+    ---
+    Drop the env var, or set it to size / (TP x PP).
+
+    Releases
+    --------
+    `backend_connectors` rows with `size = "per-rank"` in `rules/audit/semantics.toml`.
+
+    References
+    ----------
+    - shared/reference/version-gates.md §4 row 27
+    - shared/reference/sizing.md §2.4 and §0 item 3
+    """
+
+    code = "SZ003"
+    name = "lmcache-size-disagrees-with-kv-offloading-size"
+    default_severity = Severity.warning
+    summary = "LMCACHE_MAX_LOCAL_CPU_SIZE disagrees with the per-rank share of --kv-offloading-size"
+    references = ("shared/reference/version-gates.md §4 row 27", f"{SIZING_REF} §2.4")
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        mapping = ctx.backend_mapping
+        per_rank_env = _lmcache_cpu_size(ctx)
+        size = ctx.float_option(KV_OFFLOADING_SIZE)
+        if mapping is None or mapping.size != "per-rank" or per_rank_env is None or size is None:
+            return
+        passed = per_rank_gib(size, ctx.world)
+        if abs(passed - per_rank_env) < 1e-9:
+            return
+        env = ctx.env(LMCACHE_CPU_SIZE)
+        yield self.finding(
+            f"vLLM {ctx.version} passes `lmcache.max_local_cpu_size={_fmt(passed)}` per rank "
+            f"({_fmt(size)} / {ctx.world}), which overrides "
+            f"`{LMCACHE_CPU_SIZE}={_fmt(per_rank_env)}`.",
+            flag=LMCACHE_CPU_SIZE,
+            location=env.location if env else None,
+            per_rank_gib=passed,
+        )
+
+
+@register
+class OffloadPoolExceedsHostRam(ConfigRule):
+    """Reports a native `--kv-offloading-size` larger than the host's RAM.
+
+    What
+    ----
+    The TP-wide native offload pool is larger than `--host-ram-gib`.
+
+    Why
+    ---
+    The pool is pinned host memory; the host or the pod is OOM-killed. vLLM #53042 (open at
+    0.26) also reports 1.92 x N of unreclaimable shared memory for `--kv-offloading-size N`.
+
+    Example
+    -------
+    `--kv-offloading-size 1600` with `--host-ram-gib 1024`.
+
+    Fix
+    ---
+    Lower the size below the host (or pod) memory, leaving room for weights and the runtime.
+
+    Releases
+    --------
+    Every release with `--kv-offloading-size`. Needs `--host-ram-gib`.
+
+    References
+    ----------
+    - shared/reference/image-inspection-and-audit-ux.md §F item 2
+    - https://github.com/vllm-project/vllm/issues/53042
+    """
+
+    code = "SZ004"
+    name = "offload-pool-exceeds-host-ram"
+    default_severity = Severity.error
+    summary = "native --kv-offloading-size exceeds the host's RAM"
+    fix_applicability = "display"
+    references = (
+        "shared/reference/image-inspection-and-audit-ux.md §F item 2",
+        "https://github.com/vllm-project/vllm/issues/53042",
+    )
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        opt = ctx.option(KV_OFFLOADING_SIZE)
+        size = ctx.float_option(KV_OFFLOADING_SIZE)
+        mapping = ctx.backend_mapping
+        if (
+            opt is None
+            or size is None
+            or ctx.host_ram_gib is None
+            or mapping is None
+            or mapping.size != "total"
+        ):
+            return
+        if size <= ctx.host_ram_gib:
+            return
+        yield self.finding(
+            f"`{KV_OFFLOADING_SIZE} {_fmt(size)}` GiB of pinned host memory exceeds the host's "
+            f"{_fmt(ctx.host_ram_gib)} GiB.",
+            flag=KV_OFFLOADING_SIZE,
+            location=opt.location,
+        )
+
+
+@register
+class LmcacheCpuSizeIgnoredByMpServer(ConfigRule):
+    """Reports `LMCACHE_MAX_LOCAL_CPU_SIZE` with `LMCacheMPConnector`, which never reads it.
+
+    What
+    ----
+    The connector is LMCache's multiprocess (MP) connector (explicitly, or through
+    `--kv-offloading-backend lmcache` from 0.23.0) and the env var is set.
+
+    Why
+    ---
+    The MP server reads no such env var; its capacity is `lmcache server --l1-size-gb`.
+    The field guide's "keep them consistent" advice only applies to the in-process path.
+
+    Example
+    -------
+    `LMCACHE_MAX_LOCAL_CPU_SIZE=100` with `--kv-offloading-backend lmcache` on 0.32.0.
+
+    Fix
+    ---
+    Remove the env var and size the server with `--l1-size-gb`.
+
+    Releases
+    --------
+    Every release with LMCacheMPConnector.
+
+    References
+    ----------
+    - shared/reference/sizing.md §4.4 item 1 and §0 item 3
+    """
+
+    code = "SZ005"
+    name = "lmcache-cpu-size-ignored-by-mp-server"
+    default_severity = Severity.warning
+    summary = "LMCACHE_MAX_LOCAL_CPU_SIZE does nothing with LMCacheMPConnector"
+    references = (f"{SIZING_REF} §4.4 item 1",)
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        env = ctx.env(LMCACHE_CPU_SIZE)
+        if env is None or not _mp_lmcache(ctx):
+            return
+        yield self.finding(
+            f"`{LMCACHE_CPU_SIZE}` is ignored: `LMCacheMPConnector` stores KV in the LMCache "
+            "server, "
+            "whose capacity is `--l1-size-gb`.",
+            flag=LMCACHE_CPU_SIZE,
+            location=env.location,
+        )
+
+
+@register
+class CpuOffloadGbIsWeightOffload(ConfigRule):
+    """Reports `--cpu-offload-gb`, which offloads model weights, not the KV cache.
+
+    What
+    ----
+    `--cpu-offload-gb` moves model weights (per GPU) to host memory. It is often suggested
+    in answers to "how do I offload only the KV cache".
+
+    Why
+    ---
+    Weight offload slows every forward pass and does not extend the KV cache; the KV flag is
+    `--kv-offloading-size` (a TP-wide total).
+
+    Example
+    -------
+    `--cpu-offload-gb 64` on a deployment that wanted KV offload.
+
+    Fix
+    ---
+    If KV offload was meant, use `--kv-offloading-size` with a TP-wide total (display-only: the
+    number must be chosen by a human).
+
+    Releases
+    --------
+    Every release.
+
+    References
+    ----------
+    - shared/reference/version-gates.md §4 row 42
+    - https://github.com/vllm-project/vllm/issues/23087
+    """
+
+    code = "SZ010"
+    name = "cpu-offload-gb-is-weight-offload"
+    default_severity = Severity.warning
+    summary = "--cpu-offload-gb offloads weights, not KV cache"
+    fix_applicability = "display"
+    references = (
+        "shared/reference/version-gates.md §4 row 42",
+        "https://github.com/vllm-project/vllm/issues/23087",
+    )
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        opt = ctx.option("--cpu-offload-gb")
+        size = ctx.float_option("--cpu-offload-gb")
+        if opt is None or size is None or size <= 0:
+            return
+        yield self.finding(
+            f"`--cpu-offload-gb {_fmt(size)}` offloads model weights ({_fmt(size)} GiB per "
+            "GPU), not KV cache; "
+            f"KV offload is `{KV_OFFLOADING_SIZE}` (total over all ranks).",
+            flag="--cpu-offload-gb",
+            location=opt.location,
+            fix=Fix(
+                applicability="display",
+                description=f"for KV offload use {KV_OFFLOADING_SIZE} <total GiB>",
+            ),
+        )

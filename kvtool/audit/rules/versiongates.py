@@ -1,0 +1,800 @@
+"""VG: version gates. Every fact comes from the generated release table of the
+target release and the cross-release index (``rules/releases/``); no version is
+written here."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from kvtool.audit.context import KV_TRANSFER_CONFIG, RuleContext, vtuple
+from kvtool.audit.model import Finding, Fix, ServeOption, Severity
+from kvtool.audit.registry import ConfigRule, register
+from kvtool.audit.rules._common import conditional_note, did_you_mean, removal_fix, replacement_fix
+
+VERSION_GATES_REF = "shared/reference/version-gates.md"
+# Curated replacements (rules/curated/replacements.yaml) that start like this say the flag can go,
+# so deleting it is the safe fix; any other replacement needs a human to migrate the setting.
+DROP_PREFIX = "drop the flag"
+
+
+def _positive_flag(flag: str) -> str:
+    return "--" + flag[len("--no-") :] if flag.startswith("--no-") else flag
+
+
+def _flag_spellings(ctx: RuleContext) -> list[str]:
+    names: list[str] = []
+    for fact in ctx.facts.flags:
+        names.append(fact.name)
+        names.extend(fact.aliases)
+        if fact.negative:
+            names.append(fact.negative)
+    return names
+
+
+def _unknown_options(ctx: RuleContext) -> Iterator[tuple[ServeOption, str]]:
+    """Options the target release does not know, with the canonical name to look up in the index."""
+    for opt in ctx.config.options:
+        if not opt.known:
+            yield opt, _positive_flag(opt.flag)
+
+
+def _released_before(version: str | None, target: str) -> bool:
+    return version is not None and vtuple(version) <= vtuple(target)
+
+
+@register
+class ArgumentParseError(ConfigRule):
+    """Reports what vLLM's argument parser at the target release would reject outright.
+
+    What
+    ----
+    A problem found while normalising the command the way vLLM's `FlexibleArgumentParser`
+    does: a flag without its value, an ambiguous abbreviation, JSON that does not parse.
+
+    Why
+    ---
+    vLLM exits with a usage error (exit code 2) before loading the model.
+
+    Example
+    -------
+    `vllm serve m --kv-transfer-config '{"kv_connector": '` (truncated JSON).
+
+    Fix
+    ---
+    Correct the argument as the message says.
+
+    Releases
+    --------
+    Every release; the parser rules (abbreviations, `--no-` forms, JSON flags) are read per release.
+
+    References
+    ----------
+    - shared/reference/version-gates.md §6 ("Aliases and spellings", "JSON-valued flags")
+    """
+
+    code = "VG000"
+    name = "argument-parse-error"
+    default_severity = Severity.error
+    summary = "vLLM's argument parser would reject this command line"
+    references = (f"{VERSION_GATES_REF} §6",)
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        for problem in ctx.config.problems:
+            yield self.finding(problem.message, flag=problem.flag, location=problem.location)
+
+
+@register
+class UnknownFlag(ConfigRule):
+    """Reports a flag the target release does not have and never removed.
+
+    What
+    ----
+    A `vllm serve` option that is not registered at the target release: a typo, or a flag
+    that only appears in a later release. The closest flag of that release is suggested.
+
+    Why
+    ---
+    argparse rejects unknown options (`unrecognized arguments`) and vLLM exits before
+    loading the model, often minutes into a rollout.
+
+    Example
+    -------
+    `--kv-offload-size 100` (the flag is `--kv-offloading-size`), or
+    `--prefix-cache-retention-interval 64` on 0.28.0 (first in 0.29.0).
+
+    Fix
+    ---
+    Use the suggested spelling or upgrade to the release named in the message.
+
+    Releases
+    --------
+    Data-driven from `rules/releases/<version>.json` and `index.json` (first_seen).
+
+    References
+    ----------
+    - shared/reference/version-gates.md §4 (KV flag presence matrix)
+    """
+
+    code = "VG001"
+    name = "unknown-flag"
+    default_severity = Severity.error
+    summary = "flag not known at the target vLLM release"
+    fix_applicability = "display"
+    references = (f"{VERSION_GATES_REF} §4",)
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        for opt, canonical in _unknown_options(ctx):
+            gate = ctx.gate("flag", canonical)
+            if gate is not None and _released_before(gate.gone_at, ctx.version):
+                continue  # removed-flag reports it
+            if (
+                gate is not None
+                and gate.first_seen
+                and vtuple(gate.first_seen) > vtuple(ctx.version)
+            ):
+                message = (
+                    f"`{opt.written}` is not a flag of vLLM {ctx.version}: it first appears in "
+                    f"{gate.first_seen}."
+                )
+            else:
+                message = f"`{opt.written}` is not a flag of vLLM {ctx.version}." + did_you_mean(
+                    opt.flag, _flag_spellings(ctx)
+                )
+            yield self.finding(
+                message + conditional_note(opt),
+                flag=canonical,
+                location=opt.location,
+                first_seen=gate.first_seen if gate else None,
+            )
+
+
+@register
+class RemovedFlag(ConfigRule):
+    """Reports a flag that existed in an earlier release and is gone at the target release.
+
+    What
+    ----
+    A `vllm serve` option that the cross-release index shows as removed at or before the
+    target release, with the release that removed it and its replacement when one exists.
+
+    Why
+    ---
+    vLLM rejects the option at startup. Deprecation messages are not reliable guides:
+    `--calculate-kv-scales` said "will be removed in v0.19" and was removed in 0.28.0.
+
+    Example
+    -------
+    `--calculate-kv-scales` on 0.28.0 or later; `--swap-space 4` on 0.18.0 or later.
+
+    Fix
+    ---
+    Delete the flag (a safe fix when it has no replacement) or switch to the replacement.
+
+    Releases
+    --------
+    Data-driven: `gone_at` in `rules/releases/index.json`.
+
+    References
+    ----------
+    - shared/reference/version-gates.md §4 rows 3-5 and §5 item 5
+    """
+
+    code = "VG002"
+    name = "removed-flag"
+    default_severity = Severity.error
+    summary = "flag removed at or before the target vLLM release"
+    fix_applicability = "safe"
+    references = (f"{VERSION_GATES_REF} §4", f"{VERSION_GATES_REF} §5")
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        for opt, canonical in _unknown_options(ctx):
+            gate = ctx.gate("flag", canonical)
+            if gate is None or not _released_before(gate.gone_at, ctx.version):
+                continue
+            spelled = opt.written if opt.written.startswith("-") else canonical
+            message = (
+                f"`{spelled}` was removed in vLLM {gate.gone_at}; "
+                f"vLLM {ctx.version} refuses to start with it."
+            )
+            fix: Fix | None
+            if gate.replacement:
+                message += f" Instead: {gate.replacement}."
+            if gate.replacement and not gate.replacement.startswith(DROP_PREFIX):
+                fix = Fix(applicability="display", description=f"instead: {gate.replacement}")
+            else:
+                fix = removal_fix(ctx, opt, f"remove {opt.written}")
+            yield self.finding(
+                message + conditional_note(opt),
+                flag=canonical,
+                location=opt.location,
+                fix=fix,
+                gone_at=gate.gone_at,
+                replacement=gate.replacement,
+            )
+
+
+@register
+class DeprecatedFlag(ConfigRule):
+    """Reports a flag the target release marks as deprecated.
+
+    What
+    ----
+    An option whose help text, docstring, `deprecated=True` or validator marks it
+    deprecated at the target release; vLLM's own deprecation message is quoted.
+
+    Why
+    ---
+    Deprecated flags are removed later, sometimes long after the release their message
+    promises, and some already do nothing (`--mamba-cache-mode` in 0.33.0).
+
+    Example
+    -------
+    `--calculate-kv-scales` on 0.19.0-0.27.1 (deprecated in 0.19.0, not before:
+    0.18.0 and 0.18.1 carry no deprecation).
+
+    Fix
+    ---
+    Follow the deprecation message; plan the removal before upgrading.
+
+    Releases
+    --------
+    Data-driven: `deprecated` per flag in `rules/releases/<version>.json`.
+
+    References
+    ----------
+    - shared/reference/version-gates.md §2 row 4 and §6 ("Deprecations come in five styles")
+    """
+
+    code = "VG003"
+    name = "deprecated-flag"
+    default_severity = Severity.warning
+    summary = "flag deprecated at the target vLLM release"
+    references = (f"{VERSION_GATES_REF} §2", f"{VERSION_GATES_REF} §6")
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        for opt in ctx.config.options:
+            fact = ctx.flag_fact(opt.flag) if opt.known else None
+            if fact is None or not fact.deprecated:
+                continue
+            detail = f": {fact.deprecation_message}" if fact.deprecation_message else "."
+            yield self.finding(
+                f"`{fact.name}` is deprecated in vLLM {ctx.version}{detail}"
+                + conditional_note(opt),
+                flag=fact.name,
+                location=opt.location,
+            )
+
+
+@register
+class InvalidChoice(ConfigRule):
+    """Reports a value outside the choices argparse enforces at the target release.
+
+    What
+    ----
+    An enum-like flag (`--mamba-cache-mode`, `--kv-offloading-backend`, `--kv-cache-dtype`
+    up to 0.32.x) given a value the target release's parser does not accept.
+
+    Why
+    ---
+    argparse exits with `invalid choice` before the model loads. Values disappear between
+    releases: `--mamba-cache-mode all` is rejected from 0.32.0.
+
+    Example
+    -------
+    `--mamba-cache-mode all` on 0.32.0 (choices `align`, `none`).
+
+    Fix
+    ---
+    Use a listed choice; for migrations the table names (`all` -> `align`) a safe fix is offered.
+
+    Releases
+    --------
+    Data-driven: `choices` per flag in `rules/releases/<version>.json`. Flags whose type also
+    admits free strings (`--load-format`, `--kv-cache-dtype` in 0.33.0) are not enforced.
+
+    References
+    ----------
+    - shared/reference/version-gates.md §4 row 29 and "Accepted values of enum-like flags"
+    """
+
+    code = "VG005"
+    name = "invalid-choice"
+    default_severity = Severity.error
+    summary = "value not among the choices the target release accepts"
+    fix_applicability = "safe"
+    references = (f"{VERSION_GATES_REF} §4",)
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        for opt in ctx.config.options:
+            fact = ctx.flag_fact(opt.flag) if opt.known else None
+            if (
+                fact is None
+                or fact.choices is None
+                or isinstance(opt.value, bool)
+                or opt.value is None
+            ):
+                continue
+            value = str(opt.value)
+            if value in fact.choices:
+                continue
+            migration = next(
+                (
+                    m
+                    for m in ctx.semantics.choice_migrations
+                    if m.flag == fact.name and m.value == value
+                ),
+                None,
+            )
+            choices = ", ".join(f"`{c}`" for c in fact.choices)
+            message = (
+                f"`{fact.name} {value}` is not accepted by vLLM {ctx.version} (choices: {choices})."
+            )
+            fix = None
+            if migration is not None:
+                message += f" Use `{migration.replacement}`."
+                fix = replacement_fix(
+                    ctx,
+                    opt,
+                    (fact.name, migration.replacement),
+                    f"{fact.name} {value} -> {migration.replacement}",
+                    safe=True,
+                )
+            else:
+                message += did_you_mean(value, fact.choices)
+            yield self.finding(
+                message + conditional_note(opt),
+                flag=fact.name,
+                location=opt.location,
+                fix=fix,
+                choices=list(fact.choices),
+            )
+
+
+def _vllm_env(ctx: RuleContext) -> list[str]:
+    return [name for name in ctx.config.env if name.startswith("VLLM_")]
+
+
+@register
+class UnknownEnvVar(ConfigRule):
+    """Reports a `VLLM_*` environment variable the target release never reads.
+
+    What
+    ----
+    An environment variable named `VLLM_*` that is neither in the target release's
+    `envs.py` nor read elsewhere in its source (deprecated reads included).
+
+    Why
+    ---
+    vLLM silently ignores it: the setting the operator believes is active is not.
+
+    Example
+    -------
+    `VLLM_USE_FASTSAFETENSOR=1` (never existed; use `--load-format fastsafetensors`).
+
+    Fix
+    ---
+    Remove it, or use the suggested variable or flag.
+
+    Releases
+    --------
+    Data-driven: `env_vars` per release and `first_seen` in the index.
+
+    References
+    ----------
+    - shared/reference/version-gates.md §4 row 40 and §5 item 7
+    """
+
+    code = "VG010"
+    name = "unknown-env-var"
+    default_severity = Severity.warning
+    summary = "VLLM_* environment variable not read by the target release"
+    references = (f"{VERSION_GATES_REF} §4 row 40", f"{VERSION_GATES_REF} §5")
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        known = {env.name for env in ctx.facts.env_vars}
+        for name in _vllm_env(ctx):
+            if name in known:
+                continue
+            gate = ctx.gate("env_var", name)
+            if gate is not None and _released_before(gate.gone_at, ctx.version):
+                continue  # removed-env-var reports it
+            if (
+                gate is not None
+                and gate.first_seen
+                and vtuple(gate.first_seen) > vtuple(ctx.version)
+            ):
+                message = (
+                    f"`{name}` is not read by vLLM {ctx.version}: "
+                    f"it first appears in {gate.first_seen}."
+                )
+            else:
+                message = (
+                    f"`{name}` is not an environment variable of vLLM {ctx.version}; it is ignored."
+                    + (did_you_mean(name, known))
+                )
+            yield self.finding(message, flag=name, location=ctx.config.env[name].location)
+
+
+@register
+class RemovedEnvVar(ConfigRule):
+    """Reports a `VLLM_*` environment variable removed at or before the target release.
+
+    What
+    ----
+    An environment variable an earlier release read and the target release no longer does.
+
+    Why
+    ---
+    It silently does nothing, so the behaviour it used to set is back to the default.
+
+    Example
+    -------
+    `VLLM_PREFIX_CACHE_RETENTION_INTERVAL=64` on 0.30.0 or later (use
+    `--prefix-cache-retention-interval`).
+
+    Fix
+    ---
+    Remove it and use the replacement named in the message.
+
+    Releases
+    --------
+    Data-driven: `gone_at` and `replacement` for env vars in `rules/releases/index.json`.
+
+    References
+    ----------
+    - shared/reference/version-gates.md §4 row 33 and §5 item 7
+    """
+
+    code = "VG011"
+    name = "removed-env-var"
+    default_severity = Severity.warning
+    summary = "VLLM_* environment variable removed at or before the target release"
+    references = (f"{VERSION_GATES_REF} §4 row 33", f"{VERSION_GATES_REF} §5")
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        known = {env.name for env in ctx.facts.env_vars}
+        for name in _vllm_env(ctx):
+            gate = ctx.gate("env_var", name)
+            if name in known or gate is None or not _released_before(gate.gone_at, ctx.version):
+                continue
+            message = (
+                f"`{name}` was removed in vLLM {gate.gone_at} and does nothing on {ctx.version}."
+            )
+            if gate.replacement:
+                message += f" Use `{gate.replacement}`."
+            yield self.finding(
+                message,
+                flag=name,
+                location=ctx.config.env[name].location,
+                gone_at=gate.gone_at,
+                replacement=gate.replacement,
+            )
+
+
+@register
+class DeprecatedEnvVar(ConfigRule):
+    """Reports a `VLLM_*` environment variable read only through a deprecation path.
+
+    What
+    ----
+    An environment variable the target release still reads but marks deprecated.
+
+    Why
+    ---
+    The next release may ignore it; the supported spelling is usually a flag.
+
+    Example
+    -------
+    `VLLM_PREFIX_CACHE_RETENTION_INTERVAL` on 0.29.0 (read through
+    `get_from_deprecated_env_if_set`).
+
+    Fix
+    ---
+    Move the setting to the replacement named in the message.
+
+    Releases
+    --------
+    Data-driven: `deprecated` and `replacement` per env var in `rules/releases/<version>.json`.
+
+    References
+    ----------
+    - shared/reference/version-gates.md §4 row 33
+    """
+
+    code = "VG012"
+    name = "deprecated-env-var"
+    default_severity = Severity.warning
+    summary = "VLLM_* environment variable deprecated at the target release"
+    references = (f"{VERSION_GATES_REF} §4 row 33",)
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        facts = {env.name: env for env in ctx.facts.env_vars}
+        for name in _vllm_env(ctx):
+            fact = facts.get(name)
+            if fact is None or not fact.deprecated:
+                continue
+            message = f"`{name}` is deprecated in vLLM {ctx.version}."
+            if fact.replacement:
+                message += f" Use `{fact.replacement}`."
+            yield self.finding(message, flag=name, location=ctx.config.env[name].location)
+
+
+def _configured_connectors(ctx: RuleContext) -> list[str]:
+    """Connector names written in ``--kv-transfer-config`` (MultiConnector children included)."""
+    name = ctx.kv_transfer_config.get("kv_connector")
+    names = [name] if isinstance(name, str) and name else []
+    conn = ctx.connector
+    if conn is not None and conn.via == "kv-transfer-config":
+        names.extend(conn.children)
+    return names
+
+
+def _transfer_config_is_used(ctx: RuleContext) -> bool:
+    """False when an offload flag overwrites ``kv_connector`` "
+    "(kv-offloading-size-overwrites... reports it)."""
+    return ctx.backend_mapping is None and "kv_connector_module_path" not in ctx.kv_transfer_config
+
+
+@register
+class UnknownConnector(ConfigRule):
+    """Reports a `kv_connector` the target release's connector factory does not register.
+
+    What
+    ----
+    `--kv-transfer-config` names a connector (also inside MultiConnector's `connectors`
+    list) that is not registered in `KVConnectorFactory` at the target release.
+
+    Why
+    ---
+    The factory raises at startup; a misspelt connector name fails only after the
+    engine begins to initialise.
+
+    Example
+    -------
+    `{"kv_connector": "LMCacheConnector"}` (registered name: `LMCacheConnectorV1`);
+    `HiSparseConnector` before 0.30.0.
+
+    Fix
+    ---
+    Use the suggested name, or a release that has the connector. Configs that load an
+    external class with `kv_connector_module_path` are not checked.
+
+    Releases
+    --------
+    Data-driven: `connectors` per release and `first_seen` in the index.
+
+    References
+    ----------
+    - shared/reference/version-gates.md §4 "SupportsHMA across versions" (registration per release)
+    """
+
+    code = "VG020"
+    name = "unknown-connector"
+    default_severity = Severity.error
+    summary = "KV connector not registered at the target vLLM release"
+    fix_applicability = "display"
+    references = (f"{VERSION_GATES_REF} §4",)
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        if not _transfer_config_is_used(ctx):
+            return
+        registered = [c.name for c in ctx.facts.connectors]
+        for name in _configured_connectors(ctx):
+            if name in registered:
+                continue
+            gate = ctx.gate("connector", name)
+            if gate is not None and _released_before(gate.gone_at, ctx.version):
+                continue  # removed-connector reports it
+            if (
+                gate is not None
+                and gate.first_seen
+                and vtuple(gate.first_seen) > vtuple(ctx.version)
+            ):
+                message = (
+                    f"Connector `{name}` is not registered in vLLM {ctx.version}: "
+                    f"it first appears in {gate.first_seen}."
+                )
+            else:
+                message = (
+                    f"Connector `{name}` is not registered in vLLM {ctx.version}."
+                    + did_you_mean(name, registered)
+                )
+            yield self.finding(
+                message,
+                flag=f"{KV_TRANSFER_CONFIG}.kv_connector",
+                location=ctx.location_of(KV_TRANSFER_CONFIG),
+            )
+
+
+@register
+class RemovedConnector(ConfigRule):
+    """Reports a `kv_connector` removed from the factory at or before the target release.
+
+    What
+    ----
+    A connector that earlier releases registered and the target release does not.
+
+    Why
+    ---
+    The factory raises at startup.
+
+    Example
+    -------
+    `P2pNcclConnector` on 0.24.0 or later. Migrate to `NixlConnector`, or to the native `p2p`
+    tier, which only exists from 0.25.0.
+
+    Fix
+    ---
+    Switch to the replacement named in the message.
+
+    Releases
+    --------
+    Data-driven: `gone_at` and `replacement` for connectors in `rules/releases/index.json`.
+
+    References
+    ----------
+    - shared/reference/version-gates.md §4 row 10
+    """
+
+    code = "VG021"
+    name = "removed-connector"
+    default_severity = Severity.error
+    summary = "KV connector removed at or before the target vLLM release"
+    references = (f"{VERSION_GATES_REF} §4 row 10",)
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        if not _transfer_config_is_used(ctx):
+            return
+        registered = {c.name for c in ctx.facts.connectors}
+        for name in _configured_connectors(ctx):
+            gate = ctx.gate("connector", name)
+            if (
+                name in registered
+                or gate is None
+                or not _released_before(gate.gone_at, ctx.version)
+            ):
+                continue
+            message = f"Connector `{name}` was removed in vLLM {gate.gone_at}."
+            if gate.replacement:
+                message += f" Use {gate.replacement}."
+            yield self.finding(
+                message,
+                flag=f"{KV_TRANSFER_CONFIG}.kv_connector",
+                location=ctx.location_of(KV_TRANSFER_CONFIG),
+                gone_at=gate.gone_at,
+            )
+
+
+@register
+class UnknownKvTransferConfigKey(ConfigRule):
+    """Reports a `--kv-transfer-config` key that the target release rejects.
+
+    What
+    ----
+    A top-level key of the `--kv-transfer-config` JSON that is not a `KVTransferConfig`
+    field at a release whose config classes forbid unknown keys.
+
+    Why
+    ---
+    From 0.16.0 config dataclasses are pydantic `extra="forbid"`: the JSON fails at parse
+    time. 0.32.0 removed `kv_buffer_size`, `kv_rank`, `kv_parallel_size` and `kv_ip`, so
+    legacy P2P-NCCL JSON fails there.
+
+    Example
+    -------
+    `{"kv_connector": "NixlConnector", "kv_buffer_size": 5e9}` on 0.32.0.
+
+    Fix
+    ---
+    Delete the key, or use the suggested field.
+
+    Releases
+    --------
+    Data-driven: `kv_transfer_config_fields` and `kv_transfer_config_forbids_extra` per release.
+
+    References
+    ----------
+    - shared/reference/version-gates.md §5 item 4 and "KVTransferConfig fields by version"
+    """
+
+    code = "VG030"
+    name = "unknown-kv-transfer-config-key"
+    default_severity = Severity.error
+    summary = "--kv-transfer-config key rejected by the target vLLM release"
+    references = (f"{VERSION_GATES_REF} §5",)
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        if (
+            not ctx.facts.kv_transfer_config_forbids_extra
+            or not ctx.facts.kv_transfer_config_fields
+        ):
+            return
+        fields = [f.name for f in ctx.facts.kv_transfer_config_fields]
+        for key in ctx.kv_transfer_config:
+            if key in fields:
+                continue
+            yield self.finding(
+                f"`{key}` is not a KVTransferConfig field in vLLM {ctx.version}, which "
+                "rejects unknown "
+                "keys at parse time." + did_you_mean(key, fields),
+                flag=f"{KV_TRANSFER_CONFIG}.{key}",
+                location=ctx.location_of(KV_TRANSFER_CONFIG),
+            )
+
+
+@register
+class UnknownOffloadTier(ConfigRule):
+    """Reports an offload spec or secondary tier type the target release does not register.
+
+    What
+    ----
+    `kv_connector_extra_config.spec_name` not registered in `v1/kv_offload/factory.py`, or a
+    `secondary_tiers[].type` not registered in the tiering factory at the target release.
+
+    Why
+    ---
+    OffloadingConnector fails to build its spec at startup. Tier names changed: the
+    filesystem tier is `fs_python` on 0.22.x and `fs` from 0.23.0; `obj` needs 0.23.0,
+    `p2p` 0.25.0, `kvcr` 0.30.0.
+
+    Example
+    -------
+    `"secondary_tiers": [{"type": "fs", ...}]` on 0.22.0.
+
+    Fix
+    ---
+    Use a tier type the release registers (the message lists them).
+
+    Releases
+    --------
+    Data-driven: `offload_specs` and `offload_tiers` per release.
+
+    References
+    ----------
+    - shared/reference/version-gates.md §2 row 7 and §5 item 3
+    """
+
+    code = "VG031"
+    name = "unknown-offload-tier"
+    default_severity = Severity.error
+    summary = "offload spec or tier type not registered at the target vLLM release"
+    references = (f"{VERSION_GATES_REF} §2 row 7", f"{VERSION_GATES_REF} §5")
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        extra = ctx.extra_config
+        location = ctx.location_of(KV_TRANSFER_CONFIG)
+        spec = extra.get("spec_name")
+        if (
+            isinstance(spec, str)
+            and ctx.facts.offload_specs
+            and spec not in ctx.facts.offload_specs
+        ):
+            yield self.finding(
+                f"Offload spec `{spec}` is not registered in vLLM {ctx.version}."
+                + did_you_mean(spec, ctx.facts.offload_specs),
+                flag="kv_connector_extra_config.spec_name",
+                location=location,
+            )
+        tiers = extra.get("secondary_tiers")
+        if not isinstance(tiers, list) or not ctx.facts.offload_tiers:
+            return
+        registered = ", ".join(f"`{t}`" for t in ctx.facts.offload_tiers)
+        for tier in tiers:
+            kind = tier.get("type") if isinstance(tier, dict) else None
+            if not isinstance(kind, str) or kind in ctx.facts.offload_tiers:
+                continue
+            gate = ctx.gate("tier", kind)
+            when = ""
+            if (
+                gate is not None
+                and gate.first_seen
+                and vtuple(gate.first_seen) > vtuple(ctx.version)
+            ):
+                when = f" (it first appears in {gate.first_seen})"
+            yield self.finding(
+                f"Offload tier type `{kind}` is not registered in vLLM {ctx.version}{when}; "
+                "registered: "
+                f"{registered}." + did_you_mean(kind, ctx.facts.offload_tiers),
+                flag="kv_connector_extra_config.secondary_tiers.type",
+                location=location,
+            )

@@ -1,0 +1,140 @@
+"""Audit settings: ``[tool.kvtool]`` in pyproject.toml, or ``kvtool.toml`` / ``.kvtool.toml``.
+
+Discovery follows ruff: starting at a directory and walking up, the first directory
+holding ``.kvtool.toml``, ``kvtool.toml`` or a ``pyproject.toml`` with a
+``[tool.kvtool]`` table wins (in that order inside one directory). Keys may sit at
+the top of the table or under its ``audit`` sub-table. Command-line options beat the
+file: ``--select`` replaces ``select``, ``--ignore`` adds to ``ignore``.
+"""
+
+from __future__ import annotations
+
+from fnmatch import fnmatch
+from pathlib import Path, PurePath
+from typing import Any
+
+import tomllib
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from kvtool.audit.model import Severity
+from kvtool.errors import KvtoolError
+
+SETTINGS_FILES = (".kvtool.toml", "kvtool.toml", "pyproject.toml")
+_AUDIT_TABLE = "audit"
+
+
+class AuditSettings(BaseModel):
+    """The resolved settings; every field has the default used when no file sets it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    vllm_version: str | None = Field(default=None, alias="vllm-version")
+    select: tuple[str, ...] = ("ALL",)
+    extend_select: tuple[str, ...] = Field(default=(), alias="extend-select")
+    ignore: tuple[str, ...] = ()
+    per_file_ignores: dict[str, tuple[str, ...]] = Field(
+        default_factory=dict, alias="per-file-ignores"
+    )
+    fail_on: Severity = Field(default=Severity.error, alias="fail-on")
+    severity: dict[str, Severity] = Field(default_factory=dict)
+    host_ram_gib: float | None = Field(default=None, alias="host-ram-gib", gt=0)
+    source: str | None = Field(default=None, description="the settings file, when one was found")
+
+    @field_validator("vllm_version", mode="before")
+    @classmethod
+    def _version_is_text(cls, value: Any) -> Any:
+        if value is not None and not isinstance(value, str):
+            raise ValueError('must be a string such as "0.32.0"')
+        return value
+
+    def ignored_for(self, file: str | None) -> tuple[str, ...]:
+        """Selectors ignored for ``file``: ``ignore`` plus every matching "
+        "``per-file-ignores`` glob."""
+        extra: list[str] = []
+        if file is not None:
+            path = PurePath(file).as_posix()
+            for pattern, codes in self.per_file_ignores.items():
+                if fnmatch(path, pattern) or fnmatch(PurePath(file).name, pattern):
+                    extra.extend(codes)
+        return (*self.ignore, *extra)
+
+    def to_toml_dict(self) -> dict[str, Any]:
+        """The settings as ``--show-settings`` prints them (file spelling of the keys)."""
+        return self.model_dump(by_alias=True, mode="json")
+
+
+def _table_of(path: Path) -> dict[str, Any] | None:
+    """The kvtool table in ``path`` (None for a pyproject.toml without ``[tool.kvtool]``)."""
+    try:
+        with path.open("rb") as handle:
+            data = tomllib.load(handle)
+    except tomllib.TOMLDecodeError as exc:
+        raise KvtoolError(f"{path}: not valid TOML: {exc}") from None
+    if path.name == "pyproject.toml":
+        tool = data.get("tool", {})
+        table = tool.get("kvtool") if isinstance(tool, dict) else None
+        return table if isinstance(table, dict) else None
+    return data
+
+
+def find_settings_file(start: Path) -> tuple[Path, dict[str, Any]] | None:
+    """The closest settings file at or above ``start`` and its kvtool table."""
+    directory = start.resolve()
+    for candidate_dir in (directory, *directory.parents):
+        for name in SETTINGS_FILES:
+            path = candidate_dir / name
+            if path.is_file():
+                table = _table_of(path)
+                if table is not None:
+                    return path, table
+    return None
+
+
+def settings_from_table(table: dict[str, Any], source: str) -> AuditSettings:
+    """Validate one kvtool table (keys at the top or under ``audit``); errors name file and key."""
+    merged = {k: v for k, v in table.items() if k != _AUDIT_TABLE}
+    audit = table.get(_AUDIT_TABLE, {})
+    if not isinstance(audit, dict):
+        raise KvtoolError(f"{source}: `{_AUDIT_TABLE}` must be a table")
+    merged.update(audit)
+    try:
+        return AuditSettings.model_validate({**merged, "source": source})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = ".".join(str(part) for part in first["loc"]) or "(table)"
+        message = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
+        raise KvtoolError(f"{source}: setting `{key}`: {message}") from None
+
+
+def load_settings(start: Path) -> AuditSettings:
+    """Settings discovered from ``start`` upwards; defaults when no file is found."""
+    found = find_settings_file(start)
+    if found is None:
+        return AuditSettings()
+    path, table = found
+    return settings_from_table(table, str(path))
+
+
+def apply_cli(
+    settings: AuditSettings,
+    *,
+    vllm_version: str | None = None,
+    select: list[str] | None = None,
+    ignore: list[str] | None = None,
+    fail_on: Severity | None = None,
+    host_ram_gib: float | None = None,
+) -> AuditSettings:
+    """Command-line values over file values (``--ignore`` adds; the rest replace)."""
+    update: dict[str, Any] = {}
+    if vllm_version is not None:
+        update["vllm_version"] = vllm_version
+    if select:
+        update["select"] = tuple(select)
+        update["extend_select"] = ()
+    if ignore:
+        update["ignore"] = (*settings.ignore, *ignore)
+    if fail_on is not None:
+        update["fail_on"] = fail_on
+    if host_ram_gib is not None:
+        update["host_ram_gib"] = host_ram_gib
+    return settings.model_copy(update=update)

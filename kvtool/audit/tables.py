@@ -1,0 +1,71 @@
+"""The engine's default :class:`~kvtool.audit.engine.Tables`: the shipped ``rules/`` data.
+
+Release tables and the index come from :mod:`kvtool.releases`, curated security and
+known-bug rows from ``rules/curated/``, the audit's semantic rows from
+``rules/audit/semantics.toml``, and model facts from the sizing catalog (or a local
+config.json) when the served model is known. Each is loaded at most once per process.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from kvtool.audit.context import ModelFacts, Semantics
+from kvtool.audit.engine import Target
+from kvtool.audit.semantics import load_semantics
+from kvtool.errors import KvtoolError
+from kvtool.releases.model import ReleaseFacts, ReleaseIndex
+
+
+class ShippedTables:
+    """Reads the tables shipped with kvtool."""
+
+    def target(self, requested: str | None, image: str | None) -> Target:
+        from kvtool.releases import resolve_target
+
+        resolved = resolve_target(requested, image)
+        return Target(
+            vllm_version=resolved.version, source=resolved.source, warning=resolved.warning
+        )
+
+    def release(self, version: str) -> ReleaseFacts:
+        from kvtool.releases import load_release
+
+        return load_release(version)
+
+    def index(self) -> ReleaseIndex:
+        from kvtool.releases import release_index
+
+        return release_index()
+
+    def semantics(self) -> Semantics:
+        return _semantics_with_curated()
+
+    def model(self, name: str) -> ModelFacts | None:
+        return _model_facts(name)
+
+
+@cache
+def _semantics_with_curated() -> Semantics:
+    from kvtool.releases import known_bugs, security_floor
+
+    return load_semantics().model_copy(
+        update={"security_floor": security_floor(), "known_bugs": known_bugs()}
+    )
+
+
+@cache
+def _model_facts(name: str) -> ModelFacts | None:
+    """Facts about ``name`` from the sizing catalog or a local config.json; None when unknown."""
+    from kvtool.sizing.catalog import load_model_spec
+
+    try:
+        spec = load_model_spec(name)
+    except (KvtoolError, OSError, ValueError):
+        return None
+    return ModelFacts(
+        name=spec.name,
+        hybrid=spec.is_hybrid_state or spec.has_sliding_window,
+        mamba=spec.is_hybrid_state,
+        architecture=spec.architecture,
+    )
