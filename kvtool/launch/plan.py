@@ -83,6 +83,8 @@ class KaitoPlan(_Frozen):
     preset: str
     tp: int
     l1_gib: float | None  # what KAITO will compute, when host RAM was given
+    # `vllm serve` flags for the ConfigMap's ``vllm:`` section, which KAITO passes on.
+    vllm_flags: dict[str, Any] = Field(default_factory=dict)
 
 
 class LaunchPlan(_Frozen):
@@ -176,6 +178,7 @@ def build_plan(
             preset=str(fill(recipe.kaito.preset, params, f"recipe {recipe.name}")),
             tp=options.tp,
             l1_gib=sizes.get("kaito_l1_gib"),
+            vllm_flags=kaito_flags(options.extra_args),
         )
     return LaunchPlan(
         recipe=recipe.name,
@@ -187,10 +190,30 @@ def build_plan(
         name=options.name or recipe.name,
         processes=tuple(processes),
         kaito=kaito,
-        sizes=dict(sizes),
+        sizes={k: v for k, v in sizes.items() if k != "warnings"},
         notes=recipe.notes,
         warnings=tuple(sizes.get("warnings", ())),
     )
+
+
+def kaito_flags(args: tuple[str, ...]) -> dict[str, Any]:
+    """``--max-model-len 8192 --enforce-eager`` as KAITO's ``vllm:`` keys (dashed, no ``--``)."""
+    flags: dict[str, Any] = {}
+    index = 0
+    while index < len(args):
+        word = args[index]
+        if not word.startswith("--"):
+            raise KvtoolError(f"extra argument {word!r}: KAITO takes `--flag [value]` pairs only")
+        key, sep, inline = word[2:].partition("=")
+        if sep:
+            flags[key] = inline
+        elif index + 1 < len(args) and not args[index + 1].startswith("--"):
+            flags[key] = args[index + 1]
+            index += 1
+        else:
+            flags[key] = True
+        index += 1
+    return flags
 
 
 def _parameters(

@@ -89,7 +89,7 @@ def test_kaito_configmap_and_the_l1_kaito_will_compute(kvtool_cli: Any) -> None:
     assert result.exit_code == 0, result.stderr
     configmap, workspace = yaml.safe_load_all(result.stdout)
     inner = yaml.safe_load(configmap["data"]["inference_config.yaml"])
-    assert inner == {"kv_cache_cpu_memory_utilization": 0.25}
+    assert inner == {"vllm": {}, "kv_cache_cpu_memory_utilization": 0.25}
     assert workspace["inference"]["config"] == configmap["metadata"]["name"]
 
 

@@ -145,7 +145,13 @@ def _service(deployment: dict[str, Any], engine: Process) -> dict[str, Any]:
 
 def _kaito(plan: LaunchPlan) -> list[dict[str, Any]]:
     assert plan.kaito is not None
-    config = dump({"kv_cache_cpu_memory_utilization": plan.kaito.utilization})
+    # KAITO reads its own keys at the top level and passes the ``vllm:`` keys to vLLM
+    # as flags; the section is present even when empty so the file is recognisably
+    # KAITO's inference config.
+    config = dump(
+        {"vllm": plan.kaito.vllm_flags,
+         "kv_cache_cpu_memory_utilization": plan.kaito.utilization}
+    )
     configmap = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
