@@ -120,6 +120,8 @@ def _from_probe(
         if result is not None and not result.ok:
             return _failure(connector, flag, what, result)
     loaded = f"; vLLM loads {', '.join(sorted(loads))}" if loads else ""
+    if probe.factory_error:
+        loaded = f"; vLLM connector loads not checked ({probe.factory_error})"
     version = f" {top.version}" if top.version else ""
     return ConnectorVerdict(
         connector=connector,

@@ -119,3 +119,17 @@ def test_only_the_requested_connectors_decide_the_exit_code(
     result = kvtool_cli("inspect-image", "--python", sys.executable, "--connector", "lmcache")
     assert result.exit_code == 0
     assert "mooncake" not in result.stderr
+
+
+def test_unreachable_engine_is_could_not_run(
+    kvtool_cli: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path / 'no-engine.sock'}")
+    result = kvtool_cli(
+        "inspect-image", "vllm/vllm-openai:v0.32.0", "--check", "runtime", "--output-format", "json"
+    )
+    assert result.exit_code == 2
+    report = json.loads(result.stdout)
+    assert report["runtime_step"]["kind"] == "engine"
+    assert "no container engine answered" in report["runtime_step"]["reason"]
+    assert {v["verdict"] for v in report["verdicts"]} == {"unknown"}
