@@ -16,7 +16,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from kvtool.audit.model import EnvAssignment, Location, ServeConfig, ServeOption
-from kvtool.releases.curated import KnownBug, SecurityAdvisory
+from kvtool.releases.curated import (
+    BackendConnectorRow,
+    KnownBug,
+    SecurityAdvisory,
+    SemanticFact,
+    Span,
+)
 from kvtool.releases.model import ConnectorFact, FlagFact, Gate, ReleaseFacts, ReleaseIndex
 
 KV_TRANSFER_CONFIG = "--kv-transfer-config"
@@ -41,61 +47,7 @@ def vtuple(version: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
-class VersionRange(BaseModel):
-    """Releases ``since <= v < until``; either end may be open (None)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    since: str | None = None
-    until: str | None = None
-
-    def contains(self, version: str) -> bool:
-        v = vtuple(version)
-        if self.since is not None and v < vtuple(self.since):
-            return False
-        return not (self.until is not None and v >= vtuple(self.until))
-
-    def describe(self) -> str:
-        if self.since and self.until:
-            return f"{self.since} up to (not including) {self.until}"
-        if self.since:
-            return f"{self.since} and later"
-        if self.until:
-            return f"releases before {self.until}"
-        return "every release"
-
-
 GateKind = Literal["flag", "env_var", "connector", "tier"]
-
-
-class BackendMapping(BaseModel):
-    """Which connector ``--kv-offloading-backend`` turns into, and what happens to the size."""
-
-    model_config = ConfigDict(frozen=True)
-
-    backend: str
-    connector: str
-    releases: VersionRange
-    env: str | None = None  # env var that must be "1" for this row (VLLM_USE_SIMPLE_KV_OFFLOAD)
-    size: Literal["total", "per-rank", "ignored"]
-    source: str
-
-
-class HmaDecision(BaseModel):
-    """How vLLM decides the hybrid KV cache manager (HMA) when the flag is left unset.
-
-    ``mode``: ``transfer-config-disables`` (any ``--kv-transfer-config`` turns HMA off;
-    ``--kv-offloading-*`` is converted to a connector after the decision, so HMA stays on
-    and the factory raises for connectors without HMA) or ``per-connector`` (HMA is
-    turned off only for connectors that lack ``SupportsHMA``).
-    """
-
-    model_config = ConfigDict(frozen=True)
-
-    releases: VersionRange
-    mode: Literal["transfer-config-disables", "per-connector"]
-    warning_names_connector: bool
-    source: str
 
 
 class ChoiceMigration(BaseModel):
@@ -109,29 +61,52 @@ class ChoiceMigration(BaseModel):
     source: str
 
 
-class Semantics(BaseModel):
-    """Curated facts read from code, not derivable from flag presence (each row cites its "
-    "source)."""
+HmaMode = Literal["transfer-config-disables", "per-connector"]
+# ``hma.decision`` values of rules/curated/semantics.yaml -> how the audit models them:
+# before 0.22.0 any --kv-transfer-config turned HMA off (and --kv-offloading-* became a
+# connector only after the decision); from 0.22.0 HMA is decided per connector.
+_HMA_MODES: dict[str, HmaMode] = {
+    "forced_off_with_connector": "transfer-config-disables",
+    "off_with_any_connector": "transfer-config-disables",
+    "auto_off_for_non_hma_connector": "per-connector",
+}
 
-    model_config = ConfigDict(frozen=True)
 
-    backend_connectors: tuple[BackendMapping, ...]
-    size_needs_backend: VersionRange
-    size_overwrites_kv_transfer_config: VersionRange
-    hma_decisions: tuple[HmaDecision, ...]
-    p2p_requires_pythonhashseed: VersionRange
-    retention_interval_block_multiple: VersionRange
-    mamba_requires_hma: VersionRange
+@dataclass(frozen=True)
+class Semantics:
+    """Curated facts read from code that flag presence cannot tell; every row cites its source.
+
+    Release semantics (HMA decisions, backend -> connector, offload activation, security
+    floor, known bugs) are the release loader's curated tables (``rules/curated/``); the
+    audit-only rows (LMCache MP keys, choice migrations, offload connector names) are
+    ``rules/audit/semantics.toml``.
+    """
+
+    facts: tuple[SemanticFact, ...]
+    backend_connectors: tuple[BackendConnectorRow, ...]
+    retention_interval_block_multiple: Span
     offload_connectors: tuple[str, ...]
+    lmcache_connectors: tuple[str, ...]
+    lmcache_mp_keys: tuple[str, ...]
+    lazy_offload_policies: tuple[str, ...]
     choice_migrations: tuple[ChoiceMigration, ...] = ()
     security_floor: tuple[SecurityAdvisory, ...] = ()
     known_bugs: tuple[KnownBug, ...] = ()
-    lmcache_connectors: tuple[str, ...] = ("LMCacheConnectorV1", "LMCacheMPConnector")
-    lmcache_mp_keys: tuple[str, ...] = ()
-    lazy_offload_policies: tuple[str, ...] = ()
 
-    def hma_decision(self, version: str) -> HmaDecision | None:
-        return next((d for d in self.hma_decisions if d.releases.contains(version)), None)
+    def fact(self, key: str, version: str) -> SemanticFact | None:
+        """The row of ``key`` covering ``version`` (None: the behaviour does not hold there)."""
+        return next((f for f in self.facts if f.key == key and f.contains(version)), None)
+
+    def holds(self, key: str, version: str) -> bool:
+        return self.fact(key, version) is not None
+
+    def hma_mode(self, version: str) -> HmaMode | None:
+        row = self.fact("hma.decision", version)
+        return _HMA_MODES.get(row.value or "") if row is not None else None
+
+    def hma_warning_names_connector(self, version: str) -> bool:
+        row = self.fact("hma.warning_names_connector", version)
+        return row is not None and row.value == "true"
 
 
 @dataclass(frozen=True)
@@ -152,7 +127,7 @@ class EffectiveConnector:
     via: Literal["kv-transfer-config", "kv-offloading-backend"]
     option: ServeOption | None
     children: tuple[str, ...] = ()  # MultiConnector's child connector names, in order
-    size_handling: Literal["total", "per-rank", "ignored"] | None = None
+    mapping: BackendConnectorRow | None = None  # set when --kv-offloading-* chose it
 
 
 @dataclass(frozen=True)
@@ -276,27 +251,32 @@ class RuleContext:
         )
 
     @cached_property
-    def backend_mapping(self) -> BackendMapping | None:
-        """The row mapping the configured (or default) offload backend at this release."""
+    def backend_mapping(self) -> BackendConnectorRow | None:
+        """The curated row turning the configured (or default) offload backend into a connector.
+
+        None when no offload flag is set, or when the set flag does not trigger the
+        conversion at this release (on 0.11.1-0.13.x only the backend does).
+        """
         if not self.offload_requested:
             return None
         backend_opt = self.option(KV_OFFLOADING_BACKEND)
-        if backend_opt is None:
-            if self.semantics.size_needs_backend.contains(self.version):
-                return None  # the size alone does nothing here (default backend None)
-            backend = "native"
-        else:
-            backend = str(backend_opt.value)
+        backend = str(backend_opt.value) if backend_opt is not None else "native"
         rows = [
             row
             for row in self.semantics.backend_connectors
-            if row.backend == backend and row.releases.contains(self.version)
+            if row.backend == backend and row.contains(self.version)
         ]
-        # A row gated on an env var (VLLM_USE_SIMPLE_KV_OFFLOAD=1) wins when that var is set.
-        for row in rows:
-            if row.env is not None and self.env_value(row.env) == "1":
-                return row
-        return next((row for row in rows if row.env is None), None)
+        # A row gated on env vars (VLLM_USE_SIMPLE_KV_OFFLOAD=1) wins when they are all set.
+        gated = [
+            row
+            for row in rows
+            if row.when_env and all(self.env_value(k) == v for k, v in row.when_env.items())
+        ]
+        row = gated[0] if gated else next((r for r in rows if not r.when_env), None)
+        if row is None:
+            return None
+        triggered = backend_opt if row.activation == "backend" else self.option(KV_OFFLOADING_SIZE)
+        return row if triggered is not None else None
 
     @cached_property
     def connector(self) -> EffectiveConnector | None:
@@ -308,7 +288,7 @@ class RuleContext:
                 name=mapping.connector,
                 via="kv-offloading-backend",
                 option=self.option(KV_OFFLOADING_BACKEND) or self.option(KV_OFFLOADING_SIZE),
-                size_handling=mapping.size,
+                mapping=mapping,
             )
         name = self.kv_transfer_config.get("kv_connector")
         if not isinstance(name, str) or not name:

@@ -1,9 +1,9 @@
-"""Load the curated semantic rows the audit rules need (``rules/audit/semantics.toml``).
+"""Assemble :class:`~kvtool.audit.context.Semantics` for the rules.
 
-The table holds what flag presence cannot tell (backend -> connector, when HMA is
-decided how, which releases needed PYTHONHASHSEED for the p2p tier...); each row
-cites the reference section it was read from. Security-floor and known-bug rows
-come from the release loader's curated tables when it offers them.
+Release semantics come from the release loader's curated tables (``rules/curated/``:
+semantic facts, backend -> connector map, security floor, known bugs); the audit-only
+rows (LMCache MP keys and policies, choice migrations, which connectors offload) come
+from ``rules/audit/semantics.toml``. Every row cites its source.
 """
 
 from __future__ import annotations
@@ -14,63 +14,67 @@ from typing import Any
 import tomllib
 from pydantic import ValidationError
 
-from kvtool.audit.context import (
-    BackendMapping,
-    ChoiceMigration,
-    HmaDecision,
-    Semantics,
-    VersionRange,
+from kvtool.audit.context import ChoiceMigration, Semantics
+from kvtool.releases.curated import (
+    BackendConnectorRow,
+    KnownBug,
+    SecurityAdvisory,
+    SemanticFact,
+    Span,
 )
 from kvtool.resources import rules_dir
 
-
-def _range(row: dict[str, Any]) -> VersionRange:
-    return VersionRange(since=row.get("since"), until=row.get("until"))
+AUDIT_TABLE = "audit/semantics.toml"
 
 
-def semantics_from_table(table: dict[str, Any]) -> Semantics:
-    """Build :class:`Semantics` from the parsed TOML table (pure; raises ValueError on bad rows)."""
+def semantics_from_tables(
+    audit: dict[str, Any],
+    *,
+    facts: tuple[SemanticFact, ...],
+    backend_connectors: tuple[BackendConnectorRow, ...],
+    security_floor: tuple[SecurityAdvisory, ...] = (),
+    known_bugs: tuple[KnownBug, ...] = (),
+) -> Semantics:
+    """Combine the parsed audit table with curated release rows (pure; ValueError on bad rows)."""
     try:
+        retention = audit["retention_interval_block_multiple"]
         return Semantics(
-            backend_connectors=tuple(
-                BackendMapping(
-                    backend=row["backend"],
-                    connector=row["connector"],
-                    releases=_range(row),
-                    env=row.get("env"),
-                    size=row["size"],
-                    source=row["source"],
-                )
-                for row in table["backend_connectors"]
-            ),
-            size_needs_backend=_range(table["size_needs_backend"]),
-            size_overwrites_kv_transfer_config=_range(table["size_overwrites_kv_transfer_config"]),
-            hma_decisions=tuple(
-                HmaDecision(
-                    releases=_range(row),
-                    mode=row["mode"],
-                    warning_names_connector=row["warning_names_connector"],
-                    source=row["source"],
-                )
-                for row in table["hma_decisions"]
-            ),
-            p2p_requires_pythonhashseed=_range(table["p2p_requires_pythonhashseed"]),
-            retention_interval_block_multiple=_range(table["retention_interval_block_multiple"]),
-            mamba_requires_hma=_range(table["mamba_requires_hma"]),
-            offload_connectors=tuple(table["offload"]["connectors"]),
+            facts=facts,
+            backend_connectors=backend_connectors,
+            retention_interval_block_multiple=Span.model_validate(retention),
+            offload_connectors=tuple(audit["offload"]["connectors"]),
+            lmcache_connectors=tuple(audit["lmcache_mp"]["lmcache_connectors"]),
+            lmcache_mp_keys=tuple(audit["lmcache_mp"]["keys"]),
+            lazy_offload_policies=tuple(audit["lmcache_mp"]["lazy_offload_policies"]),
             choice_migrations=tuple(
-                ChoiceMigration(**row) for row in table.get("choice_migrations", [])
+                ChoiceMigration.model_validate(row) for row in audit.get("choice_migrations", [])
             ),
-            lmcache_mp_keys=tuple(table["lmcache_mp"]["keys"]),
-            lazy_offload_policies=tuple(table["lmcache_mp"]["lazy_offload_policies"]),
+            security_floor=security_floor,
+            known_bugs=known_bugs,
         )
-    except (KeyError, ValidationError) as exc:
-        raise ValueError(f"rules/audit/semantics.toml: bad or missing entry: {exc}") from exc
+    except (KeyError, TypeError, ValidationError) as exc:
+        raise ValueError(f"rules/{AUDIT_TABLE}: bad or missing entry: {exc}") from exc
+
+
+def audit_table() -> dict[str, Any]:
+    with (rules_dir() / AUDIT_TABLE).open("rb") as handle:
+        return tomllib.load(handle)
 
 
 @cache
 def load_semantics() -> Semantics:
-    """The shipped semantic rows (cached: read once per process)."""
-    path = rules_dir() / "audit" / "semantics.toml"
-    with path.open("rb") as handle:
-        return semantics_from_table(tomllib.load(handle))
+    """The shipped semantics (read once per process)."""
+    from kvtool.releases import (
+        backend_connector_map,
+        known_bugs,
+        security_floor,
+        semantic_facts,
+    )
+
+    return semantics_from_tables(
+        audit_table(),
+        facts=semantic_facts(),
+        backend_connectors=backend_connector_map(),
+        security_floor=security_floor(),
+        known_bugs=known_bugs(),
+    )

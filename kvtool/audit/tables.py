@@ -39,19 +39,10 @@ class ShippedTables:
         return release_index()
 
     def semantics(self) -> Semantics:
-        return _semantics_with_curated()
+        return load_semantics()
 
     def model(self, name: str) -> ModelFacts | None:
         return _model_facts(name)
-
-
-@cache
-def _semantics_with_curated() -> Semantics:
-    from kvtool.releases import known_bugs, security_floor
-
-    return load_semantics().model_copy(
-        update={"security_floor": security_floor(), "known_bugs": known_bugs()}
-    )
 
 
 @cache

@@ -53,8 +53,7 @@ def hma_outcome(ctx: RuleContext, *, ignore_flag: bool = False) -> HmaOutcome:
         return HmaOutcome(True, "forced-on", non_hma)
     if conn is None:
         return HmaOutcome(True, "no-connector", non_hma)
-    decision = ctx.semantics.hma_decision(ctx.version)
-    if decision is not None and decision.mode == "transfer-config-disables":
+    if ctx.semantics.hma_mode(ctx.version) == "transfer-config-disables":
         if conn.via == "kv-transfer-config":
             return HmaOutcome(False, "transfer-config", non_hma)
         # --kv-offloading-* became a connector after the HMA decision: HMA stayed on.
@@ -90,7 +89,7 @@ class RedundantDisableHybridKvCacheManager(ConfigRule):
     Releases
     --------
     SupportsHMA per connector from the release tables; decision mode per release from
-    `rules/audit/semantics.toml` (`hma_decisions`).
+    `rules/curated/semantics.yaml` (`hma.decision`).
 
     References
     ----------
@@ -170,7 +169,8 @@ class NonHmaConnectorOnHybridModel(ConfigRule):
 
     Releases
     --------
-    SupportsHMA per connector from the release tables; "Mamba needs HMA" from `mamba_requires_hma`.
+    SupportsHMA per connector from the release tables; "Mamba needs HMA" from
+    `hma.hybrid_ssm_requires_hma` in `rules/curated/semantics.yaml`.
     Only checked when the model is known (catalog or local config.json).
 
     References
@@ -190,7 +190,7 @@ class NonHmaConnectorOnHybridModel(ConfigRule):
         non_hma = ctx.non_hma_connectors()
         if model is None or not model.hybrid or not non_hma:
             return
-        hard_fail = model.mamba and ctx.semantics.mamba_requires_hma.contains(ctx.version)
+        hard_fail = model.mamba and ctx.semantics.holds("hma.hybrid_ssm_requires_hma", ctx.version)
         consequence = (
             "vLLM refuses to start Mamba/SSM hybrids without HMA"
             if hard_fail
@@ -237,8 +237,8 @@ class HmaForcedWithNonHmaConnector(ConfigRule):
 
     Releases
     --------
-    SupportsHMA from the release tables; decision order from `hma_decisions` in
-    `rules/audit/semantics.toml`.
+    SupportsHMA from the release tables; decision order from `hma.decision` in
+    `rules/curated/semantics.yaml`.
 
     References
     ----------
@@ -302,7 +302,7 @@ class NonHmaConnectorDisablesHma(ConfigRule):
 
     Releases
     --------
-    0.22.0 and later (`hma_decisions`: per-connector mode).
+    0.22.0 and later (`hma.decision` in `rules/curated/semantics.yaml`: per-connector mode).
 
     References
     ----------
@@ -319,10 +319,9 @@ class NonHmaConnectorDisablesHma(ConfigRule):
         outcome = hma_outcome(ctx)
         if outcome.reason != "non-hma-connector":
             return
-        decision = ctx.semantics.hma_decision(ctx.version)
         says = (
             "its startup warning names the connector"
-            if decision is not None and decision.warning_names_connector
+            if ctx.semantics.hma_warning_names_connector(ctx.version)
             else "its startup warning does not name the connector"
         )
         conn = ctx.connector
@@ -358,7 +357,7 @@ class KvOffloadingSizeWithoutBackend(ConfigRule):
 
     Releases
     --------
-    `size_needs_backend` in `rules/audit/semantics.toml` (0.11.1-0.13.x).
+    `kv_offloading.size_alone_noop` in `rules/curated/semantics.yaml` (0.11.1-0.13.x).
 
     References
     ----------
@@ -376,7 +375,7 @@ class KvOffloadingSizeWithoutBackend(ConfigRule):
         size = ctx.option(KV_OFFLOADING_SIZE)
         if size is None or ctx.option(KV_OFFLOADING_BACKEND) is not None:
             return
-        if not ctx.semantics.size_needs_backend.contains(ctx.version):
+        if not ctx.semantics.holds("kv_offloading.size_alone_noop", ctx.version):
             return
         yield self.finding(
             f"On vLLM {ctx.version} `{KV_OFFLOADING_SIZE}` does nothing without "
@@ -414,7 +413,7 @@ class KvOffloadingSizeOverwritesKvTransferConfig(ConfigRule):
 
     Releases
     --------
-    `size_overwrites_kv_transfer_config` in `rules/audit/semantics.toml`.
+    `kv_offloading.overwrites_kv_transfer_config` in `rules/curated/semantics.yaml`.
 
     References
     ----------
@@ -436,7 +435,7 @@ class KvOffloadingSizeOverwritesKvTransferConfig(ConfigRule):
             or user_connector == mapping.connector
         ):
             return
-        if not ctx.semantics.size_overwrites_kv_transfer_config.contains(ctx.version):
+        if not ctx.semantics.holds("kv_offloading.overwrites_kv_transfer_config", ctx.version):
             return
         opt = ctx.option(KV_OFFLOADING_SIZE) or ctx.option(KV_OFFLOADING_BACKEND)
         yield self.finding(
@@ -476,7 +475,7 @@ class KvOffloadingSizeIgnoredWithLmcacheBackend(ConfigRule):
 
     Releases
     --------
-    `backend_connectors` rows with `size = "ignored"` in `rules/audit/semantics.toml`.
+    `rules/curated/backend_connector.yaml` rows with `size_scope: ignored`.
 
     References
     ----------
@@ -493,7 +492,7 @@ class KvOffloadingSizeIgnoredWithLmcacheBackend(ConfigRule):
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         mapping = ctx.backend_mapping
         size = ctx.option(KV_OFFLOADING_SIZE)
-        if mapping is None or size is None or mapping.size != "ignored":
+        if mapping is None or size is None or mapping.size_scope != "ignored":
             return
         yield self.finding(
             f"With `{KV_OFFLOADING_BACKEND} {mapping.backend}` vLLM {ctx.version} loads "
@@ -591,7 +590,7 @@ class P2pTierWithoutPythonhashseed(ConfigRule):
 
     Releases
     --------
-    `p2p_requires_pythonhashseed` in `rules/audit/semantics.toml`.
+    `p2p.pythonhashseed_required` in `rules/curated/semantics.yaml`.
 
     References
     ----------
@@ -610,7 +609,7 @@ class P2pTierWithoutPythonhashseed(ConfigRule):
             return
         if not any(isinstance(t, dict) and t.get("type") == "p2p" for t in tiers):
             return
-        if not ctx.semantics.p2p_requires_pythonhashseed.contains(ctx.version):
+        if not ctx.semantics.holds("p2p.pythonhashseed_required", ctx.version):
             return
         yield self.finding(
             f"vLLM {ctx.version} refuses to start the p2p tier without PYTHONHASHSEED "

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from kvtool.audit.context import RuleContext, vtuple
@@ -66,17 +67,30 @@ class BelowSecurityFloor(ConfigRule):
         )
 
 
+def _connectors_in_use(ctx: RuleContext) -> set[str]:
+    conn = ctx.connector
+    return {conn.name, *conn.children} if conn else set()
+
+
 def _bug_matches(ctx: RuleContext, bug: KnownBug) -> bool:
-    if not bug.contains(ctx.version):
+    """Every condition the row sets holds (see ``KnownBug``); unset conditions are ignored."""
+    # An lmcache row's range is of lmcache releases, which a serve config does not name.
+    if bug.component == "vllm" and not bug.contains(ctx.version):
         return False
-    if any(ctx.option(flag) is None and ctx.env(flag) is None for flag in bug.when_flags):
+    if any(ctx.option(flag) is None for flag in bug.when_flags):
         return False
-    if bug.when_connectors:
-        conn = ctx.connector
-        in_use = {conn.name, *conn.children} if conn else set()
-        if not in_use & set(bug.when_connectors):
+    in_use = _connectors_in_use(ctx)
+    if bug.when_connectors and not in_use & set(bug.when_connectors):
+        return False
+    for name, wanted in bug.when_env.items():
+        value = ctx.env_value(name)
+        if value is None or value.lower() != wanted.lower():
             return False
-    return True
+    if bug.when_offload and not in_use & set(ctx.semantics.offload_connectors):
+        return False
+    if bug.when_model and not re.search(bug.when_model, ctx.config.model or ""):
+        return False
+    return not (bug.when_hybrid and not (ctx.model is not None and ctx.model.hybrid))
 
 
 @register

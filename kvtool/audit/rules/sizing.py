@@ -94,7 +94,7 @@ class KvOffloadingSizePerRank(ConfigRule):
             opt is None
             or size is None
             or mapping is None
-            or mapping.size != "total"
+            or mapping.size_scope != "total"
             or ctx.world == 1
         ):
             return
@@ -209,7 +209,7 @@ class LmcacheSizeDisagreesWithKvOffloadingSize(ConfigRule):
 
     Releases
     --------
-    `backend_connectors` rows with `size = "per-rank"` in `rules/audit/semantics.toml`.
+    `rules/curated/backend_connector.yaml` rows with `replaces_extra_config: true`.
 
     References
     ----------
@@ -227,7 +227,9 @@ class LmcacheSizeDisagreesWithKvOffloadingSize(ConfigRule):
         mapping = ctx.backend_mapping
         per_rank_env = _lmcache_cpu_size(ctx)
         size = ctx.float_option(KV_OFFLOADING_SIZE)
-        if mapping is None or mapping.size != "per-rank" or per_rank_env is None or size is None:
+        if mapping is None or not mapping.replaces_extra_config:
+            return
+        if per_rank_env is None or size is None:
             return
         passed = per_rank_gib(size, ctx.world)
         if abs(passed - per_rank_env) < 1e-9:
@@ -293,7 +295,7 @@ class OffloadPoolExceedsHostRam(ConfigRule):
             or size is None
             or ctx.host_ram_gib is None
             or mapping is None
-            or mapping.size != "total"
+            or mapping.size_scope != "total"
         ):
             return
         if size <= ctx.host_ram_gib:
