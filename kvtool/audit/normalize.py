@@ -55,6 +55,7 @@ class _Arg:
     text: str
     source: SourceToken
     written: str  # the option as the user spelled it (a config item: its YAML key)
+    list_item: bool = False  # a later item of a config list: always extends the option
 
 
 @dataclass
@@ -216,7 +217,8 @@ class _Normalizer:
             # vLLM looks the raw key up, so ``enable_prefix_caching: false`` is dropped.
             return [word(negative)] if self.table.has(negative) else []
         if isinstance(value, list):
-            return [word(option), *(word(str(item)) for item in value)] if value else []
+            items = [_Arg(str(item), source, key, list_item=True) for item in value]
+            return [word(option), *items] if value else []
         if isinstance(value, dict):
             return [word(option), word(json.dumps(value))]
         return [word(option), word(str(value))]
@@ -318,7 +320,7 @@ class _Normalizer:
             self._dict_arg(group, event)
 
     def _positional(self, arg: _Arg, last_valued: int | None) -> None:
-        if self.model is None:
+        if self.model is None and not (arg.list_item and last_valued is not None):
             self.model = arg.text
             return
         if last_valued is not None:
@@ -380,6 +382,9 @@ class _Normalizer:
     def _json_value(self, fact: FlagFact, raw: str, arg: _Arg) -> Any:
         try:
             return json.loads(raw)
+        except RecursionError:
+            self._problem(f"argument {fact.name}: JSON nested too deeply", fact.name, arg.source)
+            return None
         except json.JSONDecodeError as error:
             self._problem(
                 f"argument {fact.name}: invalid JSON: {error.msg} "
@@ -488,7 +493,7 @@ def _dotted_value(text: str) -> Any:
     """A dotted key's value: JSON if it parses, else a human-readable int, else the text."""
     try:
         return json.loads(text)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         pass
     match = _HUMAN_INT.fullmatch(text.strip())
     if match:

@@ -16,6 +16,9 @@ from kvtool.audit.model import Location, Suppression
 
 _INLINE = re.compile(r"kvtool:\s*ignore\[([^\]]*)\]\s*(.*)")
 ANNOTATION = "kvtool.io/ignore"
+# A new item starts with "code-or-name=" or is a bare code such as "SZ001"; any other
+# comma belongs to the reason before it.
+_ANNOTATION_ITEM = re.compile(r"\s*([A-Za-z][A-Za-z0-9-]*\s*=|[A-Z]+[0-9]+\s*$)")
 
 
 def parse_comment(comment: str) -> tuple[tuple[str, ...], str | None] | None:
@@ -100,7 +103,7 @@ def _split_annotation(value: str) -> Iterable[str]:
     """Split on commas that start a new ``CODE=`` item, so reasons may contain commas."""
     items: list[str] = []
     for part in value.split(","):
-        if items and not re.match(r"\s*[A-Za-z][A-Za-z0-9-]*\s*(=|$)", part):
+        if items and not _ANNOTATION_ITEM.match(part):
             items[-1] += "," + part
         else:
             items.append(part)

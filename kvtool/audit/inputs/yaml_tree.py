@@ -22,10 +22,12 @@ def compose_documents(text: str, file: str | None) -> list[yaml.Node]:
         return [node for node in yaml.compose_all(text, Loader=yaml.SafeLoader) if node is not None]
     except yaml.MarkedYAMLError as error:
         raise KvtoolError(
-            f"{_where(file, error.problem_mark)}: invalid YAML: {error.problem}"
+            f"{_where(file, error.problem_mark)}: invalid YAML: {error.problem or _one_line(error)}"
         ) from None
     except yaml.YAMLError as error:
-        raise KvtoolError(f"{file or '<input>'}: invalid YAML: {error}") from None
+        raise KvtoolError(f"{file or '<input>'}: invalid YAML: {_one_line(error)}") from None
+    except RecursionError:
+        raise KvtoolError(f"{file or '<input>'}: YAML nested too deeply to read") from None
 
 
 def construct(node: yaml.Node, file: str | None) -> Any:
@@ -35,12 +37,22 @@ def construct(node: yaml.Node, file: str | None) -> Any:
         return loader.construct_document(node)
     except yaml.MarkedYAMLError as error:
         raise KvtoolError(
-            f"{_where(file, error.problem_mark)}: invalid YAML: {error.problem}"
+            f"{_where(file, error.problem_mark)}: invalid YAML: {error.problem or _one_line(error)}"
         ) from None
     except (yaml.YAMLError, TypeError, ValueError) as error:
-        raise KvtoolError(f"{_where(file, node.start_mark)}: invalid YAML value: {error}") from None
+        raise KvtoolError(
+            f"{_where(file, node.start_mark)}: invalid YAML value: {_one_line(error)}"
+        ) from None
+    except RecursionError:
+        raise KvtoolError(f"{_where(file, node.start_mark)}: YAML nested too deeply") from None
     finally:
         loader.dispose()
+
+
+def _one_line(error: Exception) -> str:
+    """PyYAML messages span lines ('in "<unicode string>", line 1'): keep the first."""
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
 
 
 def _where(file: str | None, mark: yaml.Mark | None) -> str:

@@ -1,0 +1,133 @@
+"""--fix: token edits on argv and shell scripts; every other byte stays as it was."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kvtool.audit.fix import fix_argv, fix_text
+from kvtool.audit.inputs import read_argv, read_text
+from kvtool.audit.model import Fix, Invocation, SourceToken
+from kvtool.errors import KvtoolError
+
+SCRIPT = """\
+#!/bin/bash
+# serve it
+exec vllm serve org/m \\
+  --tensor-parallel-size 4 \\
+  --calculate-kv-scales \\
+  --kv-offloading-size 40 --port 8000 \\
+  ${EAGER:+--enforce-eager} \\
+  --disable-hybrid-kv-cache-manager
+echo after
+"""
+
+
+def tokens(invocation: Invocation, *texts: str) -> tuple[SourceToken, ...]:
+    return tuple(next(t for t in invocation.tokens if t.text == text) for text in texts)
+
+
+def drop(invocation: Invocation, *texts: str, replacement: tuple[str, ...] = ()) -> Fix:
+    return Fix(
+        applicability="safe",
+        description=f"drop {' '.join(texts)}",
+        remove_tokens=tokens(invocation, *texts),
+        replacement=replacement,
+    )
+
+
+def script_invocation() -> Invocation:
+    (invocation,) = read_text(SCRIPT, "run.sh")
+    return invocation
+
+
+def test_removing_a_flag_on_its_own_line_removes_the_line() -> None:
+    invocation = script_invocation()
+    outcome = fix_text(
+        SCRIPT, [drop(invocation, "--calculate-kv-scales")], file="run.sh", kind="shell"
+    )
+    assert outcome.text == SCRIPT.replace("  --calculate-kv-scales \\\n", "")
+    assert outcome.applied == 1
+    assert "-  --calculate-kv-scales \\" in outcome.diff
+    assert outcome.diff.startswith("--- a/run.sh\n+++ b/run.sh\n")
+
+
+def test_replacing_a_value_in_the_middle_of_a_line() -> None:
+    invocation = script_invocation()
+    fix = drop(invocation, "40", replacement=("160",))
+    outcome = fix_text(SCRIPT, [fix], file="run.sh", kind="shell")
+    assert outcome.text == SCRIPT.replace("--kv-offloading-size 40 ", "--kv-offloading-size 160 ")
+
+
+def test_removing_the_last_line_drops_the_dangling_continuation() -> None:
+    invocation = script_invocation()
+    fix = drop(invocation, "--disable-hybrid-kv-cache-manager")
+    outcome = fix_text(SCRIPT, [fix], file="run.sh", kind="shell")
+    expected = SCRIPT.replace(
+        "  ${EAGER:+--enforce-eager} \\\n  --disable-hybrid-kv-cache-manager\n",
+        "  ${EAGER:+--enforce-eager}\n",
+    )
+    assert outcome.text == expected
+    # The result is still one command followed by "echo after".
+    assert [t.text for t in read_text(outcome.text, "run.sh")[0].tokens][-1] == "--enforce-eager"
+
+
+def test_removing_words_inside_a_line_keeps_the_rest() -> None:
+    invocation = script_invocation()
+    outcome = fix_text(SCRIPT, [drop(invocation, "--port", "8000")], file="run.sh", kind="shell")
+    assert outcome.text == SCRIPT.replace(" --port 8000", "")
+
+
+def test_conditional_tokens_and_overlaps_are_skipped() -> None:
+    invocation = script_invocation()
+    fixes = [
+        drop(invocation, "--enforce-eager"),
+        drop(invocation, "--port", "8000"),
+        drop(invocation, "8000"),
+    ]
+    outcome = fix_text(SCRIPT, fixes, file="run.sh", kind="shell")
+    assert outcome.applied == 1
+    assert len(outcome.skipped) == 2
+    assert "${VAR:+...}" in outcome.skipped[0] and "overlaps" in outcome.skipped[1]
+
+
+def test_a_changed_file_is_not_edited_blindly() -> None:
+    invocation = script_invocation()
+    changed = SCRIPT.replace("--calculate-kv-scales", "--calculate-kv-scaleZ")
+    outcome = fix_text(
+        changed, [drop(invocation, "--calculate-kv-scales")], file="run.sh", kind="shell"
+    )
+    assert outcome.text == changed and outcome.applied == 0 and outcome.diff == ""
+
+
+@pytest.mark.parametrize("kind", ["kubernetes", "compose", "vllm-config", "kaito"])
+def test_yaml_inputs_are_refused(kind: str) -> None:
+    with pytest.raises(KvtoolError, match=r"fixes for .* input are shown, not applied"):
+        fix_text("a: 1\n", [], file="x.yaml", kind=kind)  # type: ignore[arg-type]
+
+
+def test_argv_fix() -> None:
+    argv = ["vllm", "serve", "m", "--calculate-kv-scales", "--kv-offloading-size", "40"]
+    invocation = read_argv(argv)
+    outcome = fix_argv(
+        argv,
+        [drop(invocation, "--calculate-kv-scales"), drop(invocation, "40", replacement=("160",))],
+    )
+    assert outcome.argv == ("vllm", "serve", "m", "--kv-offloading-size", "160")
+    assert outcome.diff.splitlines()[-1] == "+vllm serve m --kv-offloading-size 160"
+
+
+def test_shipped_example_fix_round_trip(tmp_path: Path) -> None:
+    repo = Path(__file__).resolve().parents[2]
+    text = (repo / "examples" / "lmcache-tp4.sh").read_text()
+    (invocation,) = read_text(text, "lmcache-tp4.sh")
+    outcome = fix_text(
+        text, [drop(invocation, "--calculate-kv-scales")], file="lmcache-tp4.sh", kind="shell"
+    )
+    changed = [line for line in outcome.diff.splitlines() if line.startswith(("+", "-"))]
+    assert changed == [
+        "--- a/lmcache-tp4.sh",
+        "+++ b/lmcache-tp4.sh",
+        "-  --calculate-kv-scales \\",
+    ]
