@@ -56,7 +56,7 @@ class StoreIndex:
     """Scheduler-side index of the host store (see module docstring).
 
     Invariant: each slot belongs to at most one entry; an entry with ``users``
-    > 0 is never evicted; ``len(entries) + len(free slots) == num_slots``.
+    > 0 is never evicted; entries + freed slots + never-used slots == num_slots.
     """
 
     def __init__(self, capacity_bytes: int, block_bytes: int, model_fingerprint: str) -> None:
@@ -70,9 +70,11 @@ class StoreIndex:
         self.block_bytes = block_bytes
         self.fingerprint = model_fingerprint
         self._entries: OrderedDict[BlockHash, _Entry] = OrderedDict()  # first = LRU
-        # Popped from the end, so a fresh store hands out 0, 1, 2, ...: consecutive
-        # slots let the transfer engine copy runs instead of single blocks.
-        self._free_slots = list(range(self.num_slots - 1, -1, -1))
+        # Never-used slots are handed out in order 0, 1, 2, ... (consecutive slots
+        # let the transfer engine copy runs instead of single blocks); freed ones
+        # are reused first.
+        self._next_fresh = 0
+        self._free_slots: list[int] = []
         self.evictions = 0
 
     def key(self, block_hash: BlockHash) -> BlockKey:
@@ -107,9 +109,14 @@ class StoreIndex:
         """
         if block_hash in self._entries:
             raise KeyError(f"{block_hash!r} is already stored or being stored")
-        if not self._free_slots:
+        if self._free_slots:
+            slot = self._free_slots.pop()
+        elif self._next_fresh < self.num_slots:
+            slot = self._next_fresh
+            self._next_fresh += 1
+        else:
             self._evict_one()
-        slot = self._free_slots.pop()
+            slot = self._free_slots.pop()
         self._entries[block_hash] = _Entry(slot=slot, ready=False, users=1)
         return slot
 
