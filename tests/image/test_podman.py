@@ -74,7 +74,11 @@ def engine(token_registry: Pushed, tmp_path_factory: pytest.TempPathFactory) -> 
         "CONTAINERS_CONF": str(scratch / "containers.conf"),
         "CONTAINERS_REGISTRIES_CONF": str(scratch / "registries.conf"),
     }
-    storage = ["--root", str(scratch / "root"), "--runroot", str(scratch / "runroot")]
+    # vfs: no overlay mount is left behind for pytest to trip over when it cleans tmp.
+    storage = [
+        "--root", str(scratch / "root"), "--runroot", str(scratch / "runroot"),
+        "--storage-driver", "vfs",
+    ]  # fmt: skip
     stubs = write_stubs(
         scratch / "stubs", packages=("lmcache", "nixl", "vllm"), failures={"nixl_ep.py": LIBCUDART}
     )
