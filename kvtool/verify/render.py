@@ -1,0 +1,46 @@
+"""Human output of a verification report (rich, on stderr)."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from kvtool.console import stderr
+from kvtool.verify.diagnose import VerifyReport
+
+_HEADLINE = {
+    "serving-hits": "[green]the offload tier is serving hits[/green]",
+    "no-external-hits": "[red]the offload tier served no hits[/red]",
+    "no-traffic": "[yellow]no traffic between the scrapes[/yellow]",
+}
+
+
+def _pct(rate: float | None) -> str:
+    return "-" if rate is None else f"{rate:.1%}"
+
+
+def render_text(report: VerifyReport) -> None:
+    d = report.deltas
+    table = Table(title="counter deltas between the scrapes")
+    table.add_column("counter")
+    table.add_column("delta", justify="right")
+    for label, value in (
+        ("requests finished", d.requests),
+        ("prefix-cache queries (tokens)", d.prefix_queries),
+        ("prefix-cache hits (tokens)", d.prefix_hits),
+        ("external prefix-cache queries (tokens)", d.external_queries),
+        ("external prefix-cache hits (tokens)", d.external_hits),
+        ("offload store bytes (GPU -> tier)", d.offload_store_bytes),
+        ("offload load bytes (tier -> GPU)", d.offload_load_bytes),
+        ("offload allocation failures", d.offload_allocation_failures),
+    ):
+        table.add_row(label, f"{value:,.0f}")
+    stderr.print(table)
+    stderr.print(f"GPU prefix hit rate {_pct(report.prefix_hit_rate)}, "
+                 f"external hit rate {_pct(report.external_hit_rate)}"
+                 + (f", connector {report.connector}" if report.connector else ""),
+                 markup=False)
+    stderr.print(_HEADLINE[report.verdict])
+    for number, cause in enumerate(report.causes, start=1):
+        stderr.print(f"  {number}. {cause.code}: {cause.message}", markup=False)
+    for note in report.notes:
+        stderr.print(f"  note: {note}", markup=False)
