@@ -147,11 +147,27 @@ def normalize(invocation: Invocation, facts: ReleaseFacts) -> ServeConfig:
     return _Normalizer(invocation, facts).run()
 
 
+# Option tables by release table identity: a batch audits many files against one release.
+_TABLES: dict[int, tuple[ReleaseFacts, _OptionTable]] = {}
+_TABLES_KEPT = 8
+
+
+def _option_table(facts: ReleaseFacts) -> _OptionTable:
+    cached = _TABLES.get(id(facts))
+    if cached is not None and cached[0] is facts:
+        return cached[1]
+    if len(_TABLES) >= _TABLES_KEPT:
+        _TABLES.clear()
+    table = _OptionTable(facts)
+    _TABLES[id(facts)] = (facts, table)
+    return table
+
+
 class _Normalizer:
     def __init__(self, invocation: Invocation, facts: ReleaseFacts) -> None:
         self.invocation = invocation
         self.facts = facts
-        self.table = _OptionTable(facts)
+        self.table = _option_table(facts)
         self.problems: list[ParseProblem] = []
         self.options: list[ServeOption] = []
         # Option index -> argparse "event" number; options sharing the last event of a flag win.

@@ -130,9 +130,13 @@ def _container(
         label=f"{file or '<input>'}: {where} container {name}",
         suppressions=suppressions,
     )
-    return container_invocations(
+    found = container_invocations(
         expand_k8s_vars(words, env), text, context, entrypoint_is_image=command_node is None
     )
+    if yaml_tree.get(container, "envFrom") is not None:
+        note = f"container {name}: envFrom variables come from the cluster and were not read"
+        found = [i.model_copy(update={"notes": (*i.notes, note)}) for i in found]
+    return found
 
 
 def _env(container: yaml.Node, file: str | None) -> Iterator[EnvAssignment]:

@@ -18,9 +18,10 @@ class LineIndex:
 
     def __post_init__(self) -> None:
         starts = [0]
-        for index, char in enumerate(self.text):
-            if char == "\n":
-                starts.append(index + 1)
+        newline = self.text.find("\n")
+        while newline >= 0:
+            starts.append(newline + 1)
+            newline = self.text.find("\n", newline + 1)
         object.__setattr__(self, "starts", tuple(starts))
 
     def line_col(self, offset: int) -> tuple[int, int]:

@@ -18,6 +18,7 @@ from kvtool.errors import KvtoolError
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.DOTALL)
 _REDIRECTION = re.compile(r"\d*(?:&>>|&>|>>|>&|<&|<<<|<<-|<<|>\||<>|>|<)")
+_CONDITIONAL = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:?\+)")
 _OPERATOR_CHARS = ";&|()"
 _WORD_END = " \t\n;&|()<>"
 # Parameter-expansion operators, longest first so ":+" wins over ":".
@@ -234,7 +235,7 @@ class _Lexer:
 
     def _lone_conditional(self, stop: int) -> list[Word] | None:
         """``${VAR:+--flag value}`` standing alone: word-split its alternate text."""
-        match = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(:?\+)").match(self.text, self.pos, stop)
+        match = _CONDITIONAL.match(self.text, self.pos, stop)
         if not match:
             return None
         close = self._find_brace_end(self.pos + 1, stop)

@@ -71,10 +71,17 @@ def referenced_config(
         )
     if "--config" not in words:
         return (), tuple(notes)
+    if words.count("--config") > 1:
+        notes.append(
+            "--config is given more than once: vLLM stops with 'More than one config file'"
+        )
     index = words.index("--config")
     if index + 1 >= len(words):
         return (), tuple(notes)
     name = words[index + 1]
+    if not name.endswith((".yaml", ".yml")):
+        notes.append(f"--config {name}: vLLM reads only .yaml/.yml config files and stops here")
+        return (), tuple(notes)
     path = Path(name)
     if not path.is_absolute() and base_dir is not None:
         path = base_dir / path

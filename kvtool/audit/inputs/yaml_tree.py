@@ -15,11 +15,15 @@ import yaml
 from kvtool.audit.model import Location
 from kvtool.errors import KvtoolError
 
+# libyaml's composer gives the same node marks (index, line, column) as the pure-Python
+# one, about ten times faster; batches of manifests spend most of their time here.
+_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 
 def compose_documents(text: str, file: str | None) -> list[yaml.Node]:
     """Every non-empty document; malformed YAML raises ``KvtoolError`` naming file:line:col."""
     try:
-        return [node for node in yaml.compose_all(text, Loader=yaml.SafeLoader) if node is not None]
+        return [node for node in yaml.compose_all(text, Loader=_LOADER) if node is not None]
     except yaml.MarkedYAMLError as error:
         raise KvtoolError(
             f"{_where(file, error.problem_mark)}: invalid YAML: {error.problem or _one_line(error)}"
@@ -32,9 +36,9 @@ def compose_documents(text: str, file: str | None) -> list[yaml.Node]:
 
 def construct(node: yaml.Node, file: str | None) -> Any:
     """The Python value of ``node``, as ``yaml.safe_load`` would build it."""
-    loader = yaml.SafeLoader("")
+    constructor = yaml.constructor.SafeConstructor()
     try:
-        return loader.construct_document(node)
+        return constructor.construct_document(node)
     except yaml.MarkedYAMLError as error:
         raise KvtoolError(
             f"{_where(file, error.problem_mark)}: invalid YAML: {error.problem or _one_line(error)}"
@@ -45,8 +49,6 @@ def construct(node: yaml.Node, file: str | None) -> Any:
         ) from None
     except RecursionError:
         raise KvtoolError(f"{_where(file, node.start_mark)}: YAML nested too deeply") from None
-    finally:
-        loader.dispose()
 
 
 def _one_line(error: Exception) -> str:

@@ -184,3 +184,14 @@ def test_shipped_lmcache_example() -> None:
 def test_read_text_without_a_file() -> None:
     (invocation,) = read_text("vllm serve m\n", None, input_format="shell")
     assert invocation.label == "<input>:1"
+
+
+def test_config_references_vllm_would_reject_are_noted(tmp_path: Path) -> None:
+    (tmp_path / "a.json").write_text("{}")
+    (invocation,) = read("vllm serve m --config a.json\n", tmp_path)
+    assert invocation.config_items == ()
+    assert "only .yaml/.yml" in invocation.notes[0]
+    (twice,) = read("vllm serve m --config a.yaml --config b.yaml\n", tmp_path)
+    assert "more than once" in twice.notes[0]
+    (equals,) = read("vllm serve m --config=a.yaml\n", tmp_path)
+    assert "not expanded" in equals.notes[0]

@@ -41,7 +41,7 @@ def test_vllm_config_must_be_a_mapping() -> None:
 
 
 def test_malformed_yaml_names_file_line_and_column() -> None:
-    with pytest.raises(KvtoolError, match=r"c\.yaml:3:1: invalid YAML: expected .,. or .\]."):
+    with pytest.raises(KvtoolError, match=r"c\.yaml:3:1: invalid YAML: .*','"):
         read_text("a: 1\nb: [1, 2\n", "c.yaml", input_format="vllm-config")
 
 
