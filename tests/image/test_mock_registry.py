@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from kvtool.image import InspectRequest, ReadOptions, inspect
 from kvtool.image.auth import Credentials
+from kvtool.image.inspect import InspectRequest, ReadOptions, inspect
 from kvtool.image.manifest import OCI_MANIFEST
 from tests.image.images import Image, digest_of, index
 

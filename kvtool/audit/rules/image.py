@@ -1,0 +1,105 @@
+"""IM: image bundling, shared with ``kvtool inspect-image``.
+
+The rules read verdicts the engine put in ``ctx.extras[IMAGE_VERDICTS]``: a mapping
+from connector package ("lmcache", "nixl", "mooncake") to an inspect-image
+:class:`~kvtool.image.model.ConnectorVerdict` (from ``--image-verdicts FILE`` or an
+inline inspection). No verdicts, no findings: the rules never inspect anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from kvtool.audit.context import RuleContext
+from kvtool.audit.model import Finding, Severity
+from kvtool.audit.registry import ConfigRule, register
+from kvtool.image.model import ConnectorVerdict, Verdict
+from kvtool.image.verdicts import connector_family
+
+IMAGE_VERDICTS = "image_verdicts"  # the ctx.extras key the engine fills
+UX_REF = "shared/reference/image-inspection-and-audit-ux.md"
+FIELD_GUIDE = "shared/seeds/004_6693fa353686f930.txt"
+
+
+def image_verdicts(ctx: RuleContext) -> Mapping[str, ConnectorVerdict]:
+    found: Any = ctx.extras.get(IMAGE_VERDICTS)
+    return found if isinstance(found, Mapping) else {}
+
+
+@register
+class ConnectorNotBundledInImage(ConfigRule):
+    """Reports a KV connector in the serve args whose package the image lacks or cannot import.
+
+    What
+    ----
+    The connector vLLM will load (every child, for MultiConnector; the backend's connector
+    for `--kv-offloading-backend`) needs LMCache, NIXL or Mooncake, and `kvtool
+    inspect-image` found that package not bundled in the image, or bundled but broken
+    (an import or a connector load fails).
+
+    Why
+    ---
+    vLLM only imports the connector's package when the engine starts, so a missing or
+    broken package surfaces as a crash after the pod is scheduled and the weights are
+    downloading. Images differ: vLLM's own images were built without
+    `INSTALL_KV_CONNECTORS` for months, and images built with it have shipped an
+    `nixl_ep` or `mooncake.engine` linked against the wrong CUDA major.
+
+    Example
+    -------
+    `--kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'` with an
+    image whose report says `nixl: broken (ImportError: libcudart.so.12 ...)`.
+
+    Fix
+    ---
+    Use an image built with `INSTALL_KV_CONNECTORS=true` whose runtime check passes
+    (`kvtool inspect-image IMAGE --check all`), or install the package matching the
+    image's CUDA major. Unknown verdicts (rate limit, no engine, no GPU driver) are not
+    reported: rerun the inspection.
+
+    Releases
+    --------
+    Independent of the vLLM release: the verdict is about the image's contents.
+
+    References
+    ----------
+    - shared/reference/image-inspection-and-audit-ux.md §F items 5 and 6
+    - shared/seeds/004_6693fa353686f930.txt "Two-step bundling verification"
+    - https://github.com/vllm-project/vllm/issues/39923
+    """
+
+    code = "IM001"
+    name = "connector-not-bundled-in-image"
+    default_severity = Severity.error
+    summary = "a KV connector in the serve args needs a package the image lacks or cannot import"
+    references = (
+        f"{UX_REF} §F items 5 and 6",
+        f"{FIELD_GUIDE} Two-step bundling verification",
+        "https://github.com/vllm-project/vllm/issues/39923",
+    )
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        verdicts = image_verdicts(ctx)
+        connector = ctx.connector
+        if not verdicts or connector is None:
+            return
+        location = connector.option.location if connector.option is not None else None
+        flag = connector.option.flag if connector.option is not None else None
+        for name in dict.fromkeys((connector.name, *connector.children)):
+            family = connector_family(name)
+            verdict = verdicts.get(family.value) if family is not None else None
+            if verdict is None or verdict.verdict not in (Verdict.not_bundled, Verdict.broken):
+                continue
+            state = "does not bundle" if verdict.verdict is Verdict.not_bundled else "has a broken"
+            detail = f": {verdict.error}" if verdict.error else f" ({verdict.reason})"
+            yield self.finding(
+                f"`{name}` needs {verdict.connector.value}, and the image {state} "
+                f"{verdict.connector.value}{detail}",
+                flag=flag,
+                location=location,
+                connector=name,
+                package=verdict.connector.value,
+                verdict=verdict.verdict.value,
+                reason=verdict.reason,
+            )
