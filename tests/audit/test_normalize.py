@@ -293,3 +293,21 @@ def test_against_the_generated_0_32_0_table() -> None:
     unknown = [o.flag for o in config.options if not o.known]
     assert unknown == ["--calculate-kv-scales"]
     assert config.problems == ()
+
+
+def test_O3_on_0_10_2_is_a_compilation_level() -> None:
+    # 0.10.2's table has no --optimization-level and -O aliases --compilation-config, so
+    # vLLM's older rewrite "-O3" -> "-O 3" sets compilation level 3.
+    from kvtool.releases import load_release
+
+    config = parse("vllm serve m -O3", load_release("0.10.2"))
+    assert values(config) == {"--compilation-config": 3}
+
+
+def test_ambiguous_abbreviation_against_the_real_table() -> None:
+    from kvtool.releases import load_release
+
+    config = parse("vllm serve m --kv-offloading 8", load_release("0.32.0"))
+    (problem,) = config.problems[:1]
+    assert problem.message.startswith("ambiguous option: --kv-offloading could match")
+    assert "--kv-offloading-backend" in problem.message

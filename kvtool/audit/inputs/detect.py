@@ -12,6 +12,7 @@ FILE_FORMATS = ("shell", "vllm-config", "kubernetes", "compose", "kaito")
 
 _K8S_HEAD = re.compile(r"^apiVersion:\s*\S", re.MULTILINE)
 _K8S_KIND = re.compile(r"^kind:\s*([A-Za-z]+)", re.MULTILINE)
+_JSON_MANIFEST = re.compile(r"\s*\{\s*\"(apiVersion|kind|items)\"")
 _COMPOSE = re.compile(r"^services:\s*$", re.MULTILINE)
 _YAML_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*:(\s|$)", re.MULTILINE)
 _VLLM_COMMAND = re.compile(r"\bvllm\s+serve\b|vllm\.entrypoints\.openai\.api_server")
@@ -24,6 +25,8 @@ def detect_format(text: str, filename: str | None = None) -> str:
     name = PurePath(filename or "").name.lower()
     if text.startswith("#!") or name.endswith(_SHELL_SUFFIXES):
         return "shell"
+    if _JSON_MANIFEST.match(text) and '"apiVersion"' in text:
+        return "kubernetes"  # kubectl get -o json; JSON is YAML to the reader
     kinds = set(_K8S_KIND.findall(text))
     if _K8S_HEAD.search(text) and kinds:
         if kinds == {"ConfigMap"} and is_inference_config(_dedented_block_lines(text)):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kvtool.audit.inputs import detect_format, read_argv, read_inputs
+from kvtool.audit.inputs import detect_format, read_argv, read_inputs, read_text
 from kvtool.errors import KvtoolError
 
 REPO = Path(__file__).resolve().parents[3]
@@ -71,3 +71,15 @@ def test_undetectable_and_missing_inputs() -> None:
         detect_format("just some words\n", "notes.txt")
     with pytest.raises(KvtoolError, match="no such file"):
         read_inputs([Path("/nonexistent/run.sh")])
+
+
+def test_json_manifest_from_kubectl_is_kubernetes() -> None:
+    text = (
+        '{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},\n'
+        ' "spec": {"containers": [{"name": "c", "image": "vllm/vllm-openai:v0.32.0",\n'
+        '   "args": ["m", "--port", "8000"]}]}}\n'
+    )
+    assert detect_format(text, "pod.json") == "kubernetes"
+    (invocation,) = read_text(text, "pod.json")
+    port = invocation.tokens[1]
+    assert port.location is not None and (port.location.line, port.location.column) == (3, 18)
