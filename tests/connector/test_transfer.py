@@ -6,8 +6,12 @@ run it on a GPU machine that has torch but not kvtool's other dependencies.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Hashable
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +21,7 @@ from kvtool.connector.transfer import (  # noqa: E402
     TransferEngine,
     block_segments,
     slot_runs,
+    widest_view,
 )
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -113,3 +118,32 @@ def test_segments_keep_the_engine_block_stride_without_copying() -> None:
 def test_slot_runs_group_consecutive_slots() -> None:
     assert slot_runs([4, 5, 6, 9, 10, 2]) == [(0, 4, 3), (3, 9, 2), (5, 2, 1)]
     assert slot_runs([]) == []
+
+
+@pytest.mark.parametrize(("row_elems", "dtype", "wide"), [
+    (12, torch.float16, torch.int64),  # 24 bytes per block
+    (3, torch.float16, torch.int16),   # 6 bytes
+    (3, torch.uint8, torch.uint8),     # 3 bytes: no wider element tiles the row
+])
+def test_odd_block_sizes_round_trip_through_the_widest_view(
+    row_elems: int, dtype: torch.dtype, wide: torch.dtype
+) -> None:
+    kv = {"l0": torch.arange(8 * row_elems).to(dtype).reshape(8, row_elems)}
+    original = kv["l0"].clone()
+    engine = TransferEngine.from_kv_caches(kv, num_slots=2)
+    assert widest_view(engine.segments[0]).dtype == wide
+    assert _run(engine, Job(1, (5, 2), (1, 0), ("a", "b")), store=True)
+    kv["l0"].zero_()
+    assert _run(engine, Job(2, (5, 2), (1, 0), ("a", "b")), store=False)
+    assert torch.equal(kv["l0"], torch.where(
+        torch.isin(torch.arange(8), torch.tensor([2, 5]))[:, None], original, 0
+    ).to(dtype))
+
+
+def test_gpu_check_refuses_clearly_without_cuda() -> None:
+    script = Path(__file__).resolve().parents[2] / "scripts" / "gpu_check.sh"
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHON": sys.executable}
+    done = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2
+    assert "no CUDA device visible to torch" in done.stderr
