@@ -17,6 +17,8 @@ _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 _PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
 _SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ash"})
 _CONTAINER_CLIS = frozenset({"docker", "podman", "nerdctl"})
+# Commands that only mention vLLM ("echo starting vllm serve"): never a server start.
+_MENTIONING = frozenset({"echo", "printf", "logger", "grep", "pgrep", "pkill", "ps", "which"})
 # The OpenAI server module: serve arguments follow it directly (no "serve" word).
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 CLI_MAIN_MODULE = "vllm.entrypoints.cli.main"
@@ -57,6 +59,9 @@ def looks_like_vllm_image(image: str) -> bool:
 
 def find_serve(words: list[str], start: int = 0) -> ServeMatch | None:
     """The first vLLM server start in ``words[start:]``, or None."""
+    first = next((w for w in words[start:] if not _is_assignment(w)), None)
+    if first is not None and basename(first) in _MENTIONING:
+        return None
     index = start
     while index < len(words):
         match = _match_at(words, index)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from kvtool.audit.inputs.command_line import ServeMatch, find_serve
 from kvtool.audit.inputs.positions import LineIndex, OffsetMap
@@ -164,14 +165,10 @@ def _command_suppressions(
 def _suppression(
     parsed: tuple[tuple[str, ...], str | None],
     where: Location,
-    scope: str,
+    scope: Literal["line", "invocation"],
     target_line: int | None,
 ) -> Suppression:
     codes, reason = parsed
     return Suppression(
-        codes=codes,
-        reason=reason,
-        location=where,
-        scope="line" if scope == "line" else "invocation",
-        target_line=target_line,
+        codes=codes, reason=reason, location=where, scope=scope, target_line=target_line
     )

@@ -75,10 +75,8 @@ class _Lexer:
         self.pending_heredocs: list[tuple[str, bool]] = []
 
     # -- errors -------------------------------------------------------------
-    def _fail(self, message: str, offset: int) -> KvtoolError:
-        line = self.text.count("\n", 0, offset) + 1
-        column = offset - (self.text.rfind("\n", 0, offset) + 1) + 1
-        return _LexError(message, offset, line, column)
+    def _fail(self, message: str, offset: int) -> LexError:
+        return LexError(message, offset)
 
     # -- top level ----------------------------------------------------------
     def run(self, end: int | None = None) -> list[Command]:
@@ -437,18 +435,13 @@ def _unquote_operand(operand: str) -> str:
     return "".join(result)
 
 
-class _LexError(KvtoolError):
-    """A shell syntax problem at a known offset (the reader adds the file and position)."""
+class LexError(KvtoolError):
+    """A shell syntax problem at an offset of the lexed text (readers add file:line:col)."""
 
-    def __init__(self, message: str, offset: int, line: int, column: int) -> None:
+    def __init__(self, message: str, offset: int) -> None:
         super().__init__(message)
         self.message = message
         self.offset = offset
-        self.line = line
-        self.column = column
-
-
-LexError = _LexError
 
 
 def lex(text: str, variables: dict[str, str] | None = None) -> LexResult:

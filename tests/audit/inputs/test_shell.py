@@ -195,3 +195,9 @@ def test_config_references_vllm_would_reject_are_noted(tmp_path: Path) -> None:
     assert "more than once" in twice.notes[0]
     (equals,) = read("vllm serve m --config=a.yaml\n", tmp_path)
     assert "not expanded" in equals.notes[0]
+
+
+def test_commands_that_only_mention_vllm_are_not_starts(tmp_path: Path) -> None:
+    script = "echo starting vllm serve now\nprintf '%s' vllm serve\nvllm serve m\n"
+    (invocation,) = read(script, tmp_path)
+    assert [t.text for t in invocation.tokens] == ["m"]
