@@ -1,7 +1,113 @@
-"""CLI registration for this command (filled in by the issue that builds it)."""
+"""``kvtool simulate``: replay a workload through the reference connector's drain policies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
+_POLICIES = ("eager", "fifo", "eviction_aware")
+
+
+def _knobs(pairs: list[str]) -> dict[str, list[str]]:
+    from kvtool.errors import KvtoolError
+
+    knobs: dict[str, list[str]] = {}
+    for pair in pairs:
+        key, sep, values = pair.partition("=")
+        if not sep or not key.startswith("kvtool.") or not values:
+            raise KvtoolError(f"--set {pair!r}: expected kvtool.KEY=V1[,V2...]")
+        knobs[key] = [v.strip() for v in values.split(",") if v.strip()]
+    return knobs
+
+
+def _block_bytes(model: str, block_size: int) -> int:
+    from kvtool.sizing.catalog import load_model_spec
+    from kvtool.sizing.deployment import make_deployment
+    from kvtool.sizing.report import compute
+
+    report = compute(load_model_spec(model), make_deployment(block_size=block_size))
+    return int(report.bytes_per_block)
+
+
+def simulate(
+    trace: Annotated[Path | None, typer.Option(help="JSONL trace (see kvtool.simulate).")] = None,
+    num_prefixes: Annotated[int, typer.Option(help="Prefix repetition: shared prefixes.")] = 16,
+    prefix_len: Annotated[int, typer.Option(help="Prefix repetition: prefix tokens.")] = 512,
+    suffix_len: Annotated[int, typer.Option(help="Prefix repetition: suffix tokens.")] = 64,
+    output_len: Annotated[int, typer.Option(help="Prefix repetition: output tokens.")] = 16,
+    num_requests: Annotated[int, typer.Option(help="Prefix repetition: requests.")] = 200,
+    seed: Annotated[int, typer.Option(help="Prefix repetition: random seed.")] = 0,
+    gpu_blocks: Annotated[int, typer.Option(help="GPU KV blocks (vLLM's num_gpu_blocks).")] = 256,
+    block_size: Annotated[int, typer.Option(help="Tokens per block.")] = 16,
+    max_num_seqs: Annotated[int, typer.Option(help="Concurrent requests.")] = 8,
+    max_batched_tokens: Annotated[int, typer.Option(help="Tokens per step.")] = 2048,
+    host_blocks: Annotated[int, typer.Option(help="Host store size in blocks.")] = 4096,
+    model: Annotated[
+        str, typer.Option(help="Model for block bytes (catalog name or config.json).")
+    ] = "llama-3.1-8b",
+    block_bytes: Annotated[
+        int | None, typer.Option(help="Bytes per block (default: from --model).")
+    ] = None,
+    policy: Annotated[
+        list[str] | None, typer.Option(help="eager, fifo, eviction_aware (repeat; default all).")
+    ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="Sweep a knob: kvtool.fifo.threshold=1,10,100 (repeat)."),
+    ] = None,
+    output_format: Annotated[str, typer.Option(help="text | json")] = "text",
+) -> None:
+    """Blocks stored before eviction and bytes written, per drain policy and knob setting."""
+    import json
+
+    from pydantic import ValidationError
+
+    from kvtool.connector.config import PolicyName
+    from kvtool.console import stderr
+    from kvtool.errors import KvtoolError
+    from kvtool.simulate.engine import EngineSettings
+    from kvtool.simulate.render import render_text, results_json
+    from kvtool.simulate.sweep import settings_for, sweep
+    from kvtool.simulate.workload import prefix_repetition, read_trace
+
+    if output_format not in ("text", "json"):
+        raise KvtoolError(f"--output-format {output_format!r}: use text or json")
+    unknown = [p for p in policy or () if p not in _POLICIES]
+    if unknown:
+        raise KvtoolError(f"--policy {unknown[0]!r}: use one of {', '.join(_POLICIES)}")
+    policies = [PolicyName(p) for p in (policy or _POLICIES)]
+    requests = (
+        read_trace(trace)
+        if trace is not None
+        else prefix_repetition(num_prefixes=num_prefixes, prefix_tokens=prefix_len,
+                               suffix_tokens=suffix_len, output_tokens=output_len,
+                               num_requests=num_requests, seed=seed)
+    )
+    try:
+        engine = EngineSettings(
+            num_gpu_blocks=gpu_blocks, block_size=block_size, max_num_seqs=max_num_seqs,
+            max_batched_tokens=max_batched_tokens, host_blocks=host_blocks,
+            block_bytes=block_bytes if block_bytes is not None else _block_bytes(model,
+                                                                                 block_size),
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = str(first["loc"][0]).replace("num_gpu_blocks", "gpu_blocks").replace("_", "-")
+        raise KvtoolError(f"--{field} {first.get('input')!r}: {first['msg']}") from None
+    configs = settings_for(policies, _knobs(set_ or []))
+    with stderr.status("simulating") as status:
+        results = sweep(
+            requests, engine, configs,
+            progress=lambda i, c: status.update(f"simulating {i + 1}/{len(configs)}: {c}"),
+        )
+    if output_format == "json":
+        typer.echo(json.dumps(results_json(engine, results), indent=2))
+    else:
+        render_text(engine, results)
+
 
 def register(app: typer.Typer) -> None:
-    """Add this sub-package's commands to the root app."""
+    """Add ``kvtool simulate`` to the root app."""
+    app.command("simulate")(simulate)
