@@ -219,7 +219,7 @@ def _diff(before: str, after: str, name: str) -> str:
         difflib.unified_diff(
             before.splitlines(keepends=True),
             after.splitlines(keepends=True),
-            fromfile=f"a/{name}",
-            tofile=f"b/{name}",
+            fromfile=name if name.startswith("/") else f"a/{name}",
+            tofile=name if name.startswith("/") else f"b/{name}",
         )
     )
