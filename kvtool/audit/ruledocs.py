@@ -60,7 +60,7 @@ def markdown() -> str:
             )
     for rule in registry:
         meta = rule.meta
-        out.append(f"\n### {meta.code} {meta.name}\n")
+        out.append(f"### {meta.code} {meta.name}\n")
         out.append(
             f"Severity **{meta.default_severity.value}** · fix **{meta.fix_applicability}** · "
             f"{meta.summary}\n"

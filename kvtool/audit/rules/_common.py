@@ -10,8 +10,16 @@ from kvtool.audit.model import Fix, ServeOption, SourceToken
 
 
 def closest(word: str, candidates: Iterable[str]) -> str | None:
-    """The closest candidate to ``word`` (difflib ratio >= 0.6), or None."""
-    matches = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    """The closest candidate to ``word``, or None.
+
+    A candidate that extends ``word`` (a dropped suffix such as ``V1``) wins, the shortest
+    first; otherwise difflib's best match with a ratio of at least 0.6.
+    """
+    pool = list(candidates)
+    extensions = sorted((c for c in pool if c.startswith(word) and c != word), key=len)
+    if extensions:
+        return extensions[0]
+    matches = difflib.get_close_matches(word, pool, n=1, cutoff=0.6)
     return matches[0] if matches else None
 
 

@@ -1,0 +1,39 @@
+"""``kvtool rule`` and the generated docs/rules.md come from the registry."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from kvtool.audit.registry import registry
+from kvtool.audit.ruledocs import markdown
+from tests.conftest import REPO_ROOT, CliResult
+
+Cli = Callable[..., CliResult]
+
+
+def test_rule_by_code_and_by_name_prints_every_section(kvtool_cli: Cli) -> None:
+    by_code = kvtool_cli("rule", "SZ001")
+    by_name = kvtool_cli("rule", "kv-offloading-size-per-rank")
+    assert by_code.exit_code == 0 and by_code.stdout == by_name.stdout
+    for section in ("What", "Why", "Example", "Fix", "Releases", "References"):
+        assert f"\n{section}\n" in by_code.stdout
+    assert by_code.stdout.startswith("SZ001 kv-offloading-size-per-rank (warning; fix: unsafe)")
+
+
+def test_rule_all_as_json_lists_every_rule_with_metadata(kvtool_cli: Cli) -> None:
+    rules = json.loads(kvtool_cli("rule", "--all", "--output-format", "json").stdout)
+    assert [r["code"] for r in rules] == [r.code for r in registry]
+    assert all(r["references"] and r["sections"]["Why"] for r in rules)
+
+
+def test_unknown_rule_and_missing_argument_exit_2(kvtool_cli: Cli) -> None:
+    unknown = kvtool_cli("rule", "ZZ999")
+    assert unknown.exit_code == 2 and "ZZ999" in unknown.stderr
+    assert kvtool_cli("rule").exit_code == 2
+
+
+def test_committed_docs_match_the_registry(kvtool_cli: Cli) -> None:
+    committed = (REPO_ROOT / "docs" / "rules.md").read_text(encoding="utf-8")
+    assert committed == markdown(), "docs/rules.md is stale: run python scripts/gen_rule_docs.py"
+    assert kvtool_cli("rule", "--all", "--output-format", "markdown").stdout == committed

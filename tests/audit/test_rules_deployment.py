@@ -1,0 +1,42 @@
+"""Golden tests for the SC rules against rules/curated/security.yaml and known_bugs.yaml."""
+
+from __future__ import annotations
+
+from kvtool.audit.context import ModelFacts
+from tests.audit.rulekit import codes, config, ktc, only, opt, run
+
+
+def test_sc001_security_floor_is_0_22_0() -> None:
+    # field guide "Is the tag safe to run?": floor v0.22.0 (CVE-2026-48746).
+    finding = only(run(config("0.21.0"), security=True), "SC001")
+    assert "CVE-2026-48746" in finding.message and "0.22.0" in finding.message
+    assert "SC001" not in codes(run(config("0.22.0"), security=True))
+
+
+def test_sc001_lists_every_advisory_that_applies() -> None:
+    # CVE-2026-22778 affects 0.8.3 through 0.14.0 (fixed 0.14.1).
+    message = only(run(config("0.14.0"), security=True), "SC001").message
+    assert "CVE-2026-22778" in message and "CVE-2026-48746" in message
+
+
+def test_sc002_lmcache_v1_on_a_hybrid_model_matches_lmcache_3106() -> None:
+    gemma = ModelFacts(name="google/gemma-3-12b-it", hybrid=True, mamba=False)
+    cfg = config("0.32.0", ktc(kv_connector="LMCacheConnectorV1", kv_role="kv_both"))
+    findings = [f for f in run(cfg, model=gemma) if f.code == "SC002"]
+    assert [f.evidence["bug"] for f in findings] == ["LMCache/LMCache#3106"]
+    assert not [f for f in run(cfg) if f.code == "SC002"]  # model unknown
+
+
+def test_sc002_env_conditions_must_hold() -> None:
+    # LMCache#2942 needs LMCACHE_LOCAL_CPU=False.
+    cfg_opts = (opt("--kv-offloading-backend", "lmcache"), opt("--kv-offloading-size", "100"))
+    assert "SC002" not in codes(run(config("0.32.0", *cfg_opts)))
+    with_env = run(config("0.32.0", *cfg_opts, env={"LMCACHE_LOCAL_CPU": "false"}))
+    assert [f.evidence["bug"] for f in with_env if f.code == "SC002"] == ["LMCache/LMCache#2942"]
+
+
+def test_sc002_fixed_vllm_bugs_only_match_their_range() -> None:
+    # vllm#39702: SimpleCPUOffloadScheduler TOCTOU in 0.20.0-0.21.x.
+    env = {"VLLM_USE_SIMPLE_KV_OFFLOAD": "1"}
+    assert "SC002" in codes(run(config("0.21.0", opt("--kv-offloading-size", "10"), env=env)))
+    assert "SC002" not in codes(run(config("0.22.0", opt("--kv-offloading-size", "10"), env=env)))

@@ -1,0 +1,146 @@
+"""Golden tests for the VG rules against the real release tables.
+
+Expected gates are the ones shared/reference/version-gates.md reports from the wheels
+(section cited per test); the rules read them from rules/releases/, never from code.
+"""
+
+from __future__ import annotations
+
+from kvtool.audit.model import Location, ParseProblem
+from tests.audit.rulekit import codes, config, ktc, only, opt, run
+
+
+def test_vg000_reports_each_parse_problem_at_its_location() -> None:
+    problem = ParseProblem(
+        message="argument --kv-transfer-config: invalid JSON: Expecting value",
+        flag="--kv-transfer-config",
+        location=Location(file="serve.sh", line=4, column=3),
+    )
+    finding = only(run(config("0.32.0", problems=(problem,))), "VG000")
+    assert finding.message == problem.message
+    assert finding.location == problem.location
+    assert finding.flag == "--kv-transfer-config"
+
+
+def test_vg001_unknown_flag_suggests_the_closest_spelling() -> None:
+    finding = only(run(config("0.32.0", opt("--kv-offload-size", "100"))), "VG001")
+    assert "`--kv-offloading-size`" in finding.message
+    assert finding.severity.value == "error"
+
+
+def test_vg001_flag_from_a_later_release_names_its_first_release() -> None:
+    # version-gates.md §4 matrix: --prefix-cache-retention-interval first in 0.29.0.
+    findings = run(config("0.28.0", opt("--prefix-cache-retention-interval", "64")))
+    finding = only(findings, "VG001")
+    assert "first appears in 0.29.0" in finding.message
+    assert "VG002" not in codes(findings)
+
+
+def test_vg002_removed_flag_names_the_removing_release_and_offers_a_safe_removal() -> None:
+    # version-gates.md §4 row 3: --calculate-kv-scales absent from 0.28.0.
+    findings = run(config("0.28.0", opt("--calculate-kv-scales")))
+    finding = only(findings, "VG002")
+    assert "removed in vLLM 0.28.0" in finding.message
+    assert finding.fix is not None and finding.fix.applicability == "safe"
+    assert [t.text for t in finding.fix.remove_tokens] == ["--calculate-kv-scales"]
+    assert "VG001" not in codes(findings)
+
+
+def test_vg002_swap_space_is_gone_from_0_18_0_but_fine_before() -> None:
+    # version-gates.md §5 item 5: --swap-space gone 0.18.0.
+    assert "VG002" in codes(run(config("0.18.0", opt("--swap-space", "4"))))
+    assert codes(run(config("0.17.1", opt("--swap-space", "4")))) == []
+
+
+def test_vg003_deprecated_flag_quotes_vllms_message() -> None:
+    # version-gates.md §2 row 4: deprecated from 0.19.0.
+    finding = only(run(config("0.27.1", opt("--calculate-kv-scales"))), "VG003")
+    assert finding.flag == "--calculate-kv-scales"
+    assert "deprecated in vLLM 0.27.1" in finding.message
+
+
+def test_vg005_mamba_cache_mode_all_is_rejected_on_0_32_0_with_a_safe_fix_to_align() -> None:
+    # version-gates.md §4 row 29: choices align/none from 0.32.0.
+    finding = only(run(config("0.32.0", opt("--mamba-cache-mode", "all"))), "VG005")
+    assert "`align`, `none`" in finding.message
+    assert finding.fix is not None and finding.fix.applicability == "safe"
+    assert finding.fix.replacement == ("--mamba-cache-mode", "align")
+    assert "VG005" not in codes(run(config("0.31.0", opt("--mamba-cache-mode", "all"))))
+
+
+def test_vg005_suggests_the_closest_choice() -> None:
+    finding = only(run(config("0.32.0", opt("--kv-offloading-backend", "lmcash"))), "VG005")
+    assert "Did you mean `lmcache`?" in finding.message
+
+
+def test_vg010_vllm_use_fastsafetensor_never_existed() -> None:
+    # version-gates.md §4 row 40: VLLM_USE_FASTSAFETENSOR is in no envs.py.
+    finding = only(run(config("0.32.0", env={"VLLM_USE_FASTSAFETENSOR": "1"})), "VG010")
+    assert finding.flag == "VLLM_USE_FASTSAFETENSOR"
+    assert finding.location is not None and finding.location.line == 1
+
+
+def test_vg011_removed_env_var_names_release_and_replacement() -> None:
+    # version-gates.md §4 row 33: VLLM_PREFIX_CACHE_RETENTION_INTERVAL gone 0.30.0.
+    env = {"VLLM_PREFIX_CACHE_RETENTION_INTERVAL": "64"}
+    finding = only(run(config("0.30.0", env=env)), "VG011")
+    assert "removed in vLLM 0.30.0" in finding.message
+    assert "--prefix-cache-retention-interval" in finding.message
+    assert "VG010" not in codes(run(config("0.30.0", env=env)))
+
+
+def test_vg012_deprecated_env_var_on_0_29_0() -> None:
+    # version-gates.md §4 row 33: read through get_from_deprecated_env_if_set in 0.29.0.
+    env = {"VLLM_PREFIX_CACHE_RETENTION_INTERVAL": "64"}
+    assert codes(run(config("0.29.0", env=env))) == ["VG012"]
+    assert codes(run(config("0.28.0", env=env))) == []
+
+
+def test_vg020_unknown_connector_suggests_the_registered_name() -> None:
+    findings = run(config("0.32.0", ktc(kv_connector="LMCacheConnector", kv_role="kv_both")))
+    finding = only(findings, "VG020")
+    assert "`LMCacheConnectorV1`" in finding.message
+
+
+def test_vg020_connector_from_a_later_release() -> None:
+    # version-gates.md §4 row 46: HiSparseConnector first registered in 0.30.0.
+    finding = only(run(config("0.29.0", ktc(kv_connector="HiSparseConnector"))), "VG020")
+    assert "first appears in 0.30.0" in finding.message
+
+
+def test_vg021_p2p_nccl_connector_removed_in_0_24_0() -> None:
+    # version-gates.md §4 row 10.
+    finding = only(run(config("0.24.0", ktc(kv_connector="P2pNcclConnector"))), "VG021")
+    assert "removed in vLLM 0.24.0" in finding.message
+    assert "NixlConnector" in finding.message
+    assert "VG021" not in codes(run(config("0.23.0", ktc(kv_connector="P2pNcclConnector"))))
+
+
+def test_vg030_legacy_kv_buffer_size_rejected_on_0_32_0_only() -> None:
+    # version-gates.md §5 item 4: extra="forbid" from 0.16.0; kv_buffer_size gone in 0.32.0.
+    cfg = ktc(kv_connector="NixlConnector", kv_role="kv_both", kv_buffer_size=5e9)
+    finding = only(run(config("0.32.0", cfg)), "VG030")
+    assert finding.flag == "--kv-transfer-config.kv_buffer_size"
+    assert "VG030" not in codes(run(config("0.31.0", cfg)))
+
+
+def test_vg030_unknown_keys_pass_on_releases_that_ignore_them() -> None:
+    # version-gates.md §5 item 4: unknown keys rejected only from 0.16.0.
+    cfg = ktc(kv_connector="NixlConnector", kv_rol="kv_both")
+    assert "VG030" in codes(run(config("0.16.0", cfg)))
+    assert "VG030" not in codes(run(config("0.15.1", cfg)))
+
+
+def test_vg031_fs_tier_is_fs_python_on_0_22_x() -> None:
+    # version-gates.md §2 row 7: the filesystem tier type is fs_python on 0.22.x.
+    extra = {
+        "spec_name": "TieringOffloadingSpec",
+        "secondary_tiers": [{"type": "fs", "path": "/nvme"}],
+    }
+    cfg = ktc(
+        kv_connector="OffloadingConnector", kv_role="kv_both", kv_connector_extra_config=extra
+    )
+    finding = only(run(config("0.22.0", cfg)), "VG031")
+    assert "`fs_python`" in finding.message
+    assert "first appears in 0.23.0" in finding.message
+    assert "VG031" not in codes(run(config("0.23.0", cfg)))
