@@ -359,7 +359,9 @@ class _Normalizer:
         if fact is None:
             value: Any = match.explicit
             consumed = 1
-            if value is None and takes_next and following is not None:
+            # argparse sets an unknown option aside and gives the next word to a positional
+            # still waiting (the model); after that, the word most likely is its value.
+            if value is None and takes_next and following is not None and self.model is not None:
                 value, consumed = following.text, 2
             self._add(
                 arg, match.option, written, True if value is None else value, event, known=False

@@ -311,3 +311,13 @@ def test_ambiguous_abbreviation_against_the_real_table() -> None:
     (problem,) = config.problems[:1]
     assert problem.message.startswith("ambiguous option: --kv-offloading could match")
     assert "--kv-offloading-backend" in problem.message
+
+
+def test_word_after_an_unknown_flag_fills_the_model_first() -> None:
+    # argparse sets unknown options aside; the next word still fills the positional model.
+    config = parse("vllm serve --calculate-kv-scales org/m --kv-offload-gib 8")
+    assert config.model == "org/m"
+    assert {o.flag: o.value for o in config.options if not o.known} == {
+        "--calculate-kv-scales": True,
+        "--kv-offload-gib": "8",
+    }
