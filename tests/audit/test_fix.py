@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvtool.audit.fix import fix_argv, fix_text
 from kvtool.audit.inputs import read_argv, read_text
@@ -131,3 +133,46 @@ def test_shipped_example_fix_round_trip(tmp_path: Path) -> None:
         "+++ b/lmcache-tp4.sh",
         "-  --calculate-kv-scales \\",
     ]
+
+
+_FLAGS = ["--port", "-tp", "--kv-offloading-size", "--enforce-eager", "--served-model-name"]
+_VALUES = ["8000", "4", "'a b'", '"x y"', "{}", "64"]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(st.tuples(st.sampled_from(_FLAGS), st.sampled_from([None, *_VALUES])), max_size=8),
+    st.lists(st.booleans(), min_size=8, max_size=8),
+    st.lists(st.booleans(), min_size=8, max_size=8),
+)
+def test_removing_any_options_leaves_the_rest_of_the_script_intact(
+    options: list[tuple[str, str | None]], remove: list[bool], same_line: list[bool]
+) -> None:
+    lines = ["#!/bin/sh", "echo before", "vllm serve org/m"]
+    for (flag, value), joined in zip(options, same_line, strict=False):
+        words = f"{flag} {value}" if value is not None else flag
+        if joined:
+            lines[-1] += " " + words
+        else:
+            lines[-1] += " \\"
+            lines.append("  " + words)
+    lines.append("echo after")
+    text = "\n".join(lines) + "\n"
+    (invocation,) = read_text(text, "run.sh")
+    args = list(invocation.tokens[1:])
+    fixes: list[Fix] = []
+    kept: list[str] = []
+    for (flag, value), drop_it in zip(options, remove, strict=False):
+        taken = args[: 2 if value is not None else 1]
+        args = args[len(taken) :]
+        if drop_it:
+            fixes.append(Fix(applicability="safe", description=flag, remove_tokens=tuple(taken)))
+        else:
+            kept.extend(t.text for t in taken)
+    outcome = fix_text(text, fixes, file="run.sh", kind="shell")
+    assert outcome.applied == len(fixes)
+    (after,) = read_text(outcome.text, "run.sh")
+    assert [t.text for t in after.tokens] == ["org/m", *kept]
+    # Only the command changed: what surrounds it is byte-identical.
+    assert outcome.text.startswith("#!/bin/sh\necho before\nvllm serve org/m")
+    assert outcome.text.endswith("\necho after\n")
