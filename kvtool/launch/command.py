@@ -118,6 +118,9 @@ def launch(
     env: Annotated[
         list[str] | None, typer.Option("--env", help="NAME=VALUE for every engine (repeat).")
     ] = None,
+    allow_below_security_floor: Annotated[
+        bool, typer.Option(help="Emit a config for a release with a published vulnerability.")
+    ] = False,
 ) -> None:
     """Emit a launch config for an offload setup: shell, compose, Kubernetes or JSON."""
     from pydantic import ValidationError
@@ -152,6 +155,7 @@ def launch(
             extra_args=tuple(serve_args or ()),
             env=_parse_env(env or []),
             name=name,
+            allow_below_security_floor=allow_below_security_floor,
         )
     except ValidationError as exc:
         first = exc.errors()[0]

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kvtool.errors import KvtoolError
 from kvtool.launch.recipe import ProcessTemplate, Recipe, Target
-from kvtool.launch.support import hma_disable_needed, unmet
+from kvtool.launch.support import below_security_floor, hma_disable_needed, unmet
 from kvtool.launch.template import as_text, fill
 from kvtool.releases.model import ReleaseFacts
 
@@ -51,6 +51,7 @@ class LaunchOptions(_Frozen):
     extra_args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     name: str | None = None  # base name of compose services / Kubernetes objects
+    allow_below_security_floor: bool = False
 
 
 class Process(_Frozen):
@@ -150,12 +151,14 @@ def build_plan(
     sizes: Mapping[str, Any],
 ) -> LaunchPlan:
     """The plan for ``recipe`` at ``facts.version``; a KvtoolError when it cannot run there."""
-    reasons = unmet(recipe, facts)
+    reasons = unmet(recipe, facts, secure_only=not options.allow_below_security_floor)
     if reasons:
         raise KvtoolError(
             f"recipe {recipe.name} does not support vLLM {facts.version}: {'; '.join(reasons)}"
-            " (see `kvtool launch --list` for the releases it supports)"
+            " (see `kvtool launch --list` for the releases it supports; "
+            "--allow-below-security-floor accepts an affected release)"
         )
+    insecure = below_security_floor(facts.version)
     if options.target not in recipe.targets:
         raise KvtoolError(
             f"recipe {recipe.name} renders only for --target {'|'.join(recipe.targets)}, "
@@ -192,7 +195,7 @@ def build_plan(
         kaito=kaito,
         sizes={k: v for k, v in sizes.items() if k != "warnings"},
         notes=recipe.notes,
-        warnings=tuple(sizes.get("warnings", ())),
+        warnings=(*insecure, *sizes.get("warnings", ())),
     )
 
 

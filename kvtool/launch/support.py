@@ -105,8 +105,23 @@ def _flag_names(facts: ReleaseFacts) -> dict[str, tuple[str, ...] | None]:
     return names
 
 
-def unmet(recipe: Recipe, facts: ReleaseFacts) -> list[str]:
-    """Why ``recipe`` cannot run on ``facts.version``; empty when it can."""
+def below_security_floor(version: str) -> list[str]:
+    """The published vLLM vulnerabilities (curated, cited rows) ``version`` is affected by."""
+    from kvtool.releases import security_floor
+
+    return [
+        f"vLLM {version} is below the security floor: {row.id} (fixed in {row.fixed})"
+        for row in security_floor()
+        if row.contains(version)
+    ]
+
+
+def unmet(recipe: Recipe, facts: ReleaseFacts, *, secure_only: bool = True) -> list[str]:
+    """Why ``recipe`` cannot run on ``facts.version``; empty when it can.
+
+    With ``secure_only`` a release affected by a published vulnerability counts as
+    unsupported too: kvtool's own audit reports it as an error.
+    """
     flags = _flag_names(facts)
     connectors = {c.name: c for c in facts.connectors}
     fields = {f.name for f in facts.kv_transfer_config_fields}
@@ -135,6 +150,8 @@ def unmet(recipe: Recipe, facts: ReleaseFacts) -> list[str]:
         elif need.kind == "gate" and not _in_gate(facts.version, need):
             upper = f" and < {need.before}" if need.before else ""
             reasons.append(f"needs vLLM >= {need.value}{upper}: {need.name}")
+    if secure_only:
+        reasons.extend(below_security_floor(facts.version))
     return reasons
 
 

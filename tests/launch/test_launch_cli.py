@@ -103,13 +103,14 @@ def test_hma_flag_only_where_the_connector_lacks_supports_hma(
     kvtool_cli: Any, version: str, flag_expected: bool
 ) -> None:
     plan = _json_plan(kvtool_cli, "native-cpu-offload", "--host-ram-gib", "64",
-                      "--vllm-version", version)
+                      "--vllm-version", version, "--allow-below-security-floor")
     assert ("--disable-hybrid-kv-cache-manager" in _engine_args(plan)) is flag_expected
 
 
 def test_nixl_side_channel_env_follows_the_release_table(kvtool_cli: Any) -> None:
     for version in ("0.11.0", "0.32.0"):
-        plan = _json_plan(kvtool_cli, "nixl-disagg", "--tp", "2", "--vllm-version", version)
+        plan = _json_plan(kvtool_cli, "nixl-disagg", "--tp", "2", "--vllm-version", version,
+                          "--allow-below-security-floor")
         prefill, decode = plan["processes"]
         known = {e.name for e in load_release(version).env_vars}
         expected = "VLLM_NIXL_SIDE_CHANNEL_PORT" in known
@@ -117,6 +118,21 @@ def test_nixl_side_channel_env_follows_the_release_table(kvtool_cli: Any) -> Non
         # One host, two engines: distinct GPUs, ports and side channels.
         assert prefill["cuda_devices"] == "0,1" and decode["cuda_devices"] == "2,3"
         assert prefill["port"] != decode["port"]
+
+
+def test_release_below_the_security_floor_needs_an_explicit_opt_in(kvtool_cli: Any) -> None:
+    # rules/curated/security.yaml: CVE-2026-48746 affects vLLM < 0.22.0.
+    args = ("launch", "native-cpu-offload", "--model", MODEL, "--host-ram-gib", "64",
+            "--vllm-version", "0.21.0")
+    refused = kvtool_cli(*args)
+    assert refused.exit_code == 2
+    assert "CVE-2026-48746" in refused.stderr and "--allow-below-security-floor" in refused.stderr
+    allowed = kvtool_cli(*args, "--allow-below-security-floor")
+    assert allowed.exit_code == 0
+    assert "# Warning: vLLM 0.21.0 is below the security floor: CVE-2026-48746" in allowed.stdout
+    listed = json.loads(kvtool_cli("launch", "--list", "--target", "json").stdout)
+    native = next(e for e in listed if e["name"] == "native-cpu-offload")
+    assert native["supported_versions"][0] == "0.22.0"
 
 
 @pytest.mark.parametrize(
