@@ -24,6 +24,7 @@ class SizingFacts(BaseModel):
     default_block_size: int
     native_offload_alignment_bytes: int
     native_offload_blocks_per_chunk: int
+    nemotron_h_default_ssm_dtype: str
     gib_bytes: int
     lmcache_chunk_size: int
     lmcache_object_alignment_bytes: int

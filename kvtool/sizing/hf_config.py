@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from kvtool.errors import KvtoolError
 from kvtool.sizing.dtypes import model_dtype_bytes
+from kvtool.sizing.facts import sizing_facts
 from kvtool.sizing.spec import (
     AttentionGroup,
     AttentionKind,
@@ -250,6 +251,20 @@ def _gated_deltanet(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[Sta
     return attention, (gdn,) if gdn.num_layers else ()
 
 
+def _ssm_state_dtype(model_type: str, text: _Config) -> str | None:
+    """The SSM state dtype vLLM's per-model config hooks choose under "auto", if any.
+
+    Qwen3.5 uses the config's ``mamba_ssm_dtype``; Nemotron-H its ``mamba_ssm_cache_dtype``
+    or a default from the facts table. Other models keep the model dtype (None).
+    """
+    if model_type.startswith("qwen3_5"):
+        declared = text.get("mamba_ssm_dtype")
+        return str(declared) if declared is not None else None
+    if model_type == "nemotron_h":
+        return str(text.get("mamba_ssm_cache_dtype") or sizing_facts().nemotron_h_default_ssm_dtype)
+    return None
+
+
 _Parser = Callable[[_Config], tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]]
 
 PARSERS: dict[str, _Parser] = {
@@ -330,6 +345,9 @@ def spec_from_config(
             "MTP (num_nextn_predict_layers) layers not counted: "
             "add one layer when speculative decoding uses them"
         )
+    ssm_dtype = _ssm_state_dtype(model_type, text)
+    if ssm_dtype is not None:
+        assumptions.append(f"SSM state dtype {ssm_dtype}, as vLLM picks for {model_type}")
     max_len = text.get("max_position_embeddings")
     return ModelSpec(
         name=name,
@@ -341,6 +359,7 @@ def spec_from_config(
         num_attention_heads=text.positive_int("num_attention_heads"),
         attention=attention,
         states=states,
+        ssm_state_dtype=ssm_dtype,
         max_position_embeddings=max_len if isinstance(max_len, int) else None,
         assumptions=tuple(assumptions),
     )

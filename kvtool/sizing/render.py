@@ -15,7 +15,7 @@ from rich.table import Table
 
 from kvtool.errors import KvtoolError
 from kvtool.sizing.facts import sizing_facts
-from kvtool.sizing.report import SizingReport
+from kvtool.sizing.results import SizingReport
 
 
 def flag_gib(value: float) -> str:

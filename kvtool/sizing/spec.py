@@ -154,6 +154,8 @@ class ModelSpec(_Frozen):
     num_attention_heads: int = Field(gt=0)
     attention: tuple[AttentionGroup, ...] = ()
     states: tuple[StateGroup, ...] = ()
+    # SSM state dtype vLLM picks when --mamba-ssm-cache-dtype is "auto"; None = model dtype.
+    ssm_state_dtype: str | None = None
     max_position_embeddings: int | None = None
     assumptions: tuple[str, ...] = ()  # defaults kvtool filled in, said out loud
 

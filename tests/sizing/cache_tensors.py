@@ -40,14 +40,20 @@ def mamba1_state_bytes(
 
 
 def mamba2_state_bytes(
-    heads: int, head_dim: int, groups: int, d_state: int, d_conv: int, element_bytes: int
+    heads: int,
+    head_dim: int,
+    groups: int,
+    d_state: int,
+    d_conv: int,
+    conv_bytes: int,
+    ssm_bytes: int,
 ) -> int:
     """Mamba-2 layer: conv [heads*head_dim + 2*groups*d_state, d_conv-1].
 
     SSM state [heads, head_dim, d_state].
     """
-    conv = _nbytes((heads * head_dim + 2 * groups * d_state, d_conv - 1), element_bytes)
-    return conv + _nbytes((heads, head_dim, d_state), element_bytes)
+    conv = _nbytes((heads * head_dim + 2 * groups * d_state, d_conv - 1), conv_bytes)
+    return conv + _nbytes((heads, head_dim, d_state), ssm_bytes)
 
 
 def gdn_state_bytes(hk: int, dk: int, hv: int, dv: int, d_conv: int, element_bytes: int) -> int:
