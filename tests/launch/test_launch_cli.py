@@ -224,3 +224,31 @@ def test_list_describes_every_recipe_with_its_releases(kvtool_cli: Any) -> None:
     for version in tiered["supported_versions"]:
         facts = load_release(version)
         assert "fs" in facts.offload_tiers and "TieringOffloadingSpec" in facts.offload_specs
+
+
+def test_reference_connector_gate_agrees_with_the_adapter() -> None:
+    """The recipe's release gate must match the series kvtool.connector.vllm accepts.
+
+    The adapter imports vLLM, so its SUPPORTED_SERIES is read from source, not imported.
+    """
+    import ast
+
+    from kvtool.launch.recipe import load_recipes
+
+    source = Path(__file__).resolve().parents[2] / "kvtool" / "connector" / "vllm.py"
+    series: tuple[tuple[int, int], ...] | None = None
+    for node in ast.walk(ast.parse(source.read_text())):
+        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", None) == (
+            "SUPPORTED_SERIES"
+        ):
+            series = ast.literal_eval(node.value)  # type: ignore[arg-type]
+    assert series, "kvtool/connector/vllm.py defines SUPPORTED_SERIES"
+    recipe = next(r for r in load_recipes() if r.name == "kvtool-connector-eager")
+    (gate,) = recipe.gates
+    first, last = min(series), max(series)
+    assert gate.since == f"{first[0]}.{first[1]}.0"
+    assert gate.before == f"{last[0]}.{last[1] + 1}.0"
+    (engine,) = recipe.processes
+    assert engine.kv_transfer_config is not None
+    assert engine.kv_transfer_config["kv_connector_module_path"] == "kvtool.connector.vllm"
+    assert f"class {engine.kv_transfer_config['kv_connector']}(" in source.read_text()
