@@ -473,22 +473,26 @@ class _Normalizer:
         self.problems.append(ParseProblem(message=message, flag=flag, location=source.location))
 
     def _result(self) -> ServeConfig:
-        last_event: dict[str, int] = {}
+        # argparse keeps the last occurrence; one inside ${VAR:+...} replaces earlier ones
+        # only sometimes, so only unconditional occurrences mark earlier ones overridden.
+        final_event: dict[str, int] = {}
         for option, event in zip(self.options, self.events, strict=True):
-            last_event[option.flag] = event
+            if not option.conditional:
+                final_event[option.flag] = max(final_event.get(option.flag, 0), event)
         options = tuple(
-            option.model_copy(update={"overridden": event != last_event[option.flag]})
+            option.model_copy(update={"overridden": event < final_event.get(option.flag, 0)})
             for option, event in zip(self.options, self.events, strict=True)
         )
         json_flags = {f.name for f in self.facts.flags if f.json_config}
-        json_values: dict[str, dict[str, Any]] = {}
-        for option in options:
+        effective: dict[str, tuple[int, dict[str, Any]]] = {}
+        for option, event in zip(options, self.events, strict=True):
             whole = option.flag in json_flags and not option.overridden and not option.key_path
             if whole and isinstance(option.value, dict):
-                json_values[option.flag] = option.value
+                effective[option.flag] = (event, option.value)
         for flag, (event, value) in self.json_groups.items():
-            if event == last_event.get(flag):
-                json_values[flag] = value
+            if event >= final_event.get(flag, 0) and event > effective.get(flag, (0, {}))[0]:
+                effective[flag] = (event, value)
+        json_values = {flag: value for flag, (_, value) in effective.items()}
         model = self.model
         model_option = next((o for o in reversed(options) if o.flag == "--model"), None)
         if model is None and model_option is not None and isinstance(model_option.value, str):

@@ -321,3 +321,16 @@ def test_word_after_an_unknown_flag_fills_the_model_first() -> None:
         "--calculate-kv-scales": True,
         "--kv-offload-gib": "8",
     }
+
+
+def test_a_conditional_occurrence_does_not_override_for_sure() -> None:
+    from kvtool.audit.inputs import read_text
+
+    (invocation,) = read_text(
+        "vllm serve m --port 1 ${ALT:+--port 2} --enforce-eager --enforce-eager\n", "run.sh"
+    )
+    config = normalize(invocation, FACTS)
+    ports = [(o.value, o.conditional, o.overridden) for o in config.options if o.flag == "--port"]
+    assert ports == [("1", False, False), ("2", True, False)]
+    eager = [o.overridden for o in config.options if o.flag == "--enforce-eager"]
+    assert eager == [True, False]
