@@ -237,7 +237,7 @@ class LazyOffloadManager:
             if buffer is None:
                 buffer = self._new_buffer(key)
             if not buffer.blocks:
-                heapq.heappush(self._fronts, (now, buffer.order, buffer.next_ordinal, key))
+                self._push_front(buffer, now)
             self._where[block_id] = (buffer, buffer.next_ordinal)
             buffer.blocks.append(_Buffered(block_id, block_hash, now))
             self._claimed.add(block_hash)
@@ -337,6 +337,17 @@ class LazyOffloadManager:
         self._buffers[key] = buffer
         return buffer
 
+    def _push_front(self, buffer: _RequestBuffer, admitted_at: float) -> None:
+        """Index the buffer's current front for deadlines; entries of old fronts stay
+        until popped or until the heap doubles, when it is rebuilt (amortised O(1))."""
+        heapq.heappush(self._fronts, (admitted_at, buffer.order, buffer.front, buffer.key))
+        if len(self._fronts) > 2 * len(self._buffers) + 64:
+            self._fronts = [
+                (b.blocks[0].admitted_at, b.order, b.front, b.key)
+                for b in self._buffers.values() if b.blocks
+            ]
+            heapq.heapify(self._fronts)
+
     def _retire(self, key: RequestKey) -> None:
         buffer = self._buffers.get(key)
         if buffer is None:
@@ -401,10 +412,7 @@ class LazyOffloadManager:
             for block in taken:
                 del self._where[block.block_id]
             if buffer.blocks:
-                heapq.heappush(
-                    self._fronts,
-                    (buffer.blocks[0].admitted_at, buffer.order, buffer.front, buffer.key),
-                )
+                self._push_front(buffer, buffer.blocks[0].admitted_at)
             self.stats.pending -= len(taken)
             self.stats.released += len(taken)
             self.stats.released_by[release.reason.value] += len(taken)
@@ -432,6 +440,7 @@ class LazyOffloadManager:
             except StoreFullError:
                 break
         stored = len(slots)
+        self.stats.store_evictions = self.store.evictions
         rejected = taken[stored:]
         if rejected:
             self.pool.unprotect([b.block_id for b in rejected])
@@ -479,7 +488,6 @@ class LazyOffloadManager:
                 self.store.commit(block_hash)
             else:
                 self.store.abort(block_hash)
-        self.stats.store_evictions = self.store.evictions
         if job.ok:
             self.stats.stored += n
             self.stats.stored_bytes += n * self.store.block_bytes
@@ -525,11 +533,10 @@ class _View:
                 yield key
 
     def iter_fronts_older_than(self, cutoff: float) -> Generator[RequestKey, None, None]:
-        heap = self._m._fronts
         kept: list[tuple[float, int, int, RequestKey]] = []
         try:
-            while heap and heap[0][0] <= cutoff:
-                entry = heapq.heappop(heap)
+            while self._m._fronts and self._m._fronts[0][0] <= cutoff:
+                entry = heapq.heappop(self._m._fronts)
                 buffer = self._m._buffers.get(entry[3])
                 if buffer is None or not buffer.blocks or buffer.front != entry[2]:
                     continue  # stale: that front was released or lost since
@@ -537,4 +544,4 @@ class _View:
                 yield entry[3]
         finally:
             for entry in kept:
-                heapq.heappush(heap, entry)
+                heapq.heappush(self._m._fronts, entry)

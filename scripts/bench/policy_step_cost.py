@@ -243,6 +243,8 @@ class Driver:
     def computed(self, rid: str, block_ids: list[int]) -> None: ...
     def finished(self, rid: str) -> None: ...
     def step(self, tokens: int, allocated: list[int]) -> None: ...
+    def flush(self) -> None:
+        """Deliver the receipts of the last step's stores (end of the trace)."""
 
 
 class KvtoolDriver(Driver):
@@ -263,10 +265,14 @@ class KvtoolDriver(Driver):
     def finished(self, rid: str) -> None:
         self.manager.on_request_finished(rid)
 
-    def step(self, tokens: int, allocated: list[int]) -> None:
+    def flush(self) -> None:
         self.manager.on_job_reports(self._receipts)
         for report in self._receipts:
             self.stored_hashes.update(self._inflight.pop(report.job_id))
+        self._receipts = []
+
+    def step(self, tokens: int, allocated: list[int]) -> None:
+        self.flush()
         result = self.manager.step(StepInput(tokens, allocated))
         self._receipts = [JobReport(job.job_id, True) for job in result.store_jobs]
         for job in result.store_jobs:
@@ -300,10 +306,13 @@ class LMCacheDriver(Driver):
     def finished(self, rid: str) -> None:
         self._finished.add(rid)
 
-    def step(self, tokens: int, allocated: list[int]) -> None:
+    def flush(self) -> None:
         for rid in self._receipts:
             self.pool.free_blocks(self._pinned.pop(rid))
         self._receipts = []
+
+    def step(self, tokens: int, allocated: list[int]) -> None:
+        self.flush()
         signals = self.lm.base.DrainSignals(
             new_blocks_allocated=len(allocated),
             est_next_step_blocks=math.ceil(tokens / TOKENS_PER_BLOCK),
@@ -321,7 +330,7 @@ class LMCacheDriver(Driver):
                     self.pool.free_blocks(blocks)
                     break
                 pinned.extend(blocks)
-                self.stored_hashes.update(snapshot.values())
+                self.stored_hashes.update(snapshot.values())  # stored once the receipt arrives
                 self.stored_writes += len(blocks)
             if pinned:
                 self._pinned[item.request_id] = pinned
@@ -450,6 +459,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         pool = LinkedPool(1024)
         driver = make(pool)
         churn(driver, pool, trace_steps, seed=7)
+        driver.flush()
         out[f"{name}_blocks_stored"] = len(driver.stored_hashes)
         out[f"{name}_block_writes"] = driver.stored_writes
     out["blocks_stored_ratio"] = round(
