@@ -68,13 +68,12 @@ def _words(node: yaml.Node | None, text: str, file: str | None) -> list[ArgvWord
     except LexError as error:
         line, column = index.line_col(mapping.to_source(error.offset))
         raise KvtoolError(f"{file or '<input>'}:{line}:{column}: {error.message}") from None
-    return [
-        ArgvWord(
-            word.text, index.location(mapping.to_source(word.start), mapping.to_source(word.end))
-        )
-        for command in lexed.commands
-        for word in command.words
-    ]
+    words: list[ArgvWord] = []
+    for command in lexed.commands:
+        for word in command.words:
+            span = mapping.to_source(word.start), mapping.to_source(word.end)
+            words.append(ArgvWord(word.text, index.location(*span), span))
+    return words
 
 
 def _environment(node: yaml.Node | None, file: str | None) -> Iterator[EnvAssignment]:

@@ -27,7 +27,7 @@ _K8S_VAR = re.compile(r"\$\$\(|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 class ArgvWord:
     text: str
     location: Location | None
-    node: yaml.ScalarNode | None = None
+    span: tuple[int, int] | None = None  # offsets of the written form in the source text
 
 
 def words_from_sequence(node: yaml.Node | None, file: str | None) -> list[ArgvWord]:
@@ -35,7 +35,8 @@ def words_from_sequence(node: yaml.Node | None, file: str | None) -> list[ArgvWo
     for item in yaml_tree.sequence(node):
         text = yaml_tree.scalar(item)
         if text is not None and isinstance(item, yaml.ScalarNode):
-            words.append(ArgvWord(text, yaml_tree.location(item, file), item))
+            span = yaml_tree.scalar_source_span(item, "")
+            words.append(ArgvWord(text, yaml_tree.location(item, file), span))
     return words
 
 
@@ -102,12 +103,8 @@ def container_invocations(
 
 def _shell_item(word: ArgvWord, source: str, context: ShellContext) -> list[Invocation]:
     index = LineIndex(source, context.file)
-    node = word.node
-    if node is None:
-        mapping = OffsetMap.identity(0)
-    else:
-        start, end = yaml_tree.scalar_source_span(node, source)
-        mapping = OffsetMap.align(node.value, source, start, end)
+    start, end = word.span if word.span is not None else (0, len(source))
+    mapping = OffsetMap.align(word.text, source, start, end)
 
     def locate(start: int, end: int) -> Location:
         return index.location(mapping.to_source(start), mapping.to_source(end))

@@ -59,9 +59,6 @@ class Command:
 class LexResult:
     commands: list[Command]
     comments: list[Comment]
-    # Variables exported by the script (``export X=1`` or ``X=1`` then ``export X``),
-    # in assignment order, with the word that assigned them.
-    exported: dict[str, Word]
 
 
 class _Lexer:
@@ -448,4 +445,4 @@ def lex(text: str, variables: dict[str, str] | None = None) -> LexResult:
     """Split ``text`` into simple commands of words; raises ``LexError`` on bad quoting."""
     lexer = _Lexer(text, variables)
     commands = lexer.run()
-    return LexResult(commands, lexer.comments, lexer.exported)
+    return LexResult(commands, lexer.comments)

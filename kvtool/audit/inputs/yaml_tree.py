@@ -111,6 +111,6 @@ def sequence(node: yaml.Node | None) -> list[yaml.Node]:
     return list(node.value) if isinstance(node, yaml.SequenceNode) else []
 
 
-def scalar_source_span(node: yaml.ScalarNode, text: str) -> tuple[int, int]:
-    """Offsets of a scalar's written form in the source text (quotes and indicators included)."""
+def scalar_source_span(node: yaml.Node, text: str) -> tuple[int, int]:
+    """Offsets of a node's written form in the source text (quotes and indicators included)."""
     return node.start_mark.index, node.end_mark.index if node.end_mark else len(text)

@@ -217,3 +217,9 @@ def test_forced_kaito_format_without_inference_config_is_an_error() -> None:
             "x.yaml",
             input_format="kaito",
         )
+
+
+def test_compose_string_command_running_a_shell_keeps_locations() -> None:
+    text = 'services:\n  s:\n    image: x\n    command: sh -c "vllm serve m --port 1"\n'
+    (invocation,) = read_text(text, "compose.yaml")
+    assert token_at(invocation, "--port") == (4, 34)
