@@ -210,7 +210,17 @@ class _Normalizer:
         texts = [a.text for a in args]
         if "--config" in texts:
             at = texts.index("--config")
+            config_word = args[at]
             args = args[:at] + args[at + 2 :]
+            model_in_config = any(key == "model" for key, _, _ in self.invocation.config_items)
+            if not (args and not args[0].text.startswith("-")) and not model_in_config:
+                # _pull_args_from_config refuses to start without a model anywhere.
+                self._problem(
+                    "No model specified! Please specify model either as a positional "
+                    "argument or in a config file.",
+                    "--config",
+                    config_word.source,
+                )
         synthetic: list[_Arg] = []
         for key, value, location in self.invocation.config_items:
             synthetic.extend(self._config_item_args(key, value, location))

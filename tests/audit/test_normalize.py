@@ -334,3 +334,11 @@ def test_a_conditional_occurrence_does_not_override_for_sure() -> None:
     assert ports == [("1", False, False), ("2", True, False)]
     eager = [o.overridden for o in config.options if o.flag == "--enforce-eager"]
     assert eager == [True, False]
+
+
+def test_config_without_any_model_is_a_problem() -> None:
+    # _pull_args_from_config: "No model specified!" when neither CLI nor file names one.
+    invocation = _config_invocation([("port", 1)], ["vllm", "serve", "--config", "c.yaml"])
+    assert normalize(invocation, FACTS).problems[0].message.startswith("No model specified!")
+    with_model = _config_invocation([("model", "m")], ["vllm", "serve", "--config", "c.yaml"])
+    assert normalize(with_model, FACTS).problems == ()
