@@ -115,6 +115,20 @@ def test_segments_keep_the_engine_block_stride_without_copying() -> None:
     assert torch.equal(segment[3].view(torch.int16), layer[3])
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_round_trip_through_layers_interleaved_in_one_storage(device: str) -> None:
+    storage = torch.randn(16, 2, 8, 4).to(device)  # [blocks, layer, ...]: strided layers
+    kv = {"a": storage[:, 0], "b": storage[:, 1]}
+    original = storage.clone()
+    engine = TransferEngine.from_kv_caches(kv, num_slots=4)
+    assert _run(engine, Job(1, (9, 3, 12), (2, 3, 0), ("x", "y", "z")), store=True)
+    storage.zero_()
+    assert _run(engine, Job(2, (9, 3, 12), (2, 3, 0), ("x", "y", "z")), store=False)
+    for block in (9, 3, 12):
+        assert torch.equal(storage[block], original[block])
+    assert torch.count_nonzero(storage[0]) == 0
+
+
 def test_slot_runs_group_consecutive_slots() -> None:
     assert slot_runs([4, 5, 6, 9, 10, 2]) == [(0, 4, 3), (3, 9, 2), (5, 2, 1)]
     assert slot_runs([]) == []
