@@ -83,6 +83,9 @@ def inspect_image(
     probe_timeout: Annotated[
         float, typer.Option(help="Seconds the runtime probe may take.", min=1)
     ] = 300.0,
+    probe_python: Annotated[
+        str, typer.Option(help="The interpreter inside the image that runs the probe.")
+    ] = "python3",
     probe_memory: Annotated[
         str, typer.Option(help="Memory limit of the probe container, e.g. 4g.")
     ] = "4g",
@@ -133,7 +136,9 @@ def inspect_image(
             max_config_bytes=max_config_bytes,
             ref_name=ref,
         ),
-        limits=ContainerLimits(memory=probe_memory, timeout_s=probe_timeout, gpus=gpus),
+        limits=ContainerLimits(
+            memory=probe_memory, timeout_s=probe_timeout, gpus=gpus, python=probe_python
+        ),
     )
     with stderr.status("inspecting", spinner="dots") as status:
         report = inspect(request, progress=lambda text: status.update(text))

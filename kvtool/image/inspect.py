@@ -64,8 +64,17 @@ class InspectRequest:
     limits: ContainerLimits = field(default_factory=ContainerLimits)
 
 
+_ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz")
+
+
 def is_offline_input(target: str) -> bool:
-    return Path(target).exists()
+    """Whether ``target`` names a local archive or layout; a path that does not exist is
+    refused here rather than parsed as a (then confusingly invalid) image reference."""
+    if Path(target).exists():
+        return True
+    if target.startswith(("/", "./", "../", "~")) or target.endswith(_ARCHIVE_SUFFIXES):
+        raise KvtoolError(f"{target}: no such file or directory")
+    return False
 
 
 def read_image_facts(target: str, options: ReadOptions, progress: Progress = _quiet) -> ImageFacts:
@@ -229,6 +238,9 @@ def _runtime(request: InspectRequest, progress: Progress) -> tuple[ProbeReport |
                 "the container runtime check needs an image reference the engine can run, "
                 "not a file; use --python PATH for a local environment"
             )
-        return probe_container(request.image, request.limits, progress), StepOutcome(status="ran")
+        report = probe_container(
+            request.image, request.limits, progress, credentials=request.read.credentials
+        )
+        return report, StepOutcome(status="ran")
     except InspectError as exc:
         return None, StepOutcome(status="failed", reason=str(exc), kind=exc.kind)

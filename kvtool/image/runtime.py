@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from kvtool.errors import KvtoolError
+from kvtool.image.auth import Credentials
 from kvtool.image.errors import EngineError, ProbeError
 from kvtool.image.model import ProbeReport
 from kvtool.image.registry import Progress
@@ -81,9 +82,17 @@ def probe_local(python: Path, timeout_s: float = 300.0) -> ProbeReport:
 
 
 def probe_container(
-    image: str, limits: ContainerLimits, progress: Progress, pull: bool = True
+    image: str,
+    limits: ContainerLimits,
+    progress: Progress,
+    pull: bool = True,
+    credentials: Credentials | None = None,
 ) -> ProbeReport:
-    """Run the probe inside ``image`` through the engine at ``DOCKER_HOST``."""
+    """Run the probe inside ``image`` through the engine at ``DOCKER_HOST``.
+
+    ``credentials`` (from ``--username``) go with the pull; without them the engine
+    uses its own stored logins.
+    """
     import docker
     from docker.errors import DockerException, ImageNotFound
 
@@ -102,7 +111,7 @@ def probe_container(
                 raise EngineError(
                     f"{image}: not present in the engine and pulling is off"
                 ) from None
-            _pull(client, image, progress)
+            _pull(client, image, progress, credentials)
         return _run_probe(client, image, limits, progress)
     except DockerException as exc:
         raise EngineError(f"{image}: the engine failed: {exc}") from None
@@ -110,13 +119,19 @@ def probe_container(
         client.close()
 
 
-def _pull(client: Any, image: str, progress: Progress) -> None:
+def _pull(client: Any, image: str, progress: Progress, credentials: Credentials | None) -> None:
     """Pull ``image``, reading the whole stream: errors arrive inside it, not as a status."""
     from docker.utils import parse_repository_tag
 
     repository, tag = parse_repository_tag(image)
+    auth = (
+        {"username": credentials.username, "password": credentials.password}
+        if credentials is not None
+        else None
+    )
     progress(f"pulling {image}")
-    for event in client.api.pull(repository, tag=tag, stream=True, decode=True):
+    stream = client.api.pull(repository, tag=tag, stream=True, decode=True, auth_config=auth)
+    for event in stream:
         if isinstance(event, dict) and (event.get("error") or event.get("errorDetail")):
             detail = event.get("error") or event.get("errorDetail")
             raise EngineError(f"{image}: pull failed: {detail}")

@@ -161,3 +161,12 @@ def test_not_an_image_archive(tmp_path: Path, kvtool_cli: Any) -> None:
     archive = tmp_path / "other.tar"
     _tar(archive, {"README": b"hello"})
     _refused(kvtool_cli, archive, "neither a docker save archive")
+
+
+def test_missing_archive_path_is_named_not_parsed_as_a_reference(
+    tmp_path: Path, kvtool_cli: Any
+) -> None:
+    missing = tmp_path / "image.tar"
+    result = kvtool_cli("inspect-image", str(missing))
+    assert result.exit_code == 2
+    assert result.stderr.strip() == f"kvtool: error: {missing}: no such file or directory"
