@@ -171,6 +171,13 @@ def audit(
     show_settings: Annotated[
         bool, typer.Option("--show-settings", help="Print the resolved settings and exit.")
     ] = False,
+    image_verdicts: Annotated[
+        Path | None,
+        typer.Option(
+            "--image-verdicts",
+            help="An `inspect-image --output-format json` report for the image rules (IM).",
+        ),
+    ] = None,
 ) -> None:
     """Lint vLLM serve configurations against the target release's generated rule tables."""
     from kvtool.audit.engine import Auditor
@@ -195,7 +202,19 @@ def audit(
         raise typer.Exit(0)
     file_paths, argv = split_positionals(list(paths or []))
     invocations = _read(file_paths, argv, input_format)
-    auditor = Auditor(ShippedTables(), normalize, settings, use_suppressions=not no_suppressions)
+    extras = {}
+    if image_verdicts is not None:
+        from kvtool.audit.rules.image import IMAGE_VERDICTS
+        from kvtool.image import load_image_verdicts
+
+        extras[IMAGE_VERDICTS] = load_image_verdicts(image_verdicts)
+    auditor = Auditor(
+        ShippedTables(),
+        normalize,
+        settings,
+        use_suppressions=not no_suppressions,
+        extras=extras,
+    )
     report = auditor.run(invocations)
     for warning in sorted({i.target.warning for i in report.invocations if i.target.warning}):
         stderr.print(f"kvtool: warning: {warning}", markup=False, soft_wrap=True)

@@ -8,7 +8,7 @@ config) are computed here once so no two rules disagree about them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
@@ -138,8 +138,21 @@ class RuleContext:
     semantics: Semantics
     target_source: str = "flag"
     host_ram_gib: float | None = None
-    model: ModelFacts | None = None
+    known_model: ModelFacts | None = None
+    # Looks the served model up (sizing catalog, local config.json) only when a rule asks:
+    # most configs never need it, and reading the catalog is the slowest part of a run.
+    model_lookup: Callable[[str], ModelFacts | None] | None = None
+    # Facts from outside the config that optional rules read, e.g. inspect-image verdicts.
     extras: Mapping[str, Any] = field(default_factory=dict)
+
+    @cached_property
+    def model(self) -> ModelFacts | None:
+        """Facts about the served model, when known."""
+        if self.known_model is not None:
+            return self.known_model
+        if self.model_lookup is None or not self.config.model:
+            return None
+        return self.model_lookup(self.config.model)
 
     @property
     def version(self) -> str:

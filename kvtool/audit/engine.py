@@ -7,9 +7,9 @@ settings and tables always give the same report.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -172,7 +172,9 @@ class Auditor:
         *,
         use_suppressions: bool = True,
         rules: RuleRegistry = registry,
+        extras: Mapping[str, Any] | None = None,
     ) -> None:
+        self.extras: Mapping[str, Any] = extras or {}
         self.tables = tables
         self.normalizer = normalizer
         self.settings = settings
@@ -201,7 +203,6 @@ class Auditor:
     def context_for(self, invocation: Invocation, target: Target) -> RuleContext:
         facts = self.tables.release(target.vllm_version)
         config = self.normalizer(invocation, facts)
-        model = self.tables.model(config.model) if config.model else None
         return RuleContext(
             config=config,
             facts=facts,
@@ -209,7 +210,8 @@ class Auditor:
             semantics=self.tables.semantics(),
             target_source=target.source,
             host_ram_gib=self.settings.host_ram_gib,
-            model=model,
+            model_lookup=self.tables.model,
+            extras=self.extras,
         )
 
     def _audit_one(self, invocation: Invocation, report: AuditReport) -> InvocationReport:

@@ -79,7 +79,7 @@ def context(
         index=release_index(),
         semantics=load_semantics(),
         host_ram_gib=host_ram_gib,
-        model=model,
+        known_model=model,
     )
 
 
