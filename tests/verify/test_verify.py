@@ -315,3 +315,19 @@ def test_text_report_names_the_cause(kvtool_cli: Any, tmp_path: Path) -> None:
     assert "served no hits" in result.stderr
     assert "nothing-stored" in result.stderr
     assert result.stdout == ""
+
+
+def test_real_vllm_0_32_snapshots_show_external_hits(kvtool_cli: Any) -> None:
+    """Snapshots from a real vLLM 0.32.0 server (tests/verify/data/README.md)."""
+    data = Path(__file__).parent / "data"
+    result = kvtool_cli("verify", "--before", str(data / "vllm-0.32.0-cpu-before.prom"),
+                        "--after", str(data / "vllm-0.32.0-cpu-after.prom"),
+                        "--output-format", "json")
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["verdict"] == "serving-hits"
+    # Four completions; 64 tokens came back from the connector after the reset.
+    assert report["deltas"]["requests"] == 4
+    assert report["deltas"]["external_hits"] == 64
+    assert report["cache_config"]["enable_prefix_caching"] == "True"
+    assert report["cache_config"]["block_size"] == "32"
