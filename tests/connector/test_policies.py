@@ -106,17 +106,42 @@ def test_eviction_aware_waits_while_blocks_are_far_from_the_head() -> None:
     assert rig.manager.stats.released_by["eviction_window"] == 2
 
 
+def _freed_in_order(rig: Rig, a: list[int], others: list[int]) -> None:
+    """Fill the rest of the pool, then free a[:2], others, a[2:] in that order."""
+    rig.allocated.clear()
+    rig.pool.allocate(rig.pool.num_free)
+    rig.pool.free(a[:2])
+    rig.pool.free(others)
+    rig.pool.free(a[2:])
+
+
 def test_eviction_aware_releases_only_the_due_front() -> None:
     rig = _ea_rig()
     rig.step()
     a = rig.compute("a", ["a0", "a1", "a2", "a3"])
     rig.manager.on_request_finished("a")
-    rig.pool.free(a)  # forward order: a0 nearest the head (as a sliding window would)
-    rig.allocated.clear()
-    rig.pool.allocate(12)  # queue is now a0, a1, a2, a3
-    jobs = rig.step(tokens=16)  # depth 3 (EWMA 0, one block per step): a0..a2 due
-    assert released_blocks(jobs) == a[:3]
-    assert rig.manager.stats.pending == 1
+    others = rig.pool.allocate(3)  # another request's blocks, nothing buffered
+    for i, block in enumerate(others):
+        rig.pool.set_hash(block, ("other", i))
+    # Queue: a0, a1, o0, o1, o2, a2, a3 (a freed front first, as a sliding window
+    # retires blocks).
+    _freed_in_order(rig, a, others)
+    jobs = rig.step(tokens=16)  # depth 3 (EWMA 0, one block per step)
+    assert released_blocks(jobs) == a[:2]
+    assert rig.manager.stats.pending == 2  # a2, a3 sit behind three other blocks
+
+
+def test_eviction_aware_counts_positions_after_its_own_releases_leave_the_queue() -> None:
+    # Protecting a0, a1 moves o0 and a2 towards the head: with depth 3, a2 would be
+    # at position 1 once they leave, so it is due now (the pin cascade, §6.11).
+    rig = _ea_rig()
+    rig.step()
+    a = rig.compute("a", ["a0", "a1", "a2", "a3"])
+    rig.manager.on_request_finished("a")
+    others = rig.pool.allocate(1)
+    rig.pool.set_hash(others[0], ("other", 0))
+    _freed_in_order(rig, a, others)  # queue: a0, a1, o0, a2, a3
+    assert released_blocks(rig.step(tokens=16)) == a
 
 
 def test_eviction_aware_reads_only_the_danger_window() -> None:

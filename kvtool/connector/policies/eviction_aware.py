@@ -1,10 +1,11 @@
 """EVICTION_AWARE: release a request's blocks just before the engine would recycle them.
 
 Pure policy: it decides, the manager acts (design: lazy-offload.md §3, §6.3).
-Each step it reads only the first ``depth`` blocks of the engine's free queue
-(the danger window), where ``depth`` is the predicted block consumption over
-``horizon_steps`` steps, and looks each one up in the manager's block index.
-Per-step cost is therefore O(depth + released), not O(everything buffered);
+Each step it reads the head of the engine's free queue (the danger window)
+up to ``depth`` blocks that it will not release, where ``depth`` is the
+predicted block consumption over ``horizon_steps`` steps, and looks each one
+up in the manager's block index. Per-step cost is therefore
+O(depth + released), not O(everything buffered);
 blocks recycled before reaching the window are found by the manager from the
 step's allocations, not by re-validating the buffer.
 
@@ -17,8 +18,8 @@ older than ``max_deferral_seconds``, after the window candidates.
 
 from __future__ import annotations
 
+import itertools
 import math
-from itertools import islice
 
 from kvtool.connector.config import ConnectorConfig, PolicyName
 from kvtool.connector.policies.base import (
@@ -76,10 +77,24 @@ class EvictionAwarePolicy(DrainPolicy):
         # request -> [first rank seen, last due ordinal]
         due: dict[RequestKey, list[int]] = {}
         depth = self.danger_depth(signals)
-        for rank, block_id in enumerate(islice(pool.iter_eviction_order(), depth)):
+        # Positions are counted after the blocks released now leave the queue:
+        # protecting them moves every block behind them towards the head, so a
+        # block just outside a plain window would be recycled before the next
+        # step (the pin cascade of lazy-offload.md §6.11). The walk stops after
+        # ``depth`` other blocks or once the released blocks fill the budget.
+        queue = pool.iter_eviction_order()
+        others = found = 0
+        for rank in itertools.count():
+            if others >= depth or found >= budget:
+                break
+            block_id = next(queue, None)
+            if block_id is None:
+                break
             hit = pending.locate(block_id)
             if hit is None:
+                others += 1
                 continue
+            found += 1
             request, ordinal = hit
             seen = due.get(request)
             if seen is None:
