@@ -35,6 +35,9 @@ class FlagFact(_Frozen):
     value: Literal["none", "required", "optional"] = "required"
     json_config: bool = False  # dataclass-typed: whole JSON, dotted keys and "+" append
     choices: tuple[str, ...] | None = None  # enforced by argparse; None when not enforced
+    # Values a Literal in the field's type names when argparse does not enforce them
+    # (``Literal[...] | str``: a metavar only), e.g. --kv-cache-dtype on 0.33.0.
+    known_values: tuple[str, ...] | None = None
     default: Any = None  # CLI default (JSON-able), not necessarily the config default
     deprecated: bool = False
     deprecation_message: str | None = None
@@ -77,6 +80,9 @@ class ReleaseFacts(_Frozen):
     offload_tiers: tuple[str, ...] = ()  # tier types registered in kv_offload/tiering
     kv_transfer_config_fields: tuple[KVTransferField, ...] = ()
     kv_transfer_config_forbids_extra: bool = False
+    # --load-format values registered in model_loader's _LOAD_FORMAT_TO_MODEL_LOADER
+    # (never argparse choices; plugins can register more).
+    load_formats: tuple[str, ...] = ()
     notes: tuple[str, ...] = Field(default=(), description="parser notes from the generator")
 
 
@@ -107,3 +113,4 @@ class ReleaseIndex(_Frozen):
     env_vars: dict[str, Gate]
     connectors: dict[str, Gate]
     tiers: dict[str, Gate]
+    load_formats: dict[str, Gate] = Field(default_factory=dict)  # --load-format registry

@@ -21,7 +21,7 @@ from releasegen.configfields import detect_kwargs_rules
 from releasegen.source import UNKNOWN, WheelSource
 
 # Bump when the extraction logic changes what a table contains.
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 
 _NO_VALUE_ACTIONS = {
     "store_true",
@@ -92,6 +92,7 @@ def build_release(version: str, wheel: Path, sha256: str) -> ReleaseFacts:
                 for f in (transfer[0] if transfer else [])
             ),
             kv_transfer_config_forbids_extra=bool(transfer and transfer[1]),
+            load_formats=tuple(registries.load_formats(source)),
             notes=tuple(notes),
         )
     finally:
@@ -123,6 +124,11 @@ def _flag(opt: RawOption) -> FlagFact:
     choices = None
     if isinstance(opt.choices, list):
         choices = tuple("None" if c is None else str(c) for c in opt.choices)
+    known = (
+        None
+        if choices is not None or not opt.known_values
+        else tuple(str(v) for v in opt.known_values)
+    )
     message = _deprecation_message(opt.help) if opt.deprecated else None
     return FlagFact(
         name=name,
@@ -132,6 +138,7 @@ def _flag(opt: RawOption) -> FlagFact:
         value=value,  # type: ignore[arg-type]
         json_config=opt.json_config,
         choices=choices,
+        known_values=known,
         default=_jsonable(opt.default),
         deprecated=opt.deprecated,
         deprecation_message=message,

@@ -11,6 +11,7 @@ Both branches of every ``if`` are followed: a flag registered on any path exists
 from __future__ import annotations
 
 import ast
+import copy
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +50,7 @@ class RawOption:
     action: str | None
     nargs: Any
     choices: Any
+    known_values: list[Any] | None
     default: Any
     help: str
     deprecated: bool
@@ -363,16 +365,7 @@ class ServeParserBuilder:
         if key not in self._kwargs_cache:
             self._kwargs_cache[key] = compute_kwargs(self.source, cls, self.rules)
         # get_kwargs returns a deep copy: call sites edit their own copy
-        return {
-            name: FieldKwargs(
-                **{
-                    **kw.__dict__,
-                    "choices": None if kw.choices is None else list(kw.choices),
-                    "flags": list(kw.flags),
-                }
-            )
-            for name, kw in self._kwargs_cache[key].items()
-        }
+        return copy.deepcopy(self._kwargs_cache[key])
 
     def _invoke(
         self, frame: _Frame, func: ast.expr, args: list[Any], kwargs: dict[str, Any]
@@ -494,6 +487,7 @@ class ServeParserBuilder:
         action = base.action if base else None
         nargs = base.nargs if base else None
         choices: Any = list(base.choices) if base and base.choices is not None else None
+        known_values = list(base.known_values) if base and base.known_values else None
         default = base.default if base else None
         help_text = base.help if base else ""
         deprecated = base.deprecated if base else False
@@ -510,6 +504,7 @@ class ServeParserBuilder:
                 optional_value = value == "?"
             elif key == "choices":
                 choices = list(value) if isinstance(value, (list, tuple)) else UNKNOWN
+                known_values = None
             elif key == "default":
                 default = None if value is UNKNOWN else value
             elif key == "help":
@@ -534,6 +529,7 @@ class ServeParserBuilder:
                 action=action,
                 nargs=nargs,
                 choices=choices,
+                known_values=known_values,
                 default=default,
                 help=help_text or "",
                 deprecated=deprecated,

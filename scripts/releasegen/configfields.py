@@ -63,6 +63,7 @@ class FieldKwargs:
     help: str
     action: str | None = None  # "BooleanOptionalAction", "store_true", "append", class name
     choices: list[Any] | None = None
+    known_values: list[Any] | None = None  # Literal options argparse does not enforce
     nargs: Any = None
     json_config: bool = False
     optional_value: bool = False
@@ -320,5 +321,6 @@ def _literal_kwargs(kw: FieldKwargs, atoms: set[Atom]) -> None:
     kw.type_name = type(options[0]).__name__ if options else "str"
     if any(a.kind == "str" for a in atoms):
         kw.choices = None  # only a metavar: argparse accepts any string
+        kw.known_values = options
     else:
         kw.choices = options

@@ -76,4 +76,7 @@ def build_index(tables: list[ReleaseFacts], curated: Mapping[str, str]) -> Relea
         tiers=_gates(
             versions, _collect(tables, lambda t: ((n, False) for n in t.offload_tiers)), curated
         ),
+        load_formats=_gates(
+            versions, _collect(tables, lambda t: ((n, False) for n in t.load_formats)), curated
+        ),
     )

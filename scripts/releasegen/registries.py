@@ -293,3 +293,12 @@ def _jsonable(value: object) -> object:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     return repr(value)
+
+
+def load_formats(source: WheelSource) -> list[str]:
+    """Keys of ``_LOAD_FORMAT_TO_MODEL_LOADER``: the --load-format values vLLM knows."""
+    mod = source.module("vllm.model_executor.model_loader")
+    value = None if mod is None else mod.bindings.get("_LOAD_FORMAT_TO_MODEL_LOADER")
+    if not isinstance(value, ast.Dict):
+        return []
+    return [k.value for k in value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)]

@@ -274,3 +274,27 @@ def test_new_kv_flags_first_seen() -> None:
     assert {name: flags[name].first_seen for name in expected} == expected
     fine_grained = flags["--enable-mamba-fine-grained-prefix-cache"]
     assert (fine_grained.first_seen, fine_grained.gone_at) == ("0.30.0", "0.31.0")
+
+
+def test_kv_cache_dtype_0_33_0_values_are_known_but_not_enforced() -> None:
+    # §5 item 8: `CacheDType | str` only sets a metavar; octave_* dtypes are new in 0.33.0
+    flag = _flag(load_release("0.33.0"), "--kv-cache-dtype")
+    assert flag is not None and flag.choices is None
+    assert flag.known_values is not None
+    assert {"auto", "fp8", "octave_k3v3", "octave_k3v4"} <= set(flag.known_values)
+    enforced = _flag(load_release("0.32.0"), "--kv-cache-dtype")
+    assert enforced is not None and enforced.known_values is None  # choices say it all
+
+
+def test_load_format_registry_per_release() -> None:
+    # §4 "Accepted values": fastsafetensors in every release; hf from 0.12.0; gguf dropped
+    # 0.24.0; bitsandbytes dropped 0.28.0; ipc_cache from 0.30.0
+    for version in available_versions():
+        assert "fastsafetensors" in load_release(version).load_formats, version
+    gates = release_index().load_formats
+    assert gates["hf"].first_seen == "0.12.0"
+    assert gates["gguf"].gone_at == "0.24.0"
+    assert gates["bitsandbytes"].gone_at == "0.28.0"
+    assert gates["ipc_cache"].first_seen == "0.30.0"
+    assert gates["instanttensor"].first_seen == "0.18.0"
+    assert gates["modelexpress"].first_seen == "0.22.0"
