@@ -10,13 +10,16 @@ from collections.abc import Callable
 
 from kvtool.launch.plan import LaunchPlan
 from kvtool.launch.recipe import Target
-from kvtool.launch.targets import compose, json_out, k8s, shell
+from kvtool.launch.targets.compose import render as render_compose
+from kvtool.launch.targets.json_out import render as render_json
+from kvtool.launch.targets.k8s import render as render_k8s
+from kvtool.launch.targets.shell import render as render_shell
 
 RENDERERS: dict[Target, Callable[[LaunchPlan], dict[str, str]]] = {
-    "shell": shell.render,
-    "compose": compose.render,
-    "k8s": k8s.render,
-    "json": json_out.render,
+    "shell": render_shell,
+    "compose": render_compose,
+    "k8s": render_k8s,
+    "json": render_json,
 }
 
 

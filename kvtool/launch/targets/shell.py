@@ -16,30 +16,31 @@ SCRIPT_NAME = "launch.sh"
 READY_TIMEOUT_S = 300
 
 
-def command_lines(words: tuple[str, ...], prefix: str = "") -> list[str]:
-    """``words`` quoted, one option (with its value) per continued line."""
+def command_lines(words: tuple[str, ...], head: int, prefix: str = "") -> list[str]:
+    """``words`` quoted: the first ``head`` words on one line, then one option (with
+    its value) per continued line."""
     quoted = [shlex.quote(w) for w in words]
-    lines: list[str] = []
-    index = 0
-    while index < len(quoted):
-        word = words[index]
-        line = quoted[index]
-        has_value = (
-            word.startswith("-")
+    lines = [prefix + " ".join(quoted[:head])]
+    index = head
+    while index < len(words):
+        line = "    " + quoted[index]
+        if (
+            words[index].startswith("-")
             and index + 1 < len(words)
             and not words[index + 1].startswith("--")
-        )
-        if has_value:
+        ):
             line += " " + quoted[index + 1]
             index += 1
         lines.append(line)
         index += 1
-    head = lines[0]
-    # Keep the program and its sub-command (and a positional model) on the first line.
-    while len(lines) > 1 and not lines[1].startswith("-"):
-        head += " " + lines.pop(1)
-    lines = [prefix + head] + ["    " + line for line in lines[1:]]
     return [line + " \\" for line in lines[:-1]] + [lines[-1]]
+
+
+def _head(process: Process) -> int:
+    """The program, its sub-command and (for an engine) the model stay on the first line."""
+    if process.kind != "vllm":
+        return len(process.command)
+    return len(process.command) + (2 if process.args[:1] == ("--model",) else 1)
 
 
 def _env_prefix(process: Process) -> str:
@@ -63,7 +64,7 @@ def _header(plan: LaunchPlan) -> list[str]:
 
 def _single(plan: LaunchPlan, engine: Process) -> list[str]:
     lines = [f"export {key}={shlex.quote(value)}" for key, value in engine.env]
-    return [*lines, *command_lines(engine.argv, prefix="exec ")]
+    return [*lines, *command_lines(engine.argv, _head(engine), prefix="exec ")]
 
 
 def _supervised(plan: LaunchPlan) -> list[str]:
@@ -87,7 +88,7 @@ def _supervised(plan: LaunchPlan) -> list[str]:
     engines = [p for p in plan.processes if p.kind == "vllm"]
     for process in (*sidecars, *engines):
         lines.append(f"# {process.name}")
-        body = command_lines(process.argv, prefix=_env_prefix(process))
+        body = command_lines(process.argv, _head(process), prefix=_env_prefix(process))
         body[-1] += " &"
         lines += [*body, "pids+=($!)"]
         if process.kind != "vllm":
