@@ -43,6 +43,10 @@ from kvtool.connector.store import BlockKey, StoreFullError, StoreIndex
 
 logger = logging.getLogger(__name__)
 
+STATS_LOG_INTERVAL_S = 30.0
+"""At most one counters line per interval, and only when a counter moved: the
+scheduler log is the operator's view of the ledger while the engine runs."""
+
 
 @dataclass(frozen=True)
 class StoreJob:
@@ -178,6 +182,7 @@ class LazyOffloadManager:
         self._jobs: dict[int, _InFlight] = {}
         self._idle_steps = 0
         self._last_token_step: float | None = None
+        self._logged: tuple[float, dict[str, int]] | None = None
 
     # ------------------------------------------------------------------ requests
 
@@ -273,7 +278,17 @@ class LazyOffloadManager:
         releases = self.policy.decide(signals, _View(self), self.pool)
         if any(r.reason is ReleaseReason.IDLE for r in releases):
             self.stats.idle_drains += 1
-        return StepResult(self._carry_out(releases, self.config.max_release_blocks_per_step))
+        result = StepResult(self._carry_out(releases, self.config.max_release_blocks_per_step))
+        self._maybe_log_stats(now)
+        return result
+
+    def _maybe_log_stats(self, now: float) -> None:
+        if self._logged is not None and now - self._logged[0] < STATS_LOG_INTERVAL_S:
+            return
+        counters = self.stats.as_dict()
+        if self._logged is None or counters != self._logged[1]:
+            logger.info("kvtool lazy offload counters: %s", self.stats.summary() or "none")
+        self._logged = (now, counters)
 
     def on_job_reports(self, reports: Iterable[JobReport]) -> None:
         """Worker outcomes; a job completes when all ``world_size`` workers reported it."""

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from kvtool.connector.config import ShutdownMode
-from kvtool.connector.manager import JobReport
+from kvtool.connector.manager import STATS_LOG_INTERVAL_S, JobReport
 from kvtool.connector.stats import DropReason
 from tests.connector.harness import BLOCK_BYTES, Rig, released_blocks
 
@@ -188,3 +190,20 @@ def test_unknown_report_is_ignored() -> None:
     rig = Rig.with_config(EAGER)
     rig.manager.on_job_reports([JobReport(999, True)])
     assert rig.manager.stats.stored == 0
+
+
+def test_counters_are_logged_when_they_move_at_most_every_interval(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    rig = Rig.with_config(EAGER)
+    with caplog.at_level(logging.INFO, logger="kvtool.connector.manager"):
+        rig.step()  # first step: logs the (empty) ledger once
+        rig.compute("a", ["a0"])
+        rig.complete(rig.step())  # counters moved, but within the interval
+        rig.clock.now += STATS_LOG_INTERVAL_S
+        rig.step()
+        rig.clock.now += STATS_LOG_INTERVAL_S
+        rig.step()  # nothing moved since the last line
+    lines = [r.getMessage() for r in caplog.records if "counters" in r.getMessage()]
+    assert len(lines) == 2
+    assert "admitted=1" in lines[1] and "stored=1" in lines[1]
