@@ -23,7 +23,14 @@ from kvtool.releases.curated import (
     SemanticFact,
     Span,
 )
-from kvtool.releases.model import ConnectorFact, FlagFact, Gate, ReleaseFacts, ReleaseIndex
+from kvtool.releases.model import (
+    ConnectorFact,
+    EnvVarFact,
+    FlagFact,
+    Gate,
+    ReleaseFacts,
+    ReleaseIndex,
+)
 
 KV_TRANSFER_CONFIG = "--kv-transfer-config"
 KV_OFFLOADING_SIZE = "--kv-offloading-size"
@@ -93,9 +100,50 @@ class Semantics:
     security_floor: tuple[SecurityAdvisory, ...] = ()
     known_bugs: tuple[KnownBug, ...] = ()
 
+    # Per-version answers, memoised: rows compare versions with packaging, which is the
+    # hot spot when one process audits many files.
+    _memo: dict[tuple[str, str, str], Any] = field(default_factory=dict, compare=False, repr=False)
+
     def fact(self, key: str, version: str) -> SemanticFact | None:
         """The row of ``key`` covering ``version`` (None: the behaviour does not hold there)."""
-        return next((f for f in self.facts if f.key == key and f.contains(version)), None)
+        memo_key = ("fact", key, version)
+        if memo_key not in self._memo:
+            self._memo[memo_key] = next(
+                (f for f in self.facts if f.key == key and f.contains(version)), None
+            )
+        found: SemanticFact | None = self._memo[memo_key]
+        return found
+
+    def backend_rows(self, backend: str, version: str) -> tuple[BackendConnectorRow, ...]:
+        """Backend -> connector rows for ``backend`` that cover ``version``."""
+        memo_key = ("backend", backend, version)
+        if memo_key not in self._memo:
+            self._memo[memo_key] = tuple(
+                row
+                for row in self.backend_connectors
+                if row.backend == backend and row.contains(version)
+            )
+        rows: tuple[BackendConnectorRow, ...] = self._memo[memo_key]
+        return rows
+
+    def advisories_at(self, version: str) -> tuple[SecurityAdvisory, ...]:
+        """Security advisories whose affected range covers ``version``."""
+        memo_key = ("security", "", version)
+        if memo_key not in self._memo:
+            self._memo[memo_key] = tuple(r for r in self.security_floor if r.contains(version))
+        rows: tuple[SecurityAdvisory, ...] = self._memo[memo_key]
+        return rows
+
+    def bugs_at(self, version: str) -> tuple[KnownBug, ...]:
+        """Known bugs whose range covers ``version`` (an lmcache row's range is lmcache's:
+        a serve config does not name the lmcache release, so those rows always apply)."""
+        memo_key = ("bugs", "", version)
+        if memo_key not in self._memo:
+            self._memo[memo_key] = tuple(
+                bug for bug in self.known_bugs if bug.component != "vllm" or bug.contains(version)
+            )
+        rows: tuple[KnownBug, ...] = self._memo[memo_key]
+        return rows
 
     def holds(self, key: str, version: str) -> bool:
         return self.fact(key, version) is not None
@@ -252,8 +300,17 @@ class RuleContext:
         extra = self.kv_transfer_config.get("kv_connector_extra_config")
         return extra if isinstance(extra, dict) else {}
 
+    @cached_property
+    def _connector_facts(self) -> dict[str, ConnectorFact]:
+        return {c.name: c for c in self.facts.connectors}
+
     def connector_fact(self, name: str) -> ConnectorFact | None:
-        return next((c for c in self.facts.connectors if c.name == name), None)
+        return self._connector_facts.get(name)
+
+    @cached_property
+    def env_var_facts(self) -> dict[str, EnvVarFact]:
+        """The env vars the target release reads, by name."""
+        return {env.name: env for env in self.facts.env_vars}
 
     @cached_property
     def offload_requested(self) -> bool:
@@ -274,11 +331,7 @@ class RuleContext:
             return None
         backend_opt = self.option(KV_OFFLOADING_BACKEND)
         backend = str(backend_opt.value) if backend_opt is not None else "native"
-        rows = [
-            row
-            for row in self.semantics.backend_connectors
-            if row.backend == backend and row.contains(self.version)
-        ]
+        rows = self.semantics.backend_rows(backend, self.version)
         # A row gated on env vars (VLLM_USE_SIMPLE_KV_OFFLOAD=1) wins when they are all set.
         gated = [
             row

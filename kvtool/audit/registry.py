@@ -176,6 +176,7 @@ class RuleRegistry:
     def __init__(self) -> None:
         self._by_code: dict[str, Rule] = {}
         self._by_name: dict[str, Rule] = {}
+        self._ordered: list[Rule] = []  # by code, kept sorted as rules register
 
     def register(self, cls: R) -> R:
         """Class decorator: validate ``cls``'s metadata and add one instance of it."""
@@ -200,10 +201,11 @@ class RuleRegistry:
         instance = cls()
         self._by_code[meta.code] = instance
         self._by_name[meta.name] = instance
+        self._ordered = sorted(self._by_code.values(), key=lambda rule: rule.code)
         return cls
 
     def __iter__(self) -> Iterator[Rule]:
-        return iter(sorted(self._by_code.values(), key=lambda rule: rule.code))
+        return iter(self._ordered)
 
     def __len__(self) -> int:
         return len(self._by_code)

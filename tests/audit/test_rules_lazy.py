@@ -104,3 +104,10 @@ def test_lz008_knobs_without_lazy_offload_or_for_the_other_policy() -> None:
         kv_connector="NixlConnector", kv_connector_extra_config={"lmcache.mp.lazy_offload": True}
     )
     assert "LZ008" in codes(run(config("0.32.0", other)))
+
+
+def test_lz003_infinite_threshold_is_not_an_integer() -> None:
+    # JSON "Infinity" parses to float("inf"); LMCache's int() raises OverflowError on it.
+    fifo = {"lmcache.mp.lazy_offload": True, "lmcache.mp.lazy_offload_policy": "FIFO"}
+    finding = only(lazy(**fifo, **{"lmcache.mp.lazy_offload_threshold": float("inf")}), "LZ003")
+    assert finding.severity.value == "error"

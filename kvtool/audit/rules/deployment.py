@@ -53,7 +53,7 @@ class BelowSecurityFloor(ConfigRule):
     references = (f"{FIELD_GUIDE} (Is the tag safe to run?)",)
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
-        hits = [row for row in ctx.semantics.security_floor if row.contains(ctx.version)]
+        hits = ctx.semantics.advisories_at(ctx.version)
         if not hits:
             return
         floor = max(hits, key=lambda row: vtuple(row.fixed or "0"))
@@ -74,9 +74,6 @@ def _connectors_in_use(ctx: RuleContext) -> set[str]:
 
 def _bug_matches(ctx: RuleContext, bug: KnownBug) -> bool:
     """Every condition the row sets holds (see ``KnownBug``); unset conditions are ignored."""
-    # An lmcache row's range is of lmcache releases, which a serve config does not name.
-    if bug.component == "vllm" and not bug.contains(ctx.version):
-        return False
     if any(ctx.option(flag) is None for flag in bug.when_flags):
         return False
     in_use = _connectors_in_use(ctx)
@@ -136,7 +133,7 @@ class KnownBugMatches(ConfigRule):
     )
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
-        for bug in ctx.semantics.known_bugs:
+        for bug in ctx.semantics.bugs_at(ctx.version):
             if not _bug_matches(ctx, bug):
                 continue
             flag = bug.when_flags[0] if bug.when_flags else None

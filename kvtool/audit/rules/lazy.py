@@ -54,7 +54,7 @@ def _as_int(value: Any) -> int | None:
     """LMCache's ``int(...)`` of a FIFO knob: strings of digits and floats (truncated) pass."""
     try:
         return int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: int(float("inf"))
         return None
 
 

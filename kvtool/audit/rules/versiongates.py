@@ -391,7 +391,7 @@ class UnknownEnvVar(ConfigRule):
     references = (f"{VERSION_GATES_REF} §4 row 40", f"{VERSION_GATES_REF} §5")
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
-        known = {env.name for env in ctx.facts.env_vars}
+        known = ctx.env_var_facts
         for name in _vllm_env(ctx):
             if name in known:
                 continue
@@ -452,7 +452,7 @@ class RemovedEnvVar(ConfigRule):
     references = (f"{VERSION_GATES_REF} §4 row 33", f"{VERSION_GATES_REF} §5")
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
-        known = {env.name for env in ctx.facts.env_vars}
+        known = ctx.env_var_facts
         for name in _vllm_env(ctx):
             gate = ctx.gate("env_var", name)
             if name in known or gate is None or not _released_before(gate.gone_at, ctx.version):
@@ -508,9 +508,8 @@ class DeprecatedEnvVar(ConfigRule):
     references = (f"{VERSION_GATES_REF} §4 row 33",)
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
-        facts = {env.name: env for env in ctx.facts.env_vars}
         for name in _vllm_env(ctx):
-            fact = facts.get(name)
+            fact = ctx.env_var_facts.get(name)
             if fact is None or not fact.deprecated:
                 continue
             message = f"`{name}` is deprecated in vLLM {ctx.version}."

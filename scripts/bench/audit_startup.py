@@ -1,0 +1,131 @@
+"""Benchmark ``kvtool audit``: cold start of one file, and per-file throughput in one process.
+
+Cold start: the median wall time of N fresh ``kvtool audit FILE`` processes, beside the
+baseline of N bare interpreter starts (``python -c pass``) measured in the same run.
+Throughput: files audited per second by one in-process ``Auditor`` over a batch of
+copies of the shipped examples, beside the baseline rate of only reading and
+normalising them (the part of the audit that is not rules).
+
+    python scripts/bench/audit_startup.py [--quick] [--json]
+
+Targets (issue 2): cold start <= 250 ms median; >= 200 files/s in one process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "lmcache-tp4.sh"
+BATCH_SOURCES = ("lmcache-tp4.sh", "native-offload-clean.sh", "compose.yaml", "k8s-deployment.yaml")
+COLD_TARGET_MS = 250.0
+THROUGHPUT_TARGET = 200.0
+
+
+def _median_ms(argv: list[str], runs: int) -> float:
+    times: list[float] = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run(
+            argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False
+        )
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times)
+
+
+def cold_start(runs: int) -> dict[str, float]:
+    python = sys.executable
+    baseline = _median_ms([python, "-c", "pass"], runs)
+    # Exactly what the `kvtool` console script runs.
+    entry = "from kvtool.cli import main; main()"
+    audit = _median_ms(
+        [python, "-c", entry, "audit", str(EXAMPLE), "--vllm-version", "0.32.0", "--exit-zero"],
+        runs,
+    )
+    return {
+        "cold_start_median_ms": round(audit, 1),
+        "baseline_python_start_median_ms": round(baseline, 1),
+        "cold_start_over_baseline_ratio": round(audit / baseline, 2),
+        "cold_start_target_ms": COLD_TARGET_MS,
+    }
+
+
+def throughput(files: int) -> dict[str, float]:
+    from kvtool.audit.engine import Auditor
+    from kvtool.audit.inputs import read_inputs
+    from kvtool.audit.normalize import normalize
+    from kvtool.audit.settings import AuditSettings
+    from kvtool.audit.tables import ShippedTables
+    from kvtool.releases import load_release
+
+    with tempfile.TemporaryDirectory() as tmp:
+        paths: list[Path] = []
+        for index in range(files):
+            source = REPO / "examples" / BATCH_SOURCES[index % len(BATCH_SOURCES)]
+            target = Path(tmp) / f"{index:05d}-{source.name}"
+            shutil.copy(source, target)
+            paths.append(target)
+        settings = AuditSettings(vllm_version="0.32.0")
+        facts = load_release("0.32.0")
+        # Warm the per-process caches (tables, semantics) so both loops measure per-file work.
+        Auditor(ShippedTables(), normalize, settings).run(read_inputs(paths[:1]))
+
+        start = time.perf_counter()
+        for path in paths:
+            for invocation in read_inputs([path]):
+                normalize(invocation, facts)
+        read_seconds = time.perf_counter() - start
+
+        start = time.perf_counter()
+        findings = 0
+        for path in paths:
+            report = Auditor(ShippedTables(), normalize, settings).run(read_inputs([path]))
+            findings += len(report.findings)
+        audit_seconds = time.perf_counter() - start
+    return {
+        "files": files,
+        "findings": findings,
+        "audit_files_per_second": round(files / audit_seconds, 1),
+        "baseline_read_normalize_files_per_second": round(files / read_seconds, 1),
+        "audit_over_baseline_time_ratio": round(audit_seconds / read_seconds, 2),
+        "throughput_target_files_per_second": THROUGHPUT_TARGET,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--quick", action="store_true", help="fewer runs (finishes within a minute)"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+    runs, files = (5, 100) if args.quick else (21, 1000)
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    with console.status(f"cold start: {runs} runs each of python -c pass and kvtool audit"):
+        results: dict[str, float] = cold_start(runs)
+    with console.status(f"throughput: auditing {files} files in one process"):
+        results |= throughput(files)
+    results["cold_start_meets_target"] = float(results["cold_start_median_ms"] <= COLD_TARGET_MS)
+    results["throughput_meets_target"] = float(
+        results["audit_files_per_second"] >= THROUGHPUT_TARGET
+    )
+    if args.json:
+        print(json.dumps(results))
+    else:
+        for key, value in results.items():
+            print(f"{key:45} {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
