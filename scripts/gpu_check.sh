@@ -24,7 +24,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 PYTHONDON
 "$PYTHON" -c 'import torch; print("gpu_check:", torch.cuda.get_device_name(0), "torch", torch.__version__)'
 
 echo "gpu_check: transfer tests"
-timeout 120 "$PYTHON" -m pytest tests/connector/test_transfer.py -q -p no:cacheprovider
+timeout 120 "$PYTHON" -m pytest tests/connector/test_transfer.py -q -p no:cacheprovider --noconftest
 
 echo "gpu_check: gather benchmark (device -> pinned host)"
 result=$(timeout 150 "$PYTHON" scripts/bench/gather.py --device cuda --json)
