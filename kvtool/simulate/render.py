@@ -17,7 +17,11 @@ _GIB = 1 << 30
 def _label(result: SimResult) -> str:
     config = dict(result.extra_config)
     policy = config.pop("kvtool.policy", "?")
-    knobs = " ".join(f"{k.removeprefix('kvtool.')}={v}" for k, v in config.items())
+    # kvtool.fifo.threshold -> threshold under the fifo policy; shared knobs keep their name.
+    knobs = " ".join(
+        f"{k.removeprefix(f'kvtool.{policy}.').removeprefix('kvtool.')}={v}"
+        for k, v in config.items()
+    )
     return f"{policy} {knobs}".strip()
 
 

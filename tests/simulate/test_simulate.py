@@ -89,8 +89,8 @@ def test_cli_sweeps_knobs_per_policy(kvtool_cli: Any) -> None:
     settings = [run["setting"] for run in report["runs"]]
     assert settings == [
         "eager idle_drain_steps=2",
-        "fifo fifo.threshold=1 idle_drain_steps=2",
-        "fifo fifo.threshold=100 idle_drain_steps=2",
+        "fifo threshold=1 idle_drain_steps=2",
+        "fifo threshold=100 idle_drain_steps=2",
         "eviction_aware idle_drain_steps=2",
     ]
     # Block bytes from the sizing catalog: Llama-3.1-8B, 16 tokens x 131,072 B (sizing.md G-B1).
