@@ -14,6 +14,7 @@ from collections.abc import Callable
 import pytest
 
 from kvtool.audit.context import ModelFacts
+from kvtool.audit.model import ServeOption
 from tests.audit.rulekit import codes, config, context, ktc, only, opt, run
 from tests.conftest import REPO_ROOT, CliResult
 
@@ -21,8 +22,9 @@ DISABLE = opt("--disable-hybrid-kv-cache-manager")
 SIZE = opt("--kv-offloading-size", "100")
 
 
-def at(version: str, *options: object, **kwargs: object) -> list[str]:
-    return codes(run(config(version, *options, **kwargs)))  # type: ignore[arg-type]
+def at(version: str, *options: ServeOption, env: dict[str, str] | None = None) -> list[str]:
+    """Codes the config rules report for these options at ``version`` (security floor aside)."""
+    return codes(run(config(version, *options, env=env)))
 
 
 # Row 1: native CPU KV offload (OffloadingConnector) first in 0.11.0.

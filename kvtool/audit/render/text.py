@@ -13,6 +13,11 @@ from kvtool.audit.engine import AuditReport
 from kvtool.audit.model import Finding, Severity
 
 STYLES = {Severity.error: "bold red", Severity.warning: "yellow", Severity.info: "cyan"}
+_NOUNS = {
+    Severity.error: ("error", "errors"),
+    Severity.warning: ("warning", "warnings"),
+    Severity.info: ("info", "info"),
+}
 
 
 def _where(finding: Finding) -> str:
