@@ -28,7 +28,7 @@ from kvtool.image.offline import read_offline
 from kvtool.image.reference import parse_reference
 from kvtool.image.registry import Progress, RegistryClient
 from kvtool.image.runtime import ContainerLimits, probe_container, probe_local
-from kvtool.image.verdicts import decide, exit_code
+from kvtool.image.verdicts import cuda_mismatches, decide, exit_code
 from kvtool.image.version import infer_vllm_version
 
 DEFAULT_PLATFORM = Platform("linux", "amd64")
@@ -214,12 +214,14 @@ def inspect(request: InspectRequest, progress: Progress = _quiet) -> InspectionR
     probe, runtime_step = _runtime(request, progress)
     flag: BuildFlag | None = image.build_flag if image else None
     verdicts = [decide(c, flag, build_step, probe, runtime_step) for c in request.connectors]
+    warnings = cuda_mismatches(image.env, probe.distributions) if image and probe else []
     return InspectionReport(
         image=image,
         build_flag_step=build_step,
         runtime_step=runtime_step,
         probe=probe,
         verdicts=verdicts,
+        warnings=warnings,
         exit_code=exit_code(verdicts, [build_step, runtime_step]),
     )
 

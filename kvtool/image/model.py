@@ -112,6 +112,7 @@ class ProbeReport(BaseModel):
     connectors: dict[str, ImportResult] = Field(default_factory=dict)  # factory loads by name
     factory_error: str | None = None
     torch: str | None = None
+    distributions: dict[str, str] = Field(default_factory=dict)  # connector/torch wheels
 
 
 StepStatus = Literal["ran", "skipped", "failed"]
@@ -139,4 +140,5 @@ class InspectionReport(BaseModel):
     runtime_step: StepOutcome
     probe: ProbeReport | None = None
     verdicts: list[ConnectorVerdict]
+    warnings: list[str] = Field(default_factory=list)  # e.g. a wheel built for another CUDA
     exit_code: int  # 0 all bundled, 1 not bundled or inconclusive, 2 could not run

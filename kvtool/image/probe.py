@@ -27,6 +27,9 @@ MP_ADAPTER_MODULE = "lmcache.integration.vllm.vllm_multi_process_adapter"
 # ParallelStrategy arrived in lmcache 0.4.4; vLLM's LMCacheMPConnector imports all three.
 MP_ADAPTER_SYMBOLS = ("LMCacheMPSchedulerAdapter", "LMCacheMPWorkerAdapter", "ParallelStrategy")
 FACTORY_MODULE = "vllm.distributed.kv_transfer.kv_connector.factory"
+# Installed distributions worth reporting: their names carry the CUDA major a wheel
+# was built for (nixl-cu12, mooncake-transfer-engine-cuda13).
+DISTRIBUTION_PREFIXES = ("lmcache", "nixl", "mooncake", "cupy", "torch")
 
 
 def _failure(exc):
@@ -68,6 +71,20 @@ def _import(name):
 def _where(result, module):
     """Record the file a module came from: a c_ops that is not a .so is the torch fallback."""
     result["loaded"] = getattr(module, "__file__", None)
+
+
+def _distributions():
+    try:
+        from importlib import metadata
+
+        found = {}
+        for dist in metadata.distributions():
+            name = (dist.metadata["Name"] or "").lower()
+            if name.startswith(DISTRIBUTION_PREFIXES):
+                found[name] = dist.version
+        return found
+    except Exception:
+        return {}
 
 
 def _mp_adapter():
@@ -117,6 +134,7 @@ def run():
         "connectors": {},
         "factory_error": None,
         "torch": None,
+        "distributions": _distributions(),
     }
     installed = {}
     for name, package in IMPORTS:

@@ -63,7 +63,7 @@ def render_text(report: InspectionReport, console: Console) -> None:
         torch = f", torch {report.probe.torch}" if report.probe.torch else ""
         grid.add_row("probe python", f"{report.probe.python}{torch}")
     console.print(grid)
-    for warning in image.warnings if image else []:
+    for warning in [*(image.warnings if image else []), *report.warnings]:
         console.print(f"[yellow]warning:[/] {escape(warning)}")
     table = Table(show_header=True, header_style="bold")
     table.add_column("connector")

@@ -8,6 +8,9 @@ probe-environment gap ("unknown"), not a bundling failure.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
+
 from kvtool.image.model import (
     BuildFlag,
     Connector,
@@ -26,6 +29,8 @@ SUBMODULE = {
     Connector.mooncake: "mooncake.engine",
 }
 DRIVER_LIBRARY = "libcuda.so"
+# nixl-cu12, mooncake-transfer-engine-cuda13, cupy-cuda13x: the CUDA major a wheel targets.
+_WHEEL_CUDA_RE = re.compile(r"-cu(?:da)?(\d{2})x?$")
 
 
 def connector_family(connector_name: str) -> Connector | None:
@@ -154,6 +159,23 @@ def _failure(
         build_flag=flag,
         runtime="failed",
     )
+
+
+def cuda_mismatches(env: Mapping[str, str], distributions: Mapping[str, str]) -> list[str]:
+    """Wheels built for another CUDA major than the image's ``CUDA_VERSION`` (vllm #39923:
+    a cu12 ``nixl_ep`` in a CUDA 13 image breaks every vllm command)."""
+    cuda = env.get("CUDA_VERSION", "")
+    image_major = cuda.split(".")[0]
+    if not image_major.isdigit():
+        return []
+    found = []
+    for name, version in sorted(distributions.items()):
+        match = _WHEEL_CUDA_RE.search(name)
+        if match and match.group(1) != image_major:
+            found.append(
+                f"{name} {version} targets CUDA {match.group(1)}, the image has CUDA {cuda}"
+            )
+    return found
 
 
 def exit_code(verdicts: list[ConnectorVerdict], steps: list[StepOutcome]) -> int:

@@ -63,7 +63,7 @@ def build_rootfs(target: Path, stubs: Path) -> None:
             if skipped or not path.is_file():
                 continue
             _add_path(tar, path)
-        for path in sorted(stubs.rglob("*.py")):
+        for path in sorted(p for p in stubs.rglob("*") if p.is_file()):
             tar.add(str(path), arcname=f"{STUBS_DIR.lstrip('/')}/{path.relative_to(stubs)}")
         tmp = tarfile.TarInfo("tmp")
         tmp.type, tmp.mode = tarfile.DIRTYPE, 0o1777

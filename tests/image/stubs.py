@@ -45,6 +45,7 @@ def write_stubs(
     *,
     packages: tuple[str, ...] = ("lmcache", "nixl", "mooncake", "vllm"),
     failures: dict[str, str] | None = None,
+    distributions: dict[str, str] | None = None,
     adapter_symbols: tuple[str, ...] = (
         "LMCacheMPSchedulerAdapter",
         "LMCacheMPWorkerAdapter",
@@ -83,6 +84,9 @@ def write_stubs(
             "vllm/distributed/kv_transfer/kv_connector/__init__.py": "",
             "vllm/distributed/kv_transfer/kv_connector/factory.py": FACTORY,
         }
+    for dist, version in (distributions or {}).items():
+        info = f"{dist.replace('-', '_')}-{version}.dist-info/METADATA"
+        files[info] = f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n"
     for name, message in failures.items():
         files[name] = f"raise ImportError({message!r})\n"
     for name, text in files.items():

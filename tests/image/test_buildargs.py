@@ -57,3 +57,16 @@ def test_vllm_version_inference(
     labels: dict[str, str], env: dict[str, str], tag: str, expected: tuple[str | None, str | None]
 ) -> None:
     assert infer_vllm_version(labels, env, tag) == expected
+
+
+def test_cuda_major_mismatch_of_connector_wheels() -> None:
+    from kvtool.image.verdicts import cuda_mismatches
+
+    wheels = {"nixl-cu12": "1.4.1", "cupy-cuda13x": "13.6.0", "lmcache": "0.5.6"}
+    assert cuda_mismatches({"CUDA_VERSION": "13.0.1"}, wheels) == [
+        "nixl-cu12 1.4.1 targets CUDA 12, the image has CUDA 13.0.1"
+    ]
+    assert cuda_mismatches({"CUDA_VERSION": "12.9.1"}, wheels) == [
+        "cupy-cuda13x 13.6.0 targets CUDA 13, the image has CUDA 12.9.1"
+    ]
+    assert cuda_mismatches({}, wheels) == []

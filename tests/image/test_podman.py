@@ -79,8 +79,12 @@ def engine(token_registry: Pushed, tmp_path_factory: pytest.TempPathFactory) -> 
         "--root", str(scratch / "root"), "--runroot", str(scratch / "runroot"),
         "--storage-driver", "vfs",
     ]  # fmt: skip
+    # A CUDA 13 image carrying a cu12 nixl wheel: the dual-wheel bug of vllm #39923.
     stubs = write_stubs(
-        scratch / "stubs", packages=("lmcache", "nixl", "vllm"), failures={"nixl_ep.py": LIBCUDART}
+        scratch / "stubs",
+        packages=("lmcache", "nixl", "vllm"),
+        failures={"nixl_ep.py": LIBCUDART},
+        distributions={"nixl-cu12": "1.4.1"},
     )
     build_rootfs(scratch / "rootfs.tar", stubs)
     imported = _podman(
@@ -92,6 +96,8 @@ def engine(token_registry: Pushed, tmp_path_factory: pytest.TempPathFactory) -> 
         "ENV=PATH=/usr/bin:/bin",
         "--change",
         f"ENV=PYTHONPATH={STUBS_DIR}",
+        "--change",
+        "ENV=CUDA_VERSION=13.0.1",
         str(scratch / "rootfs.tar"),
         LOCAL_IMAGE,
     )
@@ -169,6 +175,8 @@ def test_both_steps_pull_from_the_token_registry_and_probe_in_podman(
     assert report["runtime_step"]["status"] == "ran", report["runtime_step"]
     assert report["image"]["build_flag"]["value"] == "unknown"  # podman import records no RUN
     assert report["probe"]["vllm"]["version"] == "0.32.0"
+    assert report["image"]["env"]["CUDA_VERSION"] == "13.0.1"
+    assert report["warnings"] == ["nixl-cu12 1.4.1 targets CUDA 12, the image has CUDA 13.0.1"]
     _assert_fake_image_verdicts(report)
     assert result.exit_code == 1
     assert _probe_containers(engine) == []  # removed after the run

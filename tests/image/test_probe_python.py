@@ -46,7 +46,10 @@ def test_broken_missing_and_bundled_side_by_side(
     tmp_path: Path, kvtool_cli: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     stubs = write_stubs(
-        tmp_path, packages=("lmcache", "nixl", "vllm"), failures={"nixl_ep.py": LIBCUDART}
+        tmp_path,
+        packages=("lmcache", "nixl", "vllm"),
+        failures={"nixl_ep.py": LIBCUDART},
+        distributions={"nixl-cu12": "1.4.1"},
     )
     code, report, _ = probe(kvtool_cli, monkeypatch, stubs)
     assert code == 1
@@ -57,6 +60,8 @@ def test_broken_missing_and_bundled_side_by_side(
     assert verdicts["nixl"]["error"] == f"ImportError: {LIBCUDART}"
     assert verdicts["mooncake"]["verdict"] == "not-bundled"
     assert verdicts["mooncake"]["error"] == "ModuleNotFoundError: No module named 'mooncake'"
+    assert report["probe"]["distributions"]["nixl-cu12"] == "1.4.1"
+    assert report["warnings"] == []  # no image config, so no CUDA_VERSION to compare with
 
 
 def test_old_lmcache_without_parallel_strategy_is_broken(
