@@ -106,6 +106,10 @@ def launch(
         str | None, typer.Option(help="Container image (default vllm/vllm-openai:v<version>).")
     ] = None,
     port: Annotated[int, typer.Option(help="Engine HTTP port (prefill +100, decode +200).")] = 8000,
+    lmcache_port: Annotated[int, typer.Option(help="LMCache server ZMQ port.")] = 5555,
+    lmcache_http_port: Annotated[
+        int, typer.Option(help="LMCache server HTTP port (health probe).")
+    ] = 8080,
     fs_path: Annotated[
         str, typer.Option(help="Directory of the filesystem tier.")
     ] = "/mnt/nvme/kvtool-kv",
@@ -150,6 +154,8 @@ def launch(
             python=python,
             image=image,
             port=port,
+            lmcache_port=lmcache_port,
+            lmcache_http_port=lmcache_http_port,
             fs_path=fs_path,
             kaito_preset=kaito_preset,
             extra_args=tuple(serve_args or ()),

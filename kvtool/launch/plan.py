@@ -46,6 +46,8 @@ class LaunchOptions(_Frozen):
     python: str = "python3"  # interpreter for --entrypoint module
     image: str | None = None  # default: vllm/vllm-openai:v<version>
     port: int = Field(default=8000, ge=1, le=65535)
+    lmcache_port: int = Field(default=5555, ge=1, le=65535)  # LMCache 0.5.6 defaults
+    lmcache_http_port: int = Field(default=8080, ge=1, le=65535)
     fs_path: str = "/mnt/nvme/kvtool-kv"
     kaito_preset: str | None = None
     extra_args: tuple[str, ...] = ()
@@ -233,8 +235,8 @@ def _parameters(
         "decode_port": base + 200,
         "prefill_side_channel_port": 5600,
         "decode_side_channel_port": 5601,
-        "lmcache_port": 5555,
-        "lmcache_http_port": 8080,
+        "lmcache_port": options.lmcache_port,
+        "lmcache_http_port": options.lmcache_http_port,
         "lmcache_metrics_port": 9090,
         "fs_path": options.fs_path,
         "kaito_preset": options.kaito_preset or options.model,

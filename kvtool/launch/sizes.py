@@ -52,8 +52,15 @@ def launch_sizes(
             f"recipe {recipe.name} sizes a host-memory tier: pass --host-ram-gib "
             "(RAM available to the engine's host) or --cpu-tier-gib"
         )
+    try:
+        spec = load_model_spec(model)
+    except KvtoolError as exc:
+        raise KvtoolError(
+            f"{exc} (kvtool launch sizes the tier from the model's KV geometry: "
+            "pass --sizing-model NAME|PATH when --model is a name kvtool does not know)"
+        ) from None
     report = compute(
-        load_model_spec(model),
+        spec,
         make_deployment(
             tp=tp, host_ram_gib=host_ram_gib, cpu_tier_gib=cpu_tier_gib, utilization=util
         ),

@@ -10,8 +10,8 @@ docker-compose 1.29.2 wheel (tests/launch/data/README.md).
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import jsonschema
@@ -131,7 +131,6 @@ def test_single_engine_script_passes_argv_through_bash_unchanged(tmp_path: Path)
     )
 
 
-@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_module_entrypoint_runs_the_api_server_module(tmp_path: Path) -> None:
     recipe = next(r for r in RECIPES if r.name.startswith("kvtool-connector"))
     python = tmp_path / "bin" / "python"
@@ -151,3 +150,61 @@ def test_module_entrypoint_runs_the_api_server_module(tmp_path: Path) -> None:
     config = json.loads(received[received.index("--kv-transfer-config") + 1])
     assert config["kv_connector_module_path"] == "kvtool.connector.vllm"
     assert config["kv_connector_extra_config"]["kvtool.host_capacity_bytes"] == 1 << 30
+
+
+def test_supervised_script_waits_for_the_sidecar_and_stops_it(tmp_path: Path) -> None:
+    """lmcache-mp as a script: the engine starts only after the server's health check
+    answers, the engine's exit status is the script's, and the server is stopped."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        http_port = probe.getsockname()[1]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    record = tmp_path / "argv.jsonl"
+    server = bin_dir / "lmcache"
+    server.write_text(
+        "#!/usr/bin/env python3\nimport http.server, json, sys\n"
+        "import os\n"
+        f"open({str(record)!r}, 'a').write(json.dumps(['lmcache', os.getpid()]) + '\\n')\n"
+        "class H(http.server.BaseHTTPRequestHandler):\n"
+        "    def do_GET(self):\n"
+        "        self.send_response(200)\n        self.end_headers()\n"
+        "    def log_message(self, *args):\n        pass\n"
+        f"http.server.HTTPServer(('127.0.0.1', {http_port}), H).serve_forever()\n"
+    )
+    server.chmod(0o755)
+    engine = bin_dir / "vllm"
+    engine.write_text(
+        "#!/usr/bin/env python3\nimport json, os, sys\n"
+        f"open({str(record)!r}, 'a').write(json.dumps(['vllm', os.environ['PYTHONHASHSEED']])"
+        " + '\\n')\nsys.exit(3)\n"
+    )
+    engine.chmod(0o755)
+    options = LaunchOptions(model="meta-llama/Llama-3.1-8B-Instruct", tp=1, target="shell",
+                            lmcache_http_port=http_port)
+    recipe = next(r for r in RECIPES if r.name == "lmcache-mp")
+    result = launch(recipe.name, options, vllm_version=_newest_supported(recipe),
+                    host_ram_gib=16)
+    script = tmp_path / "launch.sh"
+    script.write_text(result.files["launch.sh"])
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    finished = subprocess.run(["bash", str(script)], env=env, timeout=60)
+    assert finished.returncode == 3
+    calls = [json.loads(line) for line in record.read_text().splitlines()]
+    assert [c[0] for c in calls] == ["lmcache", "vllm"]  # server first, then the engine
+    assert calls[1][1] == "0"  # PYTHONHASHSEED reached the engine
+    deadline = time.monotonic() + 10
+    while _alive(calls[0][1]) and time.monotonic() < deadline:
+        time.sleep(0.1)  # the trap sent SIGTERM; give the server a moment to exit
+    assert not _alive(calls[0][1]), "the script left the server running"
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie awaiting its reaper counts as stopped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
