@@ -285,7 +285,9 @@ def rule(
     if found is None:
         raise KvtoolError(f"rule: {code!r} is not a rule code or name (see `kvtool rule --all`)")
     if output_format is RuleFormat.json:
-        sys.stdout.write(found.meta.model_dump_json(indent=2) + "\n")
+        import json
+
+        sys.stdout.write(json.dumps(found.meta.as_dict(), indent=2) + "\n")
     else:
         sys.stdout.write(ruledocs.rule_text(found))
 

@@ -8,10 +8,8 @@ settings and tables always give the same report.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
-
-from pydantic import BaseModel, ConfigDict, Field
 
 from kvtool.audit import rules as _rules  # noqa: F401  (registers every rule)
 from kvtool.audit.context import ModelFacts, RuleContext, Semantics
@@ -22,27 +20,28 @@ from kvtool.errors import KvtoolError
 from kvtool.releases.model import ReleaseFacts, ReleaseIndex
 
 
-class Target(BaseModel):
+@dataclass(frozen=True)
+class Target:
     """The release one invocation was checked against, and why that one."""
-
-    model_config = ConfigDict(frozen=True)
 
     vllm_version: str
     source: str  # "flag", "settings", "image" or "newest"
     warning: str | None = None
 
 
-class InvocationReport(BaseModel):
+@dataclass
+class InvocationReport:
     label: str
     file: str | None
     kind: str
     target: Target
-    findings: list[Finding] = Field(default_factory=list)
-    notes: list[str] = Field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
 
-class AuditReport(BaseModel):
-    invocations: list[InvocationReport] = Field(default_factory=list)
+@dataclass
+class AuditReport:
+    invocations: list[InvocationReport] = field(default_factory=list)
     suppressed: int = 0  # findings silenced by inline or annotation suppressions
 
     @property
@@ -196,7 +195,7 @@ class Auditor:
         if self.settings.vllm_version is not None:
             target = self.tables.target(self.settings.vllm_version, None)
             if self.settings.source is not None and target.source == "flag":
-                return target.model_copy(update={"source": "settings"})
+                return replace(target, source="settings")
             return target
         return self.tables.target(None, invocation.image)
 

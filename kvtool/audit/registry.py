@@ -18,9 +18,8 @@ import inspect
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
-
-from pydantic import BaseModel, ConfigDict, field_validator
 
 from kvtool.audit.model import Finding, Fix, Location, Severity
 
@@ -40,6 +39,7 @@ FAMILIES: dict[str, str] = {
 DOC_SECTIONS: tuple[str, ...] = ("What", "Why", "Example", "Fix", "Releases", "References")
 
 FixApplicability = Literal["safe", "unsafe", "display", "none"]
+FIX_APPLICABILITIES: tuple[str, ...] = ("safe", "unsafe", "display", "none")
 
 _CODE = re.compile(r"^(?P<family>[A-Z]{2})\d{3}$")
 _NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
@@ -47,10 +47,12 @@ _NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _HEADING = re.compile(r"^(?P<title>[A-Z][a-z]+)\n-{3,}$", re.MULTILINE)
 
 
-class RuleMeta(BaseModel):
-    """Validated metadata of one rule; also the JSON shape of ``kvtool rule --all``."""
+@dataclass(frozen=True)
+class RuleMeta:
+    """Validated metadata of one rule; also the JSON shape of ``kvtool rule --all``.
 
-    model_config = ConfigDict(frozen=True)
+    Construction raises ``ValueError`` naming the first broken invariant.
+    """
 
     code: str
     name: str
@@ -61,44 +63,31 @@ class RuleMeta(BaseModel):
     references: tuple[str, ...]
     sections: dict[str, str]
 
-    @field_validator("code")
-    @classmethod
-    def _code_shape(cls, value: str) -> str:
-        match = _CODE.match(value)
+    def __post_init__(self) -> None:
+        match = _CODE.match(self.code)
         if match is None or match["family"] not in FAMILIES:
             raise ValueError(
-                f"code {value!r} is not <family><3 digits> with a family in {sorted(FAMILIES)}"
+                f"code {self.code!r} is not <family><3 digits> with a family in {sorted(FAMILIES)}"
             )
-        return value
-
-    @field_validator("name")
-    @classmethod
-    def _name_shape(cls, value: str) -> str:
-        if not _NAME.match(value):
-            raise ValueError(f"name {value!r} is not kebab-case")
-        return value
-
-    @field_validator("summary")
-    @classmethod
-    def _summary_one_line(cls, value: str) -> str:
-        if not value.strip() or "\n" in value:
+        if not _NAME.match(self.name):
+            raise ValueError(f"name {self.name!r} is not kebab-case")
+        if not isinstance(self.default_severity, Severity):
+            raise ValueError(f"default_severity {self.default_severity!r} is not a Severity")
+        if not self.summary.strip() or "\n" in self.summary:
             raise ValueError("summary must be one non-empty line")
-        return value
-
-    @field_validator("references")
-    @classmethod
-    def _has_references(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        if not value or any(not ref.strip() for ref in value):
+        if self.fix_applicability not in FIX_APPLICABILITIES:
+            raise ValueError(
+                f"fix_applicability {self.fix_applicability!r} is not one of {FIX_APPLICABILITIES}"
+            )
+        if not self.references or any(not ref.strip() for ref in self.references):
             raise ValueError("a rule cites at least one non-empty reference")
-        return value
-
-    @field_validator("sections")
-    @classmethod
-    def _all_sections(cls, value: dict[str, str]) -> dict[str, str]:
-        missing = [s for s in DOC_SECTIONS if not value.get(s, "").strip()]
+        missing = [s for s in DOC_SECTIONS if not self.sections.get(s, "").strip()]
         if missing:
             raise ValueError(f"docstring lacks sections {missing} (each: title, dashes, text)")
-        return value
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form (severity as its name)."""
+        return {**asdict(self), "default_severity": self.default_severity.value}
 
 
 def parse_sections(docstring: str) -> dict[str, str]:

@@ -74,4 +74,4 @@ def markdown() -> str:
 
 def as_json() -> str:
     """Every rule's metadata as a JSON list (``kvtool rule --all --output-format json``)."""
-    return json.dumps([rule.meta.model_dump(mode="json") for rule in registry], indent=2) + "\n"
+    return json.dumps([rule.meta.as_dict() for rule in registry], indent=2) + "\n"

@@ -55,18 +55,24 @@ class JsonFinding(_Out):
     evidence: dict[str, Any]
 
 
+class JsonTarget(_Out):
+    vllm_version: str
+    source: str
+    warning: str | None
+
+
 class JsonInvocation(_Out):
     label: str
     file: str | None
     kind: str
-    target: Target
+    target: JsonTarget
     notes: list[str]
 
 
 class JsonReport(_Out):
     schema_version: int
     tool: dict[str, str]
-    target: Target | None
+    target: JsonTarget | None
     invocations: list[JsonInvocation]
     findings: list[JsonFinding]
     summary: dict[str, int]
@@ -101,15 +107,23 @@ def _finding(finding: Finding) -> JsonFinding:
     )
 
 
+def _target(target: Target) -> JsonTarget:
+    return JsonTarget(
+        vllm_version=target.vllm_version, source=target.source, warning=target.warning
+    )
+
+
 def build(report: AuditReport) -> JsonReport:
     invocations = [
-        JsonInvocation(label=i.label, file=i.file, kind=i.kind, target=i.target, notes=i.notes)
+        JsonInvocation(
+            label=i.label, file=i.file, kind=i.kind, target=_target(i.target), notes=i.notes
+        )
         for i in report.invocations
     ]
     return JsonReport(
         schema_version=SCHEMA_VERSION,
         tool={"name": "kvtool", "version": __version__},
-        target=report.invocations[0].target if report.invocations else None,
+        target=_target(report.invocations[0].target) if report.invocations else None,
         invocations=invocations,
         findings=[_finding(f) for f in report.findings],
         summary={**report.counts(), "suppressed": report.suppressed},

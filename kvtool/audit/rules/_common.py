@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 
 from kvtool.audit.context import RuleContext
@@ -19,6 +18,8 @@ def closest(word: str, candidates: Iterable[str]) -> str | None:
     extensions = sorted((c for c in pool if c.startswith(word) and c != word), key=len)
     if extensions:
         return extensions[0]
+    import difflib  # only needed when something is misspelt; keeps audit start-up lean
+
     matches = difflib.get_close_matches(word, pool, n=1, cutoff=0.6)
     return matches[0] if matches else None
 
