@@ -2,7 +2,9 @@
 
 Credentials come from ``--username``/``--password-stdin`` or the Docker config file
 (``$DOCKER_CONFIG/config.json``, else ``~/.docker/config.json``): ``auths[host].auth``
-(base64 ``user:pass``), ``credHelpers[host]`` or ``credsStore`` (``docker-credential-*``).
+(base64 ``user:pass``), ``credHelpers[host]`` or ``credsStore`` (``docker-credential-*``);
+then podman's auth file (``$REGISTRY_AUTH_FILE``, else
+``$XDG_RUNTIME_DIR/containers/auth.json``), which has the same ``auths`` shape.
 """
 
 from __future__ import annotations
@@ -73,17 +75,41 @@ def _config_keys(host: str) -> list[str]:
     return [host, f"https://{host}", f"http://{host}", f"https://{host}/v1/", f"https://{host}/v2/"]
 
 
-def credentials_from_docker_config(host: str, path: Path | None = None) -> Credentials | None:
-    """``host``'s credentials from the Docker config file, or None when it has none."""
-    path = path or docker_config_path()
+def containers_auth_path() -> Path | None:
+    explicit = os.environ.get("REGISTRY_AUTH_FILE")
+    if explicit:
+        return Path(explicit)
+    runtime_dir = os.environ.get("XDG_RUNTIME_DIR")
+    return Path(runtime_dir) / "containers" / "auth.json" if runtime_dir else None
+
+
+def credentials_for(host: str) -> Credentials | None:
+    """``host``'s stored credentials: the Docker config file first, then podman's."""
+    found = credentials_from_docker_config(host)
+    podman_file = containers_auth_path()
+    if found is None and podman_file is not None:
+        found = credentials_from_docker_config(host, podman_file)
+    return found
+
+
+def _read_config(path: Path) -> dict[str, object] | None:
     if not path.is_file():
         return None
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise KvtoolError(f"{path}: cannot read the Docker config file: {exc}") from None
+        raise KvtoolError(f"{path}: cannot read the registry auth file: {exc}") from None
     if not isinstance(config, dict):
-        raise KvtoolError(f"{path}: the Docker config file is not a JSON object")
+        raise KvtoolError(f"{path}: the registry auth file is not a JSON object")
+    return config
+
+
+def credentials_from_docker_config(host: str, path: Path | None = None) -> Credentials | None:
+    """``host``'s credentials from a Docker-format config file, or None when it has none."""
+    path = path or docker_config_path()
+    config = _read_config(path)
+    if config is None:
+        return None
     keys = _config_keys(host)
     helpers = config.get("credHelpers")
     if isinstance(helpers, dict):

@@ -10,7 +10,7 @@ import httpx
 
 from kvtool.errors import KvtoolError
 from kvtool.image import cache
-from kvtool.image.auth import Credentials, credentials_from_docker_config
+from kvtool.image.auth import Credentials, credentials_for
 from kvtool.image.buildargs import classify_build_flag
 from kvtool.image.errors import InspectError, RateLimitedError
 from kvtool.image.manifest import MAX_CONFIG_BYTES, Platform, ResolvedConfig, resolve_config
@@ -95,7 +95,7 @@ def read_image_facts(target: str, options: ReadOptions, progress: Progress = _qu
             offline.warnings,
         )
     reference = parse_reference(target)
-    credentials = options.credentials or credentials_from_docker_config(reference.host)
+    credentials = options.credentials or credentials_for(reference.host)
     with RegistryClient(
         reference,
         credentials=credentials,

@@ -101,8 +101,10 @@ def token_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pushed]
 
 @pytest.fixture(autouse=True)
 def clean_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A private cache and an empty Docker config, so nothing of the host's leaks in."""
+    """A private cache and empty registry auth files, so nothing of the host's leaks in."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     docker_config = tmp_path / "docker-config"
     docker_config.mkdir()
     monkeypatch.setenv("DOCKER_CONFIG", str(docker_config))
+    monkeypatch.delenv("REGISTRY_AUTH_FILE", raising=False)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path / "runtime"))

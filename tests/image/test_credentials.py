@@ -58,3 +58,14 @@ def test_missing_helper_and_bad_auth_are_one_line_errors(tmp_path: Path) -> None
         credentials_from_docker_config(
             "ghcr.io", write_config(tmp_path, {"auths": {"ghcr.io": {"auth": "!!"}}})
         )
+
+
+def test_podman_auth_file_is_the_fallback(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kvtool.image.auth import credentials_for
+
+    podman = tmp_path / "auth.json"
+    podman.write_text(json.dumps({"auths": {"quay.io": {"auth": encoded("bot:tok")}}}))
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "empty"))
+    monkeypatch.setenv("REGISTRY_AUTH_FILE", str(podman))
+    assert credentials_for("quay.io") == Credentials("bot", "tok")
+    assert credentials_for("ghcr.io") is None
