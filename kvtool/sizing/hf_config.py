@@ -338,8 +338,11 @@ def spec_from_config(
             f"config names no dtype: assumed {FALLBACK_DTYPE} (override with --dtype)"
         )
     model_dtype_bytes(str(dtype), f"{where}: field 'torch_dtype'")
-    if not text.has("head_dim") and attention and attention[0].kind is not AttentionKind.MLA:
-        assumptions.append("head_dim derived as hidden_size / num_attention_heads")
+    if attention and attention[0].kind is not AttentionKind.MLA:
+        if not text.has("head_dim"):
+            assumptions.append("head_dim derived as hidden_size / num_attention_heads")
+        if not text.has("num_key_value_heads"):
+            assumptions.append("no num_key_value_heads: multi-head attention assumed")
     if int(text.get("num_nextn_predict_layers", 0)):
         assumptions.append(
             "MTP (num_nextn_predict_layers) layers not counted: "
