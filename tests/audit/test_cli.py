@@ -299,3 +299,11 @@ def test_yaml_fixes_are_shown_not_applied(
     result = kvtool_cli("audit", str(manifest), "--fix")
     assert manifest.read_text() == before
     assert "shown, not applied" in result.stderr
+
+
+def test_output_format_from_the_environment(
+    kvtool_cli: Cli, script: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KVTOOL_OUTPUT_FORMAT", "github")
+    result = kvtool_cli("audit", str(script), "--vllm-version", "0.32.0")
+    assert result.stdout.startswith("::")
