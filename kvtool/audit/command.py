@@ -214,6 +214,7 @@ def audit(
         settings,
         use_suppressions=not no_suppressions,
         extras=extras,
+        version_from_cli=vllm_version is not None,
     )
     report = auditor.run(invocations)
     for warning in sorted({i.target.warning for i in report.invocations if i.target.warning}):

@@ -172,8 +172,10 @@ class Auditor:
         use_suppressions: bool = True,
         rules: RuleRegistry = registry,
         extras: Mapping[str, Any] | None = None,
+        version_from_cli: bool = False,
     ) -> None:
         self.extras: Mapping[str, Any] = extras or {}
+        self.version_from_cli = version_from_cli
         self.tables = tables
         self.normalizer = normalizer
         self.settings = settings
@@ -194,7 +196,7 @@ class Auditor:
     def target_for(self, invocation: Invocation) -> Target:
         if self.settings.vllm_version is not None:
             target = self.tables.target(self.settings.vllm_version, None)
-            if self.settings.source is not None and target.source == "flag":
+            if not self.version_from_cli and self.settings.source is not None:
                 return replace(target, source="settings")
             return target
         return self.tables.target(None, invocation.image)

@@ -307,3 +307,10 @@ def test_output_format_from_the_environment(
     monkeypatch.setenv("KVTOOL_OUTPUT_FORMAT", "github")
     result = kvtool_cli("audit", str(script), "--vllm-version", "0.32.0")
     assert result.stdout.startswith("::")
+
+
+def test_vllm_version_flag_beats_the_settings_file(kvtool_cli: Cli, script: Path) -> None:
+    (script.parent / "kvtool.toml").write_text('vllm-version = "0.28.0"\n')
+    result = kvtool_cli("audit", str(script), "--vllm-version", "0.32.0", "--output-format", "json")
+    assert json.loads(result.stdout)["target"]["vllm_version"] == "0.32.0"
+    assert json.loads(result.stdout)["target"]["source"] == "flag"
