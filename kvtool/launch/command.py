@@ -96,7 +96,7 @@ def launch(
     output_dir: Annotated[
         Path | None, typer.Option("-o", "--output-dir", help="Write files here, not stdout.")
     ] = None,
-    force: Annotated[bool, typer.Option(help="Overwrite files in -o DIR.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite files in -o DIR.")] = False,
     entrypoint: Annotated[
         str,
         typer.Option(help="cli: `vllm serve`; module: `python -m vllm.entrypoints.openai...`."),
@@ -123,7 +123,11 @@ def launch(
         list[str] | None, typer.Option("--env", help="NAME=VALUE for every engine (repeat).")
     ] = None,
     allow_below_security_floor: Annotated[
-        bool, typer.Option(help="Emit a config for a release with a published vulnerability.")
+        bool,
+        typer.Option(
+            "--allow-below-security-floor",
+            help="Emit a config for a release with a published vulnerability.",
+        ),
     ] = False,
 ) -> None:
     """Emit a launch config for an offload setup: shell, compose, Kubernetes or JSON."""

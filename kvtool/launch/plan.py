@@ -130,7 +130,8 @@ def _env(
     for key, value in template.env_if_known.items():
         if key in known:
             env[key] = as_text(fill(value, params, where))
-    env.update(dict(options.env))
+    if template.kind == "vllm":
+        env.update(dict(options.env))
     return tuple(env.items())
 
 
