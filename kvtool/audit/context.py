@@ -69,9 +69,10 @@ class ChoiceMigration(BaseModel):
 
 
 HmaMode = Literal["transfer-config-disables", "per-connector"]
-# ``hma.decision`` values of rules/curated/semantics.yaml -> how the audit models them:
-# before 0.22.0 any --kv-transfer-config turned HMA off (and --kv-offloading-* became a
-# connector only after the decision); from 0.22.0 HMA is decided per connector.
+# ``hma.decision`` values of rules/curated/semantics.yaml -> how the audit models them.
+# Early releases turned HMA off for any --kv-transfer-config (and made --kv-offloading-*
+# a connector only after the decision); later ones decide per connector. Which releases
+# are which is in the table rows, not here.
 _HMA_MODES: dict[str, HmaMode] = {
     "forced_off_with_connector": "transfer-config-disables",
     "off_with_any_connector": "transfer-config-disables",

@@ -120,12 +120,12 @@ class RedundantDisableHybridKvCacheManager(ConfigRule):
         if dynamic:
             fact = ctx.connector_fact(dynamic[0])
             note = f" ({fact.hma_note})" if fact is not None and fact.hma_note else ""
+            minimum = ctx.semantics.fact("lmcache_mp.external_hma_min_lmcache", ctx.version)
+            which = f"lmcache >= {minimum.value}" if minimum and minimum.value else "HMA support"
             message = (
-                f"`{dynamic[0]}` decides HMA support at import time in vLLM "
-                f"{ctx.version}{note}: with an "
-                f"LMCache that supports HMA (lmcache >= 0.4.7), `{DISABLE_HMA}` only turns "
-                "off hybrid and "
-                "sliding-window KV savings."
+                f"`{dynamic[0]}` decides HMA support at import time in vLLM {ctx.version}{note}: "
+                f"with an LMCache that supports HMA ({which}), `{DISABLE_HMA}` only turns off "
+                "hybrid and sliding-window KV savings."
             )
             severity = Severity.info
         else:
