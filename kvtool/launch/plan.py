@@ -167,16 +167,18 @@ def build_plan(
             f"recipe {recipe.name} renders only for --target {'|'.join(recipe.targets)}, "
             f"not {options.target}"
         )
-    params = _parameters(recipe, options, sizes)
-    engines = [p for p in recipe.processes if p.kind == "vllm"]
+    params = _parameters(options, sizes)
+    engine_count = sum(1 for p in recipe.processes if p.kind == "vllm")
     hma_off = hma_disable_needed(recipe, facts)
     processes: list[Process] = []
+    engine_index = 0
     for template in recipe.processes:
         where = f"recipe {recipe.name}, process {template.name}"
+        index = engine_index if template.kind == "vllm" else None
         processes.append(
-            _process(template, options, facts, params, where, hma_off, engines.index(template)
-                     if template in engines else None, len(engines))
+            _process(template, options, facts, params, where, hma_off, index, engine_count)
         )
+        engine_index += template.kind == "vllm"
     kaito = None
     if recipe.kaito is not None:
         kaito = KaitoPlan(
@@ -222,16 +224,15 @@ def kaito_flags(args: tuple[str, ...]) -> dict[str, Any]:
     return flags
 
 
-def _parameters(
-    recipe: Recipe, options: LaunchOptions, sizes: Mapping[str, Any]
-) -> dict[str, Any]:
+def _parameters(options: LaunchOptions, sizes: Mapping[str, Any]) -> dict[str, Any]:
     base = options.port
     return {
         "model": options.model,
         "tp": options.tp,
         "port": base,
-        # A prefill/decode pair on one host needs two HTTP ports and two NIXL side
-        # channels; they are offsets from --port so one flag moves them all.
+        # A prefill/decode pair on one host needs two HTTP ports (offsets from --port,
+        # so one flag moves both) and two NIXL side channels: vLLM's default
+        # VLLM_NIXL_SIDE_CHANNEL_PORT (5600, envs.py at 0.32.0) and the next one.
         "prefill_port": base + 100,
         "decode_port": base + 200,
         "prefill_side_channel_port": 5600,
