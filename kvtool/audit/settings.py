@@ -115,6 +115,12 @@ def load_settings(start: Path) -> AuditSettings:
     return settings_from_table(table, str(path))
 
 
+def _split_commas(values: list[str] | None) -> list[str] | None:
+    if values is None:
+        return None
+    return [part.strip() for value in values for part in value.split(",") if part.strip()]
+
+
 def apply_cli(
     settings: AuditSettings,
     *,
@@ -124,7 +130,12 @@ def apply_cli(
     fail_on: Severity | None = None,
     host_ram_gib: float | None = None,
 ) -> AuditSettings:
-    """Command-line values over file values (``--ignore`` adds; the rest replace)."""
+    """Command-line values over file values (``--ignore`` adds; the rest replace).
+
+    ``--select``/``--ignore`` values may also be comma-separated (``--select VG,CN010``).
+    """
+    select = _split_commas(select)
+    ignore = _split_commas(ignore)
     update: dict[str, Any] = {}
     if vllm_version is not None:
         update["vllm_version"] = vllm_version

@@ -60,6 +60,7 @@ def test_cli_select_replaces_ignore_adds() -> None:
     merged = apply_cli(base, select=["CN"], ignore=["CN013"], fail_on=Severity.info)
     assert merged.select == ("CN",) and merged.ignore == ("VG003", "CN013")
     assert merged.fail_on is Severity.info
+    assert apply_cli(base, select=["VG002,CN010", "SZ"]).select == ("VG002", "CN010", "SZ")
 
 
 def test_per_file_ignores_and_severity_overrides_by_name() -> None:
