@@ -16,7 +16,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kvtool.errors import KvtoolError
 from kvtool.launch.recipe import ProcessTemplate, Recipe, Target
-from kvtool.launch.support import below_security_floor, hma_disable_needed, unmet
+from kvtool.launch.support import (
+    below_security_floor,
+    hma_disable_needed,
+    tier_parameters,
+    unmet,
+)
 from kvtool.launch.template import as_text, fill
 from kvtool.releases.model import ReleaseFacts
 
@@ -167,7 +172,7 @@ def build_plan(
             f"recipe {recipe.name} renders only for --target {'|'.join(recipe.targets)}, "
             f"not {options.target}"
         )
-    params = _parameters(options, sizes)
+    params = {**_parameters(options, sizes), **tier_parameters(recipe, facts)}
     engine_count = sum(1 for p in recipe.processes if p.kind == "vllm")
     hma_off = hma_disable_needed(recipe, facts)
     processes: list[Process] = []

@@ -95,6 +95,13 @@ class Needs(_Frozen):
 
 
 class Recipe(_Frozen):
+    """One offload setup (see the module docstring).
+
+    ``tier_names`` maps a parameter to the spellings a secondary-tier type has had,
+    newest first (``fs`` was ``fs_python`` on 0.22.x): the parameter takes the first
+    one the target release registers.
+    """
+
     name: str
     title: str
     # The field guide's decision-tree step that leads here; 0 for setups the tree
@@ -107,6 +114,7 @@ class Recipe(_Frozen):
     needs: Needs = Needs()
     gates: tuple[CuratedGate, ...] = ()
     processes: tuple[ProcessTemplate, ...] = ()
+    tier_names: dict[str, tuple[str, ...]] = Field(default_factory=dict)
     kaito: KaitoTemplate | None = None
     notes: tuple[str, ...] = ()
     variants: tuple[Variant, ...] = ()

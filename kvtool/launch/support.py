@@ -17,6 +17,7 @@ from typing import Any, Literal
 from packaging.version import Version
 
 from kvtool.launch.recipe import Recipe
+from kvtool.launch.template import PLACEHOLDER as _PLACEHOLDER
 from kvtool.releases.model import ReleaseFacts
 
 RequirementKind = Literal[
@@ -26,6 +27,7 @@ RequirementKind = Literal[
     "import-time-connector",
     "offload-spec",
     "tier",
+    "tier-any",
     "kv-transfer-field",
     "gate",
 ]
@@ -38,6 +40,7 @@ class Requirement:
     kind: RequirementKind
     name: str
     value: str | None = None  # flag-value: the literal value; gate: the first release
+    names: tuple[str, ...] = ()  # tier-any: the spellings, any one of which will do
     before: str | None = None  # gate: the first release it no longer holds for
     why: str | None = None  # gate: the curated fact and its source
 
@@ -81,7 +84,7 @@ def requirements(recipe: Recipe) -> tuple[Requirement, ...]:
                 found.append(Requirement("offload-spec", extra["spec_name"]))
             for tier in extra.get("secondary_tiers") or ():
                 if isinstance(tier, dict) and isinstance(tier.get("type"), str):
-                    found.append(Requirement("tier", tier["type"]))
+                    found.append(_tier_requirement(recipe, tier["type"]))
     found.extend(Requirement("flag", flag) for flag in recipe.needs.flags)
     found.extend(Requirement("connector", name) for name in recipe.needs.connectors)
     found.extend(
@@ -92,6 +95,24 @@ def requirements(recipe: Recipe) -> tuple[Requirement, ...]:
         for gate in recipe.gates
     )
     return tuple(dict.fromkeys(found))
+
+
+def _tier_requirement(recipe: Recipe, written: str) -> Requirement:
+    match = _PLACEHOLDER.fullmatch(written)
+    if match and match.group(1) in recipe.tier_names:
+        return Requirement("tier-any", match.group(1), names=recipe.tier_names[match.group(1)])
+    return Requirement("tier", written)
+
+
+def tier_parameters(recipe: Recipe, facts: ReleaseFacts) -> dict[str, str]:
+    """Each ``tier_names`` parameter -> the first spelling ``facts`` registers (if any)."""
+    chosen: dict[str, str] = {}
+    for parameter, spellings in recipe.tier_names.items():
+        for spelling in spellings:
+            if spelling in facts.offload_tiers:
+                chosen[parameter] = spelling
+                break
+    return chosen
 
 
 def _flag_names(facts: ReleaseFacts) -> dict[str, tuple[str, ...] | None]:
@@ -145,6 +166,8 @@ def unmet(recipe: Recipe, facts: ReleaseFacts, *, secure_only: bool = True) -> l
             reasons.append(f"offload spec {need.name} is not registered")
         elif need.kind == "tier" and need.name not in facts.offload_tiers:
             reasons.append(f"secondary tier type {need.name!r} is not registered")
+        elif need.kind == "tier-any" and not set(need.names) & set(facts.offload_tiers):
+            reasons.append(f"no secondary tier type {' or '.join(need.names)} is registered")
         elif need.kind == "kv-transfer-field" and fields and need.name not in fields:
             reasons.append(f"KVTransferConfig has no field {need.name!r}")
         elif need.kind == "gate" and not _in_gate(facts.version, need):

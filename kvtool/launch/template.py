@@ -13,7 +13,7 @@ from typing import Any
 
 from kvtool.errors import KvtoolError
 
-_PLACEHOLDER = re.compile(r"\$\{([a-z_][a-z0-9_]*)\}")
+PLACEHOLDER = re.compile(r"\$\{([a-z_][a-z0-9_]*)\}")
 
 
 def as_text(value: Any) -> str:
@@ -43,7 +43,7 @@ def _lookup(name: str, params: Mapping[str, Any], where: str) -> Any:
 
 
 def _fill_text(text: str, params: Mapping[str, Any], where: str) -> Any:
-    whole = _PLACEHOLDER.fullmatch(text)
+    whole = PLACEHOLDER.fullmatch(text)
     if whole:
         return _lookup(whole.group(1), params, where)
-    return _PLACEHOLDER.sub(lambda m: as_text(_lookup(m.group(1), params, where)), text)
+    return PLACEHOLDER.sub(lambda m: as_text(_lookup(m.group(1), params, where)), text)

@@ -223,7 +223,8 @@ def test_list_describes_every_recipe_with_its_releases(kvtool_cli: Any) -> None:
     tiered = next(e for e in listed if e["name"] == "native-multi-tier-fs")
     for version in tiered["supported_versions"]:
         facts = load_release(version)
-        assert "fs" in facts.offload_tiers and "TieringOffloadingSpec" in facts.offload_specs
+        assert {"fs", "fs_python"} & set(facts.offload_tiers)
+        assert "TieringOffloadingSpec" in facts.offload_specs
 
 
 def test_reference_connector_gate_agrees_with_the_adapter() -> None:
@@ -252,3 +253,20 @@ def test_reference_connector_gate_agrees_with_the_adapter() -> None:
     assert engine.kv_transfer_config is not None
     assert engine.kv_transfer_config["kv_connector_module_path"] == "kvtool.connector.vllm"
     assert f"class {engine.kv_transfer_config['kv_connector']}(" in source.read_text()
+
+
+@pytest.mark.parametrize(
+    ("version", "tier_type"),
+    # version-gates.md §4 row 7: the filesystem tier is "fs_python" on 0.22.x, "fs" from 0.23.0.
+    [("0.22.1", "fs_python"), ("0.23.0", "fs"), ("0.32.0", "fs")],
+)
+def test_filesystem_tier_type_follows_the_release(
+    kvtool_cli: Any, version: str, tier_type: str
+) -> None:
+    plan = _json_plan(kvtool_cli, "native-multi-tier-fs", "--host-ram-gib", "64",
+                      "--vllm-version", version, "--fs-path", "/nvme/kv")
+    config = json.loads(_value(_engine_args(plan), "--kv-transfer-config"))
+    extra = config["kv_connector_extra_config"]
+    assert extra["spec_name"] == "TieringOffloadingSpec"
+    assert extra["secondary_tiers"] == [{"type": tier_type, "root_dir": "/nvme/kv"}]
+    assert extra["cpu_bytes_to_use"] == 32 << 30  # 64 GiB x utilization 0.5, in bytes
