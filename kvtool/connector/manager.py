@@ -422,6 +422,8 @@ class LazyOffloadManager:
             through = min(release.through, buffer.next_ordinal - 1)
             if budget is not None:
                 through = min(through, buffer.front + budget - 1)
+            if through < buffer.front:
+                continue  # nothing of that request left to release
             taken = [buffer.blocks.popleft() for _ in range(through - buffer.front + 1)]
             buffer.front = through + 1
             for block in taken:
