@@ -185,6 +185,14 @@ def diagnose(before: Snapshot, after: Snapshot, log: str | None = None) -> Verif
                                 "traffic while verifying (vllm bench serve --dataset-name "
                                 "prefix_repetition)",
                         evidence={"requests": d.requests})]
+    elif not (counter_present(before, sig.EXTERNAL_QUERIES)
+              or counter_present(after, sig.EXTERNAL_QUERIES)):
+        verdict = "no-external-hits"
+        causes = [Cause(code="no-external-metrics",
+                        message="this server exposes no vllm:external_prefix_cache_* counters "
+                                "(older vLLM), so connector hits cannot be read from /metrics; "
+                                "check the connector's own log lines instead",
+                        evidence={"prefix_queries": d.prefix_queries})]
     elif d.external_hits > 0:
         verdict, causes = "serving-hits", []
         if d.offload_load_bytes == 0 and counter_present(after, sig.OFFLOAD_LOAD_BYTES):
