@@ -6,13 +6,15 @@ the last dimension: vllm-on-cpu.md §3.4). Each tensor is viewed as one or more
 *segments*, 2-D ``uint8`` views ``[num_blocks, bytes]``; the host arena holds,
 per segment, ``[num_slots, bytes]``, so one slot is one block of every layer.
 
-Copies are batched: one ``index_select`` gathers all blocks of a job per
-segment, one ``index_copy_`` scatters them, and host slots are copied in runs
-of consecutive slots (the store index hands out consecutive slots). On CUDA
-stores and loads run on dedicated streams ordered after the compute stream by
-events, into pinned host memory, without blocking the host; :meth:`poll`
-reports finished jobs. On CPU the same code path runs with plain copies that
-finish before ``submit_*`` returns.
+Copies are batched per segment and per run of consecutive host slots (the
+store index hands out consecutive slots): ``index_select`` gathers, and
+``index_copy_`` scatters, over the widest integer view of the rows. On CUDA
+the gather runs on the device into a staging buffer, then one non-blocking
+copy per run moves it into pinned host memory, all on a dedicated stream
+ordered after the compute stream; loads mirror this and make the compute
+stream wait for them; :meth:`poll` reports finished jobs from their events.
+On CPU the same calls gather straight into the arena (no staging), finished
+when ``submit_*`` returns.
 
 Loads check every slot's recorded key against the job's key and fail the job
 (nothing copied) on any mismatch, so a block is never served to the wrong
