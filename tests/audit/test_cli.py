@@ -314,3 +314,35 @@ def test_vllm_version_flag_beats_the_settings_file(kvtool_cli: Cli, script: Path
     result = kvtool_cli("audit", str(script), "--vllm-version", "0.32.0", "--output-format", "json")
     assert json.loads(result.stdout)["target"]["vllm_version"] == "0.32.0"
     assert json.loads(result.stdout)["target"]["source"] == "flag"
+
+
+def test_image_verdicts_feed_the_image_rule(kvtool_cli: Cli, tmp_path: Path) -> None:
+    from kvtool.image.model import (
+        Connector,
+        ConnectorVerdict,
+        InspectionReport,
+        StepOutcome,
+        Verdict,
+    )
+
+    report = InspectionReport(
+        build_flag_step=StepOutcome(status="ran"),
+        runtime_step=StepOutcome(status="ran"),
+        verdicts=[
+            ConnectorVerdict(
+                connector=Connector.nixl, verdict=Verdict.broken, reason="import fails"
+            ),
+        ],
+        exit_code=1,
+    )
+    verdicts = tmp_path / "image.json"
+    verdicts.write_text(report.model_dump_json())
+    argv = ["--", "vllm", "serve", "m", "--kv-transfer-config", '{"kv_connector":"NixlConnector"}']
+    common = ("audit", "--vllm-version", "0.32.0", "--output-format", "json")
+    with_verdicts = kvtool_cli(*common, "--image-verdicts", str(verdicts), *argv)
+    assert "IM001" in {f["code"] for f in json.loads(with_verdicts.stdout)["findings"]}
+    without = kvtool_cli(*common, *argv)
+    assert "IM001" not in {f["code"] for f in json.loads(without.stdout)["findings"]}
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    assert kvtool_cli(*common, "--image-verdicts", str(bad), *argv).exit_code == 2
