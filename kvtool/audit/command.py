@@ -198,7 +198,7 @@ def audit(
     if show_settings:
         import json
 
-        sys.stdout.write(json.dumps(settings.to_toml_dict(), indent=2) + "\n")
+        sys.stdout.write(json.dumps(settings.as_file_keys(), indent=2) + "\n")
         raise typer.Exit(0)
     file_paths, argv = split_positionals(list(paths or []))
     invocations = _read(file_paths, argv, input_format)

@@ -164,8 +164,7 @@ class ModelFacts:
 
     name: str
     hybrid: bool  # more than one KV cache group kind (sliding window, Mamba/SSM, linear attention)
-    mamba: bool  # has Mamba/SSM state layers: vLLM refuses to start them without HMA (>= 0.23)
-    architecture: str | None = None
+    mamba: bool  # has Mamba/SSM/linear-attention state layers, which need HMA
 
 
 @dataclass(frozen=True)
@@ -176,7 +175,6 @@ class EffectiveConnector:
     via: Literal["kv-transfer-config", "kv-offloading-backend"]
     option: ServeOption | None
     children: tuple[str, ...] = ()  # MultiConnector's child connector names, in order
-    mapping: BackendConnectorRow | None = None  # set when --kv-offloading-* chose it
 
 
 @dataclass(frozen=True)
@@ -185,7 +183,6 @@ class RuleContext:
     facts: ReleaseFacts
     index: ReleaseIndex
     semantics: Semantics
-    target_source: str = "flag"
     host_ram_gib: float | None = None
     known_model: ModelFacts | None = None
     # Looks the served model up (sizing catalog, local config.json) only when a rule asks:
@@ -355,7 +352,6 @@ class RuleContext:
                 name=mapping.connector,
                 via="kv-offloading-backend",
                 option=self.option(KV_OFFLOADING_BACKEND) or self.option(KV_OFFLOADING_SIZE),
-                mapping=mapping,
             )
         name = self.kv_transfer_config.get("kv_connector")
         if not isinstance(name, str) or not name:

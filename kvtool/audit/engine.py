@@ -209,7 +209,6 @@ class Auditor:
             facts=facts,
             index=self.tables.index(),
             semantics=self.tables.semantics(),
-            target_source=target.source,
             host_ram_gib=self.settings.host_ram_gib,
             model_lookup=self.tables.model,
             extras=self.extras,

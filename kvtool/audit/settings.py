@@ -58,7 +58,7 @@ class AuditSettings(BaseModel):
                     extra.extend(codes)
         return (*self.ignore, *extra)
 
-    def to_toml_dict(self) -> dict[str, Any]:
+    def as_file_keys(self) -> dict[str, Any]:
         """The settings as ``--show-settings`` prints them (file spelling of the keys)."""
         return self.model_dump(by_alias=True, mode="json")
 

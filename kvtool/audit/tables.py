@@ -58,5 +58,4 @@ def _model_facts(name: str) -> ModelFacts | None:
         name=spec.name,
         hybrid=spec.is_hybrid_state or spec.has_sliding_window,
         mamba=spec.is_hybrid_state,
-        architecture=spec.architecture,
     )

@@ -11,9 +11,7 @@ from kvtool.audit.context import ModelFacts
 from tests.audit.rulekit import codes, config, context, ktc, only, opt, run
 
 DISABLE = opt("--disable-hybrid-kv-cache-manager")
-JAMBA = ModelFacts(
-    name="ai21labs/Jamba-v0.1", hybrid=True, mamba=True, architecture="JambaForCausalLM"
-)
+JAMBA = ModelFacts(name="ai21labs/Jamba-v0.1", hybrid=True, mamba=True)
 GEMMA3 = ModelFacts(name="google/gemma-3-12b-it", hybrid=True, mamba=False)
 
 
