@@ -54,10 +54,7 @@ def summary(report: AuditReport) -> str:
     targets = sorted({(i.target.vllm_version, i.target.source) for i in report.invocations})
     where = ", ".join(f"vLLM {version} ({source})" for version, source in targets) or "nothing"
     counts = report.counts()
-    parts = [
-        f"{counts[s.value]} {s.value}{'s' if counts[s.value] != 1 else ''}"
-        for s in reversed(Severity)
-    ]
+    parts = [f"{counts[s.value]} {_NOUNS[s][counts[s.value] != 1]}" for s in reversed(Severity)]
     text = f"Checked {len(report.invocations)} invocation(s) against {where}: {', '.join(parts)}"
     if report.suppressed:
         text += f", {report.suppressed} suppressed"
