@@ -186,9 +186,11 @@ class NonHmaConnectorOnHybridModel(ConfigRule):
     references = (f"{VG_REF} §5 item 9", "https://github.com/LMCache/LMCache/issues/3106")
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
-        model = ctx.model
         non_hma = ctx.non_hma_connectors()
-        if model is None or not model.hybrid or not non_hma:
+        if not non_hma:
+            return
+        model = ctx.model  # looked up only now: most configs never need it
+        if model is None or not model.hybrid:
             return
         hard_fail = model.mamba and ctx.semantics.holds("hma.hybrid_ssm_requires_hma", ctx.version)
         consequence = (
