@@ -282,7 +282,9 @@ class _Tracked:
 @dataclass(frozen=True)
 class _Lookup:
     local_blocks: int
+    """Blocks the engine's own prefix cache covers (the host hit starts after them)."""
     hit_blocks: int
+    """Blocks after those that the host store holds."""
 
 
 @dataclass(frozen=True)
@@ -405,12 +407,12 @@ class KvtoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
         local_blocks = num_computed_tokens // bs
         # At least one token must be computed to sample from, so never claim all of them.
         cap = (int(request.num_tokens) - 1) // bs
-        hashes = self._block_hashes(request)[:cap]
-        hit_blocks = self._manager().lookup(hashes) if len(hashes) > local_blocks else 0
+        # A block hash chains every token before it, so the host only needs the
+        # blocks after the engine's own hit, not the ones the engine already has.
+        beyond = self._block_hashes(request)[local_blocks:cap]
+        hit_blocks = self._manager().lookup(beyond) if beyond else 0
         self._lookups[request.request_id] = _Lookup(local_blocks, hit_blocks)
-        if hit_blocks <= local_blocks:
-            return 0, False
-        return (hit_blocks - local_blocks) * bs, False
+        return hit_blocks * bs, False
 
     def update_state_after_alloc(
         self, request: Any, blocks: Any, num_external_tokens: int

@@ -70,7 +70,8 @@ def server(
         deadline = time.monotonic() + READY_TIMEOUT_S
         while True:
             if proc.poll() is not None:
-                pytest.fail(f"server exited with {proc.returncode}:\n{log_path.read_text()[-4000:]}")
+                pytest.fail(f"server exited with {proc.returncode}:\n"
+                            f"{log_path.read_text()[-4000:]}")
             try:
                 if httpx.get(f"{base}/health", timeout=2).status_code == 200:
                     break
