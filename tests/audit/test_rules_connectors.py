@@ -188,3 +188,19 @@ def test_simple_cpu_offload_env_swaps_the_native_connector() -> None:
     )
     connector = context(cfg).connector
     assert connector is not None and connector.name == "SimpleCPUOffloadConnector"
+
+
+def test_cn034_mamba_cache_mode_all_forces_mrv1_on_0_30_and_0_31() -> None:
+    # vg §4 row 30: deprecated on 0.30.0-0.31.x (warns, forces MRV1); rejected from 0.32.0.
+    flag = opt("--mamba-cache-mode", "all")
+    finding = only(run(config("0.31.0", flag)), "CN034")
+    assert finding.fix is not None and finding.fix.replacement == ("--mamba-cache-mode", "align")
+    assert "CN034" not in codes(run(config("0.29.0", flag)))
+    assert "CN034" not in codes(run(config("0.32.0", flag)))  # VG005 there instead
+
+
+def test_cn035_fastsafetensors_without_gds_under_tp() -> None:
+    # vg §2 row 41: nogds=True whenever TP > 1.
+    fst = opt("--load-format", "fastsafetensors")
+    assert "CN035" in codes(run(config("0.32.0", fst, opt("--tensor-parallel-size", "8"))))
+    assert "CN035" not in codes(run(config("0.32.0", fst)))

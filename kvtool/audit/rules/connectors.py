@@ -17,7 +17,7 @@ from kvtool.audit.context import (
 )
 from kvtool.audit.model import Finding, Fix, Severity
 from kvtool.audit.registry import ConfigRule, register
-from kvtool.audit.rules._common import conditional_note, removal_fix
+from kvtool.audit.rules._common import conditional_note, removal_fix, replacement_fix
 
 VG_REF = "shared/reference/version-gates.md"
 UX_REF = "shared/reference/image-inspection-and-audit-ux.md"
@@ -848,4 +848,127 @@ class RetentionIntervalNotBlockMultiple(ConfigRule):
             f"use {lower or block} or {lower + block}.",
             flag="--prefix-cache-retention-interval",
             location=interval_opt.location,
+        )
+
+
+@register
+class MambaCacheModeAllForcesMrv1(ConfigRule):
+    """Reports `--mamba-cache-mode all` on releases where it forces Model Runner V1.
+
+    What
+    ----
+    `--mamba-cache-mode all` on a release that deprecated the value: vLLM warns and falls
+    back to Model Runner V1 ("mamba cache mode 'all'" is on the MRV2-unsupported list).
+
+    Why
+    ---
+    The deployment silently loses Model Runner V2, and the next release rejects the value
+    outright (`invalid choice`), so the flag blocks the upgrade too.
+
+    Example
+    -------
+    `--mamba-cache-mode all` on 0.30.0 or 0.31.0.
+
+    Fix
+    ---
+    Use `align` (a safe fix; vLLM sets it itself when prefix caching is on).
+
+    Releases
+    --------
+    `mamba_cache_mode.all_forces_mrv1` in `rules/curated/semantics.yaml`; the rejection on
+    later releases is `invalid-choice` (VG005).
+
+    References
+    ----------
+    - shared/reference/version-gates.md §4 rows 30 and 31
+    """
+
+    code = "CN034"
+    name = "mamba-cache-mode-all-forces-mrv1"
+    default_severity = Severity.warning
+    summary = "--mamba-cache-mode all warns and forces Model Runner V1"
+    fix_applicability = "safe"
+    references = (f"{VG_REF} §4 rows 30 and 31",)
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        opt = ctx.option("--mamba-cache-mode")
+        if opt is None or opt.value != "all":
+            return
+        if not ctx.semantics.holds("mamba_cache_mode.all_forces_mrv1", ctx.version):
+            return
+        migration = next(
+            (
+                m
+                for m in ctx.semantics.choice_migrations
+                if m.flag == "--mamba-cache-mode" and m.value == "all"
+            ),
+            None,
+        )
+        fix = None
+        if migration is not None:
+            fix = replacement_fix(
+                ctx,
+                opt,
+                ("--mamba-cache-mode", migration.replacement),
+                f"--mamba-cache-mode all -> {migration.replacement}",
+                safe=True,
+            )
+        yield self.finding(
+            f"`--mamba-cache-mode all` is deprecated in vLLM {ctx.version}: it warns and forces "
+            "Model Runner V1." + conditional_note(opt),
+            flag="--mamba-cache-mode",
+            location=opt.location,
+            fix=fix,
+        )
+
+
+@register
+class FastsafetensorsNoGdsWithTp(ConfigRule):
+    """Notes that `--load-format fastsafetensors` never uses GPUDirect Storage with TP > 1.
+
+    What
+    ----
+    `--load-format fastsafetensors` with `--tensor-parallel-size` above 1.
+
+    Why
+    ---
+    vLLM always passes `nogds=True` to fastsafetensors when TP > 1, so multi-GPU deployments
+    that expect GDS loading (and set up cuFile for it) load through host memory instead.
+    The field guide's `GDS is not supported in this platform` warning is the library's, not
+    vLLM's; vLLM logs "GDS not enabled, setting `nogds=True`".
+
+    Example
+    -------
+    `--load-format fastsafetensors -tp 8`.
+
+    Fix
+    ---
+    Nothing to change for correctness; do not budget GDS load times for TP > 1.
+
+    Releases
+    --------
+    `load_format.fastsafetensors_nogds_tp` in `rules/curated/semantics.yaml`.
+
+    References
+    ----------
+    - shared/reference/version-gates.md §2 row 41 and §4 row 41
+    """
+
+    code = "CN035"
+    name = "fastsafetensors-no-gds-with-tp"
+    default_severity = Severity.info
+    summary = "--load-format fastsafetensors does not use GDS with TP > 1"
+    references = (f"{VG_REF} §2 row 41",)
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        opt = ctx.option("--load-format")
+        if opt is None or opt.value != "fastsafetensors" or ctx.tp == 1:
+            return
+        if not ctx.semantics.holds("load_format.fastsafetensors_nogds_tp", ctx.version):
+            return
+        yield self.finding(
+            f"With TP = {ctx.tp} vLLM loads fastsafetensors with `nogds=True`: "
+            "no GPUDirect Storage.",
+            flag="--load-format",
+            location=opt.location,
         )
