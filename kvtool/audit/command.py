@@ -50,10 +50,13 @@ def split_positionals(words: list[str]) -> tuple[list[str], list[str]]:
     from kvtool.audit.inputs.command_line import find_serve
 
     for index, word in enumerate(words):
+        rest = words[index:]
+        if rest[:2] == ["vllm", "serve"]:
+            return words[:index], rest  # even where a folder named vllm exists (a vLLM checkout)
         if Path(word).exists():
             continue
-        if word in VLLM_HEADS or find_serve(words[index:]) is not None:
-            return words[:index], words[index:]
+        if word in VLLM_HEADS or find_serve(rest) is not None:
+            return words[:index], rest
     return words, []
 
 

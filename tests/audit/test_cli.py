@@ -346,3 +346,12 @@ def test_image_verdicts_feed_the_image_rule(kvtool_cli: Cli, tmp_path: Path) -> 
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
     assert kvtool_cli(*common, "--image-verdicts", str(bad), *argv).exit_code == 2
+
+
+def test_argv_is_found_even_next_to_a_folder_named_vllm(kvtool_cli: Cli, script: Path) -> None:
+    (script.parent / "vllm").mkdir()  # e.g. auditing from inside a vLLM checkout
+    result = kvtool_cli(
+        "audit", "--vllm-version", "0.28.0", "--output-format", "json",
+        "--", "vllm", "serve", "m", "--calculate-kv-scales",
+    )  # fmt: skip
+    assert [f["code"] for f in json.loads(result.stdout)["findings"]] == ["VG002"]
