@@ -334,3 +334,17 @@ def test_done_when_item1_on_the_shipped_example(kvtool_cli: Callable[..., CliRes
     )
     found = {f["code"] for f in json.loads(result.stdout)["findings"]}
     assert {"VG002", "CN005", "SZ005"} <= found
+
+
+# "Sizing math": the guide says "LMCache env vars win on the backend side". CORRECTED by
+# sizing.md §0 item 3 / §2.4: lmcache.* keys in kv_connector_extra_config (which vLLM
+# fills with size/(TP*PP) on the in-process path) override the env vars.
+def test_lmcache_extra_config_beats_env_vars() -> None:
+    flags = (
+        opt("--tensor-parallel-size", "2"),
+        opt("--kv-offloading-backend", "lmcache"),
+        opt("--kv-offloading-size", "100"),
+    )
+    env = {"LMCACHE_MAX_LOCAL_CPU_SIZE": "100", "PYTHONHASHSEED": "0"}
+    message = only(run(config("0.22.0", *flags, env=env)), "SZ003").message
+    assert "lmcache.max_local_cpu_size=50" in message and "overrides" in message
