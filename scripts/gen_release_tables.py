@@ -21,7 +21,7 @@ from pathlib import Path
 _REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from packaging.version import Version  # noqa: E402
+from packaging.version import InvalidVersion, Version  # noqa: E402
 from releasegen import wheels  # noqa: E402
 from releasegen.build import build_release, sha256_of  # noqa: E402
 from releasegen.index import build_index  # noqa: E402
@@ -72,9 +72,18 @@ def _diff(committed: ReleaseFacts, derived: ReleaseFacts) -> list[str]:
     return lines
 
 
+def _release(text: str) -> str:
+    try:
+        return str(Version(text.lstrip("v")))
+    except InvalidVersion as exc:
+        raise argparse.ArgumentTypeError(f"not a release version: {text!r}") from exc
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--versions", nargs="+", help="releases to derive (default: all)")
+    parser.add_argument(
+        "--versions", nargs="+", type=_release, help="releases to derive (default: all)"
+    )
     parser.add_argument(
         "--check",
         action="store_true",
@@ -97,7 +106,13 @@ def main(argv: list[str] | None = None) -> int:
         }
         for version in versions:
             progress.update(task, description=f"vLLM {version}")
-            wheel = pending[version].result()
+            try:
+                wheel = pending[version].result()
+            except RuntimeError as exc:  # pip could not fetch it: say which, stop cleanly
+                console.print(f"[red]error[/red] vLLM {version}: {exc}")
+                for future in pending.values():
+                    future.cancel()
+                return 2
             table = build_release(version, wheel, sha256_of(wheel))
             target = args.out / f"{version}.json"
             if args.check:

@@ -66,6 +66,9 @@ class KVTransferField(_Frozen):
     name: str
     annotation: str
     default: Any = None
+    # Values a Literal in the annotation allows (e.g. kv_role), "None" when optional;
+    # None when the field is not Literal-typed.
+    choices: tuple[str, ...] | None = None
 
 
 class ReleaseFacts(_Frozen):

@@ -21,7 +21,7 @@ from releasegen.configfields import detect_kwargs_rules
 from releasegen.source import UNKNOWN, WheelSource
 
 # Bump when the extraction logic changes what a table contains.
-GENERATOR_VERSION = 2
+GENERATOR_VERSION = 4
 
 _NO_VALUE_ACTIONS = {
     "store_true",
@@ -54,6 +54,12 @@ def build_release(version: str, wheel: Path, sha256: str) -> ReleaseFacts:
         builder = ServeParserBuilder(source, rules)
         flags = _flags(builder.build())
         envs = registries.env_vars(source)
+        # A deprecated env read names the config field that replaces it; say it as the
+        # flag a user types when this release has one for that field.
+        by_dest = {f.dest: f.name for f in flags}
+        for env in envs.values():
+            if env.replacement in by_dest:
+                env.replacement = by_dest[env.replacement]
         connectors = registries.connectors(source)
         transfer = registries.kv_transfer_config(source)
         notes = list(dict.fromkeys(builder.notes))
@@ -88,7 +94,12 @@ def build_release(version: str, wheel: Path, sha256: str) -> ReleaseFacts:
             offload_specs=tuple(registries.offload_specs(source)),
             offload_tiers=tuple(registries.offload_tiers(source)),
             kv_transfer_config_fields=tuple(
-                KVTransferField(name=f.name, annotation=f.annotation, default=f.default)
+                KVTransferField(
+                    name=f.name,
+                    annotation=f.annotation,
+                    default=f.default,
+                    choices=tuple(f.choices) if f.choices is not None else None,
+                )
                 for f in (transfer[0] if transfer else [])
             ),
             kv_transfer_config_forbids_extra=bool(transfer and transfer[1]),

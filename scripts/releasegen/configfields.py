@@ -190,12 +190,18 @@ def type_atoms(
             for arg in args:
                 value = source.evaluate(module, arg)
                 if value is UNKNOWN:
-                    return {Atom("other", name="Literal?")}
+                    # Literal[KVProducer, KVConsumer]: nested Literals flatten
+                    inner = type_atoms(source, module, arg, depth + 1)
+                    if not inner or any(a.kind != "literal" for a in inner):
+                        return {Atom("other", name="Literal?")}
+                    for atom in inner:
+                        values.extend(atom.values)
+                    continue
                 if isinstance(arg, ast.Starred) or isinstance(value, (list, tuple)):
                     values.extend(value if isinstance(value, (list, tuple)) else [value])
                 else:
                     values.append(value)
-            return {Atom("literal", tuple(values))}
+            return {Atom("literal", tuple(dict.fromkeys(values)))}  # typing dedups
         for kind, names in (("list", _LIST), ("tuple", _TUPLE), ("set", _SET)):
             if head in names:
                 elems: set[Atom] = set()

@@ -11,7 +11,7 @@ import ast
 import re
 from dataclasses import dataclass
 
-from releasegen.configfields import MISSING_DEFAULT, class_fields
+from releasegen.configfields import MISSING_DEFAULT, class_fields, type_atoms
 from releasegen.source import UNKNOWN, Module, Resolved, WheelSource
 
 _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
@@ -231,6 +231,7 @@ class TransferField:
     name: str
     annotation: str
     default: object
+    choices: list[str] | None = None
 
 
 def kv_transfer_config(source: WheelSource) -> tuple[list[TransferField], bool] | None:
@@ -250,7 +251,14 @@ def kv_transfer_config(source: WheelSource) -> tuple[list[TransferField], bool] 
         default: object = None if f.default in (MISSING_DEFAULT, UNKNOWN) else f.default
         if f.factory:
             default = None
-        fields.append(TransferField(f.name, ast.unparse(f.annotation), _jsonable(default)))
+        atoms = type_atoms(source, f.module, f.annotation)
+        literal = next((a for a in atoms if a.kind == "literal"), None)
+        choices = None
+        if literal is not None and not any(a.kind == "str" for a in atoms):
+            choices = [str(v) for v in literal.values]
+            if any(a.kind == "none" for a in atoms):
+                choices.append("None")
+        fields.append(TransferField(f.name, ast.unparse(f.annotation), _jsonable(default), choices))
     return fields, _forbids_extra(source, cls)
 
 

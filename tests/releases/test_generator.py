@@ -308,3 +308,18 @@ def test_index_gates_from_two_synthetic_releases(facts) -> None:  # type: ignore
     assert gate.replacement == "drop it"
     assert index.flags["--no-calculate-kv-scales"].gone_at == "0.2.0"
     assert index.flags["-tp"].gone_at is None
+
+
+def test_generator_rejects_a_bad_version_with_exit_2() -> None:
+    import subprocess
+
+    script = Path(__file__).resolve().parents[2] / "scripts" / "gen_release_tables.py"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--check", "--versions", "banana"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert "not a release version: 'banana'" in proc.stderr
+    assert "Traceback" not in proc.stderr

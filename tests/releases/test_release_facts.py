@@ -298,3 +298,26 @@ def test_load_format_registry_per_release() -> None:
     assert gates["ipc_cache"].first_seen == "0.30.0"
     assert gates["instanttensor"].first_seen == "0.18.0"
     assert gates["modelexpress"].first_seen == "0.22.0"
+
+
+def test_kv_transfer_config_literal_fields_list_their_values() -> None:
+    # §5 "KVTransferConfig fields by version": kv_role in {kv_producer, kv_consumer, kv_both}
+    # throughout; kv_load_failure_policy Literal['recompute','fail'] from 0.13.0
+    for version in ("0.10.2", "0.32.0"):
+        fields = {f.name: f for f in load_release(version).kv_transfer_config_fields}
+        assert set(fields["kv_role"].choices or ()) == {
+            "kv_producer",
+            "kv_consumer",
+            "kv_both",
+            "None",
+        }
+    fields = {f.name: f for f in load_release("0.13.0").kv_transfer_config_fields}
+    assert fields["kv_load_failure_policy"].choices == ("recompute", "fail")
+
+
+def test_deprecated_env_replacement_is_spelled_as_a_flag() -> None:
+    # get_from_deprecated_env_if_set names a config field; the table names the flag for it
+    gate = release_index().env_vars["VLLM_MM_HASHER_ALGORITHM"]
+    assert gate.replacement == "--mm-hasher-algorithm"
+    env = next(e for e in load_release("0.29.0").env_vars if e.name == "VLLM_MM_HASHER_ALGORITHM")
+    assert env.deprecated and env.replacement == "--mm-hasher-algorithm"
