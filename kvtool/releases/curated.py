@@ -83,7 +83,8 @@ class SecurityAdvisory(VersionRange):
     id: str  # CVE id
     aliases: tuple[str, ...] = ()  # GHSA ids
     summary: str
-    severity: Literal["low", "moderate", "high", "critical"]
+    # As the advisory rates it; None where the cited source gives no rating.
+    severity: Literal["low", "moderate", "high", "critical"] | None = None
     applies_when: str = ""  # exposure condition in words ("video models only")
 
 

@@ -57,6 +57,7 @@ def test_security_floor_is_0_22_0() -> None:
     assert affected("0.22.0") == []
     assert affected("0.14.0") == ["CVE-2026-48746", "CVE-2026-22778"]
     assert "CVE-2026-22778" not in affected("0.14.1")
+    assert "CVE-2025-59425" in affected("0.10.2") and "CVE-2025-59425" not in affected("0.11.0")
 
 
 # --- the seven corrections of §2, as the wheels show them ---------------------------
