@@ -69,7 +69,6 @@ class FieldKwargs:
     optional_value: bool = False
     deprecated: bool = False
     flags: list[str] = field(default_factory=list)
-    type_name: str = "str"
 
 
 def is_dataclass_def(source: WheelSource, cls: Resolved) -> bool:
@@ -287,14 +286,12 @@ def compute_kwargs(
         kw = FieldKwargs(default=default, help=f.docstring)
         if "dataclass" in kinds:
             kw.json_config = True
-            kw.type_name = "json"
             kw.default = None
         elif rules.optional_value_flags and kinds == {"bool", "str", "none"}:
             kw.optional_value = True
             kw.nargs = "?"
         elif "bool" in kinds:
             kw.action = "BooleanOptionalAction"
-            kw.type_name = "bool"
         elif "literal" in kinds:
             _literal_kwargs(kw, atoms)
         elif kinds & {"tuple", "list", "set"}:
@@ -303,16 +300,8 @@ def compute_kwargs(
             inner = set(coll.values)
             if any(a.kind == "literal" for a in inner):
                 _literal_kwargs(kw, inner)
-            else:
-                kw.type_name = next(iter(sorted(a.kind for a in inner)), "str")
-        elif "int" in kinds:
-            kw.type_name = "int"
-        elif "float" in kinds:
-            kw.type_name = "float"
-        elif "dict" in kinds:
-            kw.type_name = "json" if not (kinds & {"str", "other"}) else "dict_or_str"
-        else:
-            kw.type_name = "str"
+        # int / float / dict / str fields take one value with no choices: the defaults
+        # of FieldKwargs already say so.
         if "none" in kinds and "bool" not in kinds and kw.choices is not None:
             kw.choices.append(None)
         result[f.name] = kw
@@ -324,7 +313,6 @@ def _literal_kwargs(kw: FieldKwargs, atoms: set[Atom]) -> None:
     options = list(literal.values)
     with contextlib.suppress(TypeError):
         options = sorted(options)
-    kw.type_name = type(options[0]).__name__ if options else "str"
     if any(a.kind == "str" for a in atoms):
         kw.choices = None  # only a metavar: argparse accepts any string
         kw.known_values = options

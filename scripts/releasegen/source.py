@@ -90,9 +90,6 @@ class WheelSource:
             return f"{base}/__init__.py", True
         return None
 
-    def has_module(self, dotted: str) -> bool:
-        return self.member_for(dotted) is not None
-
     def module(self, dotted: str) -> Module | None:
         if dotted in self._modules:
             return self._modules[dotted]
