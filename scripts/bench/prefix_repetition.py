@@ -6,19 +6,23 @@ after another, on the same workload)::
     .venv-vllm/bin/python scripts/bench/prefix_repetition.py [--quick] [--json]
 
 Workload: requests alternate between 2 hot prefixes (every other request, so
-they stay resident in vLLM's prefix cache) and 10 cold prefixes (each recurs
-only after 19 other requests, by which time the small KV pool has recycled its
-blocks). Each prompt is a 4-block prefix plus a unique 20-token tail; greedy,
-8 output tokens. A cold prefix can only be a hit when a connector stored it
-before vLLM recycled its blocks.
+they stay resident in vLLM's prefix cache) and 30 cold prefixes (each recurs
+only after 59 other requests, by which time the 96-block KV pool has recycled
+its blocks). Each prompt is a 4-block prefix plus a unique 20-token tail;
+greedy, 8 output tokens, all requests submitted at once. A cold prefix can only
+be a hit when a connector stored it before vLLM recycled its blocks; storing a
+hot prefix is wasted bytes.
 
-Figures per configuration, each engine running the workload ``repeats`` times
-with fresh prefixes: throughput (prompt+output tokens per second of
-``generate``) and mean TTFT (vLLM's per-request first-token latency) of the
-fastest repeat, since the machine may be shared; external hit rate (vLLM's
-external prefix-cache hits / prompt tokens) and the blocks and bytes the
-connector stored while the workload ran, averaged. A discarded warm-up run
-goes first. Ratios are against the no-connector run of the same process. ``--json`` prints one object with
+Each configuration (no connector, then each policy) gets a fresh in-process
+engine per trial; configurations take turns within a trial (the first one rotates) and
+every trial uses fresh prefixes; automatic garbage collection is paused while a
+run is timed. Figures per configuration: throughput (prompt+output tokens per
+second of ``generate``) and mean TTFT (vLLM's per-request first-token latency,
+queueing included) of its fastest trial, since the machine may be shared;
+external hit rate (vLLM's external prefix-cache hits / prompt tokens) and the
+blocks and bytes the connector stored during the run, averaged over trials. A
+discarded warm-up run goes first. Ratios are against the no-connector runs of
+the same process. ``--json`` prints one object with
 ``throughput_ratio_<policy>``, ``external_hit_rate_<policy>``,
 ``bytes_stored_<policy>``, ``ttft_ms_<policy>`` (and ``_none``) and more.
 
@@ -50,8 +54,8 @@ PREFIX_BLOCKS = 4
 TAIL_TOKENS = 20
 OUTPUT_TOKENS = 8
 HOT_PREFIXES = 2
-COLD_PREFIXES = 10
-POOL_BLOCKS = 40
+COLD_PREFIXES = 30
+POOL_BLOCKS = 96
 POLICY_EXTRA: dict[str, dict[str, Any]] = {
     "eager": {"kvtool.policy": "eager"},
     "fifo": {"kvtool.policy": "fifo", "kvtool.fifo.threshold": 1,
@@ -78,8 +82,8 @@ def workload(rounds: int, variant: int) -> list[list[int]]:
     return prompts
 
 
-def run_config(model: Path, rounds: int, repeats: int, policy: str | None) -> dict[str, float]:
-    """Best of ``repeats`` runs of the workload (fresh prefixes each) on one engine."""
+def run_config(model: Path, prompts: list[list[int]], policy: str | None) -> dict[str, float]:
+    """Start an engine (connector ``policy`` or none), run ``prompts`` once, measure, stop."""
     from vllm import LLM, SamplingParams
     from vllm.distributed import cleanup_dist_env_and_memory
     from vllm.inputs import TokensPrompt
@@ -99,41 +103,50 @@ def run_config(model: Path, rounds: int, repeats: int, policy: str | None) -> di
                                           "kvtool.host_capacity_bytes": "64MiB"},
         }
     llm = LLM(**args)
-    stats = (llm.llm_engine.engine_core.engine_core.scheduler.connector.manager.stats
-             if policy is not None else None)
     params = SamplingParams(temperature=0.0, max_tokens=OUTPUT_TOKENS, ignore_eos=True)
     llm.generate([TokensPrompt(prompt_token_ids=[11] * 40)], params, use_tqdm=False)
+    hits_before = _counter(llm, "vllm:external_prefix_cache_hits")
 
-    runs = []
-    for variant in range(repeats):
-        prompts = workload(rounds, variant)
-        hits_before = _counter(llm, "vllm:external_prefix_cache_hits")
-        stored_before = (stats.stored, stats.stored_bytes) if stats is not None else (0, 0)
+    # Earlier engines of this process leave garbage behind; a collection pause in
+    # the middle of a later run would be charged to whichever configuration ran late.
+    gc.collect()
+    gc.disable()
+    try:
         start = time.perf_counter()
         outputs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params,
                                use_tqdm=False)
         wall = time.perf_counter() - start
-        prompt_tokens = sum(len(p) for p in prompts)
-        ttfts = [o.metrics.first_token_latency for o in outputs if o.metrics is not None]
-        runs.append({
-            "wall_s": wall,
-            "throughput_tok_s": (prompt_tokens + OUTPUT_TOKENS * len(prompts)) / wall,
-            "ttft_ms": 1000 * sum(ttfts) / max(1, len(ttfts)),
-            "external_hit_rate": (_counter(llm, "vllm:external_prefix_cache_hits")
-                                  - hits_before) / prompt_tokens,
-            "blocks_stored": float(stats.stored - stored_before[0]) if stats else 0.0,
-            "bytes_stored": float(stats.stored_bytes - stored_before[1]) if stats else 0.0,
-        })
+    finally:
+        gc.enable()
+
+    prompt_tokens = sum(len(p) for p in prompts)
+    ttfts = [o.metrics.first_token_latency for o in outputs if o.metrics is not None]
+    result = {
+        "wall_s": wall,
+        "throughput_tok_s": (prompt_tokens + OUTPUT_TOKENS * len(prompts)) / wall,
+        "ttft_ms": 1000 * sum(ttfts) / max(1, len(ttfts)),
+        "external_hit_rate": (_counter(llm, "vllm:external_prefix_cache_hits") - hits_before)
+        / prompt_tokens,
+        "blocks_stored": 0.0,
+        "bytes_stored": 0.0,
+    }
+    if policy is not None:
+        stats = llm.llm_engine.engine_core.engine_core.scheduler.connector.manager.stats
+        result["blocks_stored"] = float(stats.stored)
+        result["bytes_stored"] = float(stats.stored_bytes)
     llm.llm_engine.engine_core.shutdown()
     del llm
     gc.collect()
     cleanup_dist_env_and_memory()
-    # Timing: the least disturbed run (the machine may be shared). Counts: the
-    # mean, though every run sees the same workload shape.
-    best = min(runs, key=lambda r: r["wall_s"])
+    return result
+
+
+def combine(trials: list[dict[str, float]]) -> dict[str, float]:
+    """Timing from the least disturbed trial (the machine may be shared); counts averaged."""
+    best = min(trials, key=lambda r: r["wall_s"])
     result = {key: best[key] for key in ("wall_s", "throughput_tok_s", "ttft_ms")}
     for key in ("external_hit_rate", "blocks_stored", "bytes_stored"):
-        result[key] = sum(r[key] for r in runs) / len(runs)
+        result[key] = sum(r[key] for r in trials) / len(trials)
     return result
 
 
@@ -144,7 +157,7 @@ def _counter(llm: Any, name: str) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
-                        help="4 rounds, best of 2 (instead of 12 rounds, best of 3)")
+                        help="2 rounds, 1 trial (instead of 6 rounds, 4 trials)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     for key, value in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
@@ -156,22 +169,29 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
     console = Console(stderr=True)
-    rounds, repeats = (4, 2) if args.quick else (12, 3)
-    prompts = workload(rounds, 0)
-    figures: dict[str, float] = {"requests": float(len(prompts)), "repeats": float(repeats)}
+    rounds, trials = (2, 1) if args.quick else (6, 4)
+    configs = (None, *POLICY_EXTRA)
+    figures: dict[str, float] = {"requests": float(len(workload(rounds, 0))),
+                                 "trials": float(trials)}
+    measured: dict[str, list[dict[str, float]]] = {policy or "none": [] for policy in configs}
     with tempfile.TemporaryDirectory(prefix="kvtool-bench-") as tmp:
         model = build_tiny_model(Path(tmp) / "tiny-model")
         os.environ.setdefault("VLLM_CACHE_ROOT", str(Path(tmp) / "vllm-cache"))
         # The first engine of a process pays one-off kernel and allocator warm-up;
         # a discarded run keeps that out of the no-connector baseline.
         with console.status("warm-up run (discarded)"):
-            run_config(model, rounds, 1, None)
-        runs: dict[str, dict[str, float]] = {}
-        for policy in (None, *POLICY_EXTRA):
-            name = policy or "none"
-            with console.status(f"running {len(prompts)} requests with connector={name}"):
-                runs[name] = run_config(model, rounds, repeats, policy)
-            console.print(f"[green]done[/] {name}: {runs[name]['throughput_tok_s']:.0f} tok/s")
+            run_config(model, workload(rounds, 999), None)
+        # Configurations take turns within each trial, so a change in machine load
+        # hits all of them alike; each trial uses fresh prefixes.
+        for trial in range(trials):
+            prompts = workload(rounds, trial)
+            turn = trial % len(configs)  # rotate who goes first
+            for policy in configs[turn:] + configs[:turn]:
+                name = policy or "none"
+                with console.status(f"trial {trial + 1}/{trials}: {len(prompts)} requests, "
+                                    f"connector={name}"):
+                    measured[name].append(run_config(model, prompts, policy))
+    runs = {name: combine(trials_of) for name, trials_of in measured.items()}
     base = runs["none"]
     for name, run in runs.items():
         for key, value in run.items():
@@ -186,8 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(figures, sort_keys=True))
         return 0
-    print(f"prefix repetition: {len(prompts)} requests, {HOT_PREFIXES} hot + {COLD_PREFIXES} "
-          f"cold {PREFIX_BLOCKS}-block prefixes, KV pool {POOL_BLOCKS} blocks")
+    print(f"prefix repetition: {figures['requests']:.0f} requests, {HOT_PREFIXES} hot + "
+          f"{COLD_PREFIXES} cold {PREFIX_BLOCKS}-block prefixes, KV pool {POOL_BLOCKS} blocks, "
+          f"best of {trials} trials")
     print(f"{'connector':<16}{'tok/s':>9}{'ratio':>8}{'TTFT ms':>9}{'ext hit':>9}"
           f"{'stored':>8}{'bytes':>10}")
     for name, run in runs.items():
