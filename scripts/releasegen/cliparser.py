@@ -56,7 +56,6 @@ class RawOption:
     deprecated: bool
     json_config: bool
     optional_value: bool
-    origin: str  # module that registered it
 
 
 @dataclass
@@ -535,6 +534,5 @@ class ServeParserBuilder:
                 deprecated=deprecated,
                 json_config=json_config,
                 optional_value=optional_value,
-                origin=frame.module.name,
             )
         )
