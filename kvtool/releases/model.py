@@ -39,6 +39,10 @@ class FlagFact(_Frozen):
     # (``Literal[...] | str``: a metavar only), e.g. --kv-cache-dtype on 0.33.0.
     known_values: tuple[str, ...] | None = None
     default: Any = None  # CLI default (JSON-able), not necessarily the config default
+    # The config dataclass's own default, set only where the call site replaces it
+    # (e.g. --enable-prefix-caching: CLI default None, CacheConfig default True).
+    config_default: Any = None
+    cli_default_overridden: bool = False
     deprecated: bool = False
     deprecation_message: str | None = None
 

@@ -21,7 +21,7 @@ from releasegen.configfields import detect_kwargs_rules
 from releasegen.source import UNKNOWN, WheelSource
 
 # Bump when the extraction logic changes what a table contains.
-GENERATOR_VERSION = 4
+GENERATOR_VERSION = 5
 
 _NO_VALUE_ACTIONS = {
     "store_true",
@@ -141,6 +141,7 @@ def _flag(opt: RawOption) -> FlagFact:
         else tuple(str(v) for v in opt.known_values)
     )
     message = _deprecation_message(opt.help) if opt.deprecated else None
+    overridden = opt.from_config and _jsonable(opt.config_default) != _jsonable(opt.default)
     return FlagFact(
         name=name,
         dest=dest,
@@ -151,6 +152,8 @@ def _flag(opt: RawOption) -> FlagFact:
         choices=choices,
         known_values=known,
         default=_jsonable(opt.default),
+        config_default=_jsonable(opt.config_default) if overridden else None,
+        cli_default_overridden=overridden,
         deprecated=opt.deprecated,
         deprecation_message=message,
     )

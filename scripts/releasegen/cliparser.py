@@ -52,6 +52,8 @@ class RawOption:
     choices: Any
     known_values: list[Any] | None
     default: Any
+    config_default: Any  # the dataclass default behind **kwargs
+    from_config: bool  # registered from get_kwargs(SomeConfig) kwargs
     help: str
     deprecated: bool
     json_config: bool
@@ -530,6 +532,8 @@ class ServeParserBuilder:
                 choices=choices,
                 known_values=known_values,
                 default=default,
+                config_default=base.field_default if base else None,
+                from_config=base is not None,
                 help=help_text or "",
                 deprecated=deprecated,
                 json_config=json_config,

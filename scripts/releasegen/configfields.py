@@ -61,6 +61,7 @@ class FieldKwargs:
 
     default: Any
     help: str
+    field_default: Any = None  # the dataclass default; call-site edits leave it alone
     action: str | None = None  # "BooleanOptionalAction", "store_true", "append", class name
     choices: list[Any] | None = None
     known_values: list[Any] | None = None  # Literal options argparse does not enforce
@@ -283,10 +284,10 @@ def compute_kwargs(
         atoms = {Atom("dict") if a.kind == "dict" else a for a in atoms}
         kinds = {a.kind for a in atoms}
         default = None if f.default in (MISSING_DEFAULT, UNKNOWN) else f.default
-        kw = FieldKwargs(default=default, help=f.docstring)
+        kw = FieldKwargs(default=default, help=f.docstring, field_default=default)
         if "dataclass" in kinds:
             kw.json_config = True
-            kw.default = None
+            kw.default = kw.field_default = None
         elif rules.optional_value_flags and kinds == {"bool", "str", "none"}:
             kw.optional_value = True
             kw.nargs = "?"

@@ -321,3 +321,16 @@ def test_deprecated_env_replacement_is_spelled_as_a_flag() -> None:
     assert gate.replacement == "--mm-hasher-algorithm"
     env = next(e for e in load_release("0.29.0").env_vars if e.name == "VLLM_MM_HASHER_ALGORITHM")
     assert env.deprecated and env.replacement == "--mm-hasher-algorithm"
+
+
+def test_cli_default_and_config_default_both_reported_where_they_differ() -> None:
+    # §6 "Call-site overrides": --enable-prefix-caching has CLI default None (resolved per
+    # model) while CacheConfig says True (§4 row 38); --mamba-cache-mode None in 0.33.0
+    table = load_release("0.33.0")
+    prefix = _flag(table, "--enable-prefix-caching")
+    assert prefix is not None and prefix.cli_default_overridden
+    assert (prefix.default, prefix.config_default) == (None, True)
+    mamba = _flag(table, "--mamba-cache-mode")
+    assert mamba is not None and mamba.cli_default_overridden and mamba.default is None
+    port = _flag(table, "--port")
+    assert port is not None and not port.cli_default_overridden and port.config_default is None
