@@ -185,3 +185,13 @@ def test_malformed_curated_table_is_a_one_line_error(
             curated._load("invalid.yaml", curated.SecurityAdvisory)
     finally:
         curated._rows.cache_clear()
+
+
+def test_dash_o_rewrite_per_release() -> None:
+    # FlexibleArgumentParser rewrites -O before argparse sees it (§6 "Aliases and spellings");
+    # the index shows -O as a --compilation-config alias only up to 0.11.x.
+    assert _value("argv.dash_O", "0.10.2") == "compilation_config.level"
+    assert _value("argv.dash_O", "0.11.2") == "compilation_config.mode"
+    assert _value("argv.dash_O", "0.12.0") == "--optimization-level"
+    assert _value("argv.dash_O", "0.33.0") == "--optimization-level"
+    assert release_index().flags["-O"].gone_at == "0.12.0"
