@@ -41,12 +41,13 @@ def available_versions() -> list[str]:
 @cache
 def load_release(version: str) -> ReleaseFacts:
     """The table for exactly ``version``; ``KvtoolError`` when there is none."""
-    normalized = str(_parse_version(version.lstrip("v"), "vLLM version"))
-    path = releases_dir() / f"{normalized}.json"
-    if not path.is_file():
-        known = available_versions()
+    wanted = _parse_version(version.lstrip("vV"), "vLLM version")
+    known = available_versions()
+    match = next((v for v in known if Version(v) == wanted), None)  # "0.32" == "0.32.0"
+    if match is None:
         span = f"{known[0]}..{known[-1]}" if known else "none"
         raise KvtoolError(f"no release table for vLLM {version} (tables cover {span})")
+    path = releases_dir() / f"{match}.json"
     try:
         return ReleaseFacts.model_validate_json(path.read_bytes())
     except ValidationError as exc:

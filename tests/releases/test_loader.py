@@ -29,6 +29,7 @@ def test_available_versions_sorted_by_release_order_not_text() -> None:
 def test_load_release_accepts_a_leading_v_and_caches() -> None:
     assert load_release("v0.32.0") is load_release("v0.32.0")
     assert load_release("v0.32.0").version == "0.32.0"
+    assert load_release("0.32").version == "0.32.0"  # PEP 440: 0.32 == 0.32.0
 
 
 @pytest.mark.parametrize("bad", ["0.99.0", "0.12.1", "banana"])
