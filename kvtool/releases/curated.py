@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from kvtool.errors import KvtoolError
 from kvtool.resources import rules_dir
+from kvtool.yamlio import safe_load
 
 
 class _Row(BaseModel):
@@ -152,10 +153,9 @@ def _rows(name: str) -> list[dict[str, Any]]:
     # Imported here: only commands that consult curated rows pay for PyYAML.
     import yaml
 
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when built with it
     path = _curated_path(name)
     try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
+        data = safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise KvtoolError(f"curated table {path} is missing from this installation") from exc
     except yaml.YAMLError as exc:

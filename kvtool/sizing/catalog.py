@@ -18,6 +18,7 @@ from kvtool.errors import KvtoolError
 from kvtool.resources import rules_dir
 from kvtool.sizing.hf_config import spec_from_config
 from kvtool.sizing.spec import ModelSpec
+from kvtool.yamlio import safe_load
 
 CATALOG_FILE = "models/catalog.yaml"
 
@@ -35,9 +36,7 @@ class CatalogEntry(BaseModel):
 
 @cache
 def catalog() -> tuple[CatalogEntry, ...]:
-    import yaml
-
-    raw = yaml.safe_load((rules_dir() / CATALOG_FILE).read_text(encoding="utf-8"))
+    raw = safe_load((rules_dir() / CATALOG_FILE).read_text(encoding="utf-8"))
     return tuple(CatalogEntry.model_validate(entry) for entry in raw["models"])
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from kvtool.resources import rules_dir
+from kvtool.yamlio import safe_load
 
 FACTS_FILE = "models/sizing_facts.yaml"
 
@@ -51,9 +52,7 @@ _PREFIXES = {"vllm": "", "lmcache": "lmcache_", "kaito": "kaito_", "hardware": "
 @cache
 def sizing_facts() -> SizingFacts:
     """Load the facts table once; rows are ``section: {name: {value, source}}``."""
-    import yaml
-
-    raw: dict[str, dict[str, dict[str, Any]]] = yaml.safe_load(
+    raw: dict[str, dict[str, dict[str, Any]]] = safe_load(
         (rules_dir() / FACTS_FILE).read_text(encoding="utf-8")
     )
     flat: dict[str, Any] = {}

@@ -9,13 +9,14 @@ inline inspection). No verdicts, no findings: the rules never inspect anything.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvtool.audit.context import RuleContext
 from kvtool.audit.model import Finding, Severity
 from kvtool.audit.registry import ConfigRule, register
-from kvtool.image.model import ConnectorVerdict, Verdict
-from kvtool.image.verdicts import connector_family
+
+if TYPE_CHECKING:
+    from kvtool.image.model import ConnectorVerdict
 
 IMAGE_VERDICTS = "image_verdicts"  # the ctx.extras key the engine fills
 UX_REF = "shared/reference/image-inspection-and-audit-ux.md"
@@ -84,6 +85,11 @@ class ConnectorNotBundledInImage(ConfigRule):
         connector = ctx.connector
         if not verdicts or connector is None:
             return
+        # Imported here: most audits carry no image verdicts, and the audit's cold
+        # start should not pay for the image package's models.
+        from kvtool.image.model import Verdict
+        from kvtool.image.verdicts import connector_family
+
         location = connector.option.location if connector.option is not None else None
         flag = connector.option.flag if connector.option is not None else None
         for name in dict.fromkeys((connector.name, *connector.children)):
