@@ -9,7 +9,8 @@ engine's block pool are reachable for observation):
   prompts with shared prefixes; per policy: first pass, drain, reset of vLLM's
   prefix cache, second pass served from the host store.
 - ``eviction``: a 24-block KV pool and traffic that recycles blocks without
-  pause; EVICTION_AWARE and FIFO at their defaults, plus a no-connector baseline.
+  pause; EVICTION_AWARE and FIFO at their defaults, plus a no-connector baseline;
+  then long generations that make vLLM preempt and resume requests.
 
 The result JSON holds token ids, cached-token counts, vLLM's external-hit
 counter and the connector's counters; tests/e2e/test_engine.py asserts on it.
@@ -56,6 +57,14 @@ def eviction_prompts() -> list[list[int]]:
     """Eight distinct prompts of 139 tokens: 4 full blocks and a partial one each
     (the eviction test of vllm-on-cpu.md §3.2)."""
     return [_tokens(200 + i, 4 * BLOCK_SIZE + 11) for i in range(8)]
+
+
+PREEMPTING_OUTPUT_TOKENS = 100
+
+
+def long_prompts() -> list[list[int]]:
+    """Four fresh 139-token prompts; with 100 output tokens each needs 8 blocks."""
+    return [_tokens(300 + i, 4 * BLOCK_SIZE + 11) for i in range(4)]
 
 
 def kv_transfer_config(extra: dict[str, Any]) -> dict[str, Any]:
@@ -126,6 +135,7 @@ class Engine:
                 "tokens": list(o.outputs[0].token_ids),
                 "prompt_tokens": len(o.prompt_token_ids or []),
                 "cached_tokens": int(o.num_cached_tokens or 0),
+                "preemptions": int(o.metrics.num_preemptions) if o.metrics is not None else 0,
             }
             for o in outputs
         ]
@@ -206,6 +216,7 @@ def scenario_eviction(model: str) -> dict[str, Any]:
         "prompts": prompts,
         "baseline": base.generate(prompts, 4),
         "baseline_again": base.generate(prompts[:1], 4),
+        "baseline_long": base.generate(long_prompts(), PREEMPTING_OUTPUT_TOKENS),
     }
     base.close()
     for policy in ("eviction_aware", "fifo"):
@@ -218,11 +229,16 @@ def scenario_eviction(model: str) -> dict[str, Any]:
         # come from the host store.
         hits_before = engine.external_hits()
         again = engine.generate(prompts[:1], 4)
+        hits_delta = engine.external_hits() - hits_before
+        # Four requests growing to 8 blocks each cannot all fit in 23 usable blocks:
+        # vLLM preempts and later resumes some of them.
+        long = engine.generate(long_prompts(), PREEMPTING_OUTPUT_TOKENS)
         result[policy] = {
             "traffic": traffic,
             "stats_during_traffic": during,
             "again": again,
-            "external_hits_delta": engine.external_hits() - hits_before,
+            "external_hits_delta": hits_delta,
+            "long": long,
             "stats": engine.connector_stats(),
         }
         engine.close()

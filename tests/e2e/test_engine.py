@@ -134,3 +134,15 @@ def test_no_recycled_block_is_ever_stored(
         assert stats["ledger_balanced"]
     for policy in ("eviction_aware", "fifo"):
         assert tokens(eviction_run[policy]["traffic"]) == tokens(eviction_run["baseline"])
+
+
+@pytest.mark.parametrize("policy", ["eviction_aware", "fifo"])
+def test_preempted_and_resumed_requests_keep_their_outputs(
+    eviction_run: dict[str, Any], policy: str
+) -> None:
+    run = eviction_run[policy]
+    assert sum(o["preemptions"] for o in run["long"]) > 0, "the workload no longer preempts"
+    assert tokens(run["long"]) == tokens(eviction_run["baseline_long"])
+    stats = run["stats"]
+    assert stats["stored_with_changed_hash"] == 0
+    assert stats["ledger_balanced"]
