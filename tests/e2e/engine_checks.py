@@ -198,7 +198,30 @@ def scenario_policies(model: str) -> dict[str, Any]:
             "stats": engine.connector_stats(),
         }
         engine.close()
+    result["start_errors"] = {
+        "misspelled_key": start_error(model, {"kvtool.polcy": "fifo"}, engine_args),
+        "prefix_caching_off": start_error(
+            model, {"kvtool.policy": "fifo"}, {**engine_args, "enable_prefix_caching": False}
+        ),
+    }
     return result
+
+
+def start_error(model: str, extra: dict[str, Any], engine_args: dict[str, Any]) -> str:
+    """The message an engine start with this connector config fails with ("" if it starts)."""
+    try:
+        engine = Engine(model, extra, **engine_args)
+    except Exception as exc:
+        from vllm.distributed import cleanup_dist_env_and_memory
+
+        gc.collect()
+        cleanup_dist_env_and_memory()
+        cause: BaseException = exc
+        while cause.__cause__ is not None:
+            cause = cause.__cause__
+        return f"{type(cause).__name__}: {cause}"
+    engine.close()
+    return ""
 
 
 def scenario_eviction(model: str) -> dict[str, Any]:

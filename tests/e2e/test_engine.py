@@ -146,3 +146,12 @@ def test_preempted_and_resumed_requests_keep_their_outputs(
     stats = run["stats"]
     assert stats["stored_with_changed_hash"] == 0
     assert stats["ledger_balanced"]
+
+
+def test_bad_connector_settings_stop_the_engine_with_a_message_naming_them(
+    policies_run: dict[str, Any]
+) -> None:
+    errors = policies_run["start_errors"]
+    assert errors["misspelled_key"].startswith("ConnectorConfigError: ")
+    assert "unknown key 'kvtool.polcy'; did you mean 'kvtool.policy'?" in errors["misspelled_key"]
+    assert "needs prefix caching (--enable-prefix-caching)" in errors["prefix_caching_off"]
