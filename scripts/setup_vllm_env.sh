@@ -2,10 +2,12 @@
 # The suite's vLLM environment, .venv-vllm (owned by the connector end-to-end work).
 #
 # Recipe and gotchas: /work/shared/reference/vllm-on-cpu.md §1. Idempotent: a stamp file
-# inside the venv holds the hash of this script, and a finished install with a matching
-# stamp is skipped after a quick import check. Set KVTOOL_SKIP_VLLM_ENV=1 to skip entirely.
+# inside the venv holds the hash of this script and of pyproject.toml (kvtool's own
+# dependencies), and a finished install with a matching stamp is skipped after a quick
+# import check. Set KVTOOL_SKIP_VLLM_ENV=1 to skip entirely.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+SELF="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
+cd "$(dirname "$SELF")/.."
 REPO=$(pwd)
 VENV=${KVTOOL_VLLM_VENV:-$REPO/.venv-vllm}
 PY=${PYTHON:-python3}
@@ -16,7 +18,7 @@ if [ "${KVTOOL_SKIP_VLLM_ENV:-0}" = "1" ]; then
     exit 0
 fi
 
-want=$(sha256sum "$0" | cut -d' ' -f1)
+want=$(cat "$SELF" pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && "$VENV/bin/python" -c "import kvtool" 2>/dev/null; then
     echo "setup_vllm_env: $VENV is up to date" >&2
     exit 0
