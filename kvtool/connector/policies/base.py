@@ -10,7 +10,7 @@ hashes, submit). Design notes: shared/reference/lazy-offload.md §2-§3 and §6.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import ClassVar, NamedTuple, Protocol
@@ -150,12 +150,29 @@ class DrainPolicy(ABC):
 
 def release_oldest(pending: PendingView, budget: int, reason: ReleaseReason) -> list[Release]:
     """Whole requests in admission order until ``budget`` blocks; the last may be cut."""
+    return take_fronts(pending, ((r, None) for r in pending.iter_requests()), budget, reason)[0]
+
+
+def take_fronts(
+    pending: PendingView,
+    wanted: Iterable[tuple[RequestKey, int | None]],
+    budget: int,
+    reason: ReleaseReason,
+) -> tuple[list[Release], int]:
+    """Release each wanted request's front through the given ordinal (None: all it
+    buffers), in the given order, until ``budget`` blocks; the last may be cut.
+
+    Returns the releases and the budget left. ``wanted`` is read lazily and not
+    past the item on which the budget runs out.
+    """
     out: list[Release] = []
-    for request in pending.iter_requests():
+    if budget <= 0:
+        return out, budget
+    for request, through in wanted:
+        first, last = pending.span(request)
+        cut = min(last if through is None else through, first + budget - 1)
+        out.append(Release(request, cut, reason))
+        budget -= cut - first + 1
         if budget <= 0:
             break
-        first, last = pending.span(request)
-        through = min(last, first + budget - 1)
-        out.append(Release(request, through, reason))
-        budget -= through - first + 1
-    return out
+    return out, budget

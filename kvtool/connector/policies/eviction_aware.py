@@ -30,6 +30,7 @@ from kvtool.connector.policies.base import (
     ReleaseReason,
     RequestKey,
     StepSignals,
+    take_fronts,
 )
 
 EWMA_ALPHA = 0.3
@@ -72,7 +73,6 @@ class EvictionAwarePolicy(DrainPolicy):
     ) -> list[Release]:
         self.observe(signals)
         budget = self.config.max_release_blocks_per_step
-        out: list[Release] = []
 
         # request -> [first rank seen, last due ordinal]
         due: dict[RequestKey, list[int]] = {}
@@ -102,27 +102,16 @@ class EvictionAwarePolicy(DrainPolicy):
             elif ordinal > seen[1]:
                 seen[1] = ordinal
         order = sorted(due, key=lambda r: (due[r][0], pending.admission_order(r)))
-        for request in order:
-            if budget <= 0:
-                return out
-            first, _ = pending.span(request)
-            through = min(due[request][1], first + budget - 1)
-            out.append(Release(request, through, ReleaseReason.EVICTION_WINDOW))
-            budget -= through - first + 1
+        out, budget = take_fronts(pending, ((r, due[r][1]) for r in order), budget,
+                                  ReleaseReason.EVICTION_WINDOW)
 
         deferral = self.config.max_deferral_seconds
         if deferral > 0 and budget > 0:
             overdue = pending.iter_fronts_older_than(signals.now - deferral)
             try:
-                for request in overdue:
-                    if budget <= 0:
-                        break
-                    if request in due:
-                        continue
-                    first, last = pending.span(request)
-                    through = min(last, first + budget - 1)
-                    out.append(Release(request, through, ReleaseReason.DEADLINE))
-                    budget -= through - first + 1
+                late, _ = take_fronts(pending, ((r, None) for r in overdue if r not in due),
+                                      budget, ReleaseReason.DEADLINE)
             finally:
                 overdue.close()
+            out += late
         return out

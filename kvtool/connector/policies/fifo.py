@@ -24,6 +24,7 @@ from kvtool.connector.policies.base import (
     Release,
     ReleaseReason,
     StepSignals,
+    take_fronts,
 )
 
 
@@ -41,12 +42,5 @@ class FifoPolicy(DrainPolicy):
         # Cost is paid only on a triggering step and is O(ready * log select).
         chosen = heapq.nsmallest(self.config.fifo_select_count, ready, key=ready.__getitem__)
         budget = self.config.max_release_blocks_per_step
-        out: list[Release] = []
-        for request in chosen:
-            if budget <= 0:
-                break
-            first, last = pending.span(request)
-            through = min(last, first + budget - 1)
-            out.append(Release(request, through, ReleaseReason.THRESHOLD))
-            budget -= through - first + 1
-        return out
+        return take_fronts(pending, ((r, None) for r in chosen), budget,
+                           ReleaseReason.THRESHOLD)[0]
