@@ -176,6 +176,11 @@ class EffectiveConnector:
     option: ServeOption | None
     children: tuple[str, ...] = ()  # MultiConnector's child connector names, in order
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        """This connector and MultiConnector's children, in order, each name once."""
+        return tuple(dict.fromkeys((self.name, *self.children)))
+
 
 @dataclass(frozen=True)
 class RuleContext:
@@ -378,11 +383,13 @@ class RuleContext:
         fact = self.connector_fact(name)
         return fact.supports_hma if fact is not None else None
 
+    @cached_property
+    def connector_names(self) -> tuple[str, ...]:
+        """Every connector vLLM instantiates (MultiConnector: itself and its children), each
+        once, in order; empty when there is no connector."""
+        return self.connector.names if self.connector is not None else ()
+
     def non_hma_connectors(self) -> list[str]:
-        """Connectors of the effective config that lack SupportsHMA (MultiConnector: its "
-        "children)."""
-        conn = self.connector
-        if conn is None:
-            return []
-        names = dict.fromkeys([conn.name, *conn.children])
-        return [name for name in names if self.supports_hma(name) is False]
+        """Connectors of the effective config that lack SupportsHMA (MultiConnector: its
+        children too)."""
+        return [name for name in self.connector_names if self.supports_hma(name) is False]

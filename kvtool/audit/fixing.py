@@ -69,8 +69,8 @@ def apply_fixes(
     write: bool,
     argv: Sequence[str] = (),
 ) -> FixRun:
-    """Apply (``write``) or preview the allowed fixes; ``argv`` is the original command for "
-    "argv inputs."""
+    """Apply (``write``) or preview the allowed fixes; ``argv`` is the original command for
+    argv inputs."""
     run = FixRun()
     by_label = {inv.label: inv for inv in invocations}
     per_file: dict[str, list[tuple[Finding, Fix]]] = {}

@@ -91,8 +91,8 @@ class RuleMeta:
 
 
 def parse_sections(docstring: str) -> dict[str, str]:
-    """Split a rule docstring into ``{section title: text}``; text before the first heading "
-    "is dropped."""
+    """Split a rule docstring into ``{section title: text}``; text before the first heading
+    is dropped."""
     text = inspect.cleandoc(docstring)
     headings = list(_HEADING.finditer(text))
     sections: dict[str, str] = {}

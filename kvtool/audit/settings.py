@@ -48,8 +48,8 @@ class AuditSettings(BaseModel):
         return value
 
     def ignored_for(self, file: str | None) -> tuple[str, ...]:
-        """Selectors ignored for ``file``: ``ignore`` plus every matching "
-        "``per-file-ignores`` glob."""
+        """Selectors ignored for ``file``: ``ignore`` plus every matching
+        ``per-file-ignores`` glob."""
         extra: list[str] = []
         if file is not None:
             path = PurePath(file).as_posix()

@@ -109,7 +109,7 @@ class RedundantDisableHybridKvCacheManager(ConfigRule):
         conn = ctx.connector
         if opt is None or opt.value is not True or conn is None or ctx.non_hma_connectors():
             return
-        names = (conn.name, *conn.children)
+        names = conn.names
         if any(ctx.connector_fact(name) is None for name in names):
             return  # a connector unknown at this release: unknown-connector reports it
         support = [ctx.supports_hma(name) for name in names]
@@ -552,8 +552,7 @@ class LmcacheWithoutPythonhashseed(ConfigRule):
         conn = ctx.connector
         if conn is None or _hashseed_set(ctx):
             return
-        names = {conn.name, *conn.children}
-        lmcache = sorted(names & set(ctx.semantics.lmcache_connectors))
+        lmcache = sorted(set(conn.names) & set(ctx.semantics.lmcache_connectors))
         role = ctx.kv_transfer_config.get("kv_role")
         shared = ctx.world > 1 or role in ("kv_producer", "kv_consumer")
         if not lmcache or not shared:
@@ -623,13 +622,7 @@ class P2pTierWithoutPythonhashseed(ConfigRule):
 
 def _offloading(ctx: RuleContext) -> str | None:
     """The offload connector in use (a child of MultiConnector counts), or None."""
-    conn = ctx.connector
-    if conn is None:
-        return None
-    for name in (conn.name, *conn.children):
-        if name in ctx.semantics.offload_connectors:
-            return name
-    return None
+    return next((n for n in ctx.connector_names if n in ctx.semantics.offload_connectors), None)
 
 
 @register

@@ -67,16 +67,11 @@ class BelowSecurityFloor(ConfigRule):
         )
 
 
-def _connectors_in_use(ctx: RuleContext) -> set[str]:
-    conn = ctx.connector
-    return {conn.name, *conn.children} if conn else set()
-
-
 def _bug_matches(ctx: RuleContext, bug: KnownBug) -> bool:
     """Every condition the row sets holds (see ``KnownBug``); unset conditions are ignored."""
     if any(ctx.option(flag) is None for flag in bug.when_flags):
         return False
-    in_use = _connectors_in_use(ctx)
+    in_use = set(ctx.connector_names)
     if bug.when_connectors and not in_use & set(bug.when_connectors):
         return False
     for name, wanted in bug.when_env.items():

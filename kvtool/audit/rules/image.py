@@ -92,7 +92,7 @@ class ConnectorNotBundledInImage(ConfigRule):
 
         location = connector.option.location if connector.option is not None else None
         flag = connector.option.flag if connector.option is not None else None
-        for name in dict.fromkeys((connector.name, *connector.children)):
+        for name in connector.names:
             family = connector_family(name)
             verdict = verdicts.get(family.value) if family is not None else None
             if verdict is None or verdict.verdict not in (Verdict.not_bundled, Verdict.broken):

@@ -497,7 +497,7 @@ class LazyOffloadKnobsIgnored(ConfigRule):
         if not keys:
             return
         conn = ctx.connector
-        if conn is None or "LMCacheMPConnector" not in (conn.name, *conn.children):
+        if conn is None or "LMCacheMPConnector" not in conn.names:
             name = conn.name if conn else "no connector"
             yield self.finding(
                 "`lmcache.mp.*` keys are read only by LMCacheMPConnector; this config uses "

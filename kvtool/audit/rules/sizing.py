@@ -38,13 +38,11 @@ def _lmcache_cpu_size(ctx: RuleContext) -> float | None:
 
 
 def _in_process_lmcache(ctx: RuleContext) -> bool:
-    conn = ctx.connector
-    return conn is not None and "LMCacheConnectorV1" in (conn.name, *conn.children)
+    return "LMCacheConnectorV1" in ctx.connector_names
 
 
 def _mp_lmcache(ctx: RuleContext) -> bool:
-    conn = ctx.connector
-    return conn is not None and "LMCacheMPConnector" in (conn.name, *conn.children)
+    return "LMCacheMPConnector" in ctx.connector_names
 
 
 @register

@@ -529,8 +529,8 @@ def _configured_connectors(ctx: RuleContext) -> list[str]:
 
 
 def _transfer_config_is_used(ctx: RuleContext) -> bool:
-    """False when an offload flag overwrites ``kv_connector`` "
-    "(kv-offloading-size-overwrites... reports it)."""
+    """False when an offload flag overwrites ``kv_connector``
+    (kv-offloading-size-overwrites... reports it)."""
     return ctx.backend_mapping is None and "kv_connector_module_path" not in ctx.kv_transfer_config
 
 
