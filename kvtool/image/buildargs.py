@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from kvtool.image.model import BuildFlag, FlagValue, HistoryEvidence
+from kvtool.image.model import BuildFlag, FlagValue, HistoryEvidence, deciding_line
 
 FLAG = "INSTALL_KV_CONNECTORS"
 EXCERPT_CHARS = 200
@@ -37,44 +37,38 @@ def _strip_quotes(value: str) -> str:
     return value.strip("\"'")
 
 
+def _evidence(index: int, line: str) -> HistoryEvidence | None:
+    """The flag's value on one history line, if the line sets it."""
+    if FLAG not in line:
+        return None
+    excerpt = line[:EXCERPT_CHARS]
+    if _is_run(line):
+        found = _RUN_VALUE_RE.search(_split_shell(line)[0])
+        if found is None:
+            return None  # the body tests or assigns the variable: not a build arg
+        value = _strip_quotes(found.group(1))
+        return HistoryEvidence(index=index, kind="run", value=value, excerpt=excerpt)
+    arg = _ARG_RE.search(line)
+    if arg is None:
+        return None
+    arg_value = _strip_quotes(arg.group(1)) if arg.group(1) else None
+    return HistoryEvidence(index=index, kind="arg", value=arg_value, excerpt=excerpt)
+
+
 def classify_build_flag(config: dict[str, Any]) -> BuildFlag:
     """The build flag's verdict with the history lines that decided it."""
     history = config.get("history")
-    entries = history if isinstance(history, list) else []
-    evidence: list[HistoryEvidence] = []
-    run_value: str | None = None
-    run_strong = False
-    arg_value: str | None = None
-    for index, entry in enumerate(entries):
-        line = _created_by(entry).strip()
-        if FLAG not in line:
-            continue
-        excerpt = line[:EXCERPT_CHARS]
-        if _is_run(line):
-            prefix, _, body = _split_shell(line)
-            found = _RUN_VALUE_RE.search(prefix)
-            if found:
-                value = _strip_quotes(found.group(1))
-                evidence.append(
-                    HistoryEvidence(index=index, kind="run", value=value, excerpt=excerpt)
-                )
-                run_value = value
-                run_strong = any(marker in body for marker in _INSTALL_MARKERS)
-            continue
-        arg = _ARG_RE.search(line)
-        if arg:
-            arg_text = _strip_quotes(arg.group(1)) if arg.group(1) else None
-            evidence.append(
-                HistoryEvidence(index=index, kind="arg", value=arg_text, excerpt=excerpt)
-            )
-            arg_value = arg_text or arg_value
-    if run_value is not None:
-        return BuildFlag(
-            value=_truth(run_value), decided_by="run-prefix", strong=run_strong, evidence=evidence
-        )
-    if arg_value is not None:
-        return BuildFlag(value=_truth(arg_value), decided_by="arg-line", evidence=evidence)
-    return BuildFlag(value="unknown", decided_by="none", evidence=evidence)
+    lines = [_created_by(e).strip() for e in history] if isinstance(history, list) else []
+    evidence = [e for i, line in enumerate(lines) if (e := _evidence(i, line)) is not None]
+    line = deciding_line(evidence)
+    if line is None:
+        return BuildFlag(value="unknown", decided_by="none", evidence=evidence)
+    value = _truth(line.value or "")
+    if line.kind == "arg":
+        return BuildFlag(value=value, decided_by="arg-line", evidence=evidence)
+    body = _split_shell(lines[line.index])[2]
+    strong = any(marker in body for marker in _INSTALL_MARKERS)
+    return BuildFlag(value=value, decided_by="run-prefix", strong=strong, evidence=evidence)
 
 
 def _split_shell(line: str) -> tuple[str, str, str]:

@@ -44,6 +44,15 @@ class HistoryEvidence(BaseModel):
 FlagValue = Literal["true", "false", "unknown"]
 
 
+def deciding_line(evidence: list[HistoryEvidence]) -> HistoryEvidence | None:
+    """The line the build flag is read from: the last RUN prefix, else the last ARG line
+    with a value (shared/reference/image-inspection-and-audit-ux.md explains why)."""
+    runs = [e for e in evidence if e.kind == "run"]
+    if runs:
+        return runs[-1]
+    return next((e for e in reversed(evidence) if e.kind == "arg" and e.value), None)
+
+
 class BuildFlag(BaseModel):
     """The ``INSTALL_KV_CONNECTORS`` decision read from the image history.
 
@@ -57,6 +66,11 @@ class BuildFlag(BaseModel):
         False  # the deciding RUN body also mentions kv_connectors / install-kv-connectors
     )
     evidence: list[HistoryEvidence] = Field(default_factory=list)
+
+    @property
+    def deciding(self) -> HistoryEvidence | None:
+        """The evidence line ``value`` came from; None when ``decided_by`` is "none"."""
+        return deciding_line(self.evidence)
 
 
 class RateLimit(BaseModel):

@@ -44,8 +44,7 @@ def render_text(report: InspectionReport, console: Console) -> None:
         if image.vllm_version:
             grid.add_row("vLLM", f"{image.vllm_version} (from {image.vllm_version_source})")
         flag = image.build_flag
-        deciding = [e for e in flag.evidence if e.value is not None]
-        where = f", history #{deciding[-1].index}" if deciding else ""
+        where = f", history #{flag.deciding.index}" if flag.deciding else ""
         strong = ", installs kv_connectors" if flag.strong else ""
         grid.add_row(
             "build flag", f"INSTALL_KV_CONNECTORS={flag.value} ({flag.decided_by}{where}{strong})"

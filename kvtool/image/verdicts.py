@@ -65,10 +65,8 @@ def decide(
 
 
 def _from_build_flag(connector: Connector, flag: BuildFlag) -> ConnectorVerdict:
-    deciding = [
-        e for e in flag.evidence if e.kind == ("run" if flag.decided_by == "run-prefix" else "arg")
-    ]
-    where = f" (history #{deciding[-1].index}, {flag.decided_by})" if deciding else ""
+    line = flag.deciding
+    where = f" (history #{line.index}, {flag.decided_by})" if line else ""
     if flag.value == "true":
         return ConnectorVerdict(
             connector=connector,
@@ -80,7 +78,7 @@ def _from_build_flag(connector: Connector, flag: BuildFlag) -> ConnectorVerdict:
         return ConnectorVerdict(
             connector=connector,
             verdict=Verdict.not_bundled,
-            reason=f"built with INSTALL_KV_CONNECTORS={_raw_value(flag)}{where}",
+            reason=f"built with INSTALL_KV_CONNECTORS={line.value if line else 'false'}{where}",
             build_flag="false",
         )
     return ConnectorVerdict(
@@ -90,11 +88,6 @@ def _from_build_flag(connector: Connector, flag: BuildFlag) -> ConnectorVerdict:
         "(another builder or Dockerfile); run the runtime check",
         build_flag="unknown",
     )
-
-
-def _raw_value(flag: BuildFlag) -> str:
-    values = [e.value for e in flag.evidence if e.value is not None]
-    return values[-1] if values else "false"
 
 
 def _from_probe(

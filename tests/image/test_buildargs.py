@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kvtool.image.buildargs import classify_build_flag
+from kvtool.image.model import Connector, StepOutcome, Verdict
+from kvtool.image.verdicts import decide
 from kvtool.image.version import infer_vllm_version
 
 
@@ -36,6 +38,24 @@ def test_quoted_value_and_new_buildkit_arg_fallback() -> None:
     assert flag('RUN |1 INSTALL_KV_CONNECTORS="true" /bin/sh -c x') == ("true", "run-prefix")
     assert flag("ARG INSTALL_KV_CONNECTORS=true") == ("true", "arg-line")
     assert flag("/bin/sh -c #(nop) ARG INSTALL_KV_CONNECTORS") == ("unknown", "none")
+
+
+def test_a_later_arg_line_does_not_speak_for_the_deciding_run_prefix() -> None:
+    built = classify_build_flag(
+        {
+            "history": [
+                {"created_by": "RUN |1 INSTALL_KV_CONNECTORS=0 /bin/sh -c make kv_connectors"},
+                {"created_by": "ARG INSTALL_KV_CONNECTORS=true"},
+            ]
+        }
+    )
+    assert (built.value, built.decided_by, built.strong) == ("false", "run-prefix", True)
+    assert built.deciding is not None and built.deciding.index == 0
+    verdict = decide(
+        Connector.nixl, built, StepOutcome(status="ran"), None, StepOutcome(status="skipped")
+    )
+    assert verdict.verdict is Verdict.not_bundled
+    assert verdict.reason == "built with INSTALL_KV_CONNECTORS=0 (history #0, run-prefix)"
 
 
 def test_malformed_history_is_unknown_not_an_error() -> None:
