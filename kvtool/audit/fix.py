@@ -31,9 +31,13 @@ class FixOutcome:
 
     text: str  # new file text, or the new argv joined as one shell line
     diff: str  # unified diff, empty when nothing changed
-    applied: int
+    applied_fixes: tuple[int, ...]  # positions in the given fixes of those applied
     skipped: tuple[str, ...]  # why a fix was left out (conditional token, overlap, ...)
     argv: tuple[str, ...] | None = None  # the new argv, for argv inputs
+
+    @property
+    def applied(self) -> int:
+        return len(self.applied_fixes)
 
 
 @dataclass(frozen=True)
@@ -56,9 +60,9 @@ def fix_argv(argv: Sequence[str], fixes: Sequence[Fix]) -> FixOutcome:
     """Apply fixes whose tokens carry argv indexes; the diff compares the joined commands."""
     words: list[str | None] = list(argv)
     inserted: dict[int, tuple[str, ...]] = {}
-    applied = 0
+    applied: list[int] = []
     skipped: list[str] = []
-    for fix in fixes:
+    for number, fix in enumerate(fixes):
         indexes = [t.index for t in fix.remove_tokens]
         if not indexes or any(i is None or not 0 <= i < len(argv) for i in indexes):
             skipped.append(f"{fix.description}: its tokens carry no argv position")
@@ -73,7 +77,7 @@ def fix_argv(argv: Sequence[str], fixes: Sequence[Fix]) -> FixOutcome:
         for i in positions:
             words[i] = None
         inserted[positions[0]] = fix.replacement
-        applied += 1
+        applied.append(number)
     result: list[str] = []
     for position, word in enumerate(words):
         result.extend(inserted.get(position, ()))
@@ -83,7 +87,7 @@ def fix_argv(argv: Sequence[str], fixes: Sequence[Fix]) -> FixOutcome:
     return FixOutcome(
         text=after,
         diff=_diff(before, after, "argv"),
-        applied=applied,
+        applied_fixes=tuple(applied),
         skipped=tuple(skipped),
         argv=tuple(result),
     )
@@ -95,8 +99,8 @@ def fix_text(text: str, fixes: Sequence[Fix], *, file: str | None, kind: InputKi
     index = LineIndex(text, file)
     edits: list[_Edit] = []
     skipped: list[str] = []
-    applied = 0
-    for fix in fixes:
+    applied: list[int] = []
+    for number, fix in enumerate(fixes):
         planned, reason = _plan(text, index, fix)
         if reason is not None:
             skipped.append(f"{fix.description}: {reason}")
@@ -105,12 +109,12 @@ def fix_text(text: str, fixes: Sequence[Fix], *, file: str | None, kind: InputKi
             skipped.append(f"{fix.description}: overlaps another fix")
             continue
         edits.extend(planned)
-        applied += 1
+        applied.append(number)
     new_text = _apply(text, edits)
     return FixOutcome(
         text=new_text,
         diff=_diff(text, new_text, file or "<input>"),
-        applied=applied,
+        applied_fixes=tuple(applied),
         skipped=tuple(skipped),
     )
 
@@ -180,13 +184,12 @@ def _apply(text: str, edits: list[_Edit]) -> str:
         length += len(edit.replacement)
         cursor = edit.end
     pieces.append(text[cursor:])
-    lines = "".join(pieces).split("\n")
-    starts = [0]
-    for line in lines[:-1]:
-        starts.append(starts[-1] + len(line) + 1)
+    new_text = "".join(pieces)
+    lines = new_text.split("\n")
+    new_index = LineIndex(new_text)
     emptied = {
         number
-        for number in {_line_of(starts, offset) for offset in touched}
+        for number in {new_index.line_col(offset)[0] - 1 for offset in touched}
         if _CONTINUATION_TAIL.fullmatch(lines[number])
     }
     kept: list[str] = []
@@ -199,13 +202,6 @@ def _apply(text: str, edits: list[_Edit]) -> str:
             # The command now ends on the previous line: its continuation must go.
             kept[-1] = kept[-1].rstrip()[:-1].rstrip()
     return "\n".join(kept)
-
-
-def _line_of(starts: list[int], offset: int) -> int:
-    line = 0
-    while line + 1 < len(starts) and starts[line + 1] <= offset:
-        line += 1
-    return line
 
 
 def _overlaps(first: _Edit, second: _Edit) -> bool:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvtool.audit.engine import AuditReport
-from kvtool.audit.fix import REWRITABLE, fix_argv, fix_text
+from kvtool.audit.fix import REWRITABLE, FixOutcome, fix_argv, fix_text
 from kvtool.audit.model import Finding, Fix, Invocation
 
 FixedKey = tuple[str, str | None, int | None]
@@ -36,29 +36,25 @@ def _key(finding: Finding) -> FixedKey:
     return (finding.code, loc.file if loc else None, loc.line if loc else None)
 
 
-def _fixable(findings: Sequence[Finding], applicable: tuple[str, ...]) -> list[tuple[Finding, Fix]]:
-    chosen: list[tuple[Finding, Fix]] = []
-    seen: set[tuple[object, ...]] = set()
+def _fixable(
+    findings: Sequence[Finding], applicable: tuple[str, ...]
+) -> list[tuple[Fix, list[Finding]]]:
+    """Each distinct allowed fix once, with every finding it fixes (two rules may propose
+    the same edit)."""
+    groups: dict[tuple[object, ...], tuple[Fix, list[Finding]]] = {}
     for finding in findings:
         fix = finding.fix
         if fix is None or fix.applicability not in applicable or not fix.remove_tokens:
             continue
-        identity = (fix.remove_tokens, fix.replacement)
-        if identity in seen:
-            continue
-        seen.add(identity)
-        chosen.append((finding, fix))
-    return chosen
+        groups.setdefault((fix.remove_tokens, fix.replacement), (fix, []))[1].append(finding)
+    return list(groups.values())
 
 
-def _record(
-    run: FixRun, chosen: list[tuple[Finding, Fix]], skipped: tuple[str, ...], applied: int
-) -> None:
-    run.applied += applied
-    for finding, fix in chosen:
-        if not any(reason.startswith(f"{fix.description}:") for reason in skipped):
-            run.fixed_codes.add(_key(finding))
-    run.notes.extend(f"Skipped: {reason}." for reason in skipped)
+def _record(run: FixRun, chosen: list[tuple[Fix, list[Finding]]], outcome: FixOutcome) -> None:
+    run.applied += outcome.applied
+    for number in outcome.applied_fixes:
+        run.fixed_codes.update(_key(finding) for finding in chosen[number][1])
+    run.notes.extend(f"Skipped: {reason}." for reason in outcome.skipped)
 
 
 def apply_fixes(
@@ -73,16 +69,16 @@ def apply_fixes(
     argv inputs."""
     run = FixRun()
     by_label = {inv.label: inv for inv in invocations}
-    per_file: dict[str, list[tuple[Finding, Fix]]] = {}
+    per_file: dict[str, list[tuple[Fix, list[Finding]]]] = {}
     for inv_report in report.invocations:
         invocation = by_label.get(inv_report.label)
         chosen = _fixable(inv_report.findings, applicable)
         if invocation is None or not chosen:
             continue
         if invocation.kind == "argv":
-            outcome = fix_argv(list(argv), [fix for _, fix in chosen])
+            outcome = fix_argv(list(argv), [fix for fix, _ in chosen])
             run.diff += outcome.diff
-            _record(run, chosen, outcome.skipped, outcome.applied)
+            _record(run, chosen, outcome)
         elif invocation.kind in REWRITABLE and invocation.file:
             per_file.setdefault(invocation.file, []).extend(chosen)
         else:
@@ -93,9 +89,9 @@ def apply_fixes(
     for file, chosen in per_file.items():
         path = Path(file)
         text = path.read_text(encoding="utf-8")
-        outcome = fix_text(text, [fix for _, fix in chosen], file=file, kind="shell")
+        outcome = fix_text(text, [fix for fix, _ in chosen], file=file, kind="shell")
         run.diff += outcome.diff
-        _record(run, chosen, outcome.skipped, outcome.applied)
+        _record(run, chosen, outcome)
         if write and outcome.text != text:
             path.write_text(outcome.text, encoding="utf-8")
     return run

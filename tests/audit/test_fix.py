@@ -8,9 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvtool.audit.engine import AuditReport, InvocationReport, Target
 from kvtool.audit.fix import fix_argv, fix_text
+from kvtool.audit.fixing import apply_fixes
 from kvtool.audit.inputs import read_argv, read_text
-from kvtool.audit.model import Fix, Invocation, SourceToken
+from kvtool.audit.model import Finding, Fix, Invocation, Severity, SourceToken
 from kvtool.errors import KvtoolError
 
 SCRIPT = """\
@@ -89,7 +91,7 @@ def test_conditional_tokens_and_overlaps_are_skipped() -> None:
         drop(invocation, "8000"),
     ]
     outcome = fix_text(SCRIPT, fixes, file="run.sh", kind="shell")
-    assert outcome.applied == 1
+    assert outcome.applied == 1 and outcome.applied_fixes == (1,)
     assert len(outcome.skipped) == 2
     assert "${VAR:+...}" in outcome.skipped[0] and "overlaps" in outcome.skipped[1]
 
@@ -176,3 +178,39 @@ def test_removing_any_options_leaves_the_rest_of_the_script_intact(
     # Only the command changed: what surrounds it is byte-identical.
     assert outcome.text.startswith("#!/bin/sh\necho before\nvllm serve org/m")
     assert outcome.text.endswith("\necho after\n")
+
+
+def test_findings_sharing_one_fix_are_all_fixed_and_a_skipped_one_stays(tmp_path: Path) -> None:
+    path = tmp_path / "run.sh"
+    path.write_text(SCRIPT)
+    (invocation,) = read_text(SCRIPT, str(path))
+    port = drop(invocation, "--port", "8000")
+    eager = drop(invocation, "--enforce-eager")  # conditional: never applied
+
+    def finding(code: str, fix: Fix) -> Finding:
+        location = fix.remove_tokens[0].location
+        return Finding(
+            code=code,
+            name=code,
+            severity=Severity.warning,
+            message=code,
+            fix=fix,
+            location=location,
+        )
+
+    findings = [finding("AA001", port), finding("BB002", port), finding("CC003", eager)]
+    report = AuditReport(
+        invocations=[
+            InvocationReport(
+                label=invocation.label,
+                file=invocation.file,
+                kind=invocation.kind,
+                target=Target("0.32.0", "flag"),
+                findings=findings,
+            )
+        ]
+    )
+    run = apply_fixes([invocation], report, applicable=("safe",), write=True)
+    assert run.applied == 1
+    assert {code for code, _, _ in run.fixed_codes} == {"AA001", "BB002"}
+    assert "--port" not in path.read_text() and "--enforce-eager" in path.read_text()
