@@ -13,8 +13,6 @@ from typing import Any
 from kvtool.errors import KvtoolError
 from kvtool.launch.recipe import Recipe
 
-GIB = 1 << 30  # vLLM turns --kv-offloading-size GiB into bytes as size x 2^30
-
 # Sizing warnings that concern only one backend's arithmetic.
 _WARNING_SCOPE = {"kaito-": "kaito", "lmcache-": "lmcache-mp"}
 
@@ -41,13 +39,16 @@ def launch_sizes(
     from kvtool.sizing.facts import sizing_facts
     from kvtool.sizing.report import compute
 
-    util = utilization if utilization is not None else sizing_facts().kaito_default_utilization
-    if recipe.sizing == "none":
+    facts = sizing_facts()
+    util = utilization if utilization is not None else facts.kaito_default_utilization
+    # Validated before any early return: a recipe that sizes nothing still emits the
+    # utilization (KAITO's ConfigMap), so a bad value must not pass unchecked.
+    deployment = make_deployment(
+        tp=tp, host_ram_gib=host_ram_gib, cpu_tier_gib=cpu_tier_gib, utilization=util
+    )
+    if recipe.sizing == "none" or (recipe.sizing == "kaito" and host_ram_gib is None):
         return {"utilization": util}
-    if recipe.sizing == "kaito":
-        if host_ram_gib is None:
-            return {"utilization": util}
-    elif host_ram_gib is None and cpu_tier_gib is None:
+    if recipe.sizing != "kaito" and host_ram_gib is None and cpu_tier_gib is None:
         raise KvtoolError(
             f"recipe {recipe.name} sizes a host-memory tier: pass --host-ram-gib "
             "(RAM available to the engine's host) or --cpu-tier-gib"
@@ -59,12 +60,7 @@ def launch_sizes(
             f"{exc} (kvtool launch sizes the tier from the model's KV geometry: "
             "pass --sizing-model NAME|PATH when --model is a name kvtool does not know)"
         ) from None
-    report = compute(
-        spec,
-        make_deployment(
-            tp=tp, host_ram_gib=host_ram_gib, cpu_tier_gib=cpu_tier_gib, utilization=util
-        ),
-    )
+    report = compute(spec, deployment, facts)
     sizes: dict[str, Any] = {
         "utilization": util,
         "sizing_model": report.model,
@@ -77,5 +73,6 @@ def launch_sizes(
         "warnings": [w.message for w in report.warnings if _relevant(w.code, recipe.sizing)],
     }
     if report.kv_offloading_size_gib is not None:
-        sizes["cpu_tier_bytes"] = round(report.kv_offloading_size_gib * GIB)
+        # vLLM turns the GiB figure into bytes as size x 2^30 (sizing_facts.yaml gib_bytes).
+        sizes["cpu_tier_bytes"] = round(report.kv_offloading_size_gib * facts.gib_bytes)
     return sizes

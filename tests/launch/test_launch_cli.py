@@ -169,6 +169,11 @@ def test_unsupported_release_is_refused_with_the_reason(
          "--env"),
         (["native-cpu-offload", "--model", "no-such-model", "--host-ram-gib", "8"], "--model"),
         (["kaito-configmap", "--model", MODEL, "--target", "shell"], "k8s|json"),
+        # KAITO's ConfigMap carries the utilization even when no RAM is given to size from.
+        (["kaito-configmap", "--model", MODEL, "--target", "k8s", "--utilization", "5"],
+         "--utilization"),
+        (["kaito-configmap", "--model", MODEL, "--target", "k8s", "--host-ram-gib", "-1"],
+         "--host-ram-gib"),
         (["native-cpu-offload", "--model", MODEL, "--host-ram-gib", "8", "--vllm-version",
           "banana"], "--vllm-version"),
         (["native-cpu-offload", "--host-ram-gib", "8"], "--model"),
