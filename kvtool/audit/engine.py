@@ -183,8 +183,12 @@ class Auditor:
         self.rules = rules
         self._suppressions: dict[tuple[object, ...], _SuppressionUse] = {}
         self._meta: list[tuple[Finding, str | None]] = []
+        self._selections: dict[str | None, Selection] = {}
 
     def run(self, invocations: Sequence[Invocation]) -> AuditReport:
+        """One report; suppression bookkeeping starts afresh, so runs are independent."""
+        self._suppressions = {}
+        self._meta = []
         report = AuditReport()
         for invocation in invocations:
             report.invocations.append(self._audit_one(invocation, report))
@@ -217,7 +221,7 @@ class Auditor:
     def _audit_one(self, invocation: Invocation, report: AuditReport) -> InvocationReport:
         target = self.target_for(invocation)
         ctx = self.context_for(invocation, target)
-        selection = selection_for(self.settings, invocation.file, self.rules)
+        selection = self._selection(invocation.file)
         fallback = _default_location(invocation)
         findings = [
             f.model_copy(
@@ -258,6 +262,7 @@ class Auditor:
                         "KV001",
                         f"Suppression `{', '.join(sup.codes)}` has no reason; say why it is safe.",
                         sup,
+                        invocation.label,
                         invocation,
                     )
             uses.append(use)
@@ -282,35 +287,50 @@ class Auditor:
                     "KV002",
                     f"`{written}` in a suppression is not a rule code, name or prefix.",
                     sup,
+                    invocation.label,
                     invocation,
                 )
         return codes
 
+    def _selection(self, file: str | None) -> Selection:
+        """``selection_for`` once per file: one run may audit many invocations of one file."""
+        if file not in self._selections:
+            self._selections[file] = selection_for(self.settings, file, self.rules)
+        return self._selections[file]
+
     def _meta_finding(
-        self, code: str, message: str, sup: Suppression, invocation: Invocation
+        self,
+        code: str,
+        message: str,
+        sup: Suppression,
+        label: str,
+        invocation: Invocation | None = None,
     ) -> None:
+        """Queue a ``KV`` finding about ``sup`` for invocation ``label``; it points at the
+        suppression, else at ``invocation``'s command."""
         rule = self.rules.get(code)
         assert rule is not None  # meta rules are registered with the engine's own module set
-        finding = rule.finding(message, location=sup.location or _default_location(invocation))
-        self._meta.append(
-            (finding.model_copy(update={"invocation": invocation.label}), invocation.file)
-        )
+        location = sup.location
+        if location is None and invocation is not None:
+            location = _default_location(invocation)
+        finding = rule.finding(message, location=location)
+        file = invocation.file if invocation is not None else (location.file if location else None)
+        self._meta.append((finding.model_copy(update={"invocation": label}), file))
 
     def _report_suppressions(self, report: AuditReport) -> None:
         for use in self._suppressions.values():
             unused = sorted(use.codes - use.used)
             if use.codes and not use.used:
                 written = ", ".join(use.suppression.codes)
-                self._meta_finding_unused(
-                    f"Suppression `{written}` matched no finding.", use, report
-                )
+                message = f"Suppression `{written}` matched no finding."
             elif unused and len(use.suppression.codes) > 1:
-                self._meta_finding_unused(
-                    f"Suppression codes {', '.join(unused)} matched no finding.", use, report
-                )
+                message = f"Suppression codes {', '.join(unused)} matched no finding."
+            else:
+                continue
+            self._meta_finding("KV000", message, use.suppression, use.invocation_label)
         by_label = {inv.label: inv for inv in report.invocations}
         for finding, file in self._meta:
-            selection = selection_for(self.settings, file, self.rules)
+            selection = self._selection(file)
             if finding.code not in selection.enabled:
                 continue
             target = by_label.get(finding.invocation or "")
@@ -318,13 +338,6 @@ class Auditor:
                 target.findings.append(
                     finding.model_copy(update={"severity": selection.severity(finding)})
                 )
-
-    def _meta_finding_unused(self, message: str, use: _SuppressionUse, report: AuditReport) -> None:
-        rule = self.rules.get("KV000")
-        assert rule is not None
-        finding = rule.finding(message, location=use.suppression.location)
-        file = use.suppression.location.file if use.suppression.location else None
-        self._meta.append((finding.model_copy(update={"invocation": use.invocation_label}), file))
 
 
 def _sort_key(finding: Finding) -> tuple[str, int, int, str]:

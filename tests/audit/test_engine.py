@@ -96,3 +96,13 @@ def test_model_facts_are_only_looked_up_when_a_rule_needs_them() -> None:
     needs_model = invocation("m", "--kv-transfer-config", '{"kv_connector":"LMCacheConnectorV1"}')
     Auditor(tables, normalize, AuditSettings(vllm_version="0.32.0")).run([needs_model])
     assert tables.model_lookups == 1
+
+
+def test_one_auditor_gives_the_same_report_on_every_run() -> None:
+    where = Location(file=FILE, line=1, column=1)
+    stale = Suppression(codes=("SZ001",), reason="", location=where, scope="file")
+    inv = invocation("m", "--swap-space", "4", suppressions=(stale,))
+    auditor = Auditor(FixedTables("0.32.0"), normalize, AuditSettings(vllm_version="0.32.0"))
+    first = [(f.code, f.message) for f in auditor.run([inv]).findings]
+    assert {code for code, _ in first} == {"KV000", "KV001", "VG002"}
+    assert [(f.code, f.message) for f in auditor.run([inv]).findings] == first
