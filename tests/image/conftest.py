@@ -99,6 +99,21 @@ def token_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pushed]
         stop(token_process)
 
 
+@pytest.fixture(scope="session")
+def basic_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pushed]:
+    """docker-registry behind Basic auth (htpasswd): every request needs the credentials."""
+    reason = registry_missing_reason()
+    if reason:
+        pytest.skip(reason)
+    scratch = tmp_path_factory.mktemp("basic-registry")
+    process, found = start_registry(scratch, None, basic=True)
+    try:
+        pusher = Pusher(found.url, PRIVATE_REPOSITORY, user=(PUSH_USER, PUSH_PASSWORD))
+        yield Pushed(found, {"v0.32.0": pusher.image("v0.32.0", Image())})
+    finally:
+        stop(process)
+
+
 @pytest.fixture(autouse=True)
 def clean_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A private cache and empty registry auth files, so nothing of the host's leaks in."""

@@ -220,6 +220,8 @@ class Pusher:
         user: tuple[str, str] | None = None,
     ) -> None:
         self.base = f"{base_url}/v2/{repository}"
+        """Bearer auth when ``token_url`` is given (``user`` asks the token server),
+        else Basic auth when ``user`` is, else anonymous."""
         headers = {}
         if token_url is not None:
             assert user is not None
@@ -233,7 +235,8 @@ class Pusher:
             )
             answer.raise_for_status()
             headers["Authorization"] = f"Bearer {answer.json()['token']}"
-        self.http = httpx.Client(headers=headers, timeout=30)
+        basic = user if token_url is None else None
+        self.http = httpx.Client(headers=headers, auth=basic, timeout=30)
 
     def blob(self, data: bytes) -> str:
         digest = digest_of(data)

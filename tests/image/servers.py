@@ -19,6 +19,9 @@ TOKEN_SERVER = Path(__file__).with_name("token_server.py")
 SERVICE = "kvtool-test-registry"
 ISSUER = "kvtool-test-issuer"
 PUSH_USER, PUSH_PASSWORD = "ci", "secret"
+# bcrypt of PUSH_PASSWORD at cost 4 (the minimum: the registry checks it on every request),
+# made with Python 3.11's crypt.crypt(PUSH_PASSWORD, crypt.mksalt(crypt.METHOD_BLOWFISH, 16)).
+PUSH_PASSWORD_BCRYPT = "$2b$04$1boB4vbu.rTCo2L3NW970eVP0IhkejOqcUb9wXq7tJVK7H3E831ay"
 START_TIMEOUT_S = 20.0
 
 
@@ -78,8 +81,10 @@ def start_token_server(scratch: Path) -> tuple[subprocess.Popen[bytes], str, Pat
 
 
 def start_registry(
-    scratch: Path, token: tuple[str, Path] | None
+    scratch: Path, token: tuple[str, Path] | None, basic: bool = False
 ) -> tuple[subprocess.Popen[bytes], Registry]:
+    """docker-registry on a free port: no auth, Bearer tokens from ``token`` (the token
+    server's URL and certificate), or with ``basic`` Basic auth for PUSH_USER."""
     port = free_port()
     config = [
         "version: 0.1",
@@ -94,6 +99,10 @@ def start_registry(
             f"auth: {{token: {{realm: {url}, service: {SERVICE}, issuer: {ISSUER}, "
             f"rootcertbundle: {cert}}}}}"
         )
+    elif basic:
+        htpasswd = scratch / "htpasswd"
+        htpasswd.write_text(f"{PUSH_USER}:{PUSH_PASSWORD_BCRYPT}\n")
+        config.append(f"auth: {{htpasswd: {{realm: {SERVICE}, path: {htpasswd}}}}}")
     config_path = scratch / "config.yml"
     config_path.write_text("\n".join(config) + "\n")
     process = subprocess.Popen(

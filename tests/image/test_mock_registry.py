@@ -1,18 +1,17 @@
 """What the local docker-registry cannot produce, through httpx.MockTransport: Docker
-Hub's rate-limit headers and 429s, redirects to blob storage, Basic auth, truncated,
-oversized and malformed bodies, redirect loops and lying digests.
+Hub's rate-limit headers and 429s, redirects to blob storage, truncated, oversized and
+malformed bodies, redirect loops and lying digests. (Basic auth runs against the real
+registry: test_registry.py.)
 """
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
 
-from kvtool.image.auth import Credentials
 from kvtool.image.inspect import InspectRequest, ReadOptions, inspect
 from kvtool.image.manifest import OCI_MANIFEST
 from tests.image.images import Image, digest_of, index
@@ -212,33 +211,6 @@ def test_redirect_loop_is_refused() -> None:
     report = run(hub)
     assert report.build_flag_step.kind == "refused"
     assert "redirects" in (report.build_flag_step.reason or "")
-
-
-def test_basic_auth_challenge_is_answered_with_the_credentials() -> None:
-    image = Image()
-    seen: list[str | None] = []
-    expected = "Basic " + base64.b64encode(b"ci:secret").decode()
-
-    def basic_registry(request: httpx.Request) -> httpx.Response:
-        seen.append(request.headers.get("authorization"))
-        if request.headers.get("authorization") != expected:
-            return httpx.Response(401, headers={"www-authenticate": 'Basic realm="Registry Realm"'})
-        if "/manifests/" in request.url.path:
-            return httpx.Response(
-                200, content=image.manifest(), headers={"content-type": OCI_MANIFEST}
-            )
-        return httpx.Response(
-            200, content={digest_of(b): b for b in image.blobs()}[request.url.path.split("/")[-1]]
-        )
-
-    report = run(
-        basic_registry, "registry.example.com/team/vllm:v1", credentials=Credentials("ci", "secret")
-    )
-    assert report.exit_code == 0
-    assert seen[0] is None and seen[1] == expected
-    anonymous = run(basic_registry, "registry.example.com/team/vllm:v1")
-    assert anonymous.build_flag_step.kind == "auth"
-    assert "requires credentials" in (anonymous.build_flag_step.reason or "")
 
 
 @pytest.mark.parametrize(

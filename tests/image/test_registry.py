@@ -7,8 +7,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
+from kvtool.image.auth import Credentials
+from kvtool.image.inspect import InspectRequest, ReadOptions, inspect
 from tests.image.conftest import PRIVATE_REPOSITORY, Pushed
 from tests.image.servers import PUSH_PASSWORD, PUSH_USER
 
@@ -195,3 +198,83 @@ def test_credentials_from_the_docker_config_file(token_registry: Pushed, kvtool_
     config.write_text(json.dumps({"auths": {token_registry.registry.host: {"auth": auth}}}))
     code, _, _ = inspect_json(kvtool_cli, token_registry.ref("v0.32.0", PRIVATE_REPOSITORY))
     assert code == 0
+
+
+# -- Basic auth (htpasswd) -----------------------------------------------------------------
+
+
+def test_basic_auth_with_credentials_from_password_stdin(
+    basic_registry: Pushed, kvtool_cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO(f"{PUSH_PASSWORD}\n"))
+    code, report, _ = inspect_json(
+        kvtool_cli,
+        basic_registry.ref("v0.32.0", PRIVATE_REPOSITORY),
+        "--username",
+        PUSH_USER,
+        "--password-stdin",
+    )
+    assert code == 0
+    assert report["image"]["manifest_digest"] == basic_registry.digests["v0.32.0"]
+
+
+def test_basic_auth_without_credentials_is_an_auth_failure(
+    basic_registry: Pushed, kvtool_cli: Any
+) -> None:
+    code, report, stderr = inspect_json(
+        kvtool_cli, basic_registry.ref("v0.32.0", PRIVATE_REPOSITORY)
+    )
+    assert code == 2
+    assert report["build_flag_step"]["kind"] == "auth"
+    assert "requires credentials (Basic)" in stderr
+    assert set(verdicts(report).values()) == {"unknown"}  # never "not bundled"
+
+
+def test_basic_auth_with_a_wrong_password_is_an_auth_failure(
+    basic_registry: Pushed, kvtool_cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO("wrong\n"))
+    code, report, stderr = inspect_json(
+        kvtool_cli,
+        basic_registry.ref("v0.32.0", PRIVATE_REPOSITORY),
+        "--username",
+        PUSH_USER,
+        "--password-stdin",
+    )
+    assert code == 2
+    assert report["build_flag_step"]["kind"] == "auth"
+    assert "refused the credentials (401" in stderr
+    assert set(verdicts(report).values()) == {"unknown"}
+
+
+class _Recording(httpx.BaseTransport):
+    """The real HTTP transport, noting each request's Authorization header."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.HTTPTransport()
+        self.authorization: list[str | None] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.authorization.append(request.headers.get("authorization"))
+        return self.inner.handle_request(request)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_basic_credentials_are_sent_only_after_the_challenge(basic_registry: Pushed) -> None:
+    recording = _Recording()
+    options = ReadOptions(
+        credentials=Credentials(PUSH_USER, PUSH_PASSWORD), use_cache=False, transport=recording
+    )
+    report = inspect(
+        InspectRequest(image=basic_registry.ref("v0.32.0", PRIVATE_REPOSITORY), read=options)
+    )
+    assert report.exit_code == 0
+    basic = "Basic " + base64.b64encode(f"{PUSH_USER}:{PUSH_PASSWORD}".encode()).decode()
+    assert recording.authorization[0] is None
+    assert recording.authorization[1:] == [basic] * (len(recording.authorization) - 1)
