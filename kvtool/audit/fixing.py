@@ -20,6 +20,7 @@ FixedKey = tuple[str, str | None, int | None]
 
 @dataclass
 class FixRun:
+    written: bool  # False for --diff: the fixes are shown, the files stay as they are
     diff: str = ""
     applied: int = 0
     notes: list[str] = field(default_factory=list)
@@ -27,7 +28,8 @@ class FixRun:
 
     @property
     def summary(self) -> str:
-        text = f"Applied {self.applied} fix(es)." if self.applied else "No fixes applied."
+        verb = "Applied" if self.written else "Would apply"
+        text = f"{verb} {self.applied} fix(es)." if self.applied else "No fixes to apply."
         return " ".join([text, *self.notes])
 
 
@@ -67,7 +69,7 @@ def apply_fixes(
 ) -> FixRun:
     """Apply (``write``) or preview the allowed fixes; ``argv`` is the original command for
     argv inputs."""
-    run = FixRun()
+    run = FixRun(written=write)
     by_label = {inv.label: inv for inv in invocations}
     per_file: dict[str, list[tuple[Fix, list[Finding]]]] = {}
     for inv_report in report.invocations:

@@ -259,6 +259,7 @@ def test_diff_shows_safe_fixes_without_writing(kvtool_cli: Cli, script: Path) ->
     assert "-  --disable-hybrid-kv-cache-manager \\" in result.stdout
     assert "-  --kv-offloading-size 100" not in result.stdout  # unsafe fixes need --unsafe-fixes
     assert script.read_text() == SCRIPT
+    assert "Would apply 2 fix(es)." in result.stderr
 
 
 def test_fix_rewrites_the_script_and_reaudits_clean_for_fixed_rules(
@@ -266,6 +267,7 @@ def test_fix_rewrites_the_script_and_reaudits_clean_for_fixed_rules(
 ) -> None:
     result = kvtool_cli("audit", str(script), "--vllm-version", "0.32.0", "--fix")
     assert result.exit_code == 0, result.stdout + result.stderr
+    assert "Applied 2 fix(es)." in result.stderr
     fixed = script.read_text()
     assert "--calculate-kv-scales" not in fixed and "--disable-hybrid-kv-cache-manager" not in fixed
     assert fixed.splitlines()[-1] == "  --port 8000"
