@@ -109,6 +109,16 @@ class LaunchPlan(_Frozen):
     notes: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
 
+    @property
+    def engines(self) -> tuple[Process, ...]:
+        """The vLLM processes, in recipe order."""
+        return tuple(p for p in self.processes if p.kind == "vllm")
+
+    @property
+    def sidecars(self) -> tuple[Process, ...]:
+        """Every process that is not an engine (the LMCache server), started first."""
+        return tuple(p for p in self.processes if p.kind != "vllm")
+
 
 def _command(process: ProcessTemplate, options: LaunchOptions) -> tuple[str, ...]:
     if process.kind == "lmcache-server":

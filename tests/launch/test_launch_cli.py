@@ -127,9 +127,12 @@ def test_release_below_the_security_floor_needs_an_explicit_opt_in(kvtool_cli: A
     refused = kvtool_cli(*args)
     assert refused.exit_code == 2
     assert "CVE-2026-48746" in refused.stderr and "--allow-below-security-floor" in refused.stderr
-    allowed = kvtool_cli(*args, "--allow-below-security-floor")
-    assert allowed.exit_code == 0
-    assert "# Warning: vLLM 0.21.0 is below the security floor: CVE-2026-48746" in allowed.stdout
+    # The warning travels inside every file a user might keep, not only on stderr.
+    for target in ("shell", "compose", "k8s"):
+        allowed = kvtool_cli(*args, "--allow-below-security-floor", "--target", target)
+        assert allowed.exit_code == 0
+        warning = "# Warning: vLLM 0.21.0 is below the security floor: CVE-2026-48746"
+        assert warning in allowed.stdout, target
     listed = json.loads(kvtool_cli("launch", "--list", "--target", "json").stdout)
     native = next(e for e in listed if e["name"] == "native-cpu-offload")
     assert native["supported_versions"][0] == "0.22.0"
