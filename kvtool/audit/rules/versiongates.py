@@ -5,11 +5,13 @@ written here."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import TypeGuard
 
 from kvtool.audit.context import KV_TRANSFER_CONFIG, RuleContext, vtuple
 from kvtool.audit.model import Finding, Fix, ServeOption, Severity
 from kvtool.audit.registry import ConfigRule, register
 from kvtool.audit.rules._common import conditional_note, did_you_mean, removal_fix, replacement_fix
+from kvtool.releases.model import Gate
 
 VERSION_GATES_REF = "shared/reference/version-gates.md"
 # Curated replacements (rules/curated/replacements.yaml) that start like this say the flag can go,
@@ -38,8 +40,20 @@ def _unknown_options(ctx: RuleContext) -> Iterator[tuple[ServeOption, str]]:
             yield opt, _positive_flag(opt.flag)
 
 
-def _released_before(version: str | None, target: str) -> bool:
-    return version is not None and vtuple(version) <= vtuple(target)
+def _removed(gate: Gate | None, ctx: RuleContext) -> TypeGuard[Gate]:
+    """The name was removed at or before the target release (``gone_at`` <= target)."""
+    return (
+        gate is not None
+        and gate.gone_at is not None
+        and vtuple(gate.gone_at) <= vtuple(ctx.version)
+    )
+
+
+def _first_seen_later(gate: Gate | None, ctx: RuleContext) -> str | None:
+    """The later release where the name first appears, or None (known, or never seen)."""
+    if gate is not None and gate.first_seen and vtuple(gate.first_seen) > vtuple(ctx.version):
+        return gate.first_seen
+    return None
 
 
 @register
@@ -125,16 +139,12 @@ class UnknownFlag(ConfigRule):
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         for opt, canonical in _unknown_options(ctx):
             gate = ctx.gate("flag", canonical)
-            if gate is not None and _released_before(gate.gone_at, ctx.version):
+            if _removed(gate, ctx):
                 continue  # removed-flag reports it
-            if (
-                gate is not None
-                and gate.first_seen
-                and vtuple(gate.first_seen) > vtuple(ctx.version)
-            ):
+            if (later := _first_seen_later(gate, ctx)) is not None:
                 message = (
                     f"`{opt.written}` is not a flag of vLLM {ctx.version}: it first appears in "
-                    f"{gate.first_seen}."
+                    f"{later}."
                 )
             else:
                 message = f"`{opt.written}` is not a flag of vLLM {ctx.version}." + did_you_mean(
@@ -189,7 +199,7 @@ class RemovedFlag(ConfigRule):
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         for opt, canonical in _unknown_options(ctx):
             gate = ctx.gate("flag", canonical)
-            if gate is None or not _released_before(gate.gone_at, ctx.version):
+            if not _removed(gate, ctx):
                 continue
             spelled = opt.written if opt.written.startswith("-") else canonical
             message = (
@@ -396,16 +406,11 @@ class UnknownEnvVar(ConfigRule):
             if name in known:
                 continue
             gate = ctx.gate("env_var", name)
-            if gate is not None and _released_before(gate.gone_at, ctx.version):
+            if _removed(gate, ctx):
                 continue  # removed-env-var reports it
-            if (
-                gate is not None
-                and gate.first_seen
-                and vtuple(gate.first_seen) > vtuple(ctx.version)
-            ):
+            if (later := _first_seen_later(gate, ctx)) is not None:
                 message = (
-                    f"`{name}` is not read by vLLM {ctx.version}: "
-                    f"it first appears in {gate.first_seen}."
+                    f"`{name}` is not read by vLLM {ctx.version}: it first appears in {later}."
                 )
             else:
                 message = (
@@ -455,7 +460,7 @@ class RemovedEnvVar(ConfigRule):
         known = ctx.env_var_facts
         for name in _vllm_env(ctx):
             gate = ctx.gate("env_var", name)
-            if name in known or gate is None or not _released_before(gate.gone_at, ctx.version):
+            if name in known or not _removed(gate, ctx):
                 continue
             message = (
                 f"`{name}` was removed in vLLM {gate.gone_at} and does nothing on {ctx.version}."
@@ -582,16 +587,12 @@ class UnknownConnector(ConfigRule):
             if name in registered:
                 continue
             gate = ctx.gate("connector", name)
-            if gate is not None and _released_before(gate.gone_at, ctx.version):
+            if _removed(gate, ctx):
                 continue  # removed-connector reports it
-            if (
-                gate is not None
-                and gate.first_seen
-                and vtuple(gate.first_seen) > vtuple(ctx.version)
-            ):
+            if (later := _first_seen_later(gate, ctx)) is not None:
                 message = (
                     f"Connector `{name}` is not registered in vLLM {ctx.version}: "
-                    f"it first appears in {gate.first_seen}."
+                    f"it first appears in {later}."
                 )
             else:
                 message = (
@@ -647,11 +648,7 @@ class RemovedConnector(ConfigRule):
         registered = {c.name for c in ctx.facts.connectors}
         for name in _configured_connectors(ctx):
             gate = ctx.gate("connector", name)
-            if (
-                name in registered
-                or gate is None
-                or not _released_before(gate.gone_at, ctx.version)
-            ):
+            if name in registered or not _removed(gate, ctx):
                 continue
             message = f"Connector `{name}` was removed in vLLM {gate.gone_at}."
             if gate.replacement:
@@ -784,12 +781,8 @@ class UnknownOffloadTier(ConfigRule):
                 continue
             gate = ctx.gate("tier", kind)
             when = ""
-            if (
-                gate is not None
-                and gate.first_seen
-                and vtuple(gate.first_seen) > vtuple(ctx.version)
-            ):
-                when = f" (it first appears in {gate.first_seen})"
+            if (later := _first_seen_later(gate, ctx)) is not None:
+                when = f" (it first appears in {later})"
             yield self.finding(
                 f"Offload tier type `{kind}` is not registered in vLLM {ctx.version}{when}; "
                 "registered: "
