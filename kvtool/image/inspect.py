@@ -85,14 +85,7 @@ def read_image_facts(target: str, options: ReadOptions, progress: Progress = _qu
             Path(target), options.platform, options.ref_name, options.max_config_bytes
         )
         return _facts(
-            target,
-            offline.kind,
-            offline.resolved,
-            options.platform,
-            offline.name,
-            None,
-            False,
-            offline.warnings,
+            target, offline.kind, offline.resolved, options.platform, offline.name, None, False
         )
     reference = parse_reference(target)
     credentials = options.credentials or credentials_for(reference.host)
@@ -116,7 +109,6 @@ def read_image_facts(target: str, options: ReadOptions, progress: Progress = _qu
             reference.tag,
             client.rate_limit,
             from_cache,
-            [],
         )
 
 
@@ -149,7 +141,6 @@ def _facts(
     tag: str | None,
     rate_limit: RateLimit | None,
     from_cache: bool,
-    warnings: list[str],
 ) -> ImageFacts:
     config = resolved.config
     raw_inner = config.get("config")
@@ -157,9 +148,14 @@ def _facts(
     labels = _labels(inner.get("Labels"))
     env = _env(inner.get("Env"))
     actual = Platform.from_json(config)
-    warnings = list(warnings)
-    if actual is not None and not wanted.matches(actual) and not warnings:
-        warnings.append(f"the config says {actual}, not the requested {wanted}")
+    warnings = []
+    if actual is not None and not wanted.matches(actual):
+        if resolved.available_platforms:
+            warnings.append(f"the config says {actual}, not the requested {wanted}")
+        else:  # no index offered a choice: the one config is read whatever --platform says
+            warnings.append(
+                f"single-platform input: the config is for {actual}, not the requested {wanted}"
+            )
     version, version_source = infer_vllm_version(labels, env, tag)
     return ImageFacts(
         reference=reference,

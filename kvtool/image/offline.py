@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import tarfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -40,7 +40,6 @@ class OfflineImage:
     kind: ImageSource
     resolved: ResolvedConfig
     name: str | None  # the repo tag or ref name the image was chosen by
-    warnings: list[str] = field(default_factory=list)
 
 
 def read_offline(
@@ -60,7 +59,7 @@ def read_offline(
     with archive:
         members = _safe_members(archive, path)
         if "manifest.json" in members:
-            return _read_docker_archive(archive, members, path, wanted, name, max_config_bytes)
+            return _read_docker_archive(archive, members, path, name, max_config_bytes)
         if TOP_INDEX in members:
             source = _TarLayout(archive, members, path)
             return _read_layout(source, "oci-archive", str(path), wanted, name, max_config_bytes)
@@ -111,10 +110,11 @@ def _read_docker_archive(
     archive: tarfile.TarFile,
     members: dict[str, tarfile.TarInfo],
     path: Path,
-    wanted: Platform,
     name: str | None,
     max_config_bytes: int,
 ) -> OfflineImage:
+    """The config a ``docker save`` tar holds; single-platform, so ``--platform`` is not
+    applied here (the report warns when the config is for another platform)."""
     raw = _read_member(archive, members, "manifest.json", MAX_DOCKER_MANIFEST_BYTES, path)
     try:
         entries = json.loads(raw)
@@ -140,8 +140,7 @@ def _read_docker_archive(
         config_digest = sha256_digest(body)
     config = load_json_object(body, f"{path}: {config_path}")
     resolved = ResolvedConfig(config, config_digest, config_digest, None, [])
-    warnings = _platform_warning(config, wanted)
-    return OfflineImage("docker-archive", resolved, chosen_name, warnings)
+    return OfflineImage("docker-archive", resolved, chosen_name)
 
 
 def _choose_entry(
@@ -172,13 +171,6 @@ def _name_matches(candidate: str, wanted: str) -> bool:
         return True
     tail = candidate.rsplit("/", 1)[-1]
     return tail == wanted or tail.rsplit(":", 1)[-1] == wanted
-
-
-def _platform_warning(config: dict[str, Any], wanted: Platform) -> list[str]:
-    actual = Platform.from_json(config)
-    if actual is not None and not wanted.matches(actual):
-        return [f"single-platform input: the config is for {actual}, not the requested {wanted}"]
-    return []
 
 
 class _LayoutBase:
@@ -283,4 +275,4 @@ def _read_layout(
         None,
         resolved.available_platforms,
     )
-    return OfflineImage(kind, resolved, name, _platform_warning(resolved.config, wanted))
+    return OfflineImage(kind, resolved, name)

@@ -60,6 +60,18 @@ def test_missing_platform_lists_what_is_available(registry: Pushed, kvtool_cli: 
     assert "Traceback" not in result.stderr
 
 
+def test_single_manifest_tag_is_read_whatever_the_platform_with_a_warning(
+    registry: Pushed, kvtool_cli: Any
+) -> None:
+    _, report, _ = inspect_json(
+        kvtool_cli, registry.ref("v0.32.0-single"), "--platform", "linux/arm64"
+    )
+    assert report["image"]["config_platform"] == "linux/amd64"
+    assert report["image"]["warnings"] == [
+        "single-platform input: the config is for linux/amd64, not the requested linux/arm64"
+    ]
+
+
 @pytest.mark.parametrize(
     ("tag", "platform", "flag", "decided_by"),
     [
