@@ -10,6 +10,7 @@ a wall-clock limit, and it is removed whatever happens. The engine is whatever
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from dataclasses import dataclass
 from importlib import resources
@@ -28,10 +29,15 @@ MARKER = "KVTOOL-PROBE-JSON:"
 STDERR_TAIL_CHARS = 2000
 PROBE_ENV = {"PYTHONDONTWRITEBYTECODE": "1"}  # the root filesystem is read-only
 ENGINE_API_TIMEOUT_S = 60
+# What the docker SDK's parse_bytes accepts: bytes, or a b/k/m/g unit with an optional "b".
+_MEMORY_RE = re.compile(r"(?i)^(\d+(?:\.\d+)?)(?:[kmg]b?|b)?$")
 
 
 @dataclass(frozen=True)
 class ContainerLimits:
+    """The probe container's limits, checked at construction so that a typo is reported
+    before an image is pulled."""
+
     memory: str = "4g"  # vLLM + torch imports peak around 1.5 GB on CPU
     timeout_s: float = 300.0  # a cold vLLM import in a fresh container takes ~30 s
     pids: int = 512
@@ -39,6 +45,11 @@ class ContainerLimits:
     nproc: int = 1000
     gpus: bool = False  # pass every GPU so imports that dlopen libcuda.so.1 can succeed
     python: str = "python3"
+
+    def __post_init__(self) -> None:
+        size = _MEMORY_RE.match(self.memory)
+        if size is None or float(size.group(1)) == 0:
+            raise KvtoolError(f"--probe-memory {self.memory!r}: expected a size such as 512m or 4g")
 
 
 def probe_source() -> str:

@@ -138,3 +138,17 @@ def test_unreachable_engine_is_could_not_run(
     assert report["runtime_step"]["kind"] == "engine"
     assert "no container engine answered" in report["runtime_step"]["reason"]
     assert {v["verdict"] for v in report["verdicts"]} == {"unknown"}
+
+
+@pytest.mark.parametrize("memory", ["4 gigs", "0", "-1g", "4t"])
+def test_bad_probe_memory_is_refused_before_the_engine_is_asked(
+    kvtool_cli: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, memory: str
+) -> None:
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path / 'no-engine.sock'}")
+    result = kvtool_cli(
+        "inspect-image", "vllm/vllm-openai:v0.32.0", "--check", "runtime", "--probe-memory", memory
+    )
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (
+        f"kvtool: error: --probe-memory {memory!r}: expected a size such as 512m or 4g"
+    )
