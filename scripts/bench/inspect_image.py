@@ -15,7 +15,6 @@ against the rate limit; HEADs do not): cold 2, warm 0.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import statistics
 import tempfile
@@ -27,17 +26,12 @@ import httpx
 from rich.console import Console
 
 from kvtool.image.inspect import InspectRequest, ReadOptions, inspect
+from kvtool.image.manifest import OCI_INDEX, OCI_MANIFEST, sha256_digest
 
 console = Console(stderr=True, highlight=False)
 REPOSITORY = "vllm/vllm-openai"
-OCI_INDEX = "application/vnd.oci.image.index.v1+json"
-OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 # A realistic history length: vLLM's images carry ~60 entries.
 HISTORY_ENTRIES = 60
-
-
-def _digest(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 def _config(arch: str, kv: str) -> bytes:
@@ -61,20 +55,20 @@ class _Hub:
         entries = []
         for arch, kv in (("amd64", "true"), ("arm64", "false")):
             config = _config(arch, kv)
-            self.blobs[_digest(config)] = config
+            self.blobs[sha256_digest(config)] = config
             manifest = json.dumps(
                 {
                     "schemaVersion": 2,
                     "mediaType": OCI_MANIFEST,
-                    "config": {"digest": _digest(config), "size": len(config)},
+                    "config": {"digest": sha256_digest(config), "size": len(config)},
                     "layers": [],
                 }
             ).encode()
-            self.documents[_digest(manifest)] = (manifest, OCI_MANIFEST)
+            self.documents[sha256_digest(manifest)] = (manifest, OCI_MANIFEST)
             entries.append(
                 {
                     "mediaType": OCI_MANIFEST,
-                    "digest": _digest(manifest),
+                    "digest": sha256_digest(manifest),
                     "size": len(manifest),
                     "platform": {"os": "linux", "architecture": arch},
                 }
@@ -82,7 +76,7 @@ class _Hub:
         index = json.dumps(
             {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries}
         ).encode()
-        self.tag_digest = _digest(index)
+        self.tag_digest = sha256_digest(index)
         self.documents[self.tag_digest] = (index, OCI_INDEX)
         self.requests: Counter[str] = Counter()
 
@@ -103,7 +97,7 @@ class _Hub:
             self.requests[f"manifest {request.method}"] += 1
             ref = path.removeprefix("manifests/")
             body, media_type = self.documents[self.tag_digest if ref == "v0.32.0" else ref]
-            headers = {"content-type": media_type, "docker-content-digest": _digest(body)}
+            headers = {"content-type": media_type, "docker-content-digest": sha256_digest(body)}
             return httpx.Response(
                 200, content=b"" if request.method == "HEAD" else body, headers=headers
             )
