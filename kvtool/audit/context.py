@@ -22,6 +22,7 @@ from kvtool.releases.curated import (
     SecurityAdvisory,
     SemanticFact,
     Span,
+    choose_backend_row,
 )
 from kvtool.releases.model import (
     ConnectorFact,
@@ -334,14 +335,9 @@ class RuleContext:
             return None
         backend_opt = self.option(KV_OFFLOADING_BACKEND)
         backend = str(backend_opt.value) if backend_opt is not None else "native"
-        rows = self.semantics.backend_rows(backend, self.version)
         # A row gated on env vars (VLLM_USE_SIMPLE_KV_OFFLOAD=1) wins when they are all set.
-        gated = [
-            row
-            for row in rows
-            if row.when_env and all(self.env_value(k) == v for k, v in row.when_env.items())
-        ]
-        row = gated[0] if gated else next((r for r in rows if not r.when_env), None)
+        env = {name: a.value for name, a in self.config.env.items() if a.value is not None}
+        row = choose_backend_row(self.semantics.backend_rows(backend, self.version), env)
         if row is None:
             return None
         triggered = backend_opt if row.activation == "backend" else self.option(KV_OFFLOADING_SIZE)

@@ -7,6 +7,7 @@ is the first affected release, ``fixed`` the first release that is not affected.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -216,17 +217,22 @@ def semantic_facts() -> tuple[SemanticFact, ...]:
 
 
 def backend_connector(
-    backend: str, version: str, env: dict[str, str] | None = None
+    backend: str, version: str, env: Mapping[str, str] | None = None
 ) -> BackendConnectorRow | None:
-    """The mapping row for ``--kv-offloading-backend backend`` at ``version`` under ``env``.
+    """The mapping row for ``--kv-offloading-backend backend`` at ``version`` under ``env``."""
+    rows = [r for r in backend_connector_map() if r.backend == backend and r.contains(version)]
+    return choose_backend_row(rows, env or {})
 
-    Rows with a ``when_env`` condition win over unconditional rows when it holds.
+
+def choose_backend_row(
+    rows: Iterable[BackendConnectorRow], env: Mapping[str, str]
+) -> BackendConnectorRow | None:
+    """Of the rows covering one backend and release, the one that applies under ``env``.
+
+    A row with a ``when_env`` condition wins over unconditional rows when every variable
+    it names is set to its value (compared case-insensitively).
     """
-    env = env or {}
-    candidates = [
-        r for r in backend_connector_map() if r.backend == backend and r.contains(version)
-    ]
-    for row in sorted(candidates, key=lambda r: not r.when_env):
+    for row in sorted(rows, key=lambda r: not r.when_env):
         if all(env.get(k, "").lower() == v.lower() for k, v in row.when_env.items()):
             return row
     return None
