@@ -9,6 +9,8 @@ from typing import Annotated
 
 import typer
 
+from kvtool.image.connectors import Connector
+
 
 class Check(str, Enum):
     build_flag = "build-flag"
@@ -19,12 +21,6 @@ class Check(str, Enum):
 class OutputFormat(str, Enum):
     text = "text"
     json = "json"
-
-
-class ConnectorName(str, Enum):
-    lmcache = "lmcache"
-    nixl = "nixl"
-    mooncake = "mooncake"
 
 
 def inspect_image(
@@ -57,7 +53,7 @@ def inspect_image(
         typer.Option(help="Run the runtime probe with this local Python instead of a container."),
     ] = None,
     connector: Annotated[
-        list[ConnectorName] | None,
+        list[Connector] | None,
         typer.Option(help="Connector to verify (repeatable). Default: all three."),
     ] = None,
     username: Annotated[
@@ -106,7 +102,6 @@ def inspect_image(
     from kvtool.image.auth import Credentials
     from kvtool.image.inspect import InspectRequest, ReadOptions, Runtime, inspect
     from kvtool.image.manifest import Platform
-    from kvtool.image.model import Connector
     from kvtool.image.render import render_text, to_json
     from kvtool.image.runtime import ContainerLimits
 
@@ -127,7 +122,7 @@ def inspect_image(
         build_flag=chosen is not Check.runtime,
         runtime=runtime,
         python=python,
-        connectors=[Connector(c.value) for c in connector] if connector else list(Connector),
+        connectors=list(connector) if connector else list(Connector),
         read=ReadOptions(
             platform=Platform.parse(platform),
             credentials=credentials,

@@ -12,15 +12,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kvtool.image.connectors import Connector as Connector  # re-exported: part of the schema
+
 SCHEMA_VERSION = 1
-
-
-class Connector(str, Enum):
-    """The KV-connector backends vLLM's ``INSTALL_KV_CONNECTORS`` build flag installs."""
-
-    lmcache = "lmcache"
-    nixl = "nixl"
-    mooncake = "mooncake"
 
 
 class Verdict(str, Enum):
