@@ -2,8 +2,8 @@
 
 The rules read verdicts the engine put in ``ctx.extras[IMAGE_VERDICTS]``: a mapping
 from connector package ("lmcache", "nixl", "mooncake") to an inspect-image
-:class:`~kvtool.image.model.ConnectorVerdict` (from ``--image-verdicts FILE`` or an
-inline inspection). No verdicts, no findings: the rules never inspect anything.
+:class:`~kvtool.image.model.ConnectorVerdict` (from ``kvtool audit --image-verdicts FILE``,
+an inspect-image JSON report). No verdicts, no findings: the rules never inspect anything.
 """
 
 from __future__ import annotations
