@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import re
 from pathlib import Path
-from typing import Any
 
 from kvtool.releases.model import (
     ConnectorFact,
@@ -18,7 +17,7 @@ from kvtool.releases.model import (
 from releasegen import registries
 from releasegen.cliparser import RawOption, ServeParserBuilder
 from releasegen.configfields import detect_kwargs_rules
-from releasegen.source import UNKNOWN, WheelSource
+from releasegen.source import WheelSource, jsonable
 
 # Bump when the extraction logic changes what a table contains.
 GENERATOR_VERSION = 5
@@ -141,7 +140,7 @@ def _flag(opt: RawOption) -> FlagFact:
         else tuple(str(v) for v in opt.known_values)
     )
     message = _deprecation_message(opt.help) if opt.deprecated else None
-    overridden = opt.from_config and _jsonable(opt.config_default) != _jsonable(opt.default)
+    overridden = opt.from_config and jsonable(opt.config_default) != jsonable(opt.default)
     return FlagFact(
         name=name,
         dest=dest,
@@ -151,8 +150,8 @@ def _flag(opt: RawOption) -> FlagFact:
         json_config=opt.json_config,
         choices=choices,
         known_values=known,
-        default=_jsonable(opt.default),
-        config_default=_jsonable(opt.config_default) if overridden else None,
+        default=jsonable(opt.default),
+        config_default=jsonable(opt.config_default) if overridden else None,
         cli_default_overridden=overridden,
         deprecated=opt.deprecated,
         deprecation_message=message,
@@ -168,15 +167,3 @@ def _deprecation_message(help_text: str) -> str | None:
     ]
     picked = " ".join(sentences) if sentences else text
     return picked[:400]
-
-
-def _jsonable(value: Any) -> Any:
-    if value is UNKNOWN:
-        return None
-    if isinstance(value, (tuple, set, frozenset, list)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return repr(value)

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 
 from releasegen.configfields import MISSING_DEFAULT, class_fields, type_atoms
-from releasegen.source import UNKNOWN, Module, Resolved, WheelSource
+from releasegen.source import UNKNOWN, Module, Resolved, WheelSource, jsonable
 
 _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 # Files are only parsed for direct env reads when their text could contain one.
@@ -258,7 +258,7 @@ def kv_transfer_config(source: WheelSource) -> tuple[list[TransferField], bool] 
             choices = [str(v) for v in literal.values]
             if any(a.kind == "none" for a in atoms):
                 choices.append("None")
-        fields.append(TransferField(f.name, ast.unparse(f.annotation), _jsonable(default), choices))
+        fields.append(TransferField(f.name, ast.unparse(f.annotation), jsonable(default), choices))
     return fields, _forbids_extra(source, cls)
 
 
@@ -289,18 +289,6 @@ def _implementation(found: Resolved) -> ast.FunctionDef | None:
             if not any(d.endswith("overload") for d in decos):
                 impl = stmt
     return impl
-
-
-def _jsonable(value: object) -> object:
-    if isinstance(value, (tuple, set, frozenset)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, list):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return repr(value)
 
 
 def load_formats(source: WheelSource) -> list[str]:

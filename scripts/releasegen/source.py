@@ -32,6 +32,21 @@ class _Unknown:
 
 UNKNOWN: Any = _Unknown()
 
+
+def jsonable(value: Any) -> Any:
+    """A statically evaluated value as JSON data: containers become lists and objects,
+    ``UNKNOWN`` becomes null, anything else that JSON cannot hold becomes its repr."""
+    if value is UNKNOWN:
+        return None
+    if isinstance(value, (tuple, set, frozenset, list)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return repr(value)
+
+
 # How many import hops a name may take before we give up (re-export chains are short;
 # the bound only guards against cycles).
 _MAX_IMPORT_HOPS = 12
