@@ -44,15 +44,21 @@ class _Config:
         return self.raw.get(key) is not None
 
     def positive_int(self, key: str, default: int | None = None) -> int:
+        """``key`` as an int >= 1; ``default`` when absent (None: the field is required)."""
+        return self._int(key, default, minimum=1, kind="a positive integer")
+
+    def non_negative_int(self, key: str, default: int = 0) -> int:
+        """``key`` as an int >= 0 (a layer index or count that may be zero)."""
+        return self._int(key, default, minimum=0, kind="a non-negative integer")
+
+    def _int(self, key: str, default: int | None, *, minimum: int, kind: str) -> int:
         value = self.raw.get(key)
         if value is None:
             if default is not None:
                 return default
             raise KvtoolError(f"{self.where}: missing field {key!r}")
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise KvtoolError(
-                f"{self.where}: field {key!r} must be a positive integer, got {value!r}"
-            )
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise KvtoolError(f"{self.where}: field {key!r} must be {kind}, got {value!r}")
         return value
 
     def head_dim(self) -> int:
@@ -129,8 +135,10 @@ def _dense(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGroup, 
     if not cfg.has("sliding_window") or cfg.raw.get("use_sliding_window") is False:
         return _full_and_sliding(cfg, 0), ()
     # Qwen2-style: SWA only from layer max_window_layers on, when switched on.
-    first_sliding = cfg.get("max_window_layers", 0) if cfg.raw.get("use_sliding_window") else 0
-    return _full_and_sliding(cfg, max(0, layers - int(first_sliding))), ()
+    first_sliding = 0
+    if cfg.raw.get("use_sliding_window"):
+        first_sliding = cfg.non_negative_int("max_window_layers")
+    return _full_and_sliding(cfg, max(0, layers - first_sliding)), ()
 
 
 def _interleaved(
@@ -169,7 +177,7 @@ def _mla(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ..
 def _jamba(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]:
     layers = cfg.positive_int("num_hidden_layers")
     period = cfg.positive_int("attn_layer_period")
-    offset = int(cfg.get("attn_layer_offset", 0))
+    offset = cfg.non_negative_int("attn_layer_offset")
     attention_layers = sum(1 for i in range(layers) if i % period == offset)
     mamba = Mamba1Group(
         num_layers=layers - attention_layers,
@@ -343,7 +351,7 @@ def spec_from_config(
             assumptions.append("head_dim derived as hidden_size / num_attention_heads")
         if not text.has("num_key_value_heads"):
             assumptions.append("no num_key_value_heads: multi-head attention assumed")
-    if int(text.get("num_nextn_predict_layers", 0)):
+    if text.non_negative_int("num_nextn_predict_layers"):
         assumptions.append(
             "MTP (num_nextn_predict_layers) layers not counted: "
             "add one layer when speculative decoding uses them"

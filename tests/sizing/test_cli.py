@@ -166,9 +166,20 @@ def test_missing_head_dim_and_indivisible_hidden_size(kvtool_cli, tmp_path: Path
     _fails_naming(kvtool_cli("size", "--model", str(path)), "head_dim", "hidden_size 4000")
 
 
-def test_wrongly_typed_field(kvtool_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    path = _write_config(tmp_path, num_key_value_heads="eight")
-    _fails_naming(kvtool_cli("size", "--model", str(path)), "'num_key_value_heads'")
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"num_key_value_heads": "eight"},
+        # Optional counts are read with the same care as required ones.
+        {"num_nextn_predict_layers": "one"},
+        {"use_sliding_window": True, "sliding_window": 4096, "max_window_layers": "x"},
+        {"model_type": "jamba", "attn_layer_period": 8, "attn_layer_offset": -1},
+    ],
+)
+def test_wrongly_typed_field(kvtool_cli, tmp_path: Path, changes: dict[str, object]) -> None:  # type: ignore[no-untyped-def]
+    path = _write_config(tmp_path, **changes)
+    field = next(key for key in reversed(list(changes)) if key != "model_type")
+    _fails_naming(kvtool_cli("size", "--model", str(path)), f"'{field}'")
 
 
 def test_unsupported_architecture(kvtool_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
