@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from kvtool.audit import rules as _rules  # noqa: F401  (registers every rule)
-from kvtool.audit.registry import FAMILIES, Rule, RuleMeta, registry
+from kvtool.audit.registry import FAMILIES, Rule, registry
 
 DOCS_HEADER = """\
 # kvtool audit rules
@@ -38,8 +38,9 @@ def rule_text(rule: Rule) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _anchor(meta: RuleMeta) -> str:
-    return f"{meta.code.lower()}-{meta.name}"
+def anchor(code: str, name: str) -> str:
+    """The link anchor of a rule's ``### CODE name`` section in ``docs/rules.md``."""
+    return f"{code.lower()}-{name}"
 
 
 def markdown() -> str:
@@ -54,7 +55,7 @@ def markdown() -> str:
         out.append("|---|---|---|---|---|")
         for meta in members:
             out.append(
-                f"| [{meta.code}](#{_anchor(meta)}) | {meta.name} | "
+                f"| [{meta.code}](#{anchor(meta.code, meta.name)}) | {meta.name} | "
                 f"{meta.default_severity.value} | "
                 f"{meta.fix_applicability} | {meta.summary} |"
             )

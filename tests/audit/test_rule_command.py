@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 
 from kvtool.audit.registry import registry
+from kvtool.audit.render.json_report import docs_anchor
 from kvtool.audit.ruledocs import markdown
 from tests.conftest import REPO_ROOT, CliResult
 
@@ -37,3 +39,15 @@ def test_committed_docs_match_the_registry(kvtool_cli: Cli) -> None:
     committed = (REPO_ROOT / "docs" / "rules.md").read_text(encoding="utf-8")
     assert committed == markdown(), "docs/rules.md is stale: run python scripts/gen_rule_docs.py"
     assert kvtool_cli("rule", "--all", "--output-format", "markdown").stdout == committed
+
+
+def test_every_docs_link_of_a_finding_lands_on_its_rule_heading() -> None:
+    committed = (REPO_ROOT / "docs" / "rules.md").read_text(encoding="utf-8")
+    # GitHub's heading slug: lower case, punctuation dropped, spaces to dashes.
+    slugs = {
+        re.sub(r"[^a-z0-9 -]", "", heading.lower()).replace(" ", "-")
+        for heading in re.findall(r"^### (.+)$", committed, re.MULTILINE)
+    }
+    for rule in registry:
+        path, _, slug = docs_anchor(rule.code, rule.name).partition("#")
+        assert path == "docs/rules.md" and slug in slugs, rule.code

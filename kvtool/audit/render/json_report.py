@@ -27,6 +27,7 @@ from kvtool import __version__
 from kvtool.audit.engine import AuditReport, Target
 from kvtool.audit.model import Finding, Location
 from kvtool.audit.registry import registry
+from kvtool.audit.ruledocs import anchor
 
 SCHEMA_VERSION = 1
 
@@ -80,7 +81,7 @@ class JsonReport(_Out):
 
 def docs_anchor(code: str, name: str) -> str:
     """The finding's section in the generated rule docs."""
-    return f"docs/rules.md#{code.lower()}-{name}"
+    return f"docs/rules.md#{anchor(code, name)}"
 
 
 def _finding(finding: Finding) -> JsonFinding:
