@@ -205,6 +205,7 @@ def _native_tier(
     cache: _CacheBytes,
     block: int,
     context: int | None,
+    util: float,
     facts: SizingFacts,
     t: _Trace,
 ) -> _CpuTier:
@@ -221,7 +222,6 @@ def _native_tier(
         f"{facts.native_offload_alignment_bytes})",
         chunk,
     )
-    util = dep.utilization if dep.utilization is not None else facts.kaito_default_utilization
     size: float | None = None
     basis: str | None = None
     if dep.cpu_tier_gib is not None:
@@ -277,6 +277,7 @@ def _lmcache_tier(
     cache: _CacheBytes,
     block: int,
     cpu_tier_gib: float | None,
+    util: float,
     facts: SizingFacts,
     t: _Trace,
 ) -> _Lmcache:
@@ -307,7 +308,6 @@ def _lmcache_tier(
         t.warn("kaito-offload-disabled", f"KAITO turns CPU offload off for {spec.architecture}")
     l1_kaito = tokens_kaito = tokens_whole = None
     if dep.host_ram_gib is not None:
-        util = dep.utilization if dep.utilization is not None else facts.kaito_default_utilization
         l1_kaito = ar.kaito_l1_gib(dep.host_ram_gib, util, tp)
         t.explain(
             "KAITO L1 (--l1-size-gb)", f"{dep.host_ram_gib:g} x {util} / tp {tp}", f"{l1_kaito!s}"
@@ -497,7 +497,10 @@ def compute(spec: ModelSpec, dep: Deployment, facts: SizingFacts | None = None) 
         bytes_per_block,
     )
 
-    cpu = _native_tier(dep, cache, block, context, facts, t)
+    util = dep.utilization if dep.utilization is not None else facts.kaito_default_utilization
+    if dep.utilization is None and dep.host_ram_gib is not None:
+        t.assumptions.append(f"utilization {util} of --host-ram-gib (KAITO default; --utilization)")
+    cpu = _native_tier(dep, cache, block, context, util, facts, t)
     per_rank_gib = lmcache_inproc_gib = None
     if cpu.size_gib is not None:
         per_rank_gib = ar.per_rank_gib(cpu.size_gib, dep.tp)
@@ -507,7 +510,7 @@ def compute(spec: ModelSpec, dep: Deployment, facts: SizingFacts | None = None) 
             f"{cpu.size_gib:.6g} / tp {dep.tp}; / (tp {dep.tp} x pp {dep.pp})",
             f"{per_rank_gib:g}; {lmcache_inproc_gib:g} GiB",
         )
-    lmc = _lmcache_tier(spec, dep, cache, block, cpu.size_gib, facts, t)
+    lmc = _lmcache_tier(spec, dep, cache, block, cpu.size_gib, util, facts, t)
     gpu = _gpu_tier_and_bench(dep, bytes_per_block, block, context, cpu.tokens, facts, t)
 
     pcie = dep.pcie_gbps or facts.pcie_effective_gbps

@@ -87,3 +87,15 @@ def test_a_comfortable_deployment_has_no_warnings() -> None:
     assert (
         _codes("llama-3.1-8b", cpu_tier_gib=400, num_gpu_blocks=10_000, context_len=32_000) == set()
     )
+
+
+def test_default_utilization_is_named_and_overridable() -> None:
+    # sizing.md §1.2: KAITO's default utilization 0.5 halves host RAM for the tier; a
+    # default that changes the flag value must be said out loud, and --utilization wins.
+    spec = load_model_spec("llama-3.1-8b")
+    defaulted = compute(spec, make_deployment(host_ram_gib=100))
+    assert defaulted.kv_offloading_size_gib == 100 * sizing_facts().kaito_default_utilization
+    assert any("utilization" in a for a in defaulted.assumptions)
+    given = compute(spec, make_deployment(host_ram_gib=100, utilization=0.8))
+    assert given.kv_offloading_size_gib == 80
+    assert not any("utilization" in a for a in given.assumptions)
