@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvtool.audit.model import (
-    EnvAssignment,
     Invocation,
     Location,
     ParseProblem,
@@ -94,6 +93,7 @@ class _OptionTable:
             if fact.negative:
                 self.by_string[fact.negative] = (fact, True)
         self.has_negative_number_options = any(_NEGATIVE_NUMBER.match(s) for s in self.by_string)
+        self.json_flags = frozenset(fact.name for fact in facts.flags if fact.json_config)
 
     def has(self, option: str) -> bool:
         return option in self.by_string
@@ -493,7 +493,7 @@ class _Normalizer:
             option.model_copy(update={"overridden": event < final_event.get(option.flag, 0)})
             for option, event in zip(self.options, self.events, strict=True)
         )
-        json_flags = {f.name for f in self.facts.flags if f.json_config}
+        json_flags = self.table.json_flags
         effective: dict[str, tuple[int, dict[str, Any]]] = {}
         for option, event in zip(options, self.events, strict=True):
             whole = option.flag in json_flags and not option.overridden and not option.key_path
@@ -507,9 +507,7 @@ class _Normalizer:
         model_option = next((o for o in reversed(options) if o.flag == "--model"), None)
         if model is None and model_option is not None and isinstance(model_option.value, str):
             model = model_option.value
-        env: dict[str, EnvAssignment] = {}
-        for assignment in self.invocation.env:
-            env[assignment.name] = assignment
+        env = {assignment.name: assignment for assignment in self.invocation.env}
         return ServeConfig(
             invocation=self.invocation,
             vllm_version=self.facts.version,
