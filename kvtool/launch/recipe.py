@@ -80,7 +80,6 @@ class Variant(_Frozen):
 class KaitoTemplate(_Frozen):
     """KAITO's ConfigMap: KAITO starts vLLM and LMCache itself from this value."""
 
-    utilization_param: str = "utilization"
     preset: str  # the KAITO preset name the Workspace example uses
 
 
