@@ -207,7 +207,7 @@ def inspect(request: InspectRequest, progress: Progress = _quiet) -> InspectionR
             build_step = StepOutcome(status="failed", reason=str(exc), kind=exc.kind)
             if isinstance(exc, RateLimitedError) and exc.rate_limit is not None:
                 build_step.reason = f"{exc} [ratelimit-remaining {exc.rate_limit.remaining}]"
-    probe, runtime_step = _runtime(request, progress)
+    probe, runtime_step = _runtime(request, _probe_target(request.image, image), progress)
     flag: BuildFlag | None = image.build_flag if image else None
     verdicts = [decide(c, flag, build_step, probe, runtime_step) for c in request.connectors]
     warnings = cuda_mismatches(image.env, probe.distributions) if image and probe else []
@@ -222,7 +222,21 @@ def inspect(request: InspectRequest, progress: Progress = _quiet) -> InspectionR
     )
 
 
-def _runtime(request: InspectRequest, progress: Progress) -> tuple[ProbeReport | None, StepOutcome]:
+def _probe_target(target: str | None, facts: ImageFacts | None) -> str | None:
+    """The image the engine probes: pinned to the digest step 1 read from the registry, so
+    both steps judge the same image (a stale local copy of the tag is not probed)."""
+    if target is None or facts is None or facts.source != "registry":
+        return target
+    digest = facts.index_digest or facts.manifest_digest
+    if digest is None:
+        return target
+    reference = parse_reference(target)
+    return f"{reference.host}/{reference.repository}@{digest}"
+
+
+def _runtime(
+    request: InspectRequest, target: str | None, progress: Progress
+) -> tuple[ProbeReport | None, StepOutcome]:
     if request.runtime == "none":
         return None, StepOutcome(status="skipped", reason="not requested")
     try:
@@ -231,13 +245,13 @@ def _runtime(request: InspectRequest, progress: Progress) -> tuple[ProbeReport |
                 raise KvtoolError("the python runtime check needs --python PATH")
             progress(f"running the import probe with {request.python}")
             return probe_local(request.python, request.limits.timeout_s), StepOutcome(status="ran")
-        if request.image is None or is_offline_input(request.image):
+        if target is None or is_offline_input(target):
             raise KvtoolError(
                 "the container runtime check needs an image reference the engine can run, "
                 "not a file; use --python PATH for a local environment"
             )
         report = probe_container(
-            request.image, request.limits, progress, credentials=request.read.credentials
+            target, request.limits, progress, credentials=request.read.credentials
         )
         return report, StepOutcome(status="ran")
     except InspectError as exc:

@@ -120,6 +120,13 @@ def engine(token_registry: Pushed, tmp_path_factory: pytest.TempPathFactory) -> 
         remote,
     )
     assert pushed.returncode == 0, pushed.stderr
+    # A stale local copy under the pushed tag, whose probe would find no package at all:
+    # --check all must probe the digest the registry step read, not this.
+    stale = _podman(
+        env, storage, "import", "--quiet", "--change", "ENV=PATH=/usr/bin:/bin",
+        str(scratch / "rootfs.tar"), remote,
+    )  # fmt: skip
+    assert stale.returncode == 0, stale.stderr
     socket = scratch / "podman.sock"
     service = subprocess.Popen(
         ["podman", *storage, "system", "service", "--time=0", f"unix://{socket}"],
@@ -180,6 +187,16 @@ def test_both_steps_pull_from_the_token_registry_and_probe_in_podman(
     _assert_fake_image_verdicts(report)
     assert result.exit_code == 1
     assert _probe_containers(engine) == []  # removed after the run
+
+
+def test_stale_local_copy_of_the_tag_is_not_what_gets_probed(
+    engine: Engine, kvtool_cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DOCKER_HOST", engine.docker_host)
+    result = kvtool_cli(
+        "inspect-image", engine.remote_image, "--check", "all", "--output-format", "json"
+    )
+    _assert_fake_image_verdicts(json.loads(result.stdout))
 
 
 def test_runtime_only_on_a_local_image(
