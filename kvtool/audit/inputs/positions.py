@@ -60,10 +60,13 @@ class OffsetMap:
     """
 
     anchors: tuple[tuple[int, int], ...]
+    _keys: tuple[int, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_keys", tuple(a[0] for a in self.anchors))
 
     def to_source(self, value_offset: int) -> int:
-        keys = [a[0] for a in self.anchors]
-        position = bisect.bisect_right(keys, value_offset) - 1
+        position = bisect.bisect_right(self._keys, value_offset) - 1
         if position < 0:
             return self.anchors[0][1] if self.anchors else 0
         value_anchor, source_anchor = self.anchors[position]
