@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict
 
@@ -32,6 +32,8 @@ from kvtool.releases.model import (
     ReleaseFacts,
     ReleaseIndex,
 )
+
+_T = TypeVar("_T")
 
 KV_TRANSFER_CONFIG = "--kv-transfer-config"
 KV_OFFLOADING_SIZE = "--kv-offloading-size"
@@ -106,46 +108,45 @@ class Semantics:
     # hot spot when one process audits many files.
     _memo: dict[tuple[str, str, str], Any] = field(default_factory=dict, compare=False, repr=False)
 
+    def _memoized(self, key: tuple[str, str, str], compute: Callable[[], _T]) -> _T:
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return cast(_T, self._memo[key])
+
     def fact(self, key: str, version: str) -> SemanticFact | None:
         """The row of ``key`` covering ``version`` (None: the behaviour does not hold there)."""
-        memo_key = ("fact", key, version)
-        if memo_key not in self._memo:
-            self._memo[memo_key] = next(
-                (f for f in self.facts if f.key == key and f.contains(version)), None
-            )
-        found: SemanticFact | None = self._memo[memo_key]
-        return found
+        return self._memoized(
+            ("fact", key, version),
+            lambda: next((f for f in self.facts if f.key == key and f.contains(version)), None),
+        )
 
     def backend_rows(self, backend: str, version: str) -> tuple[BackendConnectorRow, ...]:
         """Backend -> connector rows for ``backend`` that cover ``version``."""
-        memo_key = ("backend", backend, version)
-        if memo_key not in self._memo:
-            self._memo[memo_key] = tuple(
+        return self._memoized(
+            ("backend", backend, version),
+            lambda: tuple(
                 row
                 for row in self.backend_connectors
                 if row.backend == backend and row.contains(version)
-            )
-        rows: tuple[BackendConnectorRow, ...] = self._memo[memo_key]
-        return rows
+            ),
+        )
 
     def advisories_at(self, version: str) -> tuple[SecurityAdvisory, ...]:
         """Security advisories whose affected range covers ``version``."""
-        memo_key = ("security", "", version)
-        if memo_key not in self._memo:
-            self._memo[memo_key] = tuple(r for r in self.security_floor if r.contains(version))
-        rows: tuple[SecurityAdvisory, ...] = self._memo[memo_key]
-        return rows
+        return self._memoized(
+            ("security", "", version),
+            lambda: tuple(r for r in self.security_floor if r.contains(version)),
+        )
 
     def bugs_at(self, version: str) -> tuple[KnownBug, ...]:
         """Known bugs whose range covers ``version`` (an lmcache row's range is lmcache's:
         a serve config does not name the lmcache release, so those rows always apply)."""
-        memo_key = ("bugs", "", version)
-        if memo_key not in self._memo:
-            self._memo[memo_key] = tuple(
+        return self._memoized(
+            ("bugs", "", version),
+            lambda: tuple(
                 bug for bug in self.known_bugs if bug.component != "vllm" or bug.contains(version)
-            )
-        rows: tuple[KnownBug, ...] = self._memo[memo_key]
-        return rows
+            ),
+        )
 
     def holds(self, key: str, version: str) -> bool:
         return self.fact(key, version) is not None
