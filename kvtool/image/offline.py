@@ -54,8 +54,14 @@ def read_offline(
         raise KvtoolError(f"{path}: no such file or directory")
     try:
         archive = tarfile.open(path, "r:*")  # noqa: SIM115 -- closed by the with below
-    except (tarfile.TarError, OSError) as exc:
-        raise KvtoolError(f"{path}: not a readable tar archive: {exc}") from None
+    except tarfile.TarError:
+        # tarfile's own message lists every compression it tried, one per line.
+        raise KvtoolError(
+            f"{path}: not a tar archive (plain, gzip, bzip2 or xz), so neither a docker save "
+            "nor an OCI archive"
+        ) from None
+    except OSError as exc:
+        raise KvtoolError(f"{path}: cannot read: {exc.strerror}") from None
     with archive:
         members = _safe_members(archive, path)
         if "manifest.json" in members:

@@ -163,6 +163,17 @@ def test_not_an_image_archive(tmp_path: Path, kvtool_cli: Any) -> None:
     _refused(kvtool_cli, archive, "neither a docker save archive")
 
 
+def test_a_file_that_is_no_tar_is_a_one_line_error(tmp_path: Path, kvtool_cli: Any) -> None:
+    text = tmp_path / "notes.txt"
+    text.write_text("not an image\n")
+    result = kvtool_cli("inspect-image", str(text))
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (
+        f"kvtool: error: {text}: not a tar archive (plain, gzip, bzip2 or xz), so neither a "
+        "docker save nor an OCI archive"
+    )
+
+
 def test_missing_archive_path_is_named_not_parsed_as_a_reference(
     tmp_path: Path, kvtool_cli: Any
 ) -> None:
