@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kvtool.errors import KvtoolError
 from kvtool.launch.recipe import ProcessTemplate, Recipe, Target
+from kvtool.launch.sizes import LaunchSizes
 from kvtool.launch.support import (
     below_security_floor,
     hma_disable_needed,
@@ -166,7 +167,7 @@ def build_plan(
     recipe: Recipe,
     options: LaunchOptions,
     facts: ReleaseFacts,
-    sizes: Mapping[str, Any],
+    sizes: LaunchSizes,
 ) -> LaunchPlan:
     """The plan for ``recipe`` at ``facts.version``; a KvtoolError when it cannot run there."""
     reasons = unmet(recipe, facts, secure_only=not options.allow_below_security_floor)
@@ -182,7 +183,7 @@ def build_plan(
             f"recipe {recipe.name} renders only for --target {'|'.join(recipe.targets)}, "
             f"not {options.target}"
         )
-    params = {**_parameters(options, sizes), **tier_parameters(recipe, facts)}
+    params = {**_parameters(options), **sizes.values, **tier_parameters(recipe, facts)}
     engine_count = sum(1 for p in recipe.processes if p.kind == "vllm")
     hma_off = hma_disable_needed(recipe, facts)
     processes: list[Process] = []
@@ -200,7 +201,7 @@ def build_plan(
             utilization=float(params["utilization"]),
             preset=str(fill(recipe.kaito.preset, params, f"recipe {recipe.name}")),
             tp=options.tp,
-            l1_gib=sizes.get("kaito_l1_gib"),
+            l1_gib=sizes.values.get("kaito_l1_gib"),
             vllm_flags=kaito_flags(options.extra_args),
         )
     return LaunchPlan(
@@ -213,9 +214,9 @@ def build_plan(
         name=options.name or recipe.name,
         processes=tuple(processes),
         kaito=kaito,
-        sizes={k: v for k, v in sizes.items() if k != "warnings"},
+        sizes=dict(sizes.values),
         notes=recipe.notes,
-        warnings=(*insecure, *sizes.get("warnings", ())),
+        warnings=(*insecure, *sizes.warnings),
     )
 
 
@@ -239,7 +240,7 @@ def kaito_flags(args: tuple[str, ...]) -> dict[str, Any]:
     return flags
 
 
-def _parameters(options: LaunchOptions, sizes: Mapping[str, Any]) -> dict[str, Any]:
+def _parameters(options: LaunchOptions) -> dict[str, Any]:
     base = options.port
     return {
         "model": options.model,
@@ -257,7 +258,6 @@ def _parameters(options: LaunchOptions, sizes: Mapping[str, Any]) -> dict[str, A
         "lmcache_metrics_port": 9090,
         "fs_path": options.fs_path,
         "kaito_preset": options.kaito_preset or options.model,
-        **{k: v for k, v in sizes.items() if k != "warnings"},
     }
 
 

@@ -8,6 +8,7 @@ Each recipe names its sizing kind: ``native`` (the TP-wide CPU tier for
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from kvtool.errors import KvtoolError
@@ -24,6 +25,18 @@ def _relevant(code: str, sizing: str) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class LaunchSizes:
+    """What kvtool.sizing decided for a launch: template parameters, and its warnings.
+
+    ``values`` always holds ``utilization``; the sizes (``cpu_tier_gib``, ``l1_size_gb``,
+    ...) only when the recipe sizes a tier and the inputs allow it.
+    """
+
+    values: dict[str, Any]
+    warnings: tuple[str, ...] = ()
+
+
 def launch_sizes(
     recipe: Recipe,
     *,
@@ -32,8 +45,8 @@ def launch_sizes(
     host_ram_gib: float | None,
     cpu_tier_gib: float | None,
     utilization: float | None,
-) -> dict[str, Any]:
-    """Template parameters for ``recipe``'s sizes, plus ``warnings`` from kvtool.sizing."""
+) -> LaunchSizes:
+    """Template parameters for ``recipe``'s sizes, and the warnings kvtool.sizing gave."""
     from kvtool.sizing.catalog import load_model_spec
     from kvtool.sizing.deployment import make_deployment
     from kvtool.sizing.facts import sizing_facts
@@ -47,7 +60,7 @@ def launch_sizes(
         tp=tp, host_ram_gib=host_ram_gib, cpu_tier_gib=cpu_tier_gib, utilization=util
     )
     if recipe.sizing == "none" or (recipe.sizing == "kaito" and host_ram_gib is None):
-        return {"utilization": util}
+        return LaunchSizes({"utilization": util})
     if recipe.sizing != "kaito" and host_ram_gib is None and cpu_tier_gib is None:
         raise KvtoolError(
             f"recipe {recipe.name} sizes a host-memory tier: pass --host-ram-gib "
@@ -61,7 +74,7 @@ def launch_sizes(
             "pass --sizing-model NAME|PATH when --model is a name kvtool does not know)"
         ) from None
     report = compute(spec, deployment, facts)
-    sizes: dict[str, Any] = {
+    values: dict[str, Any] = {
         "utilization": util,
         "sizing_model": report.model,
         "cpu_tier_gib": report.kv_offloading_size_gib,
@@ -70,9 +83,9 @@ def launch_sizes(
         "lmcache_tokens": report.lmcache_tokens_at_whole_budget,
         "kaito_l1_gib": report.l1_capacity_gib,
         "kaito_lmcache_tokens": report.lmcache_tokens_at_l1_capacity,
-        "warnings": [w.message for w in report.warnings if _relevant(w.code, recipe.sizing)],
     }
     if report.kv_offloading_size_gib is not None:
         # vLLM turns the GiB figure into bytes as size x 2^30 (sizing_facts.yaml gib_bytes).
-        sizes["cpu_tier_bytes"] = round(report.kv_offloading_size_gib * facts.gib_bytes)
-    return sizes
+        values["cpu_tier_bytes"] = round(report.kv_offloading_size_gib * facts.gib_bytes)
+    warnings = tuple(w.message for w in report.warnings if _relevant(w.code, recipe.sizing))
+    return LaunchSizes(values, warnings)
