@@ -380,6 +380,12 @@ class RuleContext:
         fact = self.connector_fact(name)
         return fact.supports_hma if fact is not None else None
 
+    @property
+    def connector_location(self) -> Location | None:
+        """Where the option that chose the effective connector was written, when known."""
+        conn = self.connector
+        return conn.option.location if conn is not None and conn.option is not None else None
+
     @cached_property
     def connector_names(self) -> tuple[str, ...]:
         """Every connector vLLM instantiates (MultiConnector: itself and its children), each

@@ -203,9 +203,7 @@ class NonHmaConnectorOnHybridModel(ConfigRule):
             "in vLLM "
             f"{ctx.version}: {consequence}.",
             flag=KV_TRANSFER_CONFIG,
-            location=ctx.connector.option.location
-            if ctx.connector and ctx.connector.option
-            else None,
+            location=ctx.connector_location,
             severity=Severity.error if hard_fail else Severity.warning,
             connectors=non_hma,
         )
@@ -258,7 +256,6 @@ class HmaForcedWithNonHmaConnector(ConfigRule):
         outcome = hma_outcome(ctx)
         if not outcome.on or outcome.reason != "forced-on" or not outcome.non_hma:
             return
-        conn = ctx.connector
         why = (
             f"`--no-{DISABLE_HMA[2:]}` forces HMA on"
             if ctx.bool_option(DISABLE_HMA) is False
@@ -270,7 +267,7 @@ class HmaForcedWithNonHmaConnector(ConfigRule):
             f"{ctx.version}: startup fails with "
             f"`{HMA_FACTORY_ERROR.format(name=outcome.non_hma[0])}`",
             flag=DISABLE_HMA,
-            location=conn.option.location if conn and conn.option else None,
+            location=ctx.connector_location,
             fix=Fix(
                 applicability="display",
                 description=f"add {DISABLE_HMA} or use a connector with HMA support",
@@ -326,12 +323,11 @@ class NonHmaConnectorDisablesHma(ConfigRule):
             if ctx.semantics.hma_warning_names_connector(ctx.version)
             else "its startup warning does not name the connector"
         )
-        conn = ctx.connector
         yield self.finding(
             f"vLLM {ctx.version} turns HMA off because `{', '.join(outcome.non_hma)}` lacks "
             f"SupportsHMA ({says}).",
             flag=KV_TRANSFER_CONFIG,
-            location=conn.option.location if conn and conn.option else None,
+            location=ctx.connector_location,
             connectors=list(outcome.non_hma),
         )
 
@@ -562,7 +558,7 @@ class LmcacheWithoutPythonhashseed(ConfigRule):
             "the same "
             "`PYTHONHASHSEED` in every process, or chunk hashes differ and nothing hits.",
             flag="PYTHONHASHSEED",
-            location=conn.option.location if conn.option else None,
+            location=ctx.connector_location,
         )
 
 

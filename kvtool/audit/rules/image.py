@@ -90,7 +90,7 @@ class ConnectorNotBundledInImage(ConfigRule):
         from kvtool.image.model import Verdict
         from kvtool.image.verdicts import connector_family
 
-        location = connector.option.location if connector.option is not None else None
+        location = ctx.connector_location
         flag = connector.option.flag if connector.option is not None else None
         for name in connector.names:
             family = connector_family(name)
