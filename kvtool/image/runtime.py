@@ -21,7 +21,13 @@ from pydantic import ValidationError
 
 from kvtool.errors import KvtoolError
 from kvtool.image.auth import Credentials
-from kvtool.image.errors import EngineError, ProbeError
+from kvtool.image.errors import (
+    AuthError,
+    EngineError,
+    InspectError,
+    ProbeError,
+    RateLimitedError,
+)
 from kvtool.image.model import ProbeReport
 from kvtool.image.registry import Progress
 
@@ -29,6 +35,10 @@ MARKER = "KVTOOL-PROBE-JSON:"
 STDERR_TAIL_CHARS = 2000
 PROBE_ENV = {"PYTHONDONTWRITEBYTECODE": "1"}  # the root filesystem is read-only
 ENGINE_API_TIMEOUT_S = 60
+# Distribution error codes as engines print them: "toomanyrequests: You have reached your
+# pull rate limit", "unauthorized: authentication required", "denied: requested access ...".
+_RATE_LIMITED_RE = re.compile(r"\btoomanyrequests\b", re.IGNORECASE)
+_REFUSED_RE = re.compile(r"\b(?:unauthorized|denied)\b", re.IGNORECASE)
 # What the docker SDK's parse_bytes accepts: bytes, or a b/k/m/g unit with an optional "b".
 _MEMORY_RE = re.compile(r"(?i)^(\d+(?:\.\d+)?)(?:[kmg]b?|b)?$")
 
@@ -130,8 +140,19 @@ def probe_container(
         client.close()
 
 
+def pull_failure(image: str, detail: str) -> InspectError:
+    """A failed pull, classified by the registry error code the engine passes on, so that a
+    rate limit or a refused login reads as such (never as a missing package)."""
+    if _RATE_LIMITED_RE.search(detail):
+        return RateLimitedError(f"{image}: pull rate-limited: {detail}", None)
+    if _REFUSED_RE.search(detail):
+        return AuthError(f"{image}: pull refused by the registry: {detail}")
+    return EngineError(f"{image}: pull failed: {detail}")
+
+
 def _pull(client: Any, image: str, progress: Progress, credentials: Credentials | None) -> None:
     """Pull ``image``, reading the whole stream: errors arrive inside it, not as a status."""
+    from docker.errors import APIError
     from docker.utils import parse_repository_tag
 
     repository, tag = parse_repository_tag(image)
@@ -141,11 +162,13 @@ def _pull(client: Any, image: str, progress: Progress, credentials: Credentials 
         else None
     )
     progress(f"pulling {image}")
-    stream = client.api.pull(repository, tag=tag, stream=True, decode=True, auth_config=auth)
-    for event in stream:
-        if isinstance(event, dict) and (event.get("error") or event.get("errorDetail")):
-            detail = event.get("error") or event.get("errorDetail")
-            raise EngineError(f"{image}: pull failed: {detail}")
+    try:
+        stream = client.api.pull(repository, tag=tag, stream=True, decode=True, auth_config=auth)
+        for event in stream:
+            if isinstance(event, dict) and (event.get("error") or event.get("errorDetail")):
+                raise pull_failure(image, str(event.get("error") or event.get("errorDetail")))
+    except APIError as exc:  # some engines answer a refused pull with an HTTP status
+        raise pull_failure(image, str(exc.explanation or exc)) from None
 
 
 def _run_probe(client: Any, image: str, limits: ContainerLimits, progress: Progress) -> ProbeReport:

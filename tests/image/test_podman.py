@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.image.conftest import Pushed
+from tests.image.conftest import PRIVATE_REPOSITORY, Pushed
 from tests.image.rootfs import STUBS_DIR, build_rootfs
 from tests.image.servers import PUSH_PASSWORD, PUSH_USER, podman_missing_reason, stop
 from tests.image.stubs import LIBCUDART, write_stubs
@@ -222,3 +222,15 @@ def test_pull_failure_is_reported_from_the_stream(
     report = json.loads(result.stdout)
     assert report["runtime_step"]["kind"] == "engine"
     assert {v["verdict"] for v in report["verdicts"]} == {"unknown"}
+
+
+def test_pull_refused_for_want_of_credentials_is_an_auth_failure(
+    engine: Engine, token_registry: Pushed, kvtool_cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DOCKER_HOST", engine.docker_host)
+    private = token_registry.ref("v0.32.0", PRIVATE_REPOSITORY)
+    result = kvtool_cli("inspect-image", private, "--check", "runtime", "--output-format", "json")
+    report = json.loads(result.stdout)
+    assert result.exit_code == 2
+    assert report["runtime_step"]["kind"] == "auth"
+    assert {v["verdict"] for v in report["verdicts"]} == {"unknown"}  # never "not bundled"

@@ -152,3 +152,32 @@ def test_bad_probe_memory_is_refused_before_the_engine_is_asked(
     assert result.stderr.strip() == (
         f"kvtool: error: --probe-memory {memory!r}: expected a size such as 512m or 4g"
     )
+
+
+# Docker Hub's pull-limit answer as dockerd passes it on (quoted in
+# https://github.com/aquasecurity/tracee/issues/4248); the real engine's refusals of a
+# private repository run in test_podman.py.
+HUB_PULL_LIMIT = (
+    "toomanyrequests: You have reached your pull rate limit. You may increase the limit by "
+    "authenticating and upgrading: https://www.docker.com/increase-rate-limit"
+)
+
+
+@pytest.mark.parametrize(
+    ("detail", "kind"),
+    [
+        (HUB_PULL_LIMIT, "rate-limited"),
+        (
+            "pull access denied for acme/vllm, repository does not exist or may require "
+            "'docker login': denied: requested access to the resource is denied",
+            "auth",
+        ),
+        ("manifest for acme/vllm:v9 not found: manifest unknown: manifest unknown", "engine"),
+    ],
+)
+def test_pull_failures_are_classified_by_the_registry_error_code(detail: str, kind: str) -> None:
+    from kvtool.image.runtime import pull_failure
+
+    failure = pull_failure("acme/vllm:v9", detail)
+    assert failure.kind == kind
+    assert str(failure).endswith(detail)
