@@ -1,12 +1,11 @@
 """Load the generated release tables (``rules/releases/``) and the cross-release index.
 
-Loading is the audit's cold-start path: one table plus the index is a couple of
-``json.loads`` calls and one pydantic validation each, cached per process.
+Loading is the audit's cold-start path: one table plus the index, each parsed and
+validated in one pydantic ``model_validate_json`` call, cached per process.
 """
 
 from __future__ import annotations
 
-import json
 from functools import cache
 from pathlib import Path
 
@@ -22,6 +21,13 @@ _INDEX = "index.json"
 
 def releases_dir() -> Path:
     return rules_dir() / "releases"
+
+
+def _first_problem(exc: ValidationError) -> str:
+    """The first validation error on one line: ``where: message``."""
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "(top level)"
+    return f"{where}: {first['msg']}"
 
 
 def _parse_version(text: str, what: str) -> Version:
@@ -51,7 +57,7 @@ def load_release(version: str) -> ReleaseFacts:
     try:
         return ReleaseFacts.model_validate_json(path.read_bytes())
     except ValidationError as exc:
-        raise KvtoolError(f"release table {path} is corrupt: {exc.errors()[0]['msg']}") from exc
+        raise KvtoolError(f"release table {path} is corrupt: {_first_problem(exc)}") from exc
 
 
 @cache
@@ -59,11 +65,11 @@ def release_index() -> ReleaseIndex:
     """Gates (first_seen / gone_at / deprecated_since / replacement) across releases."""
     path = releases_dir() / _INDEX
     try:
-        return ReleaseIndex.model_validate(json.loads(path.read_bytes()))
+        return ReleaseIndex.model_validate_json(path.read_bytes())
     except FileNotFoundError as exc:
         raise KvtoolError(f"release index {path} is missing from this installation") from exc
-    except (ValueError, ValidationError) as exc:
-        raise KvtoolError(f"release index {path} is corrupt: {exc}") from exc
+    except ValidationError as exc:
+        raise KvtoolError(f"release index {path} is corrupt: {_first_problem(exc)}") from exc
 
 
 def flag_gate(spelling: str) -> Gate | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from packaging.version import Version
 
@@ -12,6 +14,7 @@ from kvtool.releases import (
     env_var_gate,
     flag_gate,
     load_release,
+    loader,
     resolve_target,
     tier_gate,
     version_from_image,
@@ -129,3 +132,24 @@ def test_image_with_unusable_version_names_the_image() -> None:
     with pytest.raises(KvtoolError) as err:
         resolve_target(None, "vllm/vllm-openai:v0.9.2")
     assert "vllm/vllm-openai:v0.9.2" in str(err.value)
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"flags": 5}', "[]"])
+def test_a_corrupt_table_or_index_is_a_one_line_error_naming_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str
+) -> None:
+    (tmp_path / "0.32.0.json").write_text(text)
+    (tmp_path / "index.json").write_text(text)
+    monkeypatch.setattr(loader, "releases_dir", lambda: tmp_path)
+    for cached in (loader.available_versions, loader.load_release, loader.release_index):
+        cached.cache_clear()
+    try:
+        for load in (lambda: loader.load_release("0.32.0"), loader.release_index):
+            with pytest.raises(KvtoolError) as err:
+                load()
+            message = str(err.value)
+            assert str(tmp_path) in message and "corrupt" in message
+            assert "\n" not in message
+    finally:
+        for cached in (loader.available_versions, loader.load_release, loader.release_index):
+            cached.cache_clear()
