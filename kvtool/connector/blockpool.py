@@ -47,6 +47,10 @@ class BlockPoolView(Protocol):
     def unprotect(self, block_ids: Sequence[int]) -> None:
         """Drop one reference per block taken by :meth:`protect`."""
 
+    @property
+    def num_free(self) -> int:
+        """Blocks in the free queue now: a block freed next lands behind them. O(1)."""
+
     def iter_eviction_order(self) -> Iterator[int]:
         """Free block ids from the eviction head (next victim first) onwards.
 

@@ -155,6 +155,7 @@ class LazyOffloadManager:
         group_tokens_per_block: Sequence[int] = (16,),
         clock: Callable[[], float] = time.monotonic,
         policy: DrainPolicy | None = None,
+        max_step_blocks: int = 0,
     ) -> None:
         if world_size < 1:
             raise ValueError(f"world_size must be >= 1, got {world_size}")
@@ -164,6 +165,9 @@ class LazyOffloadManager:
         self.pool = pool
         self.store = store
         self.world_size = world_size
+        self.max_step_blocks = max_step_blocks
+        """Most blocks one scheduling pass can allocate (0 = unknown): what may
+        recycle a finished request's blocks before the next step's decision."""
         # Groups with 0 tokens per block (scratch groups) consume no blocks per token.
         self._tokens_per_block = [tpb for tpb in group_tokens_per_block if tpb > 0]
         self._clock = clock
@@ -180,6 +184,10 @@ class LazyOffloadManager:
         # Deadline index, lazily pruned: (front block admitted_at, order, front ordinal, key).
         self._fronts: list[tuple[float, int, int, RequestKey]] = []
         self._jobs: dict[int, _InFlight] = {}
+        # Jobs released at a request's finish, shipped with the next step; their
+        # blocks count against that step's release cap.
+        self._early_jobs: list[StoreJob] = []
+        self._early_blocks = 0
         self._idle_steps = 0
         self._last_token_step: float | None = None
         self._logged: tuple[float, dict[str, int]] | None = None
@@ -199,17 +207,32 @@ class LazyOffloadManager:
         hashed, so what it buffered stays storable. A later arrival of the same id
         is a new generation."""
         key = self._live.pop(request_id, None)
-        if key is not None:
-            self._retire(key)
+        if key is None:
+            return
+        self._retire(key)
+        if key not in self._ready:
+            return
+        # Called before the engine frees the blocks: the policy may protect them
+        # now, since the next scheduling pass can recycle them before step() runs.
+        release = self.policy.release_at_finish(key, _View(self), self.pool.num_free,
+                                                self.max_step_blocks)
+        if release is not None:
+            released = self.stats.released
+            budget = self.config.max_release_blocks_per_step - self._early_blocks
+            self._early_jobs += self._carry_out([release], budget)
+            self._early_blocks += self.stats.released - released
 
     def on_request_preempted(self, request_id: str) -> None:
         """The engine freed the request's blocks and will recompute it.
 
-        What was buffered stays storable (hash-checked like any block); the
-        resumed request starts a new generation, and its re-buffered blocks that
-        are already buffered are skipped as duplicates.
+        What was buffered stays storable (hash-checked like any block) and is
+        left to the step that reports the preemption; the resumed request starts
+        a new generation, and its re-buffered blocks that are already buffered
+        are skipped as duplicates.
         """
-        self.on_request_finished(request_id)
+        key = self._live.pop(request_id, None)
+        if key is not None:
+            self._retire(key)
 
     def buffer_blocks(self, request_id: str, block_ids: Sequence[int]) -> int:
         """Buffer the request's newly full blocks, in token order; returns how many were admitted.
@@ -278,7 +301,8 @@ class LazyOffloadManager:
         releases = self.policy.decide(signals, _View(self), self.pool)
         if any(r.reason is ReleaseReason.IDLE for r in releases):
             self.stats.idle_drains += 1
-        result = StepResult(self._carry_out(releases, self.config.max_release_blocks_per_step))
+        budget = self.config.max_release_blocks_per_step - self._early_blocks
+        result = StepResult(self._take_early_jobs() + self._carry_out(releases, budget))
         self._maybe_log_stats(now)
         return result
 
@@ -314,6 +338,8 @@ class LazyOffloadManager:
         Jobs still in flight afterwards stay counted as ``in_flight``.
         """
         if (mode or self.config.shutdown) is ShutdownMode.DROP:
+            for job in self._take_early_jobs():  # never reached a worker
+                self._cancel(job)
             for buffer in list(self._buffers.values()):
                 if buffer.blocks:
                     self._lose_from(buffer, buffer.front, DropReason.SHUTDOWN, DropReason.SHUTDOWN)
@@ -322,7 +348,7 @@ class LazyOffloadManager:
         releases = [
             Release(key, view.span(key)[1], ReleaseReason.SHUTDOWN) for key in view.iter_requests()
         ]
-        return StepResult(self._carry_out(releases, budget=None))
+        return StepResult(self._take_early_jobs() + self._carry_out(releases, budget=None))
 
     # ------------------------------------------------------------------ host hits
 
@@ -346,6 +372,25 @@ class LazyOffloadManager:
                        tuple(self.store.key(h) for h in block_hashes))
 
     # ------------------------------------------------------------------ internals
+
+    @property
+    def held_for_next_step(self) -> tuple[StoreJob, ...]:
+        """Store jobs released at a request's finish; the next :meth:`step` ships them."""
+        return tuple(self._early_jobs)
+
+    def _cancel(self, job: StoreJob) -> None:
+        """Undo a store job no worker has seen: unprotect, free its slots, count a drop."""
+        del self._jobs[job.job_id]
+        self.pool.unprotect(job.block_ids)
+        for key in job.keys:
+            self._claimed.discard(key.block_hash)
+            self.store.abort(key.block_hash)
+        self.stats.in_flight -= len(job.block_ids)
+        self.stats.drop(DropReason.SHUTDOWN, len(job.block_ids))
+
+    def _take_early_jobs(self) -> tuple[StoreJob, ...]:
+        jobs, self._early_jobs, self._early_blocks = tuple(self._early_jobs), [], 0
+        return jobs
 
     def _new_buffer(self, key: RequestKey) -> _RequestBuffer:
         buffer = _RequestBuffer(key, order=key.serial)

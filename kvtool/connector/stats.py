@@ -33,7 +33,8 @@ class DropReason(str, Enum):
     ALREADY_STORED = "already_stored"
     """Another request stored the same hash first; nothing left to do."""
     SHUTDOWN = "shutdown"
-    """Still buffered when the connector shut down with ``shutdown=drop``."""
+    """Buffered, or released but not yet shipped to a worker, when the connector shut
+    down with ``shutdown=drop``."""
 
 
 @dataclass

@@ -36,6 +36,7 @@ other release raises :class:`UnsupportedVllmError` naming them.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -261,6 +262,10 @@ class VllmBlockPoolView:
     def unprotect(self, block_ids: Sequence[int]) -> None:
         self._pool.free_blocks([self._pool.blocks[i] for i in block_ids])
 
+    @property
+    def num_free(self) -> int:
+        return int(self._pool.get_num_free_blocks())
+
     def iter_eviction_order(self) -> Iterator[int]:
         for block in self._pool.free_block_queue.iter_blocks_after(None):
             yield block.block_id
@@ -386,7 +391,15 @@ class KvtoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
             store,
             world_size=self.world_size,
             group_tokens_per_block=[self.layout.block_size],
+            max_step_blocks=self._max_step_blocks(),
         )
+
+    def _max_step_blocks(self) -> int:
+        """Most blocks one scheduling pass allocates: each scheduled request needs at
+        most one block beyond its share of the step's token budget."""
+        sched = self._vllm_config.scheduler_config
+        tokens = int(sched.max_num_batched_tokens)
+        return math.ceil(tokens / self.layout.block_size) + int(sched.max_num_seqs)
 
     def _manager(self) -> LazyOffloadManager:
         if self.manager is None:

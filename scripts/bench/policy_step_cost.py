@@ -169,6 +169,10 @@ class LinkedPool:
     def unprotect(self, block_ids: Sequence[int]) -> None:
         self.free_blocks([self.blocks[i] for i in block_ids])
 
+    @property
+    def num_free(self) -> int:
+        return self.free_block_queue.num_free_blocks
+
     def iter_eviction_order(self) -> Iterator[int]:
         block = self.fake_head_next()
         tail = self.free_block_queue.fake_free_list_tail

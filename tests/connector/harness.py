@@ -31,6 +31,7 @@ class Rig:
     capacity_blocks: int = 1000
     world_size: int = 1
     tokens_per_block: Sequence[int] = (16,)
+    max_step_blocks: int = 0
     clock: FakeClock = field(default_factory=FakeClock)
     pool_class: type[InMemoryBlockPool] = InMemoryBlockPool
 
@@ -40,6 +41,7 @@ class Rig:
         self.manager = LazyOffloadManager(
             self.config, self.pool, self.store, world_size=self.world_size,
             group_tokens_per_block=self.tokens_per_block, clock=self.clock,
+            max_step_blocks=self.max_step_blocks,
         )
         self.held: dict[str, list[int]] = {}
         self.chains: dict[str, list[Any]] = {}

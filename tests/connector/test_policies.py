@@ -237,3 +237,66 @@ def test_block_pool_reproduces_vllm_free_queue_order() -> None:
     pool.free([b])  # unhashed: back to the head
     assert next(pool.iter_eviction_order()) == b
     assert pool.allocate(5)[-1] == 0 and pool.block_hash(0) is None  # recycled: hash reset
+
+
+def _pool_nearly_full(rig: Rig) -> list[int]:
+    """Request "a" holds 4 buffered blocks, others hold all but 3 of the rest, and
+    a decode phase (no allocations) decays the consumption estimate to a 2-block
+    window, so only the bound on one scheduling pass sees what a burst can take."""
+    a = rig.compute("a", ["a0", "a1", "a2", "a3"])
+    rig.compute("others", [f"o{i}" for i in range(rig.pool.num_free - 3)])
+    for _ in range(12):  # EWMA 21 blocks, then x0.7 per step: 0.42 x horizon 2.5 -> 2
+        rig.step(tokens=1)
+    return a
+
+
+def test_eviction_aware_protects_blocks_a_burst_would_recycle_before_the_next_step() -> None:
+    # The e2e eviction run (24-block pool) lost blocks this way: a request finishes,
+    # its blocks join a 3-block free queue, and the next scheduling pass admits a
+    # 5-block prefill before any step decides, recycling the request's last blocks.
+    rig = Rig.with_config({"kvtool.policy": "eviction_aware"}, num_blocks=24, max_step_blocks=12)
+    a = _pool_nearly_full(rig)
+    rig.finish("a")
+    assert rig.pool.num_free == 3, "a's blocks were protected before the engine freed them"
+    burst = rig.pool.allocate(3)  # the next pass can take only the unpinned blocks
+    rig.allocated += burst
+    jobs = rig.step()
+    assert released_blocks(jobs) == a
+    assert rig.manager.stats.dropped["evicted"] == 0
+    assert rig.manager.stats.released_by["eviction_window"] == 4
+    rig.complete(jobs)
+    assert rig.pool.num_free == 4 and rig.manager.stats.stored == 4
+
+
+def test_without_the_pass_bound_the_same_burst_recycles_unreleased_blocks() -> None:
+    # The control for the test above: the smoothed rate alone (a 2-block window) leaves a's
+    # blocks in the queue, and a 5-block burst recycles the last two first.
+    rig = Rig.with_config({"kvtool.policy": "eviction_aware"}, num_blocks=24)
+    a = _pool_nearly_full(rig)
+    rig.finish("a")  # queue: 3 others, a3, a2, a1, a0
+    rig.allocated += rig.pool.allocate(5)
+    jobs = rig.step()
+    assert rig.manager.stats.dropped["evicted"] == 2  # a3 and a2 were recycled
+    assert released_blocks(jobs) == a[:2]  # only the front was still in the queue
+
+
+def test_eviction_aware_stays_lazy_when_the_queue_ahead_outlasts_the_next_pass() -> None:
+    rig = Rig.with_config({"kvtool.policy": "eviction_aware"}, num_blocks=64, max_step_blocks=12)
+    rig.step()
+    rig.compute("a", ["a0", "a1"])
+    rig.finish("a")  # 62 free blocks ahead of a's: no pass can reach them
+    assert rig.manager.stats.released == 0 and rig.pool.num_free == 64
+
+
+def test_releases_at_finish_count_against_the_next_steps_cap() -> None:
+    rig = Rig.with_config({"kvtool.policy": "eviction_aware",
+                           "kvtool.max_release_blocks_per_step": 5},
+                          num_blocks=24, max_step_blocks=12)
+    a = _pool_nearly_full(rig)
+    rig.finish("a")  # 4 of the step's 5 released at finish
+    rig.clock.now += 1
+    rig.compute("b", ["b0", "b1"])
+    rig.finish("b")  # 1 left in the cap: b0 only
+    jobs = rig.step(tokens=0)
+    assert released_blocks(jobs)[:4] == a
+    assert len(released_blocks(jobs)) == 5

@@ -100,6 +100,9 @@ def test_eviction_aware_stores_blocks_before_the_engine_recycles_them(
     during = run["stats_during_traffic"]
     assert during["stored"] > 0
     assert during["released_by_eviction_window"] == during["released"]
+    # Blocks of a request that finishes into a short free queue are protected at
+    # its finish, before the next scheduling pass could recycle them.
+    assert during["dropped_evicted"] == 0
     # Prompt 0's blocks were recycled by later traffic (the baseline engine gets no
     # local hit for it), yet it is served from the host store with the same tokens.
     assert eviction_run["baseline_again"][0]["cached_tokens"] == 0

@@ -134,6 +134,17 @@ class DrainPolicy(ABC):
     def observe(self, signals: StepSignals) -> None:  # noqa: B027 - optional hook
         """Update estimators on a step whose decision does not come from :meth:`_decide`."""
 
+    def release_at_finish(
+        self, request: RequestKey, pending: PendingView, free_blocks: int, max_step_blocks: int
+    ) -> Release | None:
+        """``request`` finished and still buffers blocks; the engine is about to append
+        its blocks to the free queue behind ``free_blocks`` others, and its next
+        scheduling pass allocates (up to ``max_step_blocks``, 0 = unknown) before
+        the next :meth:`decide` runs. A Release protects the request's front now;
+        None (the default) leaves it to :meth:`decide`. O(1).
+        """
+        return None
+
     @abstractmethod
     def _decide(
         self, signals: StepSignals, pending: PendingView, pool: EvictionOrder
