@@ -300,3 +300,24 @@ def test_releases_at_finish_count_against_the_next_steps_cap() -> None:
     jobs = rig.step(tokens=0)
     assert released_blocks(jobs)[:4] == a
     assert len(released_blocks(jobs)) == 5
+
+
+def test_shutdown_ships_or_cancels_blocks_released_at_a_finish() -> None:
+    from kvtool.connector.config import ShutdownMode
+
+    for mode in ShutdownMode:
+        rig = Rig.with_config({"kvtool.policy": "eviction_aware"}, num_blocks=24,
+                              max_step_blocks=12)
+        a = _pool_nearly_full(rig)
+        rig.finish("a")
+        shipped = rig.manager.shutdown(mode).store_jobs
+        stats = rig.manager.stats
+        if mode is ShutdownMode.DRAIN:  # a's job first, then the still-running others'
+            assert released_blocks(shipped)[:4] == a
+            rig.complete(shipped)
+            assert stats.stored == stats.admitted
+        else:  # no worker ever saw a's job: the protect is undone, the slots freed
+            assert shipped == () and stats.dropped["shutdown"] == stats.admitted
+            assert len(rig.store) == 0
+        assert rig.pool.num_free == 7, "a's 4 blocks are back in the free queue"
+        assert stats.in_flight == 0 and stats.ledger_balanced()
