@@ -49,10 +49,10 @@ def find_entry(name: str) -> CatalogEntry | None:
     return None
 
 
-def _read_config(path: Path) -> dict[str, Any]:
-    config_path = path / "config.json" if path.is_dir() else path
+def _read_config(config_path: Path, given: Path) -> dict[str, Any]:
+    """The JSON object in ``config_path``; ``given`` is what ``--model`` named."""
     if not config_path.is_file():
-        raise KvtoolError(f"--model {path}: no config.json in that directory")
+        raise KvtoolError(f"--model {given}: no config.json in that directory")
     try:
         loaded = json.loads(config_path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
@@ -67,7 +67,8 @@ def load_model_spec(path_or_name: str) -> ModelSpec:
     path = Path(path_or_name).expanduser()
     if path.exists():
         config_path = path / "config.json" if path.is_dir() else path
-        return spec_from_config(_read_config(path), name=path_or_name, where=str(config_path))
+        config = _read_config(config_path, path)
+        return spec_from_config(config, name=path_or_name, where=str(config_path))
     entry = find_entry(path_or_name)
     if entry is None:
         known = ", ".join(e.name for e in catalog())

@@ -118,20 +118,23 @@ def _full_and_sliding(cfg: _Config, sliding_layers: int) -> tuple[AttentionGroup
     return tuple(groups)
 
 
-def _sliding_count_from_types(cfg: _Config, types: list[str]) -> int:
-    known = {"sliding_attention", "full_attention"}
-    unknown = sorted(set(types) - known)
+def _groups_from_layer_types(cfg: _Config, layers: int) -> tuple[AttentionGroup, ...] | None:
+    """Full and sliding groups as ``layer_types`` lists them; None when the config has none."""
+    types = cfg.layer_types(layers)
+    if types is None:
+        return None
+    unknown = sorted(set(types) - {"sliding_attention", "full_attention"})
     if unknown:
         raise KvtoolError(f"{cfg.where}: unsupported layer_types {unknown} for this architecture")
-    return types.count("sliding_attention")
+    return _full_and_sliding(cfg, types.count("sliding_attention"))
 
 
 def _dense(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]:
     """Llama-like decoders; sliding window where the config turns it on for all or some layers."""
     layers = cfg.positive_int("num_hidden_layers")
-    types = cfg.layer_types(layers)
-    if types is not None:
-        return _full_and_sliding(cfg, _sliding_count_from_types(cfg, types)), ()
+    listed = _groups_from_layer_types(cfg, layers)
+    if listed is not None:
+        return listed, ()
     if not cfg.has("sliding_window") or cfg.raw.get("use_sliding_window") is False:
         return _full_and_sliding(cfg, 0), ()
     # Qwen2-style: SWA only from layer max_window_layers on, when switched on.
@@ -151,9 +154,9 @@ def _interleaved(
 
     def parse(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]:
         layers = cfg.positive_int("num_hidden_layers")
-        types = cfg.layer_types(layers)
-        if types is not None:
-            return _full_and_sliding(cfg, _sliding_count_from_types(cfg, types)), ()
+        listed = _groups_from_layer_types(cfg, layers)
+        if listed is not None:
+            return listed, ()
         pattern = cfg.positive_int("sliding_window_pattern", default=every)
         full = sum(1 for i in range(layers) if (i + 1) % pattern == 0)
         return _full_and_sliding(cfg, layers - full), ()
