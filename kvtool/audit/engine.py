@@ -61,7 +61,11 @@ class AuditReport:
 class Tables(Protocol):
     """Where the engine gets release facts, curated semantics and model facts."""
 
-    def target(self, requested: str | None, image: str | None) -> Target: ...
+    def target(
+        self, requested: str | None, image: str | None, *, origin: str = "--vllm-version"
+    ) -> Target:
+        """``origin`` names where ``requested`` was written, for errors about it."""
+        ...
 
     def release(self, version: str) -> ReleaseFacts: ...
 
@@ -199,10 +203,10 @@ class Auditor:
 
     def target_for(self, invocation: Invocation) -> Target:
         if self.settings.vllm_version is not None:
-            target = self.tables.target(self.settings.vllm_version, None)
-            if not self.version_from_cli and self.settings.source is not None:
-                return replace(target, source="settings")
-            return target
+            from_file = not self.version_from_cli and self.settings.source is not None
+            origin = f"{self.settings.source}: vllm-version" if from_file else "--vllm-version"
+            target = self.tables.target(self.settings.vllm_version, None, origin=origin)
+            return replace(target, source="settings") if from_file else target
         return self.tables.target(None, invocation.image)
 
     def context_for(self, invocation: Invocation, target: Target) -> RuleContext:

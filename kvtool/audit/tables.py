@@ -20,10 +20,12 @@ from kvtool.releases.model import ReleaseFacts, ReleaseIndex
 class ShippedTables:
     """Reads the tables shipped with kvtool."""
 
-    def target(self, requested: str | None, image: str | None) -> Target:
+    def target(
+        self, requested: str | None, image: str | None, *, origin: str = "--vllm-version"
+    ) -> Target:
         from kvtool.releases import resolve_target
 
-        resolved = resolve_target(requested, image)
+        resolved = resolve_target(requested, image, origin=origin)
         return Target(
             vllm_version=resolved.version, source=resolved.source, warning=resolved.warning
         )

@@ -82,10 +82,15 @@ def _map_to_table(requested: str, origin: str) -> tuple[str, str | None]:
     )
 
 
-def resolve_target(requested: str | None, image: str | None) -> TargetRelease:
-    """Pick the release table for an explicit version, an image tag, or the newest."""
+def resolve_target(
+    requested: str | None, image: str | None, *, origin: str = "--vllm-version"
+) -> TargetRelease:
+    """Pick the release table for an explicit version, an image tag, or the newest.
+
+    ``origin`` names where ``requested`` was written, for errors about it.
+    """
     if requested:
-        version, warning = _map_to_table(requested, "--vllm-version")
+        version, warning = _map_to_table(requested, origin)
         return TargetRelease(version=version, source="flag", warning=warning)
     if image:
         tagged = version_from_image(image)

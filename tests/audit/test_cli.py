@@ -205,6 +205,18 @@ def test_unknown_setting_is_a_usage_error(kvtool_cli: Cli, script: Path) -> None
     assert "selct" in result.stderr and "kvtool.toml" in result.stderr
 
 
+def test_a_bad_version_in_settings_names_the_settings_file(kvtool_cli: Cli, script: Path) -> None:
+    settings = script.parent / "kvtool.toml"
+    for version in ("abc", "0.1.0"):
+        settings.write_text(f'vllm-version = "{version}"\n')
+        result = kvtool_cli("audit", str(script))
+        assert result.exit_code == 2
+        assert f"{settings}: vllm-version:" in result.stderr
+        assert "--vllm-version" not in result.stderr
+    flag = kvtool_cli("audit", str(script), "--vllm-version", "abc")
+    assert flag.exit_code == 2 and "--vllm-version: 'abc'" in flag.stderr
+
+
 def test_inline_suppressions_unused_and_missing_reasons(kvtool_cli: Cli, script: Path) -> None:
     # In shell a comment cannot sit inside a continued command: one above the command
     # covers the whole command, one at the end of its last line covers that line.

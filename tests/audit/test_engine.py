@@ -21,7 +21,9 @@ class FixedTables:
         self.version = version
         self.model_lookups = 0
 
-    def target(self, requested: str | None, image: str | None) -> Target:
+    def target(
+        self, requested: str | None, image: str | None, *, origin: str = "--vllm-version"
+    ) -> Target:
         return Target(
             vllm_version=requested or self.version, source="flag" if requested else "newest"
         )
