@@ -63,13 +63,18 @@ def push_catalogue(pusher: Pusher) -> dict[str, str]:
     }
 
 
-@pytest.fixture(scope="session")
-def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pushed]:
-    """Debian's docker-registry without auth, holding the catalogue."""
+def registry_scratch(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """A fresh folder for one registry's files; skips where docker-registry is missing."""
     reason = registry_missing_reason()
     if reason:
         pytest.skip(reason)
-    scratch = tmp_path_factory.mktemp("registry")
+    return tmp_path_factory.mktemp(name)
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pushed]:
+    """Debian's docker-registry without auth, holding the catalogue."""
+    scratch = registry_scratch(tmp_path_factory, "registry")
     process, found = start_registry(scratch, None)
     try:
         yield Pushed(found, push_catalogue(Pusher(found.url, REPOSITORY)))
@@ -80,10 +85,7 @@ def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pushed]:
 @pytest.fixture(scope="session")
 def token_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pushed]:
     """docker-registry behind the Bearer token flow; anonymous pull except under private/."""
-    reason = registry_missing_reason()
-    if reason:
-        pytest.skip(reason)
-    scratch = tmp_path_factory.mktemp("token-registry")
+    scratch = registry_scratch(tmp_path_factory, "token-registry")
     token_process, token_url, cert = start_token_server(scratch)
     try:
         process, found = start_registry(scratch, (token_url, cert))
@@ -102,10 +104,7 @@ def token_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pushed]
 @pytest.fixture(scope="session")
 def basic_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pushed]:
     """docker-registry behind Basic auth (htpasswd): every request needs the credentials."""
-    reason = registry_missing_reason()
-    if reason:
-        pytest.skip(reason)
-    scratch = tmp_path_factory.mktemp("basic-registry")
+    scratch = registry_scratch(tmp_path_factory, "basic-registry")
     process, found = start_registry(scratch, None, basic=True)
     try:
         pusher = Pusher(found.url, PRIVATE_REPOSITORY, user=(PUSH_USER, PUSH_PASSWORD))

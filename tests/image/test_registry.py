@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,14 @@ pytestmark = pytest.mark.registry
 def inspect_json(kvtool_cli: Any, *args: str) -> tuple[int, dict[str, Any], str]:
     result = kvtool_cli("inspect-image", *args, "--output-format", "json")
     return result.exit_code, json.loads(result.stdout), result.stderr
+
+
+def inspect_with_password(
+    kvtool_cli: Any, monkeypatch: pytest.MonkeyPatch, ref: str, password: str
+) -> tuple[int, dict[str, Any], str]:
+    """inspect-image as PUSH_USER, the password given on stdin."""
+    monkeypatch.setattr("sys.stdin", io.StringIO(f"{password}\n"))
+    return inspect_json(kvtool_cli, ref, "--username", PUSH_USER, "--password-stdin")
 
 
 def verdicts(report: dict[str, Any]) -> dict[str, str]:
@@ -170,15 +179,8 @@ def test_anonymous_pull_of_a_private_repository_is_an_auth_failure(
 def test_credentials_from_password_stdin(
     token_registry: Pushed, kvtool_cli: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import io
-
-    monkeypatch.setattr("sys.stdin", io.StringIO(f"{PUSH_PASSWORD}\n"))
-    code, report, _ = inspect_json(
-        kvtool_cli,
-        token_registry.ref("v0.32.0", PRIVATE_REPOSITORY),
-        "--username",
-        PUSH_USER,
-        "--password-stdin",
+    code, report, _ = inspect_with_password(
+        kvtool_cli, monkeypatch, token_registry.ref("v0.32.0", PRIVATE_REPOSITORY), PUSH_PASSWORD
     )
     assert code == 0
     assert report["image"]["manifest_digest"] == token_registry.digests["private"]
@@ -187,15 +189,8 @@ def test_credentials_from_password_stdin(
 def test_wrong_password_is_an_auth_failure(
     token_registry: Pushed, kvtool_cli: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import io
-
-    monkeypatch.setattr("sys.stdin", io.StringIO("wrong\n"))
-    code, report, stderr = inspect_json(
-        kvtool_cli,
-        token_registry.ref("v0.32.0", PRIVATE_REPOSITORY),
-        "--username",
-        PUSH_USER,
-        "--password-stdin",
+    code, report, stderr = inspect_with_password(
+        kvtool_cli, monkeypatch, token_registry.ref("v0.32.0", PRIVATE_REPOSITORY), "wrong"
     )
     assert code == 2
     assert report["build_flag_step"]["kind"] == "auth"
@@ -218,15 +213,8 @@ def test_credentials_from_the_docker_config_file(token_registry: Pushed, kvtool_
 def test_basic_auth_with_credentials_from_password_stdin(
     basic_registry: Pushed, kvtool_cli: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import io
-
-    monkeypatch.setattr("sys.stdin", io.StringIO(f"{PUSH_PASSWORD}\n"))
-    code, report, _ = inspect_json(
-        kvtool_cli,
-        basic_registry.ref("v0.32.0", PRIVATE_REPOSITORY),
-        "--username",
-        PUSH_USER,
-        "--password-stdin",
+    code, report, _ = inspect_with_password(
+        kvtool_cli, monkeypatch, basic_registry.ref("v0.32.0", PRIVATE_REPOSITORY), PUSH_PASSWORD
     )
     assert code == 0
     assert report["image"]["manifest_digest"] == basic_registry.digests["v0.32.0"]
@@ -247,15 +235,8 @@ def test_basic_auth_without_credentials_is_an_auth_failure(
 def test_basic_auth_with_a_wrong_password_is_an_auth_failure(
     basic_registry: Pushed, kvtool_cli: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import io
-
-    monkeypatch.setattr("sys.stdin", io.StringIO("wrong\n"))
-    code, report, stderr = inspect_json(
-        kvtool_cli,
-        basic_registry.ref("v0.32.0", PRIVATE_REPOSITORY),
-        "--username",
-        PUSH_USER,
-        "--password-stdin",
+    code, report, stderr = inspect_with_password(
+        kvtool_cli, monkeypatch, basic_registry.ref("v0.32.0", PRIVATE_REPOSITORY), "wrong"
     )
     assert code == 2
     assert report["build_flag_step"]["kind"] == "auth"
