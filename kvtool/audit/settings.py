@@ -48,13 +48,19 @@ class AuditSettings(BaseModel):
         return value
 
     def ignored_for(self, file: str | None) -> tuple[str, ...]:
-        """Selectors ignored for ``file``: ``ignore`` plus every matching
-        ``per-file-ignores`` glob."""
+        """Selectors ignored for ``file``: ``ignore`` plus every ``per-file-ignores`` glob
+        matching the file as given, its name, or (as ruff does) its path relative to the
+        settings file's directory."""
         extra: list[str] = []
-        if file is not None:
-            path = PurePath(file).as_posix()
+        if file is not None and self.per_file_ignores:
+            spellings = {PurePath(file).as_posix(), PurePath(file).name}
+            if self.source is not None:
+                root = Path(self.source).resolve().parent
+                resolved = Path(file).resolve()
+                if resolved.is_relative_to(root):
+                    spellings.add(resolved.relative_to(root).as_posix())
             for pattern, codes in self.per_file_ignores.items():
-                if fnmatch(path, pattern) or fnmatch(PurePath(file).name, pattern):
+                if any(fnmatch(spelling, pattern) for spelling in spellings):
                     extra.extend(codes)
         return (*self.ignore, *extra)
 

@@ -198,6 +198,24 @@ def test_pyproject_tool_kvtool_and_per_file_ignores(kvtool_cli: Cli, script: Pat
     assert "VG002" not in {f["code"] for f in json.loads(result.stdout)["findings"]}
 
 
+def test_per_file_ignores_match_paths_relative_to_the_settings_file(
+    kvtool_cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "kvtool.toml").write_text('per-file-ignores = {"deploy/*.sh" = ["VG002"]}\n')
+    deploy = tmp_path / "deploy"
+    deploy.mkdir()
+    (deploy / "serve.sh").write_text(SCRIPT)
+    (tmp_path / "serve.sh").write_text(SCRIPT)
+    monkeypatch.chdir(deploy)  # the settings file is found above; the path given is bare
+
+    def codes(path: str) -> set[str]:
+        out = kvtool_cli("audit", path, "--vllm-version", "0.32.0", "--output-format", "json")
+        return {f["code"] for f in json.loads(out.stdout)["findings"]}
+
+    assert "VG002" not in codes("serve.sh")
+    assert "VG002" in codes("../serve.sh")  # outside deploy/: still reported
+
+
 def test_unknown_setting_is_a_usage_error(kvtool_cli: Cli, script: Path) -> None:
     (script.parent / "kvtool.toml").write_text("selct = ['VG']\n")
     result = kvtool_cli("audit", str(script))
