@@ -100,7 +100,7 @@ def inspect_image(
     from kvtool.console import stderr
     from kvtool.errors import KvtoolError
     from kvtool.image.auth import Credentials
-    from kvtool.image.inspect import InspectRequest, ReadOptions, Runtime, inspect
+    from kvtool.image.inspect import InspectRequest, ReadOptions, inspect
     from kvtool.image.manifest import Platform
     from kvtool.image.render import render_text, to_json
     from kvtool.image.runtime import ContainerLimits
@@ -116,11 +116,10 @@ def inspect_image(
     chosen = check or (Check.runtime if python is not None else Check.build_flag)
     if chosen is not Check.build_flag and image is None and python is None:
         raise KvtoolError("the runtime check needs an IMAGE or --python PATH")
-    runtime: Runtime = "none" if chosen is Check.build_flag else ("python" if python else "engine")
     request = InspectRequest(
         image=image,
         build_flag=chosen is not Check.runtime,
-        runtime=runtime,
+        runtime=chosen is not Check.build_flag,
         python=python,
         connectors=list(connector) if connector else list(Connector),
         read=ReadOptions(

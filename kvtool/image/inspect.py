@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import httpx
 
@@ -32,7 +32,6 @@ from kvtool.image.verdicts import cuda_mismatches, decide, exit_code
 from kvtool.image.version import infer_vllm_version
 
 DEFAULT_PLATFORM = Platform("linux", "amd64")
-Runtime = Literal["none", "engine", "python"]
 
 
 def _quiet(_: str) -> None:
@@ -57,7 +56,7 @@ class ReadOptions:
 class InspectRequest:
     image: str | None  # a registry reference or a path to an archive / OCI layout
     build_flag: bool = True
-    runtime: Runtime = "none"
+    runtime: bool = False  # run the import probe: with ``python`` when set, else in the engine
     python: Path | None = None
     connectors: list[Connector] = field(default_factory=lambda: list(Connector))
     read: ReadOptions = field(default_factory=ReadOptions)
@@ -237,12 +236,10 @@ def _probe_target(target: str | None, facts: ImageFacts | None) -> str | None:
 def _runtime(
     request: InspectRequest, target: str | None, progress: Progress
 ) -> tuple[ProbeReport | None, StepOutcome]:
-    if request.runtime == "none":
+    if not request.runtime:
         return None, StepOutcome(status="skipped", reason="not requested")
     try:
-        if request.runtime == "python":
-            if request.python is None:
-                raise KvtoolError("the python runtime check needs --python PATH")
+        if request.python is not None:
             progress(f"running the import probe with {request.python}")
             return probe_local(request.python, request.limits.timeout_s), StepOutcome(status="ran")
         if target is None or is_offline_input(target):
