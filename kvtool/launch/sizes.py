@@ -37,6 +37,12 @@ class LaunchSizes:
     warnings: tuple[str, ...] = ()
 
 
+def _rounded(gib: float | None) -> float | None:
+    from kvtool.sizing.arithmetic import flag_gib
+
+    return None if gib is None else flag_gib(gib)
+
+
 def launch_sizes(
     recipe: Recipe,
     *,
@@ -74,18 +80,21 @@ def launch_sizes(
             "pass --sizing-model NAME|PATH when --model is a name kvtool does not know)"
         ) from None
     report = compute(spec, deployment, facts)
+    # Sizes that become flags are rounded up to 0.01 GiB, as `kvtool size --emit` prints them.
+    tier = _rounded(report.kv_offloading_size_gib)
+    l1 = _rounded(report.l1_whole_budget_gib)
     values: dict[str, Any] = {
         "utilization": util,
         "sizing_model": report.model,
-        "cpu_tier_gib": report.kv_offloading_size_gib,
+        "cpu_tier_gib": tier,
         "cpu_tier_tokens": report.cpu_tier_tokens,
-        "l1_size_gb": report.l1_whole_budget_gib,
+        "l1_size_gb": l1,
         "lmcache_tokens": report.lmcache_tokens_at_whole_budget,
         "kaito_l1_gib": report.l1_capacity_gib,
         "kaito_lmcache_tokens": report.lmcache_tokens_at_l1_capacity,
     }
-    if report.kv_offloading_size_gib is not None:
+    if tier is not None:
         # vLLM turns the GiB figure into bytes as size x 2^30 (sizing_facts.yaml gib_bytes).
-        values["cpu_tier_bytes"] = round(report.kv_offloading_size_gib * facts.gib_bytes)
+        values["cpu_tier_bytes"] = round(tier * facts.gib_bytes)
     warnings = tuple(w.message for w in report.warnings if _relevant(w.code, recipe.sizing))
     return LaunchSizes(values, warnings)

@@ -15,6 +15,14 @@ def round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
 
+def flag_gib(value: float) -> float:
+    """``value`` rounded *up* to 0.01 GiB: the size a flag gets, never under the computed tier.
+
+    The result is the double nearest a two-decimal number, so ``str()`` prints it short.
+    """
+    return math.ceil(round(value * 100, 6)) / 100
+
+
 def per_rank_gib(total_gib: float, ranks: int) -> float:
     """Per-rank share of a TP-wide total (LMCache in-process, SGLang per-rank sizes)."""
     return total_gib / ranks

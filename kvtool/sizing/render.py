@@ -7,20 +7,20 @@ can be piped. Rendering never computes a figure: everything comes from the repor
 from __future__ import annotations
 
 import json
-import math
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from kvtool.errors import KvtoolError
+from kvtool.sizing import arithmetic as ar
 from kvtool.sizing.facts import sizing_facts
 from kvtool.sizing.results import SizingReport
 
 
 def flag_gib(value: float) -> str:
-    """A GiB size for a flag, rounded *up* to 0.01 so the tier is never smaller than computed."""
-    return f"{math.ceil(round(value * 100, 6)) / 100:g}"
+    """A GiB size for a flag (:func:`kvtool.sizing.arithmetic.flag_gib`), no trailing zeros."""
+    return f"{ar.flag_gib(value):.2f}".rstrip("0").rstrip(".")
 
 
 def _bytes(value: float | None) -> str:

@@ -110,6 +110,18 @@ def test_emit_rounds_sizes_up(kvtool_cli) -> None:  # type: ignore[no-untyped-de
     assert result.stdout.splitlines()[0] == "--kv-offloading-size 122.08"
 
 
+@pytest.mark.parametrize(
+    ("tier", "flag"), [("12345.641", "12345.65"), ("25.8741", "25.88"), ("3.03", "3.03")]
+)
+def test_emit_never_rounds_a_size_down(kvtool_cli, tier: str, flag: str) -> None:  # type: ignore[no-untyped-def]
+    # Above 10,000 GiB six significant digits would drop the second decimal (12345.6).
+    result = kvtool_cli(
+        "size", "--model", "llama-3.1-8b", "--cpu-tier-gib", tier, "--emit", "flags"
+    )
+    assert result.stdout.splitlines()[0] == f"--kv-offloading-size {flag}"
+    assert float(flag) >= float(tier)
+
+
 def _write_config(tmp_path: Path, **changes: object) -> Path:
     config = json.loads(LLAMA_8B.read_text())
     for key, value in changes.items():
