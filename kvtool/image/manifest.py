@@ -1,8 +1,8 @@
 """Manifests, indexes and platform choice, shared by the registry and offline readers.
 
 A source only fetches bytes (:class:`ManifestSource`); :func:`resolve_config` walks
-index -> (nested index ->) manifest -> config for one platform, refusing loops, deep
-nesting, oversize documents and digests that do not match their bytes.
+index -> (nested index ->) manifest -> config for one platform, refusing deep nesting,
+oversize documents and digests that do not match their bytes.
 """
 
 from __future__ import annotations
@@ -199,17 +199,15 @@ def resolve_config(
 ) -> ResolvedConfig:
     """Follow ``reference`` down to the config for ``wanted``.
 
-    Invariant: every digest followed is fetched at most once; seeing one again, or
-    nesting deeper than :data:`MAX_INDEX_DEPTH`, is refused as a loop.
+    Invariant: at most :data:`MAX_INDEX_DEPTH` nested indexes are followed; deeper is
+    refused as a loop in disguise. A true cycle cannot occur: every source verifies a
+    document against the digest it was fetched by, and no document can name its own
+    digest (or that of a document naming it).
     """
-    seen: set[str] = set()
     document = source.fetch_manifest(reference)
     index_digest: str | None = None
     available: list[str] = []
     for _depth in range(MAX_INDEX_DEPTH + 1):
-        if document.digest in seen:
-            raise RefusedError(f"{where}: manifest {document.digest} refers back to itself (loop)")
-        seen.add(document.digest)
         data = load_json_object(document.body, f"{where}: manifest {document.digest}")
         media_type = media_type_of(document, data)
         if media_type in INDEX_TYPES:
@@ -221,10 +219,6 @@ def resolve_config(
             descriptors = [parse_descriptor(d, f"{where}: index {document.digest}") for d in raw]
             chosen, offered = select_platform(descriptors, wanted, where)
             available = available or offered
-            if chosen.digest in seen:
-                raise RefusedError(
-                    f"{where}: index {document.digest} points back at {chosen.digest} (loop)"
-                )
             document = source.fetch_manifest(chosen.digest)
             continue
         if media_type not in MANIFEST_TYPES:
