@@ -37,10 +37,16 @@ class LaunchSizes:
     warnings: tuple[str, ...] = ()
 
 
-def _rounded(gib: float | None) -> float | None:
-    from kvtool.sizing.arithmetic import flag_gib
+# Decimals a GiB size keeps in a launch config: 1e-6 GiB is about 1 KiB, so rounding up
+# only strips float noise (77.7 x 0.333 = 25.874100000000002) and an exact size the
+# operator gave (--cpu-tier-gib 0.0625) stays exact.
+LAUNCH_GIB_DECIMALS = 6
 
-    return None if gib is None else flag_gib(gib)
+
+def _rounded(gib: float | None) -> float | None:
+    from kvtool.sizing.arithmetic import round_up_gib
+
+    return None if gib is None else round_up_gib(gib, LAUNCH_GIB_DECIMALS)
 
 
 def launch_sizes(
@@ -80,7 +86,6 @@ def launch_sizes(
             "pass --sizing-model NAME|PATH when --model is a name kvtool does not know)"
         ) from None
     report = compute(spec, deployment, facts)
-    # Sizes that become flags are rounded up to 0.01 GiB, as `kvtool size --emit` prints them.
     tier = _rounded(report.kv_offloading_size_gib)
     l1 = _rounded(report.l1_whole_budget_gib)
     values: dict[str, Any] = {

@@ -15,12 +15,14 @@ def round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
 
-def flag_gib(value: float) -> float:
-    """``value`` rounded *up* to 0.01 GiB: the size a flag gets, never under the computed tier.
+def round_up_gib(value: float, decimals: int) -> float:
+    """``value`` rounded *up* to ``decimals`` places: a flag's size is never under the tier.
 
-    The result is the double nearest a two-decimal number, so ``str()`` prints it short.
+    The result is the double nearest a ``decimals``-place number, so ``str()`` prints it
+    short; the inner ``round`` keeps float noise (25.874100000000002) from adding a step.
     """
-    return math.ceil(round(value * 100, 6)) / 100
+    scale: int = 10**decimals
+    return math.ceil(round(value * scale, 6)) / scale
 
 
 def per_rank_gib(total_gib: float, ranks: int) -> float:

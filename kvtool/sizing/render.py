@@ -19,8 +19,8 @@ from kvtool.sizing.results import SizingReport
 
 
 def flag_gib(value: float) -> str:
-    """A GiB size for a flag (:func:`kvtool.sizing.arithmetic.flag_gib`), no trailing zeros."""
-    return f"{ar.flag_gib(value):.2f}".rstrip("0").rstrip(".")
+    """A GiB size for a flag, rounded *up* to 0.01 GiB, without trailing zeros."""
+    return f"{ar.round_up_gib(value, 2):.2f}".rstrip("0").rstrip(".")
 
 
 def _bytes(value: float | None) -> str:

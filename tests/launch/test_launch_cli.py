@@ -42,19 +42,20 @@ def test_native_offload_size_is_the_tp_wide_total_from_host_ram(kvtool_cli: Any)
     assert _value(args, "--tensor-parallel-size") == "4"
 
 
-def test_fractional_sizes_are_the_ones_kvtool_size_emits(kvtool_cli: Any) -> None:
-    # 77.7 GiB x 0.333 = 25.8741 GiB: both commands paste 25.88 (rounded up to 0.01 GiB),
-    # not the float's 25.874100000000002, and the byte form follows the flag value.
+def test_fractional_sizes_carry_no_float_noise(kvtool_cli: Any) -> None:
+    # 77.7 GiB x 0.333 = 25.8741 GiB exactly in decimal; the float product prints as
+    # 25.874100000000002, which must not reach a flag. An exact size the operator gave
+    # stays exact (0.0625 GiB = 64 MiB, the end-to-end test's tier).
     ram = ("--host-ram-gib", "77.7", "--utilization", "0.333")
-    emitted = kvtool_cli("size", "--model", MODEL, *ram, "--emit", "flags").stdout.splitlines()
     plan = _json_plan(kvtool_cli, "native-cpu-offload", *ram, "--vllm-version", "0.32.0")
-    launched = _value(_engine_args(plan), "--kv-offloading-size")
-    assert emitted[0] == f"--kv-offloading-size {launched}" == "--kv-offloading-size 25.88"
-    assert plan["sizes"]["cpu_tier_gib"] == 25.88
-    assert plan["sizes"]["cpu_tier_bytes"] == round(25.88 * 2**30)
+    assert _value(_engine_args(plan), "--kv-offloading-size") == "25.8741"
     server = _engine_args(_json_plan(kvtool_cli, "lmcache-mp", *ram, "--vllm-version", "0.32.0"),
                           "lmcache-server")
-    assert _value(server, "--l1-size-gb") == "25.88"
+    assert _value(server, "--l1-size-gb") == "25.8741"
+    exact = _json_plan(kvtool_cli, "native-cpu-offload", "--cpu-tier-gib", "0.0625",
+                       "--vllm-version", "0.32.0")
+    assert _value(_engine_args(exact), "--kv-offloading-size") == "0.0625"
+    assert exact["sizes"]["cpu_tier_bytes"] == 64 << 20
 
 
 def test_sglang_per_gpu_size_becomes_the_total(kvtool_cli: Any) -> None:

@@ -36,6 +36,15 @@ def test_per_rank_and_total_are_inverse(total: float, ranks: int) -> None:
     assert ar.total_from_per_rank_gib(ar.per_rank_gib(total, ranks), ranks) == pytest.approx(total)
 
 
+@given(value=st.floats(min_value=0, max_value=1e6), decimals=st.sampled_from([2, 6]))
+def test_round_up_gib_never_shrinks_and_prints_short(value: float, decimals: int) -> None:
+    rounded = ar.round_up_gib(value, decimals)
+    assert rounded >= value - 1e-9  # the inner round() forgives only float noise
+    assert rounded - value <= 10**-decimals + 1e-9
+    fraction = repr(rounded).partition(".")[2]
+    assert "e" in fraction or len(fraction) <= decimals
+
+
 @given(value=st.integers(0, 10**12), multiple=st.sampled_from([1, 512, 4096]))
 def test_round_up(value: int, multiple: int) -> None:
     rounded = ar.round_up(value, multiple)
