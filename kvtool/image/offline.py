@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import tarfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -47,9 +47,7 @@ def read_offline(
 ) -> OfflineImage:
     """The config of the image named ``name`` (or the only one) in ``path``."""
     if path.is_dir():
-        return _read_layout(
-            _LayoutDir(path), "oci-layout", str(path), wanted, name, max_config_bytes
-        )
+        return _read_layout(_LayoutDir(path, name), "oci-layout", wanted, max_config_bytes)
     if not path.is_file():
         raise KvtoolError(f"{path}: no such file or directory")
     try:
@@ -67,8 +65,8 @@ def read_offline(
         if "manifest.json" in members:
             return _read_docker_archive(archive, members, path, name, max_config_bytes)
         if TOP_INDEX in members:
-            source = _TarLayout(archive, members, path)
-            return _read_layout(source, "oci-archive", str(path), wanted, name, max_config_bytes)
+            source = _TarLayout(archive, members, path, name)
+            return _read_layout(source, "oci-archive", wanted, max_config_bytes)
     raise KvtoolError(
         f"{path}: neither a docker save archive (manifest.json) nor an OCI archive (index.json)"
     )
@@ -180,10 +178,11 @@ def _name_matches(candidate: str, wanted: str) -> bool:
 
 
 class _LayoutBase:
-    """An OCI image layout (``oci-layout`` + ``index.json`` + ``blobs/``), dir or tar."""
+    """An OCI image layout (``oci-layout`` + ``index.json`` + ``blobs/``), dir or tar;
+    ``name`` narrows index.json to the image of that ref name (all when None)."""
 
-    where: str
-    name: str | None = None
+    def __init__(self, where: str, name: str | None) -> None:
+        self.where, self.name = where, name
 
     def read(self, relative: str, max_bytes: int) -> bytes:
         raise NotImplementedError
@@ -232,9 +231,9 @@ def _ref_names(entry: dict[str, Any]) -> list[str]:
 
 
 class _LayoutDir(_LayoutBase):
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, name: str | None) -> None:
+        super().__init__(str(root), name)
         self.root = root.resolve()
-        self.where = str(root)
         if not (root / TOP_INDEX).is_file():
             raise KvtoolError(f"{root}: not an OCI layout directory (no index.json)")
 
@@ -254,31 +253,22 @@ class _LayoutDir(_LayoutBase):
 
 class _TarLayout(_LayoutBase):
     def __init__(
-        self, archive: tarfile.TarFile, members: dict[str, tarfile.TarInfo], path: Path
+        self,
+        archive: tarfile.TarFile,
+        members: dict[str, tarfile.TarInfo],
+        path: Path,
+        name: str | None,
     ) -> None:
+        super().__init__(str(path), name)
         self.archive, self.members, self.path = archive, members, path
-        self.where = str(path)
 
     def read(self, relative: str, max_bytes: int) -> bytes:
         return _read_member(self.archive, self.members, relative, max_bytes, self.path)
 
 
 def _read_layout(
-    source: _LayoutBase,
-    kind: ImageSource,
-    where: str,
-    wanted: Platform,
-    name: str | None,
-    max_config_bytes: int,
+    source: _LayoutBase, kind: ImageSource, wanted: Platform, max_config_bytes: int
 ) -> OfflineImage:
-    source.name = name
-    resolved = resolve_config(source, TOP_INDEX, wanted, where, max_config_bytes)
+    resolved = resolve_config(source, TOP_INDEX, wanted, source.where, max_config_bytes)
     # The top index.json is the layout's table of contents, not an image index.
-    resolved = ResolvedConfig(
-        resolved.config,
-        resolved.config_digest,
-        resolved.manifest_digest,
-        None,
-        resolved.available_platforms,
-    )
-    return OfflineImage(kind, resolved, name)
+    return OfflineImage(kind, replace(resolved, index_digest=None), source.name)
