@@ -111,7 +111,10 @@ def _tier_bytes(config: dict[str, str]) -> float | None:
     return size * GIB if size > 0 else None
 
 
-def _causes(d: Deltas, config: dict[str, str], log: str | None) -> list[Cause]:
+def _causes(
+    d: Deltas, config: dict[str, str], log: str | None, created: list[str]
+) -> list[Cause]:
+    """Why no external hits; ``created`` are the connector names the log says were made."""
     causes: list[Cause] = []
 
     def add(code: str, message: str, **evidence: Any) -> None:
@@ -123,7 +126,6 @@ def _causes(d: Deltas, config: dict[str, str], log: str | None) -> list[Cause]:
             "against; remove the flag",
             enable_prefix_caching="False")
     if d.external_queries == 0:
-        created = sig.CONNECTOR_CREATED.findall(log or "")
         if log is not None and not created:
             add("connector-not-loaded",
                 "no KV connector was created (the log has no 'Creating v1 connector' line): "
@@ -198,7 +200,7 @@ def diagnose(before: Snapshot, after: Snapshot, log: str | None = None) -> Verif
         if d.offload_load_bytes == 0 and counter_present(after, sig.OFFLOAD_LOAD_BYTES):
             notes.append("external hits rose but no offload load bytes were counted")
     else:
-        verdict, causes = "no-external-hits", _causes(d, config, log)
+        verdict, causes = "no-external-hits", _causes(d, config, log, created)
     return VerifyReport(
         verdict=verdict,
         deltas=d,
