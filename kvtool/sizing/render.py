@@ -153,11 +153,12 @@ def emit_lines(report: SizingReport, what: str) -> list[str]:
         )
     facts = sizing_facts()
     if what == "flags":
-        l1 = report.l1_whole_budget_gib or report.kv_offloading_size_gib
+        # One MP server holds every rank's shard: its L1 is the whole TP-wide budget.
+        size = flag_gib(report.kv_offloading_size_gib)
         return [
-            f"--kv-offloading-size {flag_gib(report.kv_offloading_size_gib)}",
+            f"--kv-offloading-size {size}",
             f"lmcache server --chunk-size {report.lmcache_chunk_size} --l1-use-lazy "
-            f"--l1-init-size-gb {facts.lmcache_l1_init_size_gb} --l1-size-gb {flag_gib(l1)} "
+            f"--l1-init-size-gb {facts.lmcache_l1_init_size_gb} --l1-size-gb {size} "
             "--eviction-policy LRU",
         ]
     assert report.lmcache_max_local_cpu_size_gib is not None
