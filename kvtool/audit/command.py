@@ -292,6 +292,8 @@ def rule(
         import json
 
         sys.stdout.write(json.dumps(found.meta.as_dict(), indent=2) + "\n")
+    elif output_format is RuleFormat.markdown:
+        sys.stdout.write(ruledocs.rule_markdown(found).rstrip() + "\n")
     else:
         sys.stdout.write(ruledocs.rule_text(found))
 

@@ -59,18 +59,22 @@ def markdown() -> str:
                 f"{meta.default_severity.value} | "
                 f"{meta.fix_applicability} | {meta.summary} |"
             )
-    for rule in registry:
-        meta = rule.meta
-        out.append(f"### {meta.code} {meta.name}\n")
-        out.append(
-            f"Severity **{meta.default_severity.value}** · fix **{meta.fix_applicability}** · "
-            f"{meta.summary}\n"
-        )
-        for title, body in meta.sections.items():
-            out.append(
-                f"**{title}.** {body}\n" if "\n" not in body else f"**{title}.**\n\n{body}\n"
-            )
+    out.extend(rule_markdown(rule) for rule in registry)
     return "\n".join(out).rstrip() + "\n"
+
+
+def rule_markdown(rule: Rule) -> str:
+    """One rule's section of ``docs/rules.md`` (also ``kvtool rule CODE --output-format
+    markdown``)."""
+    meta = rule.meta
+    out = [
+        f"### {meta.code} {meta.name}\n",
+        f"Severity **{meta.default_severity.value}** · fix **{meta.fix_applicability}** · "
+        f"{meta.summary}\n",
+    ]
+    for title, body in meta.sections.items():
+        out.append(f"**{title}.** {body}\n" if "\n" not in body else f"**{title}.**\n\n{body}\n")
+    return "\n".join(out)
 
 
 def as_json() -> str:

@@ -51,3 +51,11 @@ def test_every_docs_link_of_a_finding_lands_on_its_rule_heading() -> None:
     for rule in registry:
         path, _, slug = docs_anchor(rule.code, rule.name).partition("#")
         assert path == "docs/rules.md" and slug in slugs, rule.code
+
+
+def test_one_rule_as_markdown_is_its_section_of_the_docs(kvtool_cli: Cli) -> None:
+    committed = (REPO_ROOT / "docs" / "rules.md").read_text(encoding="utf-8")
+    result = kvtool_cli("rule", "kv-offloading-size-per-rank", "--output-format", "markdown")
+    assert result.exit_code == 0
+    assert result.stdout.startswith("### SZ001 kv-offloading-size-per-rank\n")
+    assert result.stdout in committed
