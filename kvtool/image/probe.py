@@ -154,7 +154,9 @@ def run():
     if installed.get("lmcache"):
         report["mp_adapter"] = _mp_adapter()
     report["vllm"], vllm = _import("vllm")
-    if vllm is not None:
+    if vllm is None:
+        report["factory_error"] = report["vllm"]["error"]
+    else:
         _connectors(report)
     torch = sys.modules.get("torch")
     report["torch"] = getattr(torch, "__version__", None) if torch is not None else None

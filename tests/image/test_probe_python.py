@@ -101,6 +101,18 @@ def test_connector_class_failing_to_load_through_the_factory_is_broken(
     assert lmcache["error"] == "RuntimeError: torch ABI mismatch"
 
 
+def test_without_vllm_the_reason_says_the_connector_loads_went_unchecked(
+    tmp_path: Path, kvtool_cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stubs = write_stubs(tmp_path, packages=("lmcache", "nixl", "mooncake"))
+    code, report, _ = probe(kvtool_cli, monkeypatch, stubs)
+    assert code == 0  # the packages import; vLLM's absence is reported, not judged
+    assert by_connector(report)["lmcache"]["reason"] == (
+        "lmcache 0.5.6 and lmcache.c_ops import; vLLM connector loads not checked "
+        "(ModuleNotFoundError: No module named 'vllm')"
+    )
+
+
 def test_missing_interpreter_is_a_usage_error(kvtool_cli: Any, tmp_path: Path) -> None:
     result = kvtool_cli("inspect-image", "--python", str(tmp_path / "nope"))
     assert result.exit_code == 2
