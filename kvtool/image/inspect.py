@@ -203,9 +203,7 @@ def inspect(request: InspectRequest, progress: Progress = _quiet) -> InspectionR
             image = read_image_facts(request.image, request.read, progress)
             build_step = StepOutcome(status="ran")
         except InspectError as exc:
-            build_step = StepOutcome(status="failed", reason=str(exc), kind=exc.kind)
-            if isinstance(exc, RateLimitedError) and exc.rate_limit is not None:
-                build_step.reason = f"{exc} [ratelimit-remaining {exc.rate_limit.remaining}]"
+            build_step = _failed(exc)
     probe, runtime_step = _runtime(request, _probe_target(request.image, image), progress)
     flag: BuildFlag | None = image.build_flag if image else None
     verdicts = [decide(c, flag, build_step, probe, runtime_step) for c in request.connectors]
@@ -252,4 +250,12 @@ def _runtime(
         )
         return report, StepOutcome(status="ran")
     except InspectError as exc:
-        return None, StepOutcome(status="failed", reason=str(exc), kind=exc.kind)
+        return None, _failed(exc)
+
+
+def _failed(exc: InspectError) -> StepOutcome:
+    """A step that could not run; a rate limit's remaining quota goes into the reason."""
+    reason = str(exc)
+    if isinstance(exc, RateLimitedError) and exc.rate_limit is not None:
+        reason += f" [ratelimit-remaining {exc.rate_limit.remaining}]"
+    return StepOutcome(status="failed", reason=reason, kind=exc.kind)
