@@ -125,6 +125,25 @@ def test_rate_limited_is_unknown_never_not_bundled() -> None:
     assert {v.verdict.value for v in report.verdicts} == {"unknown"}
 
 
+def test_rate_limited_token_server_is_unknown_never_not_bundled() -> None:
+    hub = FakeHub([Image()])
+    hub.overrides.append(
+        lambda r: (
+            httpx.Response(429, headers={"ratelimit-remaining": "0;w=21600"})
+            if r.url.host == "auth.docker.io"
+            else None
+        )
+    )
+    report = run(hub)
+    assert report.exit_code == 2
+    assert report.build_flag_step.kind == "rate-limited"
+    assert "token server https://auth.docker.io/token rate-limited us (429)" in (
+        report.build_flag_step.reason or ""
+    )
+    assert "ratelimit-remaining 0;w=21600" in (report.build_flag_step.reason or "")
+    assert {v.verdict.value for v in report.verdicts} == {"unknown"}
+
+
 def test_truncated_blob_is_refused() -> None:
     hub = FakeHub([Image()])
     config = Image().config()
