@@ -187,7 +187,6 @@ class LazyOffloadManager:
         # Jobs released at a request's finish, shipped with the next step; their
         # blocks count against that step's release cap.
         self._early_jobs: list[StoreJob] = []
-        self._early_blocks = 0
         self._idle_steps = 0
         self._last_token_step: float | None = None
         self._logged: tuple[float, dict[str, int]] | None = None
@@ -217,10 +216,7 @@ class LazyOffloadManager:
         release = self.policy.release_at_finish(key, _View(self), self.pool.num_free,
                                                 self.max_step_blocks)
         if release is not None:
-            released = self.stats.released
-            budget = self.config.max_release_blocks_per_step - self._early_blocks
-            self._early_jobs += self._carry_out([release], budget)
-            self._early_blocks += self.stats.released - released
+            self._early_jobs += self._carry_out([release], self._budget_after_early())
 
     def on_request_preempted(self, request_id: str) -> None:
         """The engine freed the request's blocks and will recompute it.
@@ -301,7 +297,7 @@ class LazyOffloadManager:
         releases = self.policy.decide(signals, _View(self), self.pool)
         if any(r.reason is ReleaseReason.IDLE for r in releases):
             self.stats.idle_drains += 1
-        budget = self.config.max_release_blocks_per_step - self._early_blocks
+        budget = self._budget_after_early()
         result = StepResult(self._take_early_jobs() + self._carry_out(releases, budget))
         self._maybe_log_stats(now)
         return result
@@ -326,6 +322,11 @@ class LazyOffloadManager:
             if job.reports == self.world_size:
                 del self._jobs[report.job_id]
                 self._complete(job)
+
+    @property
+    def held_for_next_step(self) -> tuple[StoreJob, ...]:
+        """Store jobs released at a request's finish; the next :meth:`step` ships them."""
+        return tuple(self._early_jobs)
 
     def has_pending_work(self) -> bool:
         """True while jobs are in flight or blocks are buffered (the idle drain will
@@ -373,10 +374,10 @@ class LazyOffloadManager:
 
     # ------------------------------------------------------------------ internals
 
-    @property
-    def held_for_next_step(self) -> tuple[StoreJob, ...]:
-        """Store jobs released at a request's finish; the next :meth:`step` ships them."""
-        return tuple(self._early_jobs)
+    def _budget_after_early(self) -> int:
+        """This step's release cap less the blocks finishes already released for it."""
+        early = sum(len(job.block_ids) for job in self._early_jobs)
+        return self.config.max_release_blocks_per_step - early
 
     def _cancel(self, job: StoreJob) -> None:
         """Undo a store job no worker has seen: unprotect, free its slots, count a drop."""
@@ -389,7 +390,7 @@ class LazyOffloadManager:
         self.stats.drop(DropReason.SHUTDOWN, len(job.block_ids))
 
     def _take_early_jobs(self) -> tuple[StoreJob, ...]:
-        jobs, self._early_jobs, self._early_blocks = tuple(self._early_jobs), [], 0
+        jobs, self._early_jobs = tuple(self._early_jobs), []
         return jobs
 
     def _new_buffer(self, key: RequestKey) -> _RequestBuffer:
