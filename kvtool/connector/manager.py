@@ -129,6 +129,16 @@ class _InFlight:
     ok: bool = True
 
 
+def max_blocks_per_pass(max_batched_tokens: int, block_size: int, max_num_seqs: int) -> int:
+    """Most blocks one scheduling pass can allocate: the step's token budget in blocks,
+    plus one partly filled block for each request it schedules.
+
+    This is the ``max_step_blocks`` bound the manager hands EVICTION_AWARE for the
+    blocks a finished request frees just before the next pass allocates.
+    """
+    return math.ceil(max_batched_tokens / block_size) + max_num_seqs
+
+
 class LazyOffloadManager:
     """Scheduler-side state of the reference connector (see module docstring).
 

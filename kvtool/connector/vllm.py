@@ -36,7 +36,6 @@ other release raises :class:`UnsupportedVllmError` naming them.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -92,6 +91,7 @@ from kvtool.connector.manager import (  # noqa: E402
     LoadJob,
     StepInput,
     StoreJob,
+    max_blocks_per_pass,
 )
 from kvtool.connector.policies import ReleaseReason  # noqa: E402
 from kvtool.connector.stats import ConnectorStats  # noqa: E402
@@ -395,11 +395,10 @@ class KvtoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
         )
 
     def _max_step_blocks(self) -> int:
-        """Most blocks one scheduling pass allocates: each scheduled request needs at
-        most one block beyond its share of the step's token budget."""
         sched = self._vllm_config.scheduler_config
-        tokens = int(sched.max_num_batched_tokens)
-        return math.ceil(tokens / self.layout.block_size) + int(sched.max_num_seqs)
+        return max_blocks_per_pass(
+            int(sched.max_num_batched_tokens), self.layout.block_size, int(sched.max_num_seqs)
+        )
 
     def _manager(self) -> LazyOffloadManager:
         if self.manager is None:

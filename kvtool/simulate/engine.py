@@ -23,7 +23,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kvtool.connector.blockpool import InMemoryBlockPool
 from kvtool.connector.config import ConnectorConfig
-from kvtool.connector.manager import JobReport, LazyOffloadManager, StepInput
+from kvtool.connector.manager import (
+    JobReport,
+    LazyOffloadManager,
+    StepInput,
+    max_blocks_per_pass,
+)
 from kvtool.connector.store import StoreIndex
 from kvtool.errors import KvtoolError
 from kvtool.simulate.workload import TraceRequest
@@ -106,9 +111,18 @@ class Simulation:
         self.clock = _Clock()
         self.pool = InMemoryBlockPool(settings.num_gpu_blocks)
         self.store = StoreIndex(capacity, settings.block_bytes, "simulation")
-        self.manager = LazyOffloadManager(config, self.pool, self.store,
-                                          group_tokens_per_block=(settings.block_size,),
-                                          clock=self.clock)
+        self.manager = LazyOffloadManager(
+            config,
+            self.pool,
+            self.store,
+            group_tokens_per_block=(settings.block_size,),
+            clock=self.clock,
+            # The same bound the vLLM adapter passes, so a finished request's blocks are
+            # released before the next pass can recycle them (see EvictionAwarePolicy).
+            max_step_blocks=max_blocks_per_pass(
+                settings.max_batched_tokens, settings.block_size, settings.max_num_seqs
+            ),
+        )
         self.gpu_hit_tokens = 0
         self.external_hit_tokens = 0
 
