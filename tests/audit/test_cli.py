@@ -149,10 +149,31 @@ def test_sarif_validates_against_the_sarif_2_1_0_schema(kvtool_cli: Cli, script:
     results = json.loads(file_run.stdout)["runs"][0]["results"]
     located = next(r for r in results if r["ruleId"] == "VG002")
     assert located["locations"][0]["physicalLocation"]["region"]["startLine"] == 4
+    # The script lies in the working directory: a relative URI GitHub can place.
+    assert located["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "serve.sh"
     unlocated = json.loads(argv_run.stdout)["runs"][0]["results"]
     assert unlocated and all("locations" not in r for r in unlocated)  # bare argv: no file
     rules = json.loads(file_run.stdout)["runs"][0]["tool"]["driver"]["rules"]
     assert {r["id"] for r in rules} >= {"VG002", "CN010", "KV000"}
+
+
+def test_sarif_uri_outside_the_working_directory_is_a_file_uri(
+    kvtool_cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "deploy scripts"
+    folder.mkdir()
+    script = folder / "serve.sh"
+    script.write_text(SCRIPT)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    result = kvtool_cli(
+        "audit", str(script), "--vllm-version", "0.32.0", "--output-format", "sarif"
+    )
+    results = json.loads(result.stdout)["runs"][0]["results"]
+    uris = {r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] for r in results}
+    assert uris == {script.as_uri()}
+    assert "%20" in script.as_uri()  # the space is percent-encoded, as a URI requires
 
 
 def test_github_annotations(kvtool_cli: Cli, script: Path) -> None:

@@ -8,7 +8,9 @@ location; GitHub code scanning cannot annotate such a result.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from kvtool import __version__
 from kvtool.audit.engine import AuditReport
@@ -64,11 +66,24 @@ def _result(finding: Finding, rule_index: dict[str, int]) -> dict[str, Any]:
                 region["endLine"] = loc.end_line
             if loc.end_column:
                 region["endColumn"] = loc.end_column
-        physical: dict[str, Any] = {"artifactLocation": {"uri": loc.file}}
+        physical: dict[str, Any] = {"artifactLocation": {"uri": artifact_uri(loc.file)}}
         if region:
             physical["region"] = region
         result["locations"] = [{"physicalLocation": physical}]
     return result
+
+
+def artifact_uri(file: str) -> str:
+    """A SARIF ``uri`` for ``file``: relative to the working directory when inside it
+    (GitHub code scanning places results by repository-relative path), else a
+    ``file://`` URI; either way percent-encoded, as a URI reference must be."""
+    path = Path(file)
+    if not path.is_absolute():
+        return quote(path.as_posix())
+    try:
+        return quote(path.relative_to(Path.cwd()).as_posix())
+    except ValueError:
+        return path.as_uri()
 
 
 def build(report: AuditReport) -> dict[str, Any]:
