@@ -408,3 +408,11 @@ def test_argv_is_found_even_next_to_a_folder_named_vllm(kvtool_cli: Cli, script:
         "--", "vllm", "serve", "m", "--calculate-kv-scales",
     )  # fmt: skip
     assert [f["code"] for f in json.loads(result.stdout)["findings"]] == ["VG002"]
+
+
+def test_a_file_named_twice_is_audited_once(kvtool_cli: Cli, script: Path) -> None:
+    once = kvtool_cli("audit", str(script), "--vllm-version", "0.32.0", "--output-format", "json")
+    twice = kvtool_cli(
+        "audit", str(script), "./serve.sh", "--vllm-version", "0.32.0", "--output-format", "json"
+    )
+    assert json.loads(twice.stdout)["findings"] == json.loads(once.stdout)["findings"]

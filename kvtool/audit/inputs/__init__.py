@@ -24,14 +24,18 @@ __all__ = ["FILE_FORMATS", "detect_format", "read_argv", "read_inputs", "read_te
 
 
 def read_inputs(paths: list[Path], *, input_format: str | None = None) -> list[Invocation]:
-    """Every vLLM invocation in ``paths``, in file order; a file with none is an error."""
+    """Every vLLM invocation in ``paths``, in file order; a file with none is an error.
+
+    A file named twice (``a.sh ./a.sh``) is read once, as ruff does, so its findings
+    and fixes are not doubled.
+    """
     if input_format is not None and input_format not in FILE_FORMATS:
         raise KvtoolError(
             f"--input-format: unknown format {input_format!r} "
             f"(choose from {', '.join(FILE_FORMATS)})"
         )
     found: list[Invocation] = []
-    for path in paths:
+    for path in _distinct(paths):
         try:
             text = path.read_text(encoding="utf-8")
         except FileNotFoundError:
@@ -40,6 +44,17 @@ def read_inputs(paths: list[Path], *, input_format: str | None = None) -> list[I
             raise KvtoolError(f"{path}: cannot read: {error}") from None
         found.extend(read_text(text, str(path), input_format=input_format, base_dir=path.parent))
     return found
+
+
+def _distinct(paths: list[Path]) -> list[Path]:
+    seen: set[Path] = set()
+    kept: list[Path] = []
+    for path in paths:
+        key = path.resolve()
+        if key not in seen:
+            seen.add(key)
+            kept.append(path)
+    return kept
 
 
 def read_text(
