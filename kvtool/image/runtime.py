@@ -116,6 +116,7 @@ def probe_container(
     """
     import docker
     from docker.errors import DockerException, ImageNotFound
+    from requests.exceptions import RequestException
 
     host = os.environ.get("DOCKER_HOST", "the default socket")
     progress(f"connecting to the container engine at {host}")
@@ -136,6 +137,8 @@ def probe_container(
         return _run_probe(client, image, limits, progress)
     except DockerException as exc:
         raise EngineError(f"{image}: the engine failed: {exc}") from None
+    except RequestException as exc:  # the engine's socket went away mid-run
+        raise EngineError(f"{image}: lost the container engine at {host}: {exc}") from None
     finally:
         client.close()
 
