@@ -6,6 +6,7 @@ the API host ``registry-1.docker.io`` and one-segment names get ``library/``.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
 
@@ -14,7 +15,6 @@ from kvtool.errors import KvtoolError
 DOCKER_HUB_ALIASES = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io"})
 DOCKER_HUB_API_HOST = "registry-1.docker.io"
 # Hosts Docker itself talks plain HTTP to without being told (its built-in insecure list).
-LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _REPOSITORY_RE = re.compile(rf"^{_COMPONENT}(?:/{_COMPONENT})*$")
@@ -42,8 +42,15 @@ class ImageReference:
 
     @property
     def is_loopback(self) -> bool:
+        """localhost or any loopback address (all of 127.0.0.0/8, ::1): Docker talks
+        plain HTTP to these without being told to."""
         hostname = self.host.rsplit(":", 1)[0] if not self.host.endswith("]") else self.host
-        return hostname in LOOPBACK_HOSTS
+        if hostname == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(hostname.strip("[]")).is_loopback
+        except ValueError:
+            return False
 
     def __str__(self) -> str:
         text = f"{self.host}/{self.repository}"
