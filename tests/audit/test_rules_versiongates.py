@@ -144,3 +144,32 @@ def test_vg031_fs_tier_is_fs_python_on_0_22_x() -> None:
     assert "`fs_python`" in finding.message
     assert "first appears in 0.23.0" in finding.message
     assert "VG031" not in codes(run(config("0.23.0", cfg)))
+
+
+def test_vg032_values_of_the_wrong_type_stop_the_server_from_0_16_0() -> None:
+    # The field types come from the 0.32.0 table (kv_connector: str | None, kv_port: int,
+    # kv_role: KVRole | None with its Literal choices); pydantic rejects these values.
+    cfg = ktc(kv_connector=5, kv_role="both", kv_port="auto")
+    findings = [f for f in run(config("0.32.0", cfg)) if f.code == "VG032"]
+    assert {f.flag for f in findings} == {
+        "--kv-transfer-config.kv_connector",
+        "--kv-transfer-config.kv_role",
+        "--kv-transfer-config.kv_port",
+    }
+    role = next(f for f in findings if f.flag.endswith("kv_role"))
+    assert "`kv_both`" in role.message
+    # Before 0.16.0 the config classes did not validate, so nothing is reported there.
+    assert "VG032" not in codes(run(config("0.15.1", cfg)))
+
+
+def test_vg032_accepts_what_pydantic_lax_mode_converts() -> None:
+    # https://docs.pydantic.dev/latest/concepts/conversion_table/: numeric strings for int,
+    # "true" for bool; null for optional fields.
+    cfg = ktc(
+        kv_connector="NixlConnector",
+        kv_role="kv_both",
+        kv_port="14579",
+        enable_permute_local_kv="true",
+        engine_id=None,
+    )
+    assert "VG032" not in codes(run(config("0.32.0", cfg)))
