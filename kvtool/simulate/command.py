@@ -8,6 +8,16 @@ from typing import Annotated
 import typer
 
 _POLICIES = ("eager", "fifo", "eviction_aware")
+# Options of the built-in prefix-repetition workload (used when no --trace is given):
+# flag -> (prefix_repetition() argument, default named in the help text).
+_WORKLOAD_OPTIONS = {
+    "--num-prefixes": ("num_prefixes", 16),
+    "--prefix-len": ("prefix_tokens", 512),
+    "--suffix-len": ("suffix_tokens", 64),
+    "--output-len": ("output_tokens", 16),
+    "--num-requests": ("num_requests", 200),
+    "--seed": ("seed", 0),
+}
 
 
 def _knobs(pairs: list[str]) -> dict[str, list[str]]:
@@ -33,12 +43,24 @@ def _block_bytes(model: str, block_size: int) -> int:
 
 def simulate(
     trace: Annotated[Path | None, typer.Option(help="JSONL trace (see kvtool.simulate).")] = None,
-    num_prefixes: Annotated[int, typer.Option(help="Prefix repetition: shared prefixes.")] = 16,
-    prefix_len: Annotated[int, typer.Option(help="Prefix repetition: prefix tokens.")] = 512,
-    suffix_len: Annotated[int, typer.Option(help="Prefix repetition: suffix tokens.")] = 64,
-    output_len: Annotated[int, typer.Option(help="Prefix repetition: output tokens.")] = 16,
-    num_requests: Annotated[int, typer.Option(help="Prefix repetition: requests.")] = 200,
-    seed: Annotated[int, typer.Option(help="Prefix repetition: random seed.")] = 0,
+    num_prefixes: Annotated[
+        int | None, typer.Option(help="Prefix repetition: shared prefixes (default 16).")
+    ] = None,
+    prefix_len: Annotated[
+        int | None, typer.Option(help="Prefix repetition: prefix tokens (default 512).")
+    ] = None,
+    suffix_len: Annotated[
+        int | None, typer.Option(help="Prefix repetition: suffix tokens (default 64).")
+    ] = None,
+    output_len: Annotated[
+        int | None, typer.Option(help="Prefix repetition: output tokens (default 16).")
+    ] = None,
+    num_requests: Annotated[
+        int | None, typer.Option(help="Prefix repetition: requests (default 200).")
+    ] = None,
+    seed: Annotated[
+        int | None, typer.Option(help="Prefix repetition: random seed (default 0).")
+    ] = None,
     gpu_blocks: Annotated[int, typer.Option(help="GPU KV blocks (vLLM's num_gpu_blocks).")] = 256,
     block_size: Annotated[int, typer.Option(help="Tokens per block.")] = 16,
     max_num_seqs: Annotated[int, typer.Option(help="Concurrent requests.")] = 8,
@@ -78,13 +100,27 @@ def simulate(
     if unknown:
         raise KvtoolError(f"--policy {unknown[0]!r}: use one of {', '.join(_POLICIES)}")
     policies = [PolicyName(p) for p in (policy or _POLICIES)]
-    requests = (
-        read_trace(trace)
-        if trace is not None
-        else prefix_repetition(num_prefixes=num_prefixes, prefix_tokens=prefix_len,
-                               suffix_tokens=suffix_len, output_tokens=output_len,
-                               num_requests=num_requests, seed=seed)
-    )
+    workload = {
+        "--num-prefixes": num_prefixes,
+        "--prefix-len": prefix_len,
+        "--suffix-len": suffix_len,
+        "--output-len": output_len,
+        "--num-requests": num_requests,
+        "--seed": seed,
+    }
+    given = {flag: value for flag, value in workload.items() if value is not None}
+    if trace is not None:
+        requests = read_trace(trace)
+        if given:
+            raise KvtoolError(
+                f"{next(iter(given))} shapes the built-in prefix-repetition workload; "
+                "it has no effect with --trace"
+            )
+    else:
+        requests = prefix_repetition(**{
+            argument: given.get(flag, default)
+            for flag, (argument, default) in _WORKLOAD_OPTIONS.items()
+        })
     try:
         engine = EngineSettings(
             num_gpu_blocks=gpu_blocks, block_size=block_size, max_num_seqs=max_num_seqs,

@@ -112,6 +112,14 @@ def test_cli_reads_a_trace_file(kvtool_cli: Any, tmp_path: Path) -> None:
     assert run["gpu_hit_tokens"] > 0
 
 
+def test_workload_options_with_a_trace_are_refused(kvtool_cli: Any, tmp_path: Path) -> None:
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text(json.dumps({"id": "r0", "prefix": "doc", "prefix_tokens": 64}) + "\n")
+    result = kvtool_cli("simulate", "--trace", str(trace), "--prefix-len", "1024")
+    assert result.exit_code == 2
+    assert "--prefix-len" in result.stderr and "--trace" in result.stderr
+
+
 def test_text_output_is_a_table(kvtool_cli: Any) -> None:
     result = kvtool_cli("simulate", "--num-requests", "20", "--policy", "fifo")
     assert result.exit_code == 0
