@@ -200,6 +200,7 @@ class LazyOffloadManager:
         self._idle_steps = 0
         self._last_token_step: float | None = None
         self._logged: tuple[float, dict[str, int]] | None = None
+        self._view = _View(self)  # stateless: one per manager, not one per step
 
     # ------------------------------------------------------------------ requests
 
@@ -223,7 +224,7 @@ class LazyOffloadManager:
             return
         # Called before the engine frees the blocks: the policy may protect them
         # now, since the next scheduling pass can recycle them before step() runs.
-        release = self.policy.release_at_finish(key, _View(self), self.pool.num_free,
+        release = self.policy.release_at_finish(key, self._view, self.pool.num_free,
                                                 self.max_step_blocks)
         if release is not None:
             self._early_jobs += self._carry_out([release], self._budget_after_early())
@@ -285,8 +286,10 @@ class LazyOffloadManager:
     def step(self, step: StepInput) -> StepResult:
         """One scheduler step: find recycled blocks, ask the policy, carry out its releases."""
         now = self._clock()
+        where = self._where
         for block_id in step.allocated_block_ids:
-            self._check_block(block_id)
+            if block_id in where:  # most allocated blocks were never buffered
+                self._check_block(block_id)
         if step.scheduled_tokens > 0:
             self._idle_steps = 0
             self._last_token_step = now
@@ -304,7 +307,7 @@ class LazyOffloadManager:
             if step.scheduled_tokens > 0 or self._last_token_step is None
             else now - self._last_token_step,
         )
-        releases = self.policy.decide(signals, _View(self), self.pool)
+        releases = self.policy.decide(signals, self._view, self.pool)
         if any(r.reason is ReleaseReason.IDLE for r in releases):
             self.stats.idle_drains += 1
         budget = self._budget_after_early()
@@ -355,7 +358,7 @@ class LazyOffloadManager:
                 if buffer.blocks:
                     self._lose_from(buffer, buffer.front, DropReason.SHUTDOWN, DropReason.SHUTDOWN)
             return StepResult()
-        view = _View(self)
+        view = self._view
         releases = [
             Release(key, view.span(key)[1], ReleaseReason.SHUTDOWN) for key in view.iter_requests()
         ]

@@ -280,6 +280,8 @@ class _Tracked:
 
     block_ids: list[int]
     prompt_len: int
+    prompt_blocks: int
+    """Full blocks the prompt fills: once that many are buffered, decode steps skip it."""
     buffered_blocks: int = 0
     """Leading blocks already handed to the manager."""
 
@@ -454,7 +456,8 @@ class KvtoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
             allocated += group0
             if new.prompt_token_ids is None:
                 continue  # prompt embeddings: no token hashes to key blocks by
-            tracked = _Tracked(group0, len(new.prompt_token_ids))
+            prompt_len = len(new.prompt_token_ids)
+            tracked = _Tracked(group0, prompt_len, prompt_len // self.layout.block_size)
             self._tracked[new.req_id] = tracked
             manager.on_request_arrived(new.req_id)
             self._buffer_full(new.req_id, tracked,
@@ -463,19 +466,20 @@ class KvtoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
         cached = scheduler_output.scheduled_cached_reqs
         for i, request_id in enumerate(cached.req_ids):
             new_ids = cached.new_block_ids[i]
-            group0 = list(new_ids[0]) if new_ids else []
-            allocated += group0
+            added: Sequence[int] = new_ids[0] if new_ids else ()
+            allocated += added
             tracked = self._tracked.get(request_id)
             if tracked is None:
                 continue
             if request_id in cached.resumed_req_ids:
-                tracked.block_ids = group0
+                tracked.block_ids = list(added)
                 tracked.buffered_blocks = 0
                 manager.on_request_arrived(request_id)
-            else:
-                tracked.block_ids += group0
-            self._buffer_full(request_id, tracked,
-                              cached.num_computed_tokens[i] + num_scheduled.get(request_id, 0))
+            elif added:
+                tracked.block_ids += added
+            if tracked.buffered_blocks < tracked.prompt_blocks:  # else its prompt is all buffered
+                self._buffer_full(request_id, tracked,
+                                  cached.num_computed_tokens[i] + num_scheduled.get(request_id, 0))
 
         result = manager.step(StepInput(
             scheduled_tokens=int(scheduler_output.total_num_scheduled_tokens),
