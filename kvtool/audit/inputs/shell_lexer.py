@@ -216,9 +216,7 @@ class _Lexer:
                 dynamic |= dyn
                 is_conditional |= cond
             elif char == "`":
-                close = self._find_backtick_end(stop)
-                parts.append(self.text[self.pos : close + 1])
-                self.pos = close + 1
+                parts.append(self._read_backtick(stop))
                 dynamic = True
             else:
                 parts.append(char)
@@ -260,6 +258,13 @@ class _Lexer:
             Word(w.text, w.start, w.end, conditional=not certain, dynamic=w.dynamic) for w in words
         ]
 
+    def _read_backtick(self, stop: int) -> str:
+        """A `command` substitution, kept verbatim: its output is unknown statically."""
+        close = self._find_backtick_end(stop)
+        text = self.text[self.pos : close + 1]
+        self.pos = close + 1
+        return text
+
     def _read_double_quoted(self, stop: int) -> tuple[str, bool, bool]:
         opening = self.pos
         self.pos += 1
@@ -280,9 +285,7 @@ class _Lexer:
                 dynamic |= dyn
                 conditional |= cond
             elif char == "`":
-                close = self._find_backtick_end(stop)
-                parts.append(self.text[self.pos : close + 1])
-                self.pos = close + 1
+                parts.append(self._read_backtick(stop))
                 dynamic = True
             else:
                 parts.append(char)

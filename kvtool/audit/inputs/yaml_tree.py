@@ -14,10 +14,11 @@ import yaml
 
 from kvtool.audit.model import Location
 from kvtool.errors import KvtoolError
+from kvtool.yamlio import safe_loader
 
-# libyaml's composer gives the same node marks (index, line, column) as the pure-Python
-# one, about ten times faster; batches of manifests spend most of their time here.
-_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# libyaml's composer gives the same node marks as the pure-Python one, about ten times
+# faster; batches of manifests spend most of their time here.
+_LOADER = safe_loader()
 
 
 def compose_documents(text: str, file: str | None) -> list[yaml.Node]:
