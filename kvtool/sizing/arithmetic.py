@@ -15,14 +15,25 @@ def round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
 
+# How far (in units in the last place) a product may stray from a whole number and still
+# count as that number: a multiplication and a decimal-to-binary conversion each add half.
+FLOAT_NOISE_ULPS = 4
+
+
 def round_up_gib(value: float, decimals: int) -> float:
     """``value`` rounded *up* to ``decimals`` places: a flag's size is never under the tier.
 
     The result is the double nearest a ``decimals``-place number, so ``str()`` prints it
-    short; the inner ``round`` keeps float noise (25.874100000000002) from adding a step.
+    short. Float noise (25.874100000000002) does not add a step: a scaled value within a
+    few ulps of a whole number is that number. The tolerance is in ulps, not a fixed
+    number of places, so a tiny positive size still rounds up instead of down to zero.
     """
     scale: int = 10**decimals
-    return math.ceil(round(value * scale, 6)) / scale
+    scaled = value * scale
+    nearest = round(scaled)
+    if abs(scaled - nearest) <= FLOAT_NOISE_ULPS * math.ulp(scaled):
+        return nearest / scale
+    return math.ceil(scaled) / scale
 
 
 def per_rank_gib(total_gib: float, ranks: int) -> float:
