@@ -5,8 +5,6 @@ Command modules import only typer at module level so ``kvtool --help`` stays fas
 heavy libraries are imported inside the command that needs them.
 """
 
-from __future__ import annotations
-
 import sys
 from typing import Annotated
 

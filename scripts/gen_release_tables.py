@@ -21,6 +21,7 @@ from pathlib import Path
 _REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import msgspec  # noqa: E402
 from packaging.version import InvalidVersion, Version  # noqa: E402
 from releasegen import wheels  # noqa: E402
 from releasegen.build import build_release, sha256_of  # noqa: E402
@@ -35,14 +36,12 @@ console = Console(stderr=True)
 
 
 def dump_table(table: ReleaseFacts) -> str:
-    data = table.model_dump(mode="json", exclude_defaults=True)
-    # Keep the always-present identity fields even when they equal a default.
-    data["version"] = table.version
+    data = msgspec.to_builtins(table)  # fields at their defaults are left out
     return json.dumps(data, indent=1, ensure_ascii=False) + "\n"
 
 
 def dump_index(index: ReleaseIndex) -> str:
-    data = index.model_dump(mode="json", exclude_none=True)
+    data = msgspec.to_builtins(index)
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False) + "\n"
 
 
@@ -119,14 +118,14 @@ def main(argv: list[str] | None = None) -> int:
                 if not target.exists():
                     drift.append(f"{version}: no committed table")
                 else:
-                    committed = ReleaseFacts.model_validate_json(target.read_text())
+                    committed = msgspec.json.decode(target.read_bytes(), type=ReleaseFacts)
                     drift += [f"{version}: {line}" for line in _diff(committed, table)]
             else:
                 target.write_text(dump_table(table))
             progress.advance(task)
 
     tables = [
-        ReleaseFacts.model_validate_json(p.read_text())
+        msgspec.json.decode(p.read_bytes(), type=ReleaseFacts)
         for p in sorted(args.out.glob("*.json"))
         if p.name != "index.json"
     ]

@@ -5,8 +5,6 @@ machinery is imported inside the commands so ``kvtool --help`` stays fast.
 Exit codes: 0 clean, 1 findings at or above ``--fail-on``, 2 bad input or usage.
 """
 
-from __future__ import annotations
-
 import sys
 from enum import Enum
 from pathlib import Path
@@ -60,7 +58,7 @@ def split_positionals(words: list[str]) -> tuple[list[str], list[str]]:
     return words, []
 
 
-def _read(paths: list[str], argv: list[str], input_format: str | None) -> list[Invocation]:
+def _read(paths: list[str], argv: list[str], input_format: str | None) -> "list[Invocation]":
     from kvtool.audit.inputs import read_argv, read_inputs
     from kvtool.errors import KvtoolError
 
@@ -82,7 +80,7 @@ def _emit(text: str, output_file: Path | None) -> None:
         output_file.write_text(text, encoding="utf-8")
 
 
-def _render(report: AuditReport, output_format: OutputFormat, output_file: Path | None) -> None:
+def _render(report: "AuditReport", output_format: OutputFormat, output_file: Path | None) -> None:
     if output_format is OutputFormat.text:
         from rich.console import Console
 
@@ -242,8 +240,8 @@ def audit(
 
 
 def without_fixed(
-    report: AuditReport, fixed: set[tuple[str, str | None, int | None]]
-) -> AuditReport:
+    report: "AuditReport", fixed: set[tuple[str, str | None, int | None]]
+) -> "AuditReport":
     """The report less the findings ``--fix`` just fixed (the exit code follows what remains)."""
     for inv in report.invocations:
         inv.findings = [

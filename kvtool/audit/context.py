@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal, TypeVar, cast
 
-from pydantic import BaseModel, ConfigDict
+import msgspec
 
 from kvtool.audit.model import EnvAssignment, Location, ServeConfig, ServeOption
 from kvtool.releases.curated import (
@@ -60,10 +60,8 @@ def vtuple(version: str) -> tuple[int, ...]:
 GateKind = Literal["flag", "env_var", "connector", "tier"]
 
 
-class ChoiceMigration(BaseModel):
+class ChoiceMigration(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """A choice value a release stopped accepting, and what replaces it."""
-
-    model_config = ConfigDict(frozen=True)
 
     flag: str
     value: str

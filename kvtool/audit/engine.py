@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+import msgspec
+
 from kvtool.audit import rules as _rules  # noqa: F401  (registers every rule)
 from kvtool.audit.context import ModelFacts, RuleContext, Semantics
 from kvtool.audit.model import Finding, Invocation, Location, ServeConfig, Severity, Suppression
@@ -124,7 +126,7 @@ def check_config(
         if not isinstance(rule, ConfigRule) or rule.code not in selection.enabled:
             continue
         for finding in rule.check(ctx):
-            found.append(finding.model_copy(update={"severity": selection.severity(finding)}))
+            found.append(msgspec.structs.replace(finding, severity=selection.severity(finding)))
     return found
 
 
@@ -228,9 +230,7 @@ class Auditor:
         selection = self._selection(invocation.file)
         fallback = _default_location(invocation)
         findings = [
-            f.model_copy(
-                update={"invocation": invocation.label, "location": f.location or fallback}
-            )
+            msgspec.structs.replace(f, invocation=invocation.label, location=f.location or fallback)
             for f in check_config(ctx, selection, self.rules)
         ]
         if self.use_suppressions:
@@ -319,7 +319,7 @@ class Auditor:
             location = _default_location(invocation)
         finding = rule.finding(message, location=location)
         file = invocation.file if invocation is not None else (location.file if location else None)
-        self._meta.append((finding.model_copy(update={"invocation": label}), file))
+        self._meta.append((msgspec.structs.replace(finding, invocation=label), file))
 
     def _report_suppressions(self, report: AuditReport) -> None:
         for use in self._suppressions.values():
@@ -340,7 +340,7 @@ class Auditor:
             target = by_label.get(finding.invocation or "")
             if target is not None:
                 target.findings.append(
-                    finding.model_copy(update={"severity": selection.severity(finding)})
+                    msgspec.structs.replace(finding, severity=selection.severity(finding))
                 )
 
 

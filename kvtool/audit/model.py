@@ -3,6 +3,10 @@
 Flow: input text -> ``Invocation`` (tokens that remember where they came from) ->
 ``ServeConfig`` (normalised the way vLLM's parser at the target release would) ->
 rules -> ``Finding``s -> a renderer per output format. Data flows one way.
+
+Records are ``msgspec.Struct``s: they are built on every audit's cold-start path, where
+a pydantic import plus its model builds would cost more than the audit itself.
+Frozen ones are hashable; ``msgspec.structs.replace`` makes edited copies.
 """
 
 from __future__ import annotations
@@ -10,13 +14,11 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+import msgspec
 
 
-class Location(BaseModel):
+class Location(msgspec.Struct, frozen=True, kw_only=True):
     """Where a token, env var or key was written; any part may be unknown."""
-
-    model_config = ConfigDict(frozen=True)
 
     file: str | None = None
     line: int | None = None  # 1-based
@@ -25,10 +27,8 @@ class Location(BaseModel):
     end_line: int | None = None  # set when the token ends on a later line than it starts
 
 
-class SourceToken(BaseModel):
+class SourceToken(msgspec.Struct, frozen=True, kw_only=True):
     """One argv word as written, with its origin."""
-
-    model_config = ConfigDict(frozen=True)
 
     text: str
     location: Location | None = None
@@ -36,16 +36,14 @@ class SourceToken(BaseModel):
     index: int | None = None  # position in the argv given to ``read_argv`` (argv inputs only)
 
 
-class EnvAssignment(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+class EnvAssignment(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     value: str | None  # None when the value is not known statically (valueFrom, $OTHER)
     location: Location | None = None
     conditional: bool = False
 
 
-class Suppression(BaseModel):
+class Suppression(msgspec.Struct, kw_only=True):
     """An inline or annotation suppression: ``# kvtool: ignore[CODE] reason``."""
 
     codes: tuple[str, ...]  # codes or rule names, as written
@@ -60,7 +58,7 @@ class Suppression(BaseModel):
 InputKind = Literal["argv", "shell", "vllm-config", "kubernetes", "compose", "kaito"]
 
 
-class Invocation(BaseModel):
+class Invocation(msgspec.Struct, kw_only=True):
     """One ``vllm serve`` command found in an input, before normalisation.
 
     ``tokens`` are the words after ``serve`` (or after the api_server module), the
@@ -78,12 +76,12 @@ class Invocation(BaseModel):
     config_items: tuple[tuple[str, Any, Location | None], ...] = ()
     # Settings of the tool that wraps vLLM, outside vLLM's own flags, e.g. KAITO's
     # top-level ``kv_cache_cpu_memory_utilization`` (key -> (value, location)).
-    settings: dict[str, tuple[Any, Location | None]] = Field(default_factory=dict)
+    settings: dict[str, tuple[Any, Location | None]] = msgspec.field(default_factory=dict)
     # What the reader could not resolve, e.g. a --config file that is not on this machine.
     notes: tuple[str, ...] = ()
 
 
-class ServeOption(BaseModel):
+class ServeOption(msgspec.Struct, kw_only=True):
     """One option after normalisation: canonical flag name and its value."""
 
     flag: str  # canonical long form at the target release, e.g. "--kv-offloading-size"
@@ -100,7 +98,7 @@ class ServeOption(BaseModel):
     overridden: bool = False
 
 
-class ParseProblem(BaseModel):
+class ParseProblem(msgspec.Struct, kw_only=True):
     """Something vLLM's own parser would reject before any rule runs."""
 
     message: str
@@ -108,7 +106,7 @@ class ParseProblem(BaseModel):
     location: Location | None = None
 
 
-class ServeConfig(BaseModel):
+class ServeConfig(msgspec.Struct, kw_only=True):
     """A normalised serve configuration at one target release."""
 
     invocation: Invocation
@@ -116,8 +114,8 @@ class ServeConfig(BaseModel):
     model: str | None = None
     options: tuple[ServeOption, ...] = ()
     # JSON-valued flags after merging whole JSON, dotted keys and "+" appends, in order.
-    json_values: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    env: dict[str, EnvAssignment] = Field(default_factory=dict)
+    json_values: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
+    env: dict[str, EnvAssignment] = msgspec.field(default_factory=dict)
     problems: tuple[ParseProblem, ...] = ()
 
     def option(self, flag: str) -> ServeOption | None:
@@ -136,7 +134,7 @@ class Severity(str, Enum):
         return ("info", "warning", "error").index(self.value)
 
 
-class Fix(BaseModel):
+class Fix(msgspec.Struct, kw_only=True):
     applicability: Literal["safe", "unsafe", "display"]
     description: str
     # Token-level edit for argv and shell inputs: replace these tokens by ``replacement``.
@@ -144,7 +142,7 @@ class Fix(BaseModel):
     replacement: tuple[str, ...] = ()
 
 
-class Finding(BaseModel):
+class Finding(msgspec.Struct, kw_only=True):
     code: str
     name: str
     severity: Severity
@@ -153,4 +151,4 @@ class Finding(BaseModel):
     location: Location | None = None
     fix: Fix | None = None
     invocation: str | None = None  # Invocation.label
-    evidence: dict[str, Any] = Field(default_factory=dict)
+    evidence: dict[str, Any] = msgspec.field(default_factory=dict)

@@ -26,6 +26,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from kvtool.audit.model import (
     Invocation,
     Location,
@@ -353,7 +355,7 @@ class _Normalizer:
             # A list-valued flag (nargs='+', e.g. --served-model-name a b) continues.
             previous = self.options[last_valued]
             values = previous.value if isinstance(previous.value, list) else [previous.value]
-            self.options[last_valued] = previous.model_copy(update={"value": [*values, arg.text]})
+            self.options[last_valued] = msgspec.structs.replace(previous, value=[*values, arg.text])
             return
         self._problem(f"unrecognized arguments: {arg.text}", None, arg.source)
 
@@ -490,7 +492,7 @@ class _Normalizer:
             if not option.conditional:
                 final_event[option.flag] = max(final_event.get(option.flag, 0), event)
         options = tuple(
-            option.model_copy(update={"overridden": event < final_event.get(option.flag, 0)})
+            msgspec.structs.replace(option, overridden=event < final_event.get(option.flag, 0))
             for option, event in zip(self.options, self.events, strict=True)
         )
         json_flags = self.table.json_flags

@@ -11,8 +11,8 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
+import msgspec
 import tomllib
-from pydantic import ValidationError
 
 from kvtool.audit.context import ChoiceMigration, Semantics
 from kvtool.releases.curated import (
@@ -41,18 +41,19 @@ def semantics_from_tables(
         return Semantics(
             facts=facts,
             backend_connectors=backend_connectors,
-            retention_interval_block_multiple=Span.model_validate(retention),
+            retention_interval_block_multiple=msgspec.convert(retention, type=Span),
             offload_connectors=tuple(audit["offload"]["connectors"]),
             lmcache_connectors=tuple(audit["lmcache_mp"]["lmcache_connectors"]),
             lmcache_mp_keys=tuple(audit["lmcache_mp"]["keys"]),
             lazy_offload_policies=tuple(audit["lmcache_mp"]["lazy_offload_policies"]),
             choice_migrations=tuple(
-                ChoiceMigration.model_validate(row) for row in audit.get("choice_migrations", [])
+                msgspec.convert(row, type=ChoiceMigration)
+                for row in audit.get("choice_migrations", [])
             ),
             security_floor=security_floor,
             known_bugs=known_bugs,
         )
-    except (KeyError, TypeError, ValidationError) as exc:
+    except (KeyError, TypeError, msgspec.ValidationError) as exc:
         raise ValueError(f"rules/{AUDIT_TABLE}: bad or missing entry: {exc}") from exc
 
 

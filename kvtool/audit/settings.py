@@ -11,41 +11,36 @@ from __future__ import annotations
 
 from fnmatch import fnmatch
 from pathlib import Path, PurePath
-from typing import Any
+from typing import Annotated, Any
 
+import msgspec
 import tomllib
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from kvtool.audit.model import Severity
 from kvtool.errors import KvtoolError
+from kvtool.records import problem_of
 
 SETTINGS_FILES = (".kvtool.toml", "kvtool.toml", "pyproject.toml")
 _AUDIT_TABLE = "audit"
 
 
-class AuditSettings(BaseModel):
-    """The resolved settings; every field has the default used when no file sets it."""
+class AuditSettings(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, rename="kebab"
+):
+    """The resolved settings; every field has the default used when no file sets it.
 
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    Files spell the keys in kebab case (``fail-on``), as ruff does.
+    """
 
-    vllm_version: str | None = Field(default=None, alias="vllm-version")
+    vllm_version: str | None = None  # a string such as "0.32.0", never a TOML float
     select: tuple[str, ...] = ("ALL",)
-    extend_select: tuple[str, ...] = Field(default=(), alias="extend-select")
+    extend_select: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()
-    per_file_ignores: dict[str, tuple[str, ...]] = Field(
-        default_factory=dict, alias="per-file-ignores"
-    )
-    fail_on: Severity = Field(default=Severity.error, alias="fail-on")
-    severity: dict[str, Severity] = Field(default_factory=dict)
-    host_ram_gib: float | None = Field(default=None, alias="host-ram-gib", gt=0)
-    source: str | None = Field(default=None, description="the settings file, when one was found")
-
-    @field_validator("vllm_version", mode="before")
-    @classmethod
-    def _version_is_text(cls, value: Any) -> Any:
-        if value is not None and not isinstance(value, str):
-            raise ValueError('must be a string such as "0.32.0"')
-        return value
+    per_file_ignores: dict[str, tuple[str, ...]] = msgspec.field(default_factory=dict)
+    fail_on: Severity = Severity.error
+    severity: dict[str, Severity] = msgspec.field(default_factory=dict)
+    host_ram_gib: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    source: str | None = None  # the settings file, when one was found
 
     def ignored_for(self, file: str | None) -> tuple[str, ...]:
         """Selectors ignored for ``file``: ``ignore`` plus every ``per-file-ignores`` glob
@@ -66,7 +61,8 @@ class AuditSettings(BaseModel):
 
     def as_file_keys(self) -> dict[str, Any]:
         """The settings as ``--show-settings`` prints them (file spelling of the keys)."""
-        return self.model_dump(by_alias=True, mode="json")
+        keys: dict[str, Any] = msgspec.to_builtins(self)
+        return keys
 
 
 def _table_of(path: Path) -> dict[str, Any] | None:
@@ -104,12 +100,10 @@ def settings_from_table(table: dict[str, Any], source: str) -> AuditSettings:
         raise KvtoolError(f"{source}: `{_AUDIT_TABLE}` must be a table")
     merged.update(audit)
     try:
-        return AuditSettings.model_validate({**merged, "source": source})
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        key = ".".join(str(part) for part in first["loc"]) or "(table)"
-        message = "unknown key" if first["type"] == "extra_forbidden" else first["msg"]
-        raise KvtoolError(f"{source}: setting `{key}`: {message}") from None
+        return msgspec.convert({**merged, "source": source}, type=AuditSettings)
+    except msgspec.ValidationError as exc:
+        key, message = problem_of(exc)
+        raise KvtoolError(f"{source}: setting `{key or '(table)'}`: {message}") from None
 
 
 def load_settings(start: Path) -> AuditSettings:
@@ -154,4 +148,4 @@ def apply_cli(
         update["fail_on"] = fail_on
     if host_ram_gib is not None:
         update["host_ram_gib"] = host_ram_gib
-    return settings.model_copy(update=update)
+    return msgspec.structs.replace(settings, **update)

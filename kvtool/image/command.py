@@ -1,7 +1,5 @@
 """``kvtool inspect-image``: does a vLLM image bundle LMCache, NIXL and Mooncake?"""
 
-from __future__ import annotations
-
 import sys
 from enum import Enum
 from pathlib import Path

@@ -1,7 +1,5 @@
 """``kvtool launch``: emit a launch config for one offload setup (a recipe)."""
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Annotated
 

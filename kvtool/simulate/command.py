@@ -1,7 +1,5 @@
 """``kvtool simulate``: replay a workload through the reference connector's drain policies."""
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Annotated
 

@@ -12,7 +12,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+import msgspec
 
 from kvtool.errors import KvtoolError
 from kvtool.resources import rules_dir
@@ -23,10 +23,8 @@ from kvtool.yamlio import safe_load
 CATALOG_FILE = "models/catalog.yaml"
 
 
-class CatalogEntry(BaseModel):
+class CatalogEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One curated model: its config.json fields and where they were copied from."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
     aliases: tuple[str, ...] = ()
@@ -36,8 +34,12 @@ class CatalogEntry(BaseModel):
 
 @cache
 def catalog() -> tuple[CatalogEntry, ...]:
-    raw = safe_load((rules_dir() / CATALOG_FILE).read_text(encoding="utf-8"))
-    return tuple(CatalogEntry.model_validate(entry) for entry in raw["models"])
+    path = rules_dir() / CATALOG_FILE
+    raw = safe_load(path.read_text(encoding="utf-8"))
+    try:
+        return msgspec.convert(raw["models"], type=tuple[CatalogEntry, ...])
+    except msgspec.ValidationError as exc:
+        raise KvtoolError(f"model catalog {path} is corrupt: {exc}") from exc
 
 
 def find_entry(name: str) -> CatalogEntry | None:

@@ -1,7 +1,5 @@
 """CLI registration for ``kvtool size`` (parse options, call the library, render)."""
 
-from __future__ import annotations
-
 from enum import Enum
 from typing import Annotated
 

@@ -9,18 +9,17 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+import msgspec
 
+from kvtool.errors import KvtoolError
 from kvtool.resources import rules_dir
 from kvtool.yamlio import safe_load
 
 FACTS_FILE = "models/sizing_facts.yaml"
 
 
-class SizingFacts(BaseModel):
+class SizingFacts(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """The constants, flattened; every field is required so a missing row fails loudly."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     default_block_size: int
     native_offload_alignment_bytes: int
@@ -52,11 +51,13 @@ _PREFIXES = {"vllm": "", "lmcache": "lmcache_", "kaito": "kaito_", "hardware": "
 @cache
 def sizing_facts() -> SizingFacts:
     """Load the facts table once; rows are ``section: {name: {value, source}}``."""
-    raw: dict[str, dict[str, dict[str, Any]]] = safe_load(
-        (rules_dir() / FACTS_FILE).read_text(encoding="utf-8")
-    )
+    path = rules_dir() / FACTS_FILE
+    raw: dict[str, dict[str, dict[str, Any]]] = safe_load(path.read_text(encoding="utf-8"))
     flat: dict[str, Any] = {}
     for section, rows in raw.items():
         for name, row in rows.items():
             flat[_PREFIXES[section] + name] = row["value"]
-    return SizingFacts.model_validate(flat)
+    try:
+        return msgspec.convert(flat, type=SizingFacts)
+    except msgspec.ValidationError as exc:
+        raise KvtoolError(f"sizing facts {path} are corrupt: {exc}") from exc

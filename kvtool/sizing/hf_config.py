@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pydantic import ValidationError
-
 from kvtool.errors import KvtoolError
 from kvtool.sizing.dtypes import model_dtype_bytes
 from kvtool.sizing.facts import sizing_facts
@@ -22,6 +20,7 @@ from kvtool.sizing.spec import (
     Mamba1Group,
     Mamba2Group,
     ModelSpec,
+    SpecError,
     StateGroup,
 )
 
@@ -334,10 +333,8 @@ def spec_from_config(
         )
     try:
         attention, states = parser(text)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field = ".".join(str(part) for part in first["loc"])
-        raise KvtoolError(f"{where}: derived {field!r} is invalid: {first['msg']}") from None
+    except SpecError as exc:
+        raise KvtoolError(f"{where}: derived {exc.field!r} is invalid: {exc}") from None
     architectures = raw.get("architectures") or [model_type]
     assumptions: list[str] = []
     dtype = (

@@ -8,9 +8,9 @@ given tensor-parallel size by the methods here, so one spec serves every deploym
 from __future__ import annotations
 
 from enum import Enum
-from typing import Annotated, Literal
+from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+import msgspec
 
 
 class AttentionKind(str, Enum):
@@ -19,23 +19,51 @@ class AttentionKind(str, Enum):
     MLA = "mla"
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class SpecError(ValueError):
+    """A derived geometry field out of range; ``field`` names it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
 
 
-class AttentionGroup(_Frozen):
+class _Frozen(msgspec.Struct, frozen=True, kw_only=True):
+    """Immutable geometry record; construction checks each field's lower bound.
+
+    ``MINIMUMS`` maps a field to the least value it may hold (None is an unset optional
+    field and passes); a config.json that yields less raises :class:`SpecError`.
+    """
+
+    MINIMUMS: ClassVar[dict[str, int]] = {}
+
+    def __post_init__(self) -> None:
+        for field, least in self.MINIMUMS.items():
+            value = getattr(self, field)
+            if value is not None and value < least:
+                raise SpecError(field, f"must be at least {least}, got {value}")
+
+
+class AttentionGroup(_Frozen, frozen=True, kw_only=True):
     """``num_layers`` attention layers with the same cache geometry.
 
     Invariant: MLA groups have ``num_kv_heads == 1`` and ``head_size_v == 0`` (one latent
     vector per token, replicated on every TP rank); sliding groups have a window.
     """
 
+    MINIMUMS: ClassVar[dict[str, int]] = {
+        "num_layers": 1,
+        "num_kv_heads": 1,
+        "head_size_k": 1,
+        "head_size_v": 0,
+        "sliding_window": 1,
+    }
+
     kind: AttentionKind
-    num_layers: int = Field(gt=0)
-    num_kv_heads: int = Field(gt=0)
-    head_size_k: int = Field(gt=0)
-    head_size_v: int = Field(ge=0)
-    sliding_window: int | None = Field(default=None, gt=0)
+    num_layers: int
+    num_kv_heads: int
+    head_size_k: int
+    head_size_v: int
+    sliding_window: int | None = None
 
     def kv_heads_per_rank(self, tp: int) -> int:
         """KV heads one TP rank holds: a shard, or one replicated head when heads < TP."""
@@ -53,14 +81,16 @@ class AttentionGroup(_Frozen):
         return heads * (self.head_size_k + self.head_size_v)
 
 
-class Mamba1Group(_Frozen):
+class Mamba1Group(_Frozen, frozen=True, kw_only=True):
     """Mamba-1 layers (Jamba): conv state (d_conv-1) x d_inner, SSM state d_inner x d_state."""
 
+    MINIMUMS: ClassVar[dict[str, int]] = {"num_layers": 1, "d_inner": 1, "d_conv": 2, "d_state": 1}
+
     kind: Literal["mamba1"] = "mamba1"
-    num_layers: int = Field(gt=0)
-    d_inner: int = Field(gt=0)
-    d_conv: int = Field(gt=1)
-    d_state: int = Field(gt=0)
+    num_layers: int
+    d_inner: int
+    d_conv: int
+    d_state: int
 
     def split_error(self, tp: int) -> str | None:
         """Why ``tp`` ranks cannot split these layers, or None."""
@@ -76,16 +106,25 @@ class Mamba1Group(_Frozen):
         return (self.d_conv - 1) * inner, inner * self.d_state
 
 
-class Mamba2Group(_Frozen):
+class Mamba2Group(_Frozen, frozen=True, kw_only=True):
     """Mamba-2 layers (Nemotron-H, Granite-4 hybrids): heads x head_dim x d_state SSM state."""
 
+    MINIMUMS: ClassVar[dict[str, int]] = {
+        "num_layers": 1,
+        "num_heads": 1,
+        "head_dim": 1,
+        "n_groups": 1,
+        "d_state": 1,
+        "d_conv": 2,
+    }
+
     kind: Literal["mamba2"] = "mamba2"
-    num_layers: int = Field(gt=0)
-    num_heads: int = Field(gt=0)
-    head_dim: int = Field(gt=0)
-    n_groups: int = Field(gt=0)
-    d_state: int = Field(gt=0)
-    d_conv: int = Field(gt=1)
+    num_layers: int
+    num_heads: int
+    head_dim: int
+    n_groups: int
+    d_state: int
+    d_conv: int
 
     def split_error(self, tp: int) -> str | None:
         if self.num_heads % tp:
@@ -105,19 +144,28 @@ class Mamba2Group(_Frozen):
         return (self.d_conv - 1) * conv_dim, self.num_heads // tp * self.head_dim * self.d_state
 
 
-class GatedDeltaNetGroup(_Frozen):
+class GatedDeltaNetGroup(_Frozen, frozen=True, kw_only=True):
     """Gated DeltaNet linear-attention layers (Qwen3-Next, Qwen3.5/3.6).
 
     Conv state (k-1) x (2 Hk dk + Hv dv), temporal state Hv x dv x dk; both split by TP.
     """
 
+    MINIMUMS: ClassVar[dict[str, int]] = {
+        "num_layers": 1,
+        "num_k_heads": 1,
+        "num_v_heads": 1,
+        "k_head_dim": 1,
+        "v_head_dim": 1,
+        "d_conv": 2,
+    }
+
     kind: Literal["gdn"] = "gdn"
-    num_layers: int = Field(gt=0)
-    num_k_heads: int = Field(gt=0)
-    num_v_heads: int = Field(gt=0)
-    k_head_dim: int = Field(gt=0)
-    v_head_dim: int = Field(gt=0)
-    d_conv: int = Field(gt=1)
+    num_layers: int
+    num_k_heads: int
+    num_v_heads: int
+    k_head_dim: int
+    v_head_dim: int
+    d_conv: int
 
     def split_error(self, tp: int) -> str | None:
         if self.num_k_heads % tp:
@@ -135,15 +183,17 @@ class GatedDeltaNetGroup(_Frozen):
         ) * conv_dim, self.num_v_heads // tp * self.v_head_dim * self.k_head_dim
 
 
-StateGroup = Annotated[Mamba1Group | Mamba2Group | GatedDeltaNetGroup, Field(discriminator="kind")]
+StateGroup = Mamba1Group | Mamba2Group | GatedDeltaNetGroup
 
 
-class ModelSpec(_Frozen):
+class ModelSpec(_Frozen, frozen=True, kw_only=True):
     """Everything about a model that KV-cache sizing needs, and where it came from.
 
     Invariant: ``attention`` is non-empty or ``states`` is (a model with neither holds
     no cache); layer counts in both add up to the decoder layers that hold state.
     """
+
+    MINIMUMS: ClassVar[dict[str, int]] = {"num_attention_heads": 1}
 
     name: str
     origin: str  # where the fields were read: a config.json path or a catalog entry
@@ -151,7 +201,7 @@ class ModelSpec(_Frozen):
     architecture: str
     model_type: str
     dtype: str  # model dtype; "auto" KV caches and recurrent states use it
-    num_attention_heads: int = Field(gt=0)
+    num_attention_heads: int
     attention: tuple[AttentionGroup, ...] = ()
     states: tuple[StateGroup, ...] = ()
     # SSM state dtype vLLM picks when --mamba-ssm-cache-dtype is "auto"; None = model dtype.

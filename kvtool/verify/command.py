@@ -1,7 +1,5 @@
 """``kvtool verify``: does the KV offload tier serve hits, and if not, why."""
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Annotated
 

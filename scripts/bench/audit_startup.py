@@ -3,7 +3,7 @@
 Cold start: the median wall time of N fresh ``kvtool audit FILE`` processes, beside the
 baseline of N bare interpreter starts (``python -c pass``) measured in the same run, and
 a second baseline, the dependency floor: a process that only imports the libraries every
-audit needs (typer, rich, pydantic, PyYAML), which no change to kvtool's code can undercut.
+audit needs (typer, rich, PyYAML, msgspec), which no change to kvtool's code can undercut.
 Throughput: files audited per second by one in-process ``Auditor`` over a batch of
 copies of the shipped examples, beside the baseline rate of only reading and
 normalising them (the part of the audit that is not rules).
@@ -31,7 +31,7 @@ EXAMPLE = REPO / "examples" / "lmcache-tp4.sh"
 BATCH_SOURCES = ("lmcache-tp4.sh", "native-offload-clean.sh", "compose.yaml", "k8s-deployment.yaml")
 COLD_TARGET_MS = 250.0
 THROUGHPUT_TARGET = 200.0
-DEPENDENCY_IMPORTS = "import typer, rich.console, yaml; from pydantic import BaseModel"
+DEPENDENCY_IMPORTS = "import typer, rich.console, yaml, msgspec"
 
 
 def _children_cpu_seconds() -> float:

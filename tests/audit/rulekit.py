@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from kvtool.audit.context import ModelFacts, RuleContext
 from kvtool.audit.engine import Selection, check_config
 from kvtool.audit.model import (
@@ -47,7 +49,7 @@ def config(
     """A normalised config at ``version``; options the release lacks get ``known=False``."""
     facts = load_release(version)
     spellings = {f.name for f in facts.flags} | {f.negative for f in facts.flags if f.negative}
-    marked = tuple(o.model_copy(update={"known": o.flag in spellings}) for o in options)
+    marked = tuple(msgspec.structs.replace(o, known=o.flag in spellings) for o in options)
     json_values = {o.flag: o.value for o in marked if isinstance(o.value, dict)}
     tokens: list[SourceToken] = []
     for o in marked:

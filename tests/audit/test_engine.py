@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from kvtool.audit.context import ModelFacts, Semantics
 from kvtool.audit.engine import Auditor, Target
 from kvtool.audit.model import Invocation, Location, SourceToken, Suppression
@@ -73,8 +75,8 @@ def test_findings_are_sorted_by_line_and_carry_the_invocation_label() -> None:
 
 def test_severity_override_and_ignore() -> None:
     inv = invocation("m", "--swap-space", "4")
-    settings = AuditSettings.model_validate(
-        {"vllm-version": "0.32.0", "severity": {"VG002": "info"}}
+    settings = msgspec.convert(
+        {"vllm-version": "0.32.0", "severity": {"VG002": "info"}}, type=AuditSettings
     )
     assert run(inv, settings) == [("VG002", "info", 3)]
     assert run(inv, AuditSettings(vllm_version="0.32.0", ignore=("VG",))) == []

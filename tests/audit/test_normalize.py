@@ -9,6 +9,7 @@ vLLM's ``FlexibleArgumentParser.parse_args`` / ``load_config_file`` /
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from kvtool.audit.inputs import read_argv
@@ -116,7 +117,7 @@ def test_optimization_level_shorthands(spelling: str) -> None:
 def test_O_is_compilation_config_where_optimization_level_does_not_exist() -> None:
     # Older releases: -O3 became "-O 3" and -O aliased --compilation-config.
     old = make_facts(base=tuple(f for f in BASE_FLAGS if f.name != "--compilation-config"))
-    old = old.model_copy(update={"flags": (*old.flags, OLD_COMPILATION)})
+    old = msgspec.structs.replace(old, flags=(*old.flags, OLD_COMPILATION))
     config = parse("vllm serve m -O3", old)
     assert values(config) == {"--compilation-config": 3}
 
@@ -150,9 +151,9 @@ def test_whole_json_value() -> None:
 
 def test_invalid_json_is_a_problem_with_location() -> None:
     invocation = read_argv(["vllm", "serve", "m", "--kv-transfer-config", "{kv_connector:"])
-    token = invocation.tokens[1].model_copy(update={"location": Location(file="run.sh", line=3)})
-    invocation = invocation.model_copy(
-        update={"tokens": (invocation.tokens[0], token, *invocation.tokens[2:])}
+    token = msgspec.structs.replace(invocation.tokens[1], location=Location(file="run.sh", line=3))
+    invocation = msgspec.structs.replace(
+        invocation, tokens=(invocation.tokens[0], token, *invocation.tokens[2:])
     )
     config = normalize(invocation, FACTS)
     problem = config.problems[0]
@@ -214,8 +215,9 @@ def test_dotted_key_on_a_plain_flag_is_a_problem() -> None:
 
 def _config_invocation(items: list[tuple[str, object]], tokens: list[str]) -> Invocation:
     argv = read_argv(tokens)
-    return argv.model_copy(
-        update={
+    return msgspec.structs.replace(
+        argv,
+        **{
             "config_items": tuple(
                 (k, v, Location(file="c.yaml", line=i + 1)) for i, (k, v) in enumerate(items)
             )

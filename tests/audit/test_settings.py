@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from kvtool.audit.engine import selection_for
@@ -64,11 +65,12 @@ def test_cli_select_replaces_ignore_adds() -> None:
 
 
 def test_per_file_ignores_and_severity_overrides_by_name() -> None:
-    settings = AuditSettings.model_validate(
+    settings = msgspec.convert(
         {
             "per-file-ignores": {"legacy/*.sh": ["removed-flag"]},
             "severity": {"CN010": "error"},
-        }
+        },
+        type=AuditSettings,
     )
     assert "VG002" not in selection_for(settings, "legacy/run.sh").enabled
     selection = selection_for(settings, "new/run.sh")

@@ -14,6 +14,7 @@ import textwrap
 import zipfile
 from pathlib import Path
 
+import msgspec
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
@@ -295,11 +296,10 @@ def test_env_vars_connectors_and_registries(facts) -> None:  # type: ignore[no-u
 
 
 def test_index_gates_from_two_synthetic_releases(facts) -> None:  # type: ignore[no-untyped-def]
-    later = facts.model_copy(
-        update={
-            "version": "0.2.0",
-            "flags": tuple(f for f in facts.flags if f.name != "--calculate-kv-scales"),
-        }
+    later = msgspec.structs.replace(
+        facts,
+        version="0.2.0",
+        flags=tuple(f for f in facts.flags if f.name != "--calculate-kv-scales"),
     )
     index = build_index([later, facts], {"--calculate-kv-scales": "drop it"})
     assert index.versions == ("0.1.0", "0.2.0")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import yaml
 
 from kvtool.audit.inputs import kaito, yaml_tree
@@ -135,7 +136,7 @@ def _container(
     )
     if yaml_tree.get(container, "envFrom") is not None:
         note = f"container {name}: envFrom variables come from the cluster and were not read"
-        found = [i.model_copy(update={"notes": (*i.notes, note)}) for i in found]
+        found = [msgspec.structs.replace(i, notes=(*i.notes, note)) for i in found]
     return found
 
 

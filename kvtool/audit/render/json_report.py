@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+import msgspec
 
 from kvtool import __version__
 from kvtool.audit.engine import AuditReport, Target
@@ -32,17 +32,17 @@ from kvtool.audit.ruledocs import anchor
 SCHEMA_VERSION = 1
 
 
-class _Out(BaseModel):
-    model_config = ConfigDict(frozen=True)
+class _Out(msgspec.Struct, frozen=True, kw_only=True):
+    """One object of the report; field order is the order keys are printed."""
 
 
-class JsonFix(_Out):
+class JsonFix(_Out, frozen=True, kw_only=True):
     applicability: str
     description: str
     replacement_args: list[str] | None
 
 
-class JsonFinding(_Out):
+class JsonFinding(_Out, frozen=True, kw_only=True):
     code: str
     name: str
     severity: str
@@ -56,13 +56,13 @@ class JsonFinding(_Out):
     evidence: dict[str, Any]
 
 
-class JsonTarget(_Out):
+class JsonTarget(_Out, frozen=True, kw_only=True):
     vllm_version: str
     source: str
     warning: str | None
 
 
-class JsonInvocation(_Out):
+class JsonInvocation(_Out, frozen=True, kw_only=True):
     label: str
     file: str | None
     kind: str
@@ -70,7 +70,7 @@ class JsonInvocation(_Out):
     notes: list[str]
 
 
-class JsonReport(_Out):
+class JsonReport(_Out, frozen=True, kw_only=True):
     schema_version: int
     tool: dict[str, str]
     target: JsonTarget | None
@@ -132,4 +132,4 @@ def build(report: AuditReport) -> JsonReport:
 
 
 def render(report: AuditReport) -> str:
-    return json.dumps(build(report).model_dump(mode="json"), indent=2, sort_keys=False) + "\n"
+    return json.dumps(msgspec.to_builtins(build(report)), indent=2, sort_keys=False) + "\n"
