@@ -70,7 +70,7 @@ class ChoiceMigration(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
 
 
 HmaMode = Literal["transfer-config-disables", "per-connector"]
-# ``hma.decision`` values of rules/curated/semantics.yaml -> how the audit models them.
+# ``hma.decision`` values of rules/curated/semantics.toml -> how the audit models them.
 # Early releases turned HMA off for any --kv-transfer-config (and made --kv-offloading-*
 # a connector only after the decision); later ones decide per connector. Which releases
 # are which is in the table rows, not here.

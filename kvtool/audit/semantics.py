@@ -8,11 +8,11 @@ from ``rules/audit/semantics.toml``. Every row cites its source.
 
 from __future__ import annotations
 
+import tomllib
 from functools import cache
 from typing import Any
 
 import msgspec
-import tomllib
 
 from kvtool.audit.context import ChoiceMigration, Semantics
 from kvtool.releases.curated import (

@@ -9,12 +9,12 @@ file: ``--select`` replaces ``select``, ``--ignore`` adds to ``ignore``.
 
 from __future__ import annotations
 
+import tomllib
 from fnmatch import fnmatch
 from pathlib import Path, PurePath
 from typing import Annotated, Any
 
 import msgspec
-import tomllib
 
 from kvtool.audit.model import Severity
 from kvtool.errors import KvtoolError

@@ -99,7 +99,7 @@ def launch_sizes(
         "kaito_lmcache_tokens": report.lmcache_tokens_at_l1_capacity,
     }
     if tier is not None:
-        # vLLM turns the GiB figure into bytes as size x 2^30 (sizing_facts.yaml gib_bytes).
+        # vLLM turns the GiB figure into bytes as size x 2^30 (sizing_facts.toml gib_bytes).
         values["cpu_tier_bytes"] = round(tier * facts.gib_bytes)
     warnings = tuple(w.message for w in report.warnings if _relevant(w.code, recipe.sizing))
     return LaunchSizes(values, warnings)

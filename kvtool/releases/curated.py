@@ -16,8 +16,7 @@ import msgspec
 from packaging.version import InvalidVersion, Version
 
 from kvtool.errors import KvtoolError
-from kvtool.resources import rules_dir
-from kvtool.yamlio import safe_load
+from kvtool.resources import read_table, rules_dir
 
 
 class _Row(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -154,19 +153,9 @@ def _curated_path(name: str) -> Path:
 
 @cache
 def _rows(name: str) -> list[dict[str, Any]]:
-    # Imported here: only commands that consult curated rows pay for PyYAML.
-    import yaml
-
-    path = _curated_path(name)
-    try:
-        data = safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise KvtoolError(f"curated table {path} is missing from this installation") from exc
-    except yaml.YAMLError as exc:
-        raise KvtoolError(f"curated table {path} is not valid YAML: {exc}") from exc
-    rows = (data or {}).get("rows", [])
+    rows = read_table(_curated_path(name)).get("rows", [])
     if not isinstance(rows, list):
-        raise KvtoolError(f"curated table {path}: 'rows' must be a list")
+        raise KvtoolError(f"curated table {_curated_path(name)}: 'rows' must be a list")
     return rows
 
 
@@ -182,7 +171,7 @@ def _load(name: str, model: type[_RowT]) -> tuple[_RowT, ...]:
 
 @cache
 def replacements() -> tuple[FlagReplacement, ...]:
-    return _load("replacements.yaml", FlagReplacement)
+    return _load("replacements.toml", FlagReplacement)
 
 
 def flag_replacements() -> dict[str, str]:
@@ -192,27 +181,27 @@ def flag_replacements() -> dict[str, str]:
 
 @cache
 def security_floor() -> tuple[SecurityAdvisory, ...]:
-    return _load("security.yaml", SecurityAdvisory)
+    return _load("security.toml", SecurityAdvisory)
 
 
 @cache
 def known_bugs() -> tuple[KnownBug, ...]:
-    return _load("known_bugs.yaml", KnownBug)
+    return _load("known_bugs.toml", KnownBug)
 
 
 @cache
 def bundling_pins() -> tuple[BundlingPin, ...]:
-    return _load("bundling.yaml", BundlingPin)
+    return _load("bundling.toml", BundlingPin)
 
 
 @cache
 def backend_connector_map() -> tuple[BackendConnectorRow, ...]:
-    return _load("backend_connector.yaml", BackendConnectorRow)
+    return _load("backend_connector.toml", BackendConnectorRow)
 
 
 @cache
 def semantic_facts() -> tuple[SemanticFact, ...]:
-    return _load("semantics.yaml", SemanticFact)
+    return _load("semantics.toml", SemanticFact)
 
 
 def backend_connector(

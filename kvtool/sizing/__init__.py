@@ -11,7 +11,7 @@ Public API (``kvtool audit`` sizing rules and ``kvtool launch`` call these)::
     report.l1_capacity_gib                            # 118.75 (KAITO: avail x util / TP)
 
 - ``load_model_spec(path_or_name) -> ModelSpec``: a config.json, a model directory or a
-  curated catalog name (``rules/models/catalog.yaml``). Raises ``KvtoolError`` naming the
+  curated catalog name (``rules/models/catalog.toml``). Raises ``KvtoolError`` naming the
   missing field and file, or the unsupported ``model_type``.
 - ``spec_from_config(mapping, name=, where=) -> ModelSpec``: the same from an in-memory dict.
 - ``Deployment`` / ``make_deployment(**flags)``: validated deployment (``tp``, ``pp``,

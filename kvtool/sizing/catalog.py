@@ -1,6 +1,6 @@
 """Resolve ``--model``: a local config.json or model directory, or a curated catalog name.
 
-The catalog (``rules/models/catalog.yaml``) holds config.json fields copied from cited
+The catalog (``rules/models/catalog.toml``) holds config.json fields copied from cited
 files; entries go through the same parser as local files, so a catalog model and its
 downloaded config.json give identical figures.
 """
@@ -15,12 +15,11 @@ from typing import Any
 import msgspec
 
 from kvtool.errors import KvtoolError
-from kvtool.resources import rules_dir
+from kvtool.resources import read_table, rules_dir
 from kvtool.sizing.hf_config import spec_from_config
 from kvtool.sizing.spec import ModelSpec
-from kvtool.yamlio import safe_load
 
-CATALOG_FILE = "models/catalog.yaml"
+CATALOG_FILE = "models/catalog.toml"
 
 
 class CatalogEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -34,12 +33,11 @@ class CatalogEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
 
 @cache
 def catalog() -> tuple[CatalogEntry, ...]:
-    path = rules_dir() / CATALOG_FILE
-    raw = safe_load(path.read_text(encoding="utf-8"))
+    raw = read_table(rules_dir() / CATALOG_FILE)
     try:
-        return msgspec.convert(raw["models"], type=tuple[CatalogEntry, ...])
+        return msgspec.convert(raw.get("models"), type=tuple[CatalogEntry, ...])
     except msgspec.ValidationError as exc:
-        raise KvtoolError(f"model catalog {path} is corrupt: {exc}") from exc
+        raise KvtoolError(f"model catalog {rules_dir() / CATALOG_FILE} is corrupt: {exc}") from exc
 
 
 def find_entry(name: str) -> CatalogEntry | None:

@@ -1,4 +1,4 @@
-"""Engine and tool constants for sizing, read from ``rules/models/sizing_facts.yaml``.
+"""Engine and tool constants for sizing, read from ``rules/models/sizing_facts.toml``.
 
 Each constant there cites the vLLM, LMCache or KAITO file it comes from; code reads
 the numbers through :func:`sizing_facts` and never types them itself.
@@ -12,10 +12,9 @@ from typing import Any
 import msgspec
 
 from kvtool.errors import KvtoolError
-from kvtool.resources import rules_dir
-from kvtool.yamlio import safe_load
+from kvtool.resources import read_table, rules_dir
 
-FACTS_FILE = "models/sizing_facts.yaml"
+FACTS_FILE = "models/sizing_facts.toml"
 
 
 class SizingFacts(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -51,8 +50,7 @@ _PREFIXES = {"vllm": "", "lmcache": "lmcache_", "kaito": "kaito_", "hardware": "
 @cache
 def sizing_facts() -> SizingFacts:
     """Load the facts table once; rows are ``section: {name: {value, source}}``."""
-    path = rules_dir() / FACTS_FILE
-    raw: dict[str, dict[str, dict[str, Any]]] = safe_load(path.read_text(encoding="utf-8"))
+    raw: dict[str, dict[str, dict[str, Any]]] = read_table(rules_dir() / FACTS_FILE)
     flat: dict[str, Any] = {}
     for section, rows in raw.items():
         for name, row in rows.items():
@@ -60,4 +58,4 @@ def sizing_facts() -> SizingFacts:
     try:
         return msgspec.convert(flat, type=SizingFacts)
     except msgspec.ValidationError as exc:
-        raise KvtoolError(f"sizing facts {path} are corrupt: {exc}") from exc
+        raise KvtoolError(f"sizing facts {rules_dir() / FACTS_FILE} are corrupt: {exc}") from exc

@@ -1,16 +1,18 @@
 """Benchmark ``kvtool audit``: cold start of one file, and per-file throughput in one process.
 
-Cold start: the median wall time of N fresh ``kvtool audit FILE`` processes, beside the
-baseline of N bare interpreter starts (``python -c pass``) measured in the same run, and
-a second baseline, the dependency floor: a process that only imports the libraries every
-audit needs (typer, rich, PyYAML, msgspec), which no change to kvtool's code can undercut.
+Cold start: the median wall time of N fresh ``kvtool audit FILE`` processes for a shell
+script (``examples/lmcache-tp4.sh``) and for a Kubernetes manifest
+(``examples/k8s-deployment.yaml``, which also loads PyYAML), beside the baseline of N
+bare interpreter starts (``python -c pass``) measured in the same run, and a second
+baseline, the dependency floor: a process that only imports the libraries every audit
+needs (typer, rich, msgspec), which no change to kvtool's code can undercut.
 Throughput: files audited per second by one in-process ``Auditor`` over a batch of
 copies of the shipped examples, beside the baseline rate of only reading and
 normalising them (the part of the audit that is not rules).
 
     python scripts/bench/audit_startup.py [--quick] [--json]
 
-Targets (issue 2): cold start <= 250 ms median; >= 200 files/s in one process.
+Targets (issue 2): cold start <= 250 ms median (both inputs); >= 200 files/s in one process.
 """
 
 from __future__ import annotations
@@ -28,10 +30,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "lmcache-tp4.sh"
+YAML_EXAMPLE = REPO / "examples" / "k8s-deployment.yaml"
 BATCH_SOURCES = ("lmcache-tp4.sh", "native-offload-clean.sh", "compose.yaml", "k8s-deployment.yaml")
 COLD_TARGET_MS = 250.0
 THROUGHPUT_TARGET = 200.0
-DEPENDENCY_IMPORTS = "import typer, rich.console, yaml, msgspec"
+DEPENDENCY_IMPORTS = "import typer, rich.console, msgspec"
 
 
 def _children_cpu_seconds() -> float:
@@ -64,10 +67,9 @@ def cold_start(runs: int) -> dict[str, float]:
     floor, floor_cpu = _median_ms([python, "-c", DEPENDENCY_IMPORTS], runs)
     # Exactly what the `kvtool` console script runs.
     entry = "from kvtool.cli import main; main()"
-    audit, audit_cpu = _median_ms(
-        [python, "-c", entry, "audit", str(EXAMPLE), "--vllm-version", "0.32.0", "--exit-zero"],
-        runs,
-    )
+    common = ["--vllm-version", "0.32.0", "--exit-zero"]
+    audit, audit_cpu = _median_ms([python, "-c", entry, "audit", str(EXAMPLE), *common], runs)
+    audit_yaml, _ = _median_ms([python, "-c", entry, "audit", str(YAML_EXAMPLE), *common], runs)
     return {
         "cold_start_median_ms": round(audit, 1),
         "baseline_python_start_median_ms": round(baseline, 1),
@@ -78,6 +80,8 @@ def cold_start(runs: int) -> dict[str, float]:
         "baseline_python_start_cpu_median_ms": round(baseline_cpu, 1),
         "dependency_floor_cpu_median_ms": round(floor_cpu, 1),
         "cold_start_cpu_over_dependency_floor_cpu_ms": round(audit_cpu - floor_cpu, 1),
+        "cold_start_yaml_median_ms": round(audit_yaml, 1),
+        "cold_start_yaml_over_baseline_ratio": round(audit_yaml / baseline, 2),
         "cold_start_target_ms": COLD_TARGET_MS,
     }
 
@@ -135,12 +139,14 @@ def main() -> int:
     from rich.console import Console
 
     console = Console(stderr=True)
-    label = f"cold start: {runs} runs each of python -c pass, the dependency floor, kvtool audit"
+    label = f"cold start: {runs} runs each of python -c pass, the dependency floor, two audits"
     with console.status(label):
         results: dict[str, float] = cold_start(runs)
     with console.status(f"throughput: auditing {files} files in one process"):
         results |= throughput(files)
-    results["cold_start_meets_target"] = float(results["cold_start_median_ms"] <= COLD_TARGET_MS)
+    results["cold_start_meets_target"] = float(
+        max(results["cold_start_median_ms"], results["cold_start_yaml_median_ms"]) <= COLD_TARGET_MS
+    )
     results["throughput_meets_target"] = float(
         results["audit_files_per_second"] >= THROUGHPUT_TARGET
     )

@@ -182,7 +182,7 @@ def test_cn033_retention_interval_must_be_a_block_multiple() -> None:
 
 
 def test_simple_cpu_offload_env_swaps_the_native_connector() -> None:
-    # rules/curated/backend_connector.yaml: VLLM_USE_SIMPLE_KV_OFFLOAD=1 from 0.19.0.
+    # rules/curated/backend_connector.toml: VLLM_USE_SIMPLE_KV_OFFLOAD=1 from 0.19.0.
     cfg = config(
         "0.32.0", opt("--kv-offloading-size", "100"), env={"VLLM_USE_SIMPLE_KV_OFFLOAD": "1"}
     )

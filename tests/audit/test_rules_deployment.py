@@ -1,4 +1,4 @@
-"""Golden tests for the SC rules against rules/curated/security.yaml and known_bugs.yaml."""
+"""Golden tests for the SC rules against rules/curated/security.toml and known_bugs.toml."""
 
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ def libtrust_key_id(public_key: rsa.RSAPublicKey) -> str:
 
 def self_signed(key: rsa.RSAPrivateKey) -> bytes:
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kvtool-test-token")])
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     cert = (
         x509.CertificateBuilder()
         .subject_name(name)

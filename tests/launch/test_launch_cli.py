@@ -137,7 +137,7 @@ def test_nixl_side_channel_env_follows_the_release_table(kvtool_cli: Any) -> Non
 
 
 def test_release_below_the_security_floor_needs_an_explicit_opt_in(kvtool_cli: Any) -> None:
-    # rules/curated/security.yaml: CVE-2026-48746 affects vLLM < 0.22.0.
+    # rules/curated/security.toml: CVE-2026-48746 affects vLLM < 0.22.0.
     args = ("launch", "native-cpu-offload", "--model", MODEL, "--host-ram-gib", "64",
             "--vllm-version", "0.21.0")
     refused = kvtool_cli(*args)

@@ -172,17 +172,17 @@ def test_replacement_rows_point_at_names_that_exist_where_they_apply() -> None:
 def test_malformed_curated_table_is_a_one_line_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    bad = tmp_path / "broken.yaml"
-    bad.write_text("rows:\n  - id: X\n    summary: s\n    severity: critical\n")
+    bad = tmp_path / "broken.toml"
+    bad.write_text('[[rows]]\nid = "X"\nsummary = "s"\nseverity = "critical"\n')
     monkeypatch.setattr(curated, "_curated_path", lambda name: tmp_path / name)
     curated._rows.cache_clear()
     try:
         with pytest.raises(KvtoolError) as err:
-            curated._load("broken.yaml", curated.SecurityAdvisory)
+            curated._load("broken.toml", curated.SecurityAdvisory)
         assert "row 1" in str(err.value) and "source" in str(err.value)
-        (tmp_path / "invalid.yaml").write_text("rows: [\n")
-        with pytest.raises(KvtoolError, match="not valid YAML"):
-            curated._load("invalid.yaml", curated.SecurityAdvisory)
+        (tmp_path / "invalid.toml").write_text("rows = [\n")
+        with pytest.raises(KvtoolError, match="not valid TOML"):
+            curated._load("invalid.toml", curated.SecurityAdvisory)
     finally:
         curated._rows.cache_clear()
 

@@ -11,10 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvtool.audit.inputs.argv import read_argv
-from kvtool.audit.inputs.compose import read_compose
 from kvtool.audit.inputs.detect import FILE_FORMATS, detect_format
-from kvtool.audit.inputs.kaito import read_kaito
-from kvtool.audit.inputs.kubernetes import read_manifests
 from kvtool.audit.inputs.shell import read_shell_file
 from kvtool.audit.inputs.vllm_config import read_config_file
 from kvtool.audit.model import Invocation
@@ -66,15 +63,22 @@ def read_text(
 ) -> list[Invocation]:
     """The invocations in one input's text (``file`` names it in locations and errors)."""
     kind = input_format or detect_format(text, file)
+    # The YAML-document readers (and PyYAML) load only for inputs that need them.
     if kind == "shell":
         found = read_shell_file(text, file, base_dir)
     elif kind == "vllm-config":
         found = read_config_file(text, file)
     elif kind == "kubernetes":
+        from kvtool.audit.inputs.kubernetes import read_manifests
+
         found = read_manifests(text, file, base_dir)
     elif kind == "compose":
+        from kvtool.audit.inputs.compose import read_compose
+
         found = read_compose(text, file, base_dir)
     elif kind == "kaito":
+        from kvtool.audit.inputs.kaito import read_kaito
+
         found = read_kaito(text, file)
     else:
         raise KvtoolError(f"--input-format: unknown format {kind!r}")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from pathlib import PurePath
 
-from kvtool.audit.inputs.kaito import is_inference_config
 from kvtool.errors import KvtoolError
 
 FILE_FORMATS = ("shell", "vllm-config", "kubernetes", "compose", "kaito")
@@ -29,8 +28,11 @@ def detect_format(text: str, filename: str | None = None) -> str:
         return "kubernetes"  # kubectl get -o json; JSON is YAML to the reader
     kinds = set(_K8S_KIND.findall(text))
     if _K8S_HEAD.search(text) and kinds:
-        if kinds == {"ConfigMap"} and is_inference_config(_dedented_block_lines(text)):
-            return "kaito"
+        if kinds == {"ConfigMap"}:
+            from kvtool.audit.inputs.kaito import is_inference_config
+
+            if is_inference_config(_dedented_block_lines(text)):
+                return "kaito"
         return "kubernetes"
     if _COMPOSE.search(text) or ("compose" in name and name.endswith(_YAML_SUFFIXES)):
         return "compose"

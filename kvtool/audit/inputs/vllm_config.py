@@ -11,9 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from kvtool.audit.inputs import yaml_tree
 from kvtool.audit.model import Invocation, Location, SourceToken
 from kvtool.errors import KvtoolError
 
@@ -22,6 +19,11 @@ ConfigItems = tuple[tuple[str, Any, Location | None], ...]
 
 def config_items(text: str, file: str | None) -> ConfigItems:
     """The items of one config file; anything but a single mapping is an error."""
+    # PyYAML is imported only when a YAML file is read: shell and argv inputs never pay for it.
+    import yaml
+
+    from kvtool.audit.inputs import yaml_tree
+
     documents = yaml_tree.compose_documents(text, file)
     if not documents:
         return ()

@@ -89,7 +89,7 @@ class RedundantDisableHybridKvCacheManager(ConfigRule):
     Releases
     --------
     SupportsHMA per connector from the release tables; decision mode per release from
-    `rules/curated/semantics.yaml` (`hma.decision`).
+    `rules/curated/semantics.toml` (`hma.decision`).
 
     References
     ----------
@@ -170,7 +170,7 @@ class NonHmaConnectorOnHybridModel(ConfigRule):
     Releases
     --------
     SupportsHMA per connector from the release tables; "Mamba needs HMA" from
-    `hma.hybrid_ssm_requires_hma` in `rules/curated/semantics.yaml`.
+    `hma.hybrid_ssm_requires_hma` in `rules/curated/semantics.toml`.
     Only checked when the model is known (catalog or local config.json).
 
     References
@@ -238,7 +238,7 @@ class HmaForcedWithNonHmaConnector(ConfigRule):
     Releases
     --------
     SupportsHMA from the release tables; decision order from `hma.decision` in
-    `rules/curated/semantics.yaml`.
+    `rules/curated/semantics.toml`.
 
     References
     ----------
@@ -301,7 +301,7 @@ class NonHmaConnectorDisablesHma(ConfigRule):
 
     Releases
     --------
-    0.22.0 and later (`hma.decision` in `rules/curated/semantics.yaml`: per-connector mode).
+    0.22.0 and later (`hma.decision` in `rules/curated/semantics.toml`: per-connector mode).
 
     References
     ----------
@@ -355,7 +355,7 @@ class KvOffloadingSizeWithoutBackend(ConfigRule):
 
     Releases
     --------
-    `kv_offloading.size_alone_noop` in `rules/curated/semantics.yaml` (0.11.1-0.13.x).
+    `kv_offloading.size_alone_noop` in `rules/curated/semantics.toml` (0.11.1-0.13.x).
 
     References
     ----------
@@ -411,7 +411,7 @@ class KvOffloadingSizeOverwritesKvTransferConfig(ConfigRule):
 
     Releases
     --------
-    `kv_offloading.overwrites_kv_transfer_config` in `rules/curated/semantics.yaml`.
+    `kv_offloading.overwrites_kv_transfer_config` in `rules/curated/semantics.toml`.
 
     References
     ----------
@@ -473,7 +473,7 @@ class KvOffloadingSizeIgnoredWithLmcacheBackend(ConfigRule):
 
     Releases
     --------
-    `rules/curated/backend_connector.yaml` rows with `size_scope: ignored`.
+    `rules/curated/backend_connector.toml` rows with `size_scope: ignored`.
 
     References
     ----------
@@ -587,7 +587,7 @@ class P2pTierWithoutPythonhashseed(ConfigRule):
 
     Releases
     --------
-    `p2p.pythonhashseed_required` in `rules/curated/semantics.yaml`.
+    `p2p.pythonhashseed_required` in `rules/curated/semantics.toml`.
 
     References
     ----------
@@ -864,7 +864,7 @@ class MambaCacheModeAllForcesMrv1(ConfigRule):
 
     Releases
     --------
-    `mamba_cache_mode.all_forces_mrv1` in `rules/curated/semantics.yaml`; the rejection on
+    `mamba_cache_mode.all_forces_mrv1` in `rules/curated/semantics.toml`; the rejection on
     later releases is `invalid-choice` (VG005).
 
     References
@@ -936,7 +936,7 @@ class FastsafetensorsNoGdsWithTp(ConfigRule):
 
     Releases
     --------
-    `load_format.fastsafetensors_nogds_tp` in `rules/curated/semantics.yaml`.
+    `load_format.fastsafetensors_nogds_tp` in `rules/curated/semantics.toml`.
 
     References
     ----------

@@ -1,5 +1,5 @@
-"""SC: deployment checks from curated tables (``rules/curated/security.yaml``,
-``rules/curated/known_bugs.yaml``), each row citing its advisory or issue."""
+"""SC: deployment checks from curated tables (``rules/curated/security.toml``,
+``rules/curated/known_bugs.toml``), each row citing its advisory or issue."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ class BelowSecurityFloor(ConfigRule):
 
     Example
     -------
-    Any config targeting a release below the floor in `rules/curated/security.yaml`.
+    Any config targeting a release below the floor in `rules/curated/security.toml`.
 
     Fix
     ---
@@ -38,7 +38,7 @@ class BelowSecurityFloor(ConfigRule):
 
     Releases
     --------
-    Curated: `rules/curated/security.yaml` (affected range and fixed release per advisory).
+    Curated: `rules/curated/security.toml` (affected range and fixed release per advisory).
 
     References
     ----------
@@ -108,7 +108,7 @@ class KnownBugMatches(ConfigRule):
 
     Releases
     --------
-    Curated: `rules/curated/known_bugs.yaml`; rows are rechecked like the field guide's
+    Curated: `rules/curated/known_bugs.toml`; rows are rechecked like the field guide's
     "Known bugs" table.
 
     References

@@ -207,7 +207,7 @@ class LmcacheSizeDisagreesWithKvOffloadingSize(ConfigRule):
 
     Releases
     --------
-    `rules/curated/backend_connector.yaml` rows with `replaces_extra_config: true`.
+    `rules/curated/backend_connector.toml` rows with `replaces_extra_config: true`.
 
     References
     ----------

@@ -15,7 +15,7 @@ from kvtool.audit.rules._common import conditional_note, did_you_mean, removal_f
 from kvtool.releases.model import Gate
 
 VERSION_GATES_REF = "shared/reference/version-gates.md"
-# Curated replacements (rules/curated/replacements.yaml) that start like this say the flag can go,
+# Curated replacements (rules/curated/replacements.toml) that start like this say the flag can go,
 # so deleting it is the safe fix; any other replacement needs a human to migrate the setting.
 DROP_PREFIX = "drop the flag"
 
