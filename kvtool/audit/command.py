@@ -107,7 +107,10 @@ def audit(
     paths: Annotated[
         list[str] | None,
         typer.Argument(
-            help="Files to audit; after '--', a vLLM command (vllm serve MODEL ...).",
+            help=(
+                "Files or directories to audit; after '--', a vLLM command "
+                "(vllm serve MODEL ...)."
+            ),
             show_default=False,
         ),
     ] = None,

@@ -2,7 +2,8 @@
 
 ``read_inputs`` reads files (shell scripts, vLLM ``--config`` YAML, Kubernetes
 manifests, docker compose files, KAITO ConfigMaps), detected by content unless
-``input_format`` says otherwise; ``read_argv`` reads a command given as argv.
+``input_format`` says otherwise, and the serve configurations inside directories;
+``read_argv`` reads a command given as argv.
 Malformed input raises ``KvtoolError`` naming the problem and file:line:col.
 """
 
@@ -12,19 +13,32 @@ from pathlib import Path
 
 from kvtool.audit.inputs.argv import read_argv
 from kvtool.audit.inputs.detect import FILE_FORMATS, detect_format
+from kvtool.audit.inputs.discover import audited_kind, candidate_files
 from kvtool.audit.inputs.shell import read_shell_file
 from kvtool.audit.inputs.vllm_config import read_config_file
 from kvtool.audit.model import Invocation
 from kvtool.errors import KvtoolError
 
-__all__ = ["FILE_FORMATS", "detect_format", "read_argv", "read_inputs", "read_text"]
+
+class NoServerCommand(KvtoolError):
+    """An input that reads fine but starts no vLLM server."""
+
+
+__all__ = [
+    "FILE_FORMATS",
+    "NoServerCommand",
+    "detect_format",
+    "read_argv",
+    "read_inputs",
+    "read_text",
+]
 
 
 def read_inputs(paths: list[Path], *, input_format: str | None = None) -> list[Invocation]:
     """Every vLLM invocation in ``paths``, in file order; a file with none is an error.
 
-    A file named twice (``a.sh ./a.sh``) is read once, as ruff does, so its findings
-    and fixes are not doubled.
+    A file named twice (``a.sh ./a.sh``, or by itself and inside a directory given too)
+    is read once, as ruff does, so its findings and fixes are not doubled.
     """
     if input_format is not None and input_format not in FILE_FORMATS:
         raise KvtoolError(
@@ -32,26 +46,63 @@ def read_inputs(paths: list[Path], *, input_format: str | None = None) -> list[I
             f"(choose from {', '.join(FILE_FORMATS)})"
         )
     found: list[Invocation] = []
-    for path in _distinct(paths):
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise KvtoolError(f"{path}: no such file") from None
-        except (OSError, UnicodeDecodeError) as error:
-            raise KvtoolError(f"{path}: cannot read: {error}") from None
+    seen: set[Path] = set()
+    for path in paths:
+        if path.resolve() in seen:
+            continue
+        if path.is_dir():
+            found.extend(_read_directory(path, input_format, seen))
+            continue
+        seen.add(path.resolve())
+        text = _read_file(path)
         found.extend(read_text(text, str(path), input_format=input_format, base_dir=path.parent))
     return found
 
 
-def _distinct(paths: list[Path]) -> list[Path]:
-    seen: set[Path] = set()
-    kept: list[Path] = []
-    for path in paths:
-        key = path.resolve()
-        if key not in seen:
-            seen.add(key)
-            kept.append(path)
-    return kept
+def _read_file(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise KvtoolError(f"{path}: no such file or directory") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise KvtoolError(f"{path}: cannot read: {error}") from None
+
+
+def _read_directory(
+    directory: Path, input_format: str | None, seen: set[Path]
+) -> list[Invocation]:
+    """Invocations of the serve configurations found under ``directory`` (none: an error).
+
+    Files that are not serve configurations, or not UTF-8 text, are passed over; files
+    in ``seen`` were read already. Every file read is added to ``seen``.
+    """
+    seen.add(directory.resolve())
+    found: list[Invocation] = []
+    looked_at = 0
+    read_before = False
+    for path in candidate_files(directory):
+        looked_at += 1
+        if path.resolve() in seen:
+            read_before = True
+            continue
+        seen.add(path.resolve())
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        kind = input_format or audited_kind(text, path.name)
+        if kind is None:
+            continue
+        try:
+            found.extend(read_text(text, str(path), input_format=kind, base_dir=path.parent))
+        except NoServerCommand:
+            continue  # e.g. a script that only mentions `vllm serve` in a comment
+    if not found and not read_before:
+        raise KvtoolError(
+            f"{directory}: no vLLM serve configuration found in {looked_at} candidate file(s)"
+        )
+    return found
+
 
 
 def read_text(
@@ -83,5 +134,5 @@ def read_text(
     else:
         raise KvtoolError(f"--input-format: unknown format {kind!r}")
     if not found:
-        raise KvtoolError(f"{file or '<input>'}: no vLLM server command found (read as {kind})")
+        raise NoServerCommand(f"{file or '<input>'}: no vLLM server command found (read as {kind})")
     return found

@@ -15,14 +15,14 @@ _JSON_MANIFEST = re.compile(r"\s*\{\s*\"(apiVersion|kind|items)\"")
 _COMPOSE = re.compile(r"^services:\s*$", re.MULTILINE)
 _YAML_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*:(\s|$)", re.MULTILINE)
 _VLLM_COMMAND = re.compile(r"\bvllm\s+serve\b|vllm\.entrypoints\.openai\.api_server")
-_SHELL_SUFFIXES = (".sh", ".bash", ".zsh", ".env", ".cmd")
-_YAML_SUFFIXES = (".yaml", ".yml")
+SHELL_SUFFIXES = (".sh", ".bash", ".zsh", ".env", ".cmd")
+YAML_SUFFIXES = (".yaml", ".yml")
 
 
 def detect_format(text: str, filename: str | None = None) -> str:
     """One of ``FILE_FORMATS``; raises ``KvtoolError`` when the content fits none."""
     name = PurePath(filename or "").name.lower()
-    if text.startswith("#!") or name.endswith(_SHELL_SUFFIXES):
+    if text.startswith("#!") or name.endswith(SHELL_SUFFIXES):
         return "shell"
     if _JSON_MANIFEST.match(text) and '"apiVersion"' in text:
         return "kubernetes"  # kubectl get -o json; JSON is YAML to the reader
@@ -34,11 +34,11 @@ def detect_format(text: str, filename: str | None = None) -> str:
             if is_inference_config(_dedented_block_lines(text)):
                 return "kaito"
         return "kubernetes"
-    if _COMPOSE.search(text) or ("compose" in name and name.endswith(_YAML_SUFFIXES)):
+    if _COMPOSE.search(text) or ("compose" in name and name.endswith(YAML_SUFFIXES)):
         return "compose"
-    if _VLLM_COMMAND.search(text) and not name.endswith(_YAML_SUFFIXES):
+    if _VLLM_COMMAND.search(text) and not name.endswith(YAML_SUFFIXES):
         return "shell"
-    if name.endswith(_YAML_SUFFIXES) or _YAML_KEY.search(text):
+    if name.endswith(YAML_SUFFIXES) or _YAML_KEY.search(text):
         return "vllm-config"
     raise KvtoolError(
         f"{filename or '<input>'}: cannot tell what kind of input this is; "
