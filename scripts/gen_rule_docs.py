@@ -1,34 +1,49 @@
-"""Write docs/rules.md from the audit rule registry (``--check``: exit 1 if it is stale).
+"""Write the audit's generated docs (``--check``: exit 1 if one is stale).
 
-python scripts/gen_rule_docs.py          # rewrite docs/rules.md
-python scripts/gen_rule_docs.py --check  # CI: fail when the committed file differs
+docs/rules.md comes from the rule registry, docs/audit-report.schema.json (the JSON
+Schema of ``--output-format json``) from the report's record types.
+
+python scripts/gen_rule_docs.py          # rewrite both
+python scripts/gen_rule_docs.py --check  # CI: fail when a committed file differs
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
+from kvtool.audit.render.json_report import json_schema
 from kvtool.audit.ruledocs import markdown
 
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "rules.md"
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+def generated() -> dict[Path, str]:
+    """Each generated file and the text it should hold."""
+    return {
+        DOCS / "rules.md": markdown(),
+        DOCS / "audit-report.schema.json": json.dumps(json_schema(), indent=2) + "\n",
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only compare, do not write")
     args = parser.parse_args(argv)
-    text = markdown()
-    if args.check:
-        current = DOCS.read_text(encoding="utf-8") if DOCS.exists() else ""
-        if current != text:
-            print(f"{DOCS} is out of date: run python scripts/gen_rule_docs.py", file=sys.stderr)
-            return 1
-        return 0
-    DOCS.write_text(text, encoding="utf-8")
-    print(f"wrote {DOCS}", file=sys.stderr)
-    return 0
+    stale = 0
+    for path, text in generated().items():
+        current = path.read_text(encoding="utf-8") if path.exists() else ""
+        if current == text:
+            continue
+        if args.check:
+            print(f"{path} is out of date: run python scripts/gen_rule_docs.py", file=sys.stderr)
+            stale += 1
+        else:
+            path.write_text(text, encoding="utf-8")
+            print(f"wrote {path}", file=sys.stderr)
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":

@@ -9,17 +9,27 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import msgspec
 
 from kvtool.audit import rules as _rules  # noqa: F401  (registers every rule)
 from kvtool.audit.context import ModelFacts, RuleContext, Semantics
-from kvtool.audit.model import Finding, Invocation, Location, ServeConfig, Severity, Suppression
+from kvtool.audit.model import (
+    Finding,
+    InputKind,
+    Invocation,
+    Location,
+    ServeConfig,
+    Severity,
+    Suppression,
+)
 from kvtool.audit.registry import ConfigRule, RuleRegistry, registry
 from kvtool.audit.settings import AuditSettings
 from kvtool.errors import KvtoolError
 from kvtool.releases.model import ReleaseFacts, ReleaseIndex
+
+TargetSource = Literal["flag", "settings", "image", "newest"]
 
 
 @dataclass(frozen=True)
@@ -27,7 +37,7 @@ class Target:
     """The release one invocation was checked against, and why that one."""
 
     vllm_version: str
-    source: str  # "flag", "settings", "image" or "newest"
+    source: TargetSource
     warning: str | None = None
 
 
@@ -35,7 +45,7 @@ class Target:
 class InvocationReport:
     label: str
     file: str | None
-    kind: str
+    kind: InputKind
     target: Target
     findings: list[Finding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)

@@ -12,6 +12,8 @@ import pytest
 
 from tests.conftest import REPO_ROOT, CliResult
 
+REPORT_SCHEMA = REPO_ROOT / "docs" / "audit-report.schema.json"
+
 Cli = Callable[..., CliResult]
 
 EXAMPLES = REPO_ROOT / "examples"
@@ -123,6 +125,21 @@ def test_json_report_is_versioned_and_carries_every_documented_field(
     assert vg002["fix"]["applicability"] == "safe"
     assert vg002["references"]
     assert report["summary"]["error"] == sum(f["severity"] == "error" for f in report["findings"])
+    schema = json.loads(REPORT_SCHEMA.read_text(encoding="utf-8"))
+    jsonschema.Draft202012Validator(schema).validate(report)
+
+
+def test_json_schema_rejects_a_report_missing_a_documented_field(kvtool_cli, script: Path) -> None:
+    result = kvtool_cli("audit", str(script), "--vllm-version", "0.32.0", "--output-format", "json")
+    report = json.loads(result.stdout)
+    del report["findings"][0]["fix"]
+    report["findings"][1]["severity"] = "fatal"
+    schema = json.loads(REPORT_SCHEMA.read_text(encoding="utf-8"))
+    problems = {
+        e.message for e in jsonschema.Draft202012Validator(schema).iter_errors(report)
+    }
+    assert "'fix' is a required property" in problems
+    assert any("'fatal' is not one of" in p for p in problems)
 
 
 def test_sarif_validates_against_the_sarif_2_1_0_schema(kvtool_cli: Cli, script: Path) -> None:

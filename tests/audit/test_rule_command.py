@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable
 
 from kvtool.audit.registry import registry
-from kvtool.audit.render.json_report import docs_anchor
+from kvtool.audit.render.json_report import docs_anchor, json_schema
 from kvtool.audit.ruledocs import markdown
 from tests.conftest import REPO_ROOT, CliResult
 
@@ -39,6 +39,11 @@ def test_committed_docs_match_the_registry(kvtool_cli: Cli) -> None:
     committed = (REPO_ROOT / "docs" / "rules.md").read_text(encoding="utf-8")
     assert committed == markdown(), "docs/rules.md is stale: run python scripts/gen_rule_docs.py"
     assert kvtool_cli("rule", "--all", "--output-format", "markdown").stdout == committed
+
+
+def test_committed_json_schema_matches_the_report_records() -> None:
+    committed = json.loads((REPO_ROOT / "docs" / "audit-report.schema.json").read_text())
+    assert committed == json_schema(), "stale schema: run python scripts/gen_rule_docs.py"
 
 
 def test_every_docs_link_of_a_finding_lands_on_its_rule_heading() -> None:

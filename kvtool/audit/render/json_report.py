@@ -14,18 +14,19 @@ Schema version 1::
 
 ``source`` is one of flag, settings, image, newest. ``replacement_args`` are the words
 that replace the finding's tokens (null when the fix removes or cannot be applied).
+The JSON Schema generated from these records is docs/audit-report.schema.json.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
 from kvtool import __version__
-from kvtool.audit.engine import AuditReport, Target
-from kvtool.audit.model import Finding, Location
+from kvtool.audit.engine import AuditReport, Target, TargetSource
+from kvtool.audit.model import Finding, InputKind, Location, Severity
 from kvtool.audit.registry import registry
 from kvtool.audit.ruledocs import anchor
 
@@ -37,7 +38,7 @@ class _Out(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class JsonFix(_Out, frozen=True, kw_only=True):
-    applicability: str
+    applicability: Literal["safe", "unsafe", "display"]
     description: str
     replacement_args: list[str] | None
 
@@ -45,7 +46,7 @@ class JsonFix(_Out, frozen=True, kw_only=True):
 class JsonFinding(_Out, frozen=True, kw_only=True):
     code: str
     name: str
-    severity: str
+    severity: Severity
     message: str
     flag: str | None
     location: Location | None
@@ -58,14 +59,14 @@ class JsonFinding(_Out, frozen=True, kw_only=True):
 
 class JsonTarget(_Out, frozen=True, kw_only=True):
     vllm_version: str
-    source: str
+    source: TargetSource
     warning: str | None
 
 
 class JsonInvocation(_Out, frozen=True, kw_only=True):
     label: str
     file: str | None
-    kind: str
+    kind: InputKind
     target: JsonTarget
     notes: list[str]
 
@@ -96,7 +97,7 @@ def _finding(finding: Finding) -> JsonFinding:
     return JsonFinding(
         code=finding.code,
         name=finding.name,
-        severity=finding.severity.value,
+        severity=finding.severity,
         message=finding.message,
         flag=finding.flag,
         location=finding.location,
@@ -110,7 +111,9 @@ def _finding(finding: Finding) -> JsonFinding:
 
 def _target(target: Target) -> JsonTarget:
     return JsonTarget(
-        vllm_version=target.vllm_version, source=target.source, warning=target.warning
+        vllm_version=target.vllm_version,
+        source=target.source,
+        warning=target.warning,
     )
 
 
@@ -129,6 +132,16 @@ def build(report: AuditReport) -> JsonReport:
         findings=[_finding(f) for f in report.findings],
         summary={**report.counts(), "suppressed": report.suppressed},
     )
+
+
+def json_schema() -> dict[str, Any]:
+    """JSON Schema (2020-12) of the report, as committed in docs/audit-report.schema.json."""
+    schema: dict[str, Any] = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": f"kvtool audit JSON report, schema_version {SCHEMA_VERSION}",
+        **msgspec.json.schema(JsonReport),
+    }
+    return schema
 
 
 def render(report: AuditReport) -> str:
