@@ -13,8 +13,9 @@ admitted and sit outside the ledger.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum
+from operator import attrgetter
 
 
 class DropReason(str, Enum):
@@ -39,7 +40,8 @@ class DropReason(str, Enum):
 
 @dataclass
 class ConnectorStats:
-    """Running totals; ``pending`` and ``in_flight`` are gauges, the rest only grow."""
+    """Running totals; ``pending`` and ``in_flight`` are gauges, the rest only grow
+    (the Counters too: their entries are only ever increased)."""
 
     admitted: int = 0
     released: int = 0
@@ -65,6 +67,12 @@ class ConnectorStats:
         if n:
             self.dropped[reason.value] += n
 
+    def change_key(self) -> tuple[int, ...]:
+        """A value that differs whenever any counter differs: the plain counters as they
+        are, each Counter by its sum (its entries only grow). Cheap enough for every step."""
+        return (*_int_counters(self), sum(self.dropped.values()),
+                sum(self.released_by.values()))
+
     def ledger_balanced(self) -> bool:
         outcomes = self.pending + self.in_flight + self.stored + self.failed
         return self.admitted == outcomes + sum(self.dropped.values())
@@ -85,3 +93,6 @@ class ConnectorStats:
     def summary(self) -> str:
         """One ``key=value`` log line with every non-zero counter."""
         return " ".join(f"{k}={v}" for k, v in self.as_dict().items() if v)
+
+
+_int_counters = attrgetter(*(f.name for f in fields(ConnectorStats) if f.type in ("int", int)))

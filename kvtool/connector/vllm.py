@@ -358,7 +358,7 @@ class KvtoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
         self._lookups: dict[str, _Lookup] = {}
         self._load_jobs: list[LoadJob] = []
         self._reported: dict[str, int] = {}
-        self._reported_key: tuple[object, ...] = ()
+        self._reported_key: tuple[int, ...] = ()
         # Worker role.
         self.engine: TransferEngine | None = None
         self._finished_reports: list[JobReport] = []
@@ -521,10 +521,8 @@ class KvtoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
         """Scheduler: what the manager counted since the last call (None if nothing)."""
         if self.manager is None:
             return None
-        # Called every step: a cheap fingerprint first, the full dict only on change.
-        key = tuple(
-            v if isinstance(v, int) else tuple(v.items()) for v in vars(self.manager.stats).values()
-        )
+        # Called every step: a cheap change key first, the full dict only on change.
+        key = self.manager.stats.change_key()
         if key == self._reported_key:
             return None
         self._reported_key = key

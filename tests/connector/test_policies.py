@@ -145,7 +145,8 @@ def test_eviction_aware_counts_positions_after_its_own_releases_leave_the_queue(
 
 
 def test_eviction_aware_reads_only_the_danger_window() -> None:
-    """Per-step cost: 2,000 buffered blocks, none near the head -> 3 queue reads."""
+    """Per-step cost: 2,000 buffered blocks, none near the head -> 3 queue reads; and
+    none at all while only running requests buffer (their blocks cannot be queued)."""
     rig = Rig.with_config({}, num_blocks=4096)
     rig.step()
     rig.compute("hot", [f"h{i}" for i in range(2000)])  # running: not in the free queue
@@ -160,6 +161,11 @@ def test_eviction_aware_reads_only_the_danger_window() -> None:
             yield block
 
     rig.pool.iter_eviction_order = counting  # type: ignore[method-assign]
+    assert rig.step() == []
+    assert reads == 0
+    rig.compute("done", ["d0"])
+    rig.finish("done")  # its block joins the free queue's tail, far from the head
+    rig.allocated.clear()
     assert rig.step() == []
     assert reads == 3  # ceil(max(EWMA 0, 1 block) * 2.5)
 

@@ -4,8 +4,9 @@ Pure policy: it decides, the manager acts (design: lazy-offload.md §3, §6.3).
 Each step it reads the head of the engine's free queue (the danger window)
 up to ``depth`` blocks that it will not release, where ``depth`` is the
 predicted block consumption over ``horizon_steps`` steps, and looks each one
-up in the manager's block index. Per-step cost is therefore
-O(depth + released), not O(everything buffered);
+up in the manager's block index; while no finished request buffers
+anything, nothing there can be buffered and it reads nothing. Per-step cost
+is therefore O(depth + released), not O(everything buffered);
 blocks recycled before reaching the window are found by the manager from the
 step's allocations, not by re-validating the buffer.
 
@@ -103,7 +104,10 @@ class EvictionAwarePolicy(DrainPolicy):
 
         # request -> [first rank seen, last due ordinal]
         due: dict[RequestKey, list[int]] = {}
-        depth = self.danger_depth(signals)
+        # Only a finished (or preempted) request's buffered blocks can be in the free
+        # queue: a running request holds its own. With none of those, the walk could
+        # find nothing, so it reads nothing.
+        depth = self.danger_depth(signals) if pending.finished_ready() else 0
         # Positions are counted after the blocks released now leave the queue:
         # protecting them moves every block behind them towards the head, so a
         # block just outside a plain window would be recycled before the next
