@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 import msgspec
 
+NumericParser = Literal["int", "float", "human_readable_int", "human_readable_int_or_auto"]
+
 
 class _Frozen(
     msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, omit_defaults=True
@@ -50,6 +52,10 @@ class FlagFact(_Frozen, frozen=True, kw_only=True):
     cli_default_overridden: bool = False
     deprecated: bool = False
     deprecation_message: str | None = None
+    # How argparse parses a numeric value ("32k" only through the human-readable
+    # parsers); None for flags whose values are not numbers.
+    value_type: NumericParser | None = None
+    accepts_none: bool = False  # optional_type(...): "None" parses to None
 
 
 class EnvVarFact(_Frozen, frozen=True, kw_only=True):
@@ -95,6 +101,8 @@ class ReleaseFacts(_Frozen, frozen=True, kw_only=True):
     # --load-format values registered in model_loader's _LOAD_FORMAT_TO_MODEL_LOADER
     # (never argparse choices; plugins can register more).
     load_formats: tuple[str, ...] = ()
+    # Unit suffixes the human-readable integer parsers multiply by, e.g. "k" and "K".
+    human_int_suffixes: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()  # parser notes from the generator
 
 

