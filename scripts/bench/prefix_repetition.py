@@ -1,7 +1,6 @@
 """Prefix-repetition workload on the tiny model: no connector vs kvtool's connector per policy.
 
-Run with the vLLM environment's python (one process, engines in-process, one
-after another, on the same workload)::
+Run with the vLLM environment's python::
 
     .venv-vllm/bin/python scripts/bench/prefix_repetition.py [--quick] [--json]
 
@@ -13,18 +12,28 @@ greedy, 8 output tokens, all requests submitted at once. A cold prefix can only
 be a hit when a connector stored it before vLLM recycled its blocks; storing a
 hot prefix is wasted bytes.
 
-Each configuration (no connector, then each policy) gets a fresh in-process
-engine per trial; configurations take turns within a trial (the first one rotates) and
-every trial uses fresh prefixes; automatic garbage collection is paused while a
-run is timed. Figures per configuration: throughput (prompt+output tokens per
-second of ``generate``) and mean TTFT (vLLM's per-request first-token latency,
-queueing included) of its fastest trial, since the machine may be shared,
-and tokens per CPU-second of this process (its least-CPU trial), which other
-processes on a shared machine disturb less;
+Method: every configuration (no connector, then each policy) runs each trial's
+request list once on a fresh in-process engine; every trial uses fresh prefixes,
+and within a trial the configurations take turns in the orders of a Williams
+square (each runs first, and right after each other configuration, equally
+often), so slow phases of a shared machine and any carry-over from the
+previous engine fall on every configuration alike. Discarded warm-up runs (no
+connector, then EAGER) go first; automatic garbage collection is paused while
+a pass is timed.
+
+Figures per configuration, each the median over trials: throughput (prompt+output
+tokens per second of ``generate``), tokens per CPU-second of this process, and
+mean TTFT (vLLM's per-request first-token latency, queueing included).
+``throughput_ratio_<policy>`` is the median of the per-trial ratios against the
+no-connector pass of the same trial (``_lo``/``_hi``: the smallest and largest
+of them, the run's spread); ``cpu_throughput_ratio_<policy>`` likewise. Only
+quiet trials count, those in which the rest of the machine used under 10% of
+its CPUs during both passes (from /proc/stat; ``quiet_trials_<policy>`` says
+how many; with none, every trial counts): on a shared 2-core machine another
+process's burst slows a pass several-fold. The
 external hit rate (vLLM's external prefix-cache hits / prompt tokens) and the
-blocks and bytes the connector stored during the run, averaged over trials. A
-discarded warm-up run goes first. Ratios are against the no-connector runs of
-the same process. ``--json`` prints one object with
+blocks and bytes the connector stored during the pass are means over trials.
+``--json`` prints one object with
 ``throughput_ratio_<policy>``, ``external_hit_rate_<policy>``,
 ``bytes_stored_<policy>``, ``ttft_ms_<policy>`` (and ``_none``) and more.
 
@@ -58,6 +67,8 @@ OUTPUT_TOKENS = 8
 HOT_PREFIXES = 2
 COLD_PREFIXES = 30
 POOL_BLOCKS = 96
+WARMUP_VARIANT = 999
+"""Prefixes of the discarded warm-up runs: no trial uses them."""
 POLICY_EXTRA: dict[str, dict[str, Any]] = {
     "eager": {"kvtool.policy": "eager"},
     "fifo": {"kvtool.policy": "fifo", "kvtool.fifo.threshold": 1,
@@ -84,12 +95,24 @@ def workload(rounds: int, variant: int) -> list[list[int]]:
     return prompts
 
 
-def run_config(model: Path, prompts: list[list[int]], policy: str | None) -> dict[str, float]:
-    """Start an engine (connector ``policy`` or none), run ``prompts`` once, measure, stop."""
-    from vllm import LLM, SamplingParams
-    from vllm.distributed import cleanup_dist_env_and_memory
-    from vllm.inputs import TokensPrompt
+CPUS = os.cpu_count() or 1
+QUIET_SHARE = 0.1
+"""A pass is quiet when the rest of the machine used under this share of its CPUs."""
 
+
+def machine_busy_s() -> float:
+    """CPU-seconds every process on the machine has spent so far (Linux /proc/stat)."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:
+        return 0.0
+    jiffies = [int(f) for f in fields]
+    idle = jiffies[3] + jiffies[4]  # idle + iowait
+    return (sum(jiffies[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def engine_args(model: Path, policy: str | None) -> dict[str, Any]:
+    """``LLM`` arguments: the same engine for every configuration, plus the connector."""
     args: dict[str, Any] = dict(
         model=str(model), dtype="bfloat16", enable_prefix_caching=True,
         block_size=BLOCK_SIZE, enforce_eager=True, seed=0, disable_log_stats=False,
@@ -104,59 +127,129 @@ def run_config(model: Path, prompts: list[list[int]], policy: str | None) -> dic
             "kv_connector_extra_config": {**POLICY_EXTRA[policy],
                                           "kvtool.host_capacity_bytes": "64MiB"},
         }
-    llm = LLM(**args)
-    params = SamplingParams(temperature=0.0, max_tokens=OUTPUT_TOKENS, ignore_eos=True)
-    llm.generate([TokensPrompt(prompt_token_ids=[11] * 40)], params, use_tqdm=False)
-    hits_before = _counter(llm, "vllm:external_prefix_cache_hits")
+    return args
 
-    # Earlier engines of this process leave garbage behind; a collection pause in
-    # the middle of a later run would be charged to whichever configuration ran late.
-    gc.collect()
-    gc.disable()
+
+class Engine:
+    """One configuration's engine; :meth:`run` times one pass of a request list."""
+
+    def __init__(self, model: Path, policy: str | None) -> None:
+        from vllm import LLM, SamplingParams
+
+        self.policy = policy
+        self.llm = LLM(**engine_args(model, policy))
+        self.params = SamplingParams(temperature=0.0, max_tokens=OUTPUT_TOKENS, ignore_eos=True)
+
+    def _stored(self) -> tuple[float, float]:
+        if self.policy is None:
+            return 0.0, 0.0
+        engine_core = self.llm.llm_engine.engine_core.engine_core
+        stats = engine_core.scheduler.connector.manager.stats
+        return float(stats.stored), float(stats.stored_bytes)
+
+    def run(self, prompts: list[list[int]]) -> dict[str, float]:
+        from vllm.inputs import TokensPrompt
+
+        hits_before = _counter(self.llm, "vllm:external_prefix_cache_hits")
+        blocks_before, bytes_before = self._stored()
+        # A collection pause in the middle of a pass would be charged to whichever
+        # configuration it happened to fall on.
+        gc.collect()
+        gc.disable()
+        try:
+            machine_start = machine_busy_s()
+            start, cpu_start = time.perf_counter(), time.process_time()
+            outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts],
+                                        self.params, use_tqdm=False)
+            wall = time.perf_counter() - start
+            cpu = time.process_time() - cpu_start
+            machine = machine_busy_s() - machine_start
+        finally:
+            gc.enable()
+        prompt_tokens = sum(len(p) for p in prompts)
+        ttfts = [o.metrics.first_token_latency for o in outputs if o.metrics is not None]
+        processed = prompt_tokens + OUTPUT_TOKENS * len(prompts)
+        blocks_after, bytes_after = self._stored()
+        hits = _counter(self.llm, "vllm:external_prefix_cache_hits") - hits_before
+        return {
+            "wall_s": wall,
+            "cpu_s": cpu,
+            "throughput_tok_s": processed / wall,
+            "cpu_throughput_tok_s": processed / cpu,
+            "ttft_ms": 1000 * sum(ttfts) / max(1, len(ttfts)),
+            "external_hit_rate": hits / prompt_tokens,
+            "blocks_stored": blocks_after - blocks_before,
+            "bytes_stored": bytes_after - bytes_before,
+            # CPU the rest of the machine used meanwhile, as a share of all its CPUs.
+            "others_cpu_share": max(0.0, machine - cpu) / (wall * CPUS),
+        }
+
+    def close(self) -> None:
+        from vllm.distributed import cleanup_dist_env_and_memory
+
+        self.llm.llm_engine.engine_core.shutdown()
+        cleanup_dist_env_and_memory()
+
+
+def run_config(model: Path, prompts: list[list[int]], policy: str | None) -> dict[str, float]:
+    """Start a fresh engine (connector ``policy`` or none), time one pass of ``prompts``, stop."""
+    from vllm.inputs import TokensPrompt
+
+    engine = Engine(model, policy)
     try:
-        start, cpu_start = time.perf_counter(), time.process_time()
-        outputs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params,
-                               use_tqdm=False)
-        wall = time.perf_counter() - start
-        cpu = time.process_time() - cpu_start
+        # The engine's first step pays one-off costs; one short prompt keeps them out.
+        engine.llm.generate([TokensPrompt(prompt_token_ids=[11] * 40)], engine.params,
+                            use_tqdm=False)
+        return engine.run(prompts)
     finally:
-        gc.enable()
-
-    prompt_tokens = sum(len(p) for p in prompts)
-    ttfts = [o.metrics.first_token_latency for o in outputs if o.metrics is not None]
-    processed = prompt_tokens + OUTPUT_TOKENS * len(prompts)
-    result = {
-        "wall_s": wall,
-        "cpu_s": cpu,
-        "throughput_tok_s": processed / wall,
-        "cpu_throughput_tok_s": processed / cpu,
-        "ttft_ms": 1000 * sum(ttfts) / max(1, len(ttfts)),
-        "external_hit_rate": (_counter(llm, "vllm:external_prefix_cache_hits") - hits_before)
-        / prompt_tokens,
-        "blocks_stored": 0.0,
-        "bytes_stored": 0.0,
-    }
-    if policy is not None:
-        stats = llm.llm_engine.engine_core.engine_core.scheduler.connector.manager.stats
-        result["blocks_stored"] = float(stats.stored)
-        result["bytes_stored"] = float(stats.stored_bytes)
-    llm.llm_engine.engine_core.shutdown()
-    del llm
-    gc.collect()
-    cleanup_dist_env_and_memory()
-    return result
+        engine.close()
 
 
-def combine(trials: list[dict[str, float]]) -> dict[str, float]:
-    """Timing from the least disturbed trial (the machine may be shared); counts averaged."""
-    best = min(trials, key=lambda r: r["wall_s"])
-    result = {key: best[key] for key in ("wall_s", "throughput_tok_s", "ttft_ms")}
-    least_cpu = min(trials, key=lambda r: r["cpu_s"])
-    result["cpu_s"] = least_cpu["cpu_s"]
-    result["cpu_throughput_tok_s"] = least_cpu["cpu_throughput_tok_s"]
-    for key in ("external_hit_rate", "blocks_stored", "bytes_stored"):
-        result[key] = sum(r[key] for r in trials) / len(trials)
-    return result
+def williams_orders(n: int) -> list[list[int]]:
+    """Orders of ``n`` items in which each comes first, and right after each other
+    item, equally often: ``n`` rows for even ``n``, twice that for odd ``n``."""
+    first = [0]
+    for i in range(1, n):
+        first.append((i + 1) // 2 if i % 2 else n - i // 2)
+    rows = [[(x + shift) % n for x in first] for shift in range(n)]
+    return rows if n % 2 == 0 else rows + [row[::-1] for row in rows]
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def summarise(passes: dict[str, list[dict[str, float]]]) -> dict[str, float]:
+    """The ``--json`` figures from every configuration's passes (trial i at index i)."""
+    figures: dict[str, float] = {}
+    base = passes["none"]
+    for name, runs in passes.items():
+        for key in ("wall_s", "cpu_s", "throughput_tok_s", "cpu_throughput_tok_s", "ttft_ms"):
+            figures[f"{key}_{name}"] = median([r[key] for r in runs])
+        for key in ("external_hit_rate", "blocks_stored", "bytes_stored"):
+            figures[f"{key}_{name}"] = sum(r[key] for r in runs) / len(runs)
+        figures[f"others_cpu_share_max_{name}"] = max(r["others_cpu_share"] for r in runs)
+        # Trials in which neither this configuration's pass nor the baseline's shared
+        # the machine; all trials when there is no such trial (the figures say so).
+        pairs = [(r, b) for r, b in zip(runs, base, strict=True)
+                 if max(r["others_cpu_share"], b["others_cpu_share"]) < QUIET_SHARE]
+        figures[f"quiet_trials_{name}"] = float(len(pairs))
+        pairs = pairs or list(zip(runs, base, strict=True))
+        for key, ratio in (("throughput_tok_s", "throughput_ratio"),
+                           ("cpu_throughput_tok_s", "cpu_throughput_ratio"),
+                           ("ttft_ms", "ttft_ratio")):
+            paired = [r[key] / b[key] for r, b in pairs]
+            figures[f"{ratio}_{name}"] = median(paired)
+            if ratio == "throughput_ratio":
+                figures[f"{ratio}_lo_{name}"] = min(paired)
+                figures[f"{ratio}_hi_{name}"] = max(paired)
+    eager_bytes = figures["bytes_stored_eager"]
+    figures["bytes_ratio_eviction_aware_vs_eager"] = (
+        figures["bytes_stored_eviction_aware"] / eager_bytes if eager_bytes else 0.0
+    )
+    return figures
 
 
 def _counter(llm: Any, name: str) -> float:
@@ -166,7 +259,7 @@ def _counter(llm: Any, name: str) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
-                        help="2 rounds, 1 trial (instead of 6 rounds, 4 trials)")
+                        help="2 rounds, 1 trial (instead of 6 rounds, 8 trials)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     for key, value in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
@@ -178,57 +271,46 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
     console = Console(stderr=True)
-    rounds, trials = (2, 1) if args.quick else (6, 4)
-    configs = (None, *POLICY_EXTRA)
-    figures: dict[str, float] = {"requests": float(len(workload(rounds, 0))),
-                                 "trials": float(trials)}
-    measured: dict[str, list[dict[str, float]]] = {policy or "none": [] for policy in configs}
+    rounds, trials = (2, 1) if args.quick else (6, 8)
+    configs: tuple[str | None, ...] = (None, *POLICY_EXTRA)
+    names = [policy or "none" for policy in configs]
+    orders = williams_orders(len(configs))
+    passes: dict[str, list[dict[str, float]]] = {name: [] for name in names}
     with tempfile.TemporaryDirectory(prefix="kvtool-bench-") as tmp:
         model = build_tiny_model(Path(tmp) / "tiny-model")
         os.environ.setdefault("VLLM_CACHE_ROOT", str(Path(tmp) / "vllm-cache"))
-        # The first engine of a process pays one-off kernel and allocator warm-up;
-        # a discarded run keeps that out of the no-connector baseline.
-        with console.status("warm-up run (discarded)"):
-            run_config(model, workload(rounds, 999), None)
-        # Configurations take turns within each trial, so a change in machine load
-        # hits all of them alike; each trial uses fresh prefixes.
+        # The process's first engine, and its first engine with a connector, pay
+        # one-off import, kernel and allocator costs: discarded runs take them.
+        for policy in (None, "eager"):
+            with console.status(f"warm-up run (discarded), connector={policy or 'none'}"):
+                run_config(model, workload(rounds, WARMUP_VARIANT), policy)
         for trial in range(trials):
             prompts = workload(rounds, trial)
-            turn = trial % len(configs)  # rotate who goes first
-            for policy in configs[turn:] + configs[:turn]:
-                name = policy or "none"
+            for index in orders[trial % len(orders)]:
                 with console.status(f"trial {trial + 1}/{trials}: {len(prompts)} requests, "
-                                    f"connector={name}"):
-                    measured[name].append(run_config(model, prompts, policy))
-    runs = {name: combine(trials_of) for name, trials_of in measured.items()}
-    base = runs["none"]
-    for name, run in runs.items():
-        for key, value in run.items():
-            figures[f"{key}_{name}"] = value
-        figures[f"throughput_ratio_{name}"] = run["throughput_tok_s"] / base["throughput_tok_s"]
-        figures[f"cpu_throughput_ratio_{name}"] = (
-            run["cpu_throughput_tok_s"] / base["cpu_throughput_tok_s"]
-        )
-        figures[f"ttft_ratio_{name}"] = run["ttft_ms"] / base["ttft_ms"]
-    eager_bytes = runs["eager"]["bytes_stored"]
-    figures["bytes_ratio_eviction_aware_vs_eager"] = (
-        runs["eviction_aware"]["bytes_stored"] / eager_bytes if eager_bytes else 0.0
-    )
+                                    f"connector={names[index]}"):
+                    passes[names[index]].append(run_config(model, prompts, configs[index]))
+    figures = {"requests": float(len(workload(rounds, 0))), "trials": float(trials),
+               **summarise(passes)}
 
     if args.json:
         print(json.dumps(figures, sort_keys=True))
         return 0
     print(f"prefix repetition: {figures['requests']:.0f} requests, {HOT_PREFIXES} hot + "
           f"{COLD_PREFIXES} cold {PREFIX_BLOCKS}-block prefixes, KV pool {POOL_BLOCKS} blocks, "
-          f"best of {trials} trials")
-    print(f"{'connector':<16}{'tok/s':>9}{'ratio':>8}{'cpu ratio':>10}{'TTFT ms':>9}"
-          f"{'ext hit':>9}{'stored':>8}{'bytes':>10}")
-    for name, run in runs.items():
-        print(f"{name:<16}{run['throughput_tok_s']:>9.0f}"
-              f"{figures[f'throughput_ratio_{name}']:>8.3f}"
-              f"{figures[f'cpu_throughput_ratio_{name}']:>10.3f}{run['ttft_ms']:>9.1f}"
-              f"{run['external_hit_rate']:>9.3f}{run['blocks_stored']:>8.0f}"
-              f"{run['bytes_stored']:>10.0f}")
+          f"medians of {trials} trials")
+    print(f"{'connector':<16}{'tok/s':>9}{'ratio':>8}{'range':>14}{'quiet':>6}{'cpu ratio':>10}"
+          f"{'TTFT ms':>9}{'ext hit':>9}{'stored':>8}{'bytes':>10}")
+    for name in names:
+        spread = (f"{figures[f'throughput_ratio_lo_{name}']:.3f}-"
+                  f"{figures[f'throughput_ratio_hi_{name}']:.3f}")
+        print(f"{name:<16}{figures[f'throughput_tok_s_{name}']:>9.0f}"
+              f"{figures[f'throughput_ratio_{name}']:>8.3f}{spread:>14}"
+              f"{figures[f'quiet_trials_{name}']:>6.0f}"
+              f"{figures[f'cpu_throughput_ratio_{name}']:>10.3f}"
+              f"{figures[f'ttft_ms_{name}']:>9.1f}"
+              f"{figures[f'external_hit_rate_{name}']:>9.3f}"
+              f"{figures[f'blocks_stored_{name}']:>8.0f}{figures[f'bytes_stored_{name}']:>10.0f}")
     print(f"eviction_aware bytes / eager bytes: "
           f"{figures['bytes_ratio_eviction_aware_vs_eager']:.3f}")
     return 0
