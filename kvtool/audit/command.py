@@ -228,7 +228,10 @@ def audit(
 
         applicable = ("safe", "unsafe") if unsafe_fixes else ("safe",)
         run = apply_fixes(invocations, report, applicable=applicable, write=fix, argv=argv)
-        sys.stdout.write(run.diff)
+        if diff:
+            sys.stdout.write(run.diff)
+        elif run.diff:  # --fix: stdout keeps only the report, a machine format may follow
+            stderr.print(run.diff, markup=False, highlight=False, soft_wrap=True, end="")
         stderr.print(run.summary, markup=False, soft_wrap=True)
         if fix:
             report = without_fixed(report, run.fixed_codes)

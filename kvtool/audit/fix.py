@@ -1,16 +1,22 @@
-"""Apply ``Fix`` token edits to argv and shell scripts; everything else stays byte-identical.
+"""Apply ``Fix`` token edits to argv, shell scripts, Kubernetes manifests and compose files;
+everything else stays byte-identical.
 
 A fix names the tokens to remove (by the location they were read from) and the
 words to put in place of the first of them. For a script, each removed token's
 exact source span is cut; a token that sat alone on a continued line takes its
-whole line with it, so ``\\`` continuations stay intact. YAML inputs (manifests,
-compose files, ``--config`` files, KAITO ConfigMaps) are refused: rewriting YAML
-safely needs a round-trip editor, so their fixes are display-only.
+whole line with it, so ``\\`` continuations stay intact. In YAML, a token that is a
+whole block-sequence item (``- --flag``) takes its line with it, one in a flow sequence
+(``["--flag", ...]``) its comma, and one inside a string (a ``sh -c`` script, a compose
+``command:``) is cut as in a script. Every YAML rewrite is then read back with the same
+reader: unless each command in the file comes out exactly as the fixes intend, the
+file is left alone and the fixes are reported as skipped. ``--config`` files and KAITO
+ConfigMaps (YAML inside YAML) keep display-only fixes.
 """
 
 from __future__ import annotations
 
 import difflib
+import json
 import re
 import shlex
 from collections.abc import Sequence
@@ -18,11 +24,17 @@ from dataclasses import dataclass
 
 from kvtool.audit.inputs.positions import LineIndex
 from kvtool.audit.inputs.shell_lexer import LexError, lex
-from kvtool.audit.model import Fix, InputKind, SourceToken
+from kvtool.audit.model import Fix, InputKind, Invocation, SourceToken
 from kvtool.errors import KvtoolError
 
-REWRITABLE: frozenset[InputKind] = frozenset({"argv", "shell"})
+YAML_REWRITABLE: frozenset[InputKind] = frozenset({"kubernetes", "compose"})
+_COMMAND_KINDS: frozenset[InputKind] = frozenset({"argv", "shell"})
+REWRITABLE: frozenset[InputKind] = _COMMAND_KINDS | YAML_REWRITABLE
 _CONTINUATION_TAIL = re.compile(r"[ \t]*\\?[ \t]*")
+_SEQUENCE_ITEM_HEAD = re.compile(r"[ \t]*-[ \t]+")
+_LINE_TAIL = re.compile(r"[ \t]*(#.*)?")
+_FLOW_SEPARATOR = re.compile(r"[ \t]*,[ \t]*")
+_PLAIN_YAML_WORD = re.compile(r"[A-Za-z0-9_./=+-][A-Za-z0-9_./=+:-]*")
 
 
 @dataclass(frozen=True)
@@ -51,8 +63,8 @@ def check_rewritable(kind: InputKind, file: str | None) -> None:
     """Raise ``KvtoolError`` for inputs whose fixes can only be displayed."""
     if kind not in REWRITABLE:
         raise KvtoolError(
-            f"{file or '<input>'}: --fix rewrites only shell scripts and argv; "
-            f"fixes for {kind} input are shown, not applied"
+            f"{file or '<input>'}: --fix rewrites only argv, shell scripts, Kubernetes "
+            f"manifests and compose files; fixes for {kind} input are shown, not applied"
         )
 
 
@@ -93,15 +105,27 @@ def fix_argv(argv: Sequence[str], fixes: Sequence[Fix]) -> FixOutcome:
     )
 
 
-def fix_text(text: str, fixes: Sequence[Fix], *, file: str | None, kind: InputKind) -> FixOutcome:
-    """Apply fixes to a shell script's text; other kinds raise ``KvtoolError``."""
+def fix_text(
+    text: str,
+    fixes: Sequence[Fix],
+    *,
+    file: str | None,
+    kind: InputKind,
+    invocations: Sequence[Invocation] = (),
+) -> FixOutcome:
+    """Apply fixes to a script's or manifest's text; other kinds raise ``KvtoolError``.
+
+    For YAML kinds, ``invocations`` are the commands read from ``text``: the rewrite must
+    read back as exactly them with the applied fixes made, or nothing is changed.
+    """
     check_rewritable(kind, file)
+    yaml_input = kind in YAML_REWRITABLE
     index = LineIndex(text, file)
     edits: list[_Edit] = []
     skipped: list[str] = []
     applied: list[int] = []
     for number, fix in enumerate(fixes):
-        planned, reason = _plan(text, index, fix)
+        planned, reason = _plan(text, index, fix, yaml_input=yaml_input)
         if reason is not None:
             skipped.append(f"{fix.description}: {reason}")
             continue
@@ -111,6 +135,13 @@ def fix_text(text: str, fixes: Sequence[Fix], *, file: str | None, kind: InputKi
         edits.extend(planned)
         applied.append(number)
     new_text = _apply(text, edits)
+    if yaml_input and applied:
+        problem = _read_back_problem(
+            new_text, file, kind, invocations, [fixes[number] for number in applied]
+        )
+        if problem is not None:
+            skipped += [f"{fixes[number].description}: {problem}" for number in applied]
+            return FixOutcome(text=text, diff="", applied_fixes=(), skipped=tuple(skipped))
     return FixOutcome(
         text=new_text,
         diff=_diff(text, new_text, file or "<input>"),
@@ -119,7 +150,9 @@ def fix_text(text: str, fixes: Sequence[Fix], *, file: str | None, kind: InputKi
     )
 
 
-def _plan(text: str, index: LineIndex, fix: Fix) -> tuple[list[_Edit], str | None]:
+def _plan(
+    text: str, index: LineIndex, fix: Fix, *, yaml_input: bool = False
+) -> tuple[list[_Edit], str | None]:
     spans: list[tuple[int, int]] = []
     for token in fix.remove_tokens:
         if token.conditional:
@@ -127,16 +160,152 @@ def _plan(text: str, index: LineIndex, fix: Fix) -> tuple[list[_Edit], str | Non
         span = _span(index, token)
         if span is None:
             return [], f"{token.text!r} has no exact position"
-        if not _span_holds(text[span[0] : span[1]], token):
+        written = text[span[0] : span[1]]
+        if not (_span_holds(written, token) or (yaml_input and _yaml_scalar_is(written, token))):
             return [], f"{index.file or '<input>'} no longer holds {token.text!r} where it was read"
         spans.append(span)
     if not spans:
         return [], "it removes no tokens"
     spans.sort()
+    if yaml_input:
+        return _plan_yaml(text, spans, fix.replacement)
     replacement = " ".join(shlex.quote(word) for word in fix.replacement)
     edits = [_Edit(spans[0][0], spans[0][1], replacement)] if replacement else []
     edits += [_removal(text, start, end) for start, end in (spans[1:] if replacement else spans)]
     return edits, None
+
+
+def _plan_yaml(
+    text: str, spans: list[tuple[int, int]], replacement: tuple[str, ...]
+) -> tuple[list[_Edit], str | None]:
+    """Edits for tokens written as YAML sequence items or inside a YAML string."""
+    edits: list[_Edit] = []
+    for number, (start, end) in enumerate(spans):
+        replacing = number == 0 and bool(replacement)
+        item = _sequence_item_line(text, start, end)
+        if item is not None:
+            if replacing and len(replacement) != 1:
+                return [], "a sequence item can take only one replacement word"
+            if replacing:
+                edits.append(_Edit(start, end, _yaml_scalar(replacement[0])))
+            else:
+                edits.append(_Edit(*item, ""))
+        elif _in_flow_sequence(text, start):
+            if replacing:
+                words = ", ".join(_yaml_scalar(word) for word in replacement)
+                edits.append(_Edit(start, end, words))
+            else:
+                edits.append(_flow_removal(text, start, end))
+        elif replacing:
+            edits.append(_Edit(start, end, " ".join(shlex.quote(w) for w in replacement)))
+        else:
+            edits.append(_removal(text, start, end))
+    return edits, None
+
+
+def _sequence_item_line(text: str, start: int, end: int) -> tuple[int, int] | None:
+    """The whole line (newline included) when the span is a block-sequence item alone."""
+    line_start = text.rfind("\n", 0, start) + 1
+    newline = text.find("\n", end)
+    line_end = len(text) if newline < 0 else newline
+    head, tail = text[line_start:start], text[end:line_end]
+    if _SEQUENCE_ITEM_HEAD.fullmatch(head) and _LINE_TAIL.fullmatch(tail):
+        return line_start, line_end + (0 if newline < 0 else 1)
+    return None
+
+
+def _in_flow_sequence(text: str, start: int) -> bool:
+    """Whether the nearest unclosed bracket before ``start`` opens a flow sequence."""
+    depth = 0
+    for offset in range(start - 1, -1, -1):
+        char = text[offset]
+        if char in "]}":
+            depth += 1
+        elif char in "[{":
+            if depth == 0:
+                return char == "["
+            depth -= 1
+    return False
+
+
+def _flow_removal(text: str, start: int, end: int) -> _Edit:
+    """Cut a flow-sequence item with the separator after it (or before it, when last)."""
+    after = _FLOW_SEPARATOR.match(text, end)
+    if after is not None:
+        return _Edit(start, after.end(), "")
+    cut = start
+    while cut > 0 and text[cut - 1] in " \t":
+        cut -= 1
+    if cut > 0 and text[cut - 1] == ",":
+        cut -= 1
+    return _Edit(cut, end, "")
+
+
+def _yaml_scalar(word: str) -> str:
+    """``word`` as a YAML string scalar: plain when YAML would read it back as that string."""
+    import yaml
+
+    from kvtool.yamlio import safe_load
+
+    if _PLAIN_YAML_WORD.fullmatch(word):
+        try:
+            if safe_load(word) == word:
+                return word
+        except yaml.YAMLError:
+            pass
+    return json.dumps(word)  # a JSON string is a valid double-quoted YAML scalar
+
+
+def _yaml_scalar_is(written: str, token: SourceToken) -> bool:
+    """The span, read as one YAML scalar, is the token's text (quotes and all)."""
+    import yaml
+
+    from kvtool.yamlio import safe_load
+
+    try:
+        value = safe_load(written)
+    except yaml.YAMLError:
+        return False
+    return isinstance(value, (str, int, float)) and str(value) == token.text
+
+
+def _read_back_problem(
+    new_text: str,
+    file: str | None,
+    kind: InputKind,
+    invocations: Sequence[Invocation],
+    fixes: Sequence[Fix],
+) -> str | None:
+    """None when ``new_text`` reads back as ``invocations`` with ``fixes`` made, else why not."""
+    from kvtool.audit.inputs import read_text
+
+    try:
+        found = read_text(new_text, file, input_format=kind)
+    except KvtoolError as error:
+        return f"the rewritten file would not read back ({error})"
+    expected = [_expected_words(invocation, fixes) for invocation in invocations]
+    if [[t.text for t in invocation.tokens] for invocation in found] != expected:
+        return "the rewritten YAML would not read back as the fixed command, so it is left alone"
+    return None
+
+
+def _expected_words(invocation: Invocation, fixes: Sequence[Fix]) -> list[str]:
+    """The invocation's words with the fixes that touch it made."""
+    removed = {_token_key(t): fix for fix in fixes for t in fix.remove_tokens}
+    first = {_token_key(fix.remove_tokens[0]): fix for fix in fixes if fix.remove_tokens}
+    words: list[str] = []
+    for token in invocation.tokens:
+        key = _token_key(token)
+        if key in first:
+            words.extend(first[key].replacement)
+        if key not in removed:
+            words.append(token.text)
+    return words
+
+
+def _token_key(token: SourceToken) -> tuple[object, ...]:
+    where = token.location
+    return (token.text, where.file, where.line, where.column) if where else (token.text,)
 
 
 def _span(index: LineIndex, token: SourceToken) -> tuple[int, int] | None:

@@ -1,8 +1,9 @@
 """``--fix`` / ``--diff``: hand the findings' token fixes to :mod:`kvtool.audit.fix` per input.
 
-Shell scripts are rewritten in place (``--fix``) or diffed (``--diff``); argv inputs
-print the fixed command; YAML inputs only list their fixes (rewriting YAML safely is
-out of scope). Only fixes whose applicability is allowed are used.
+Shell scripts, Kubernetes manifests and compose files are rewritten in place
+(``--fix``) or diffed (``--diff``); argv inputs print the fixed command; ``--config``
+files and KAITO ConfigMaps only list their fixes. Only fixes whose applicability is
+allowed are used.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 
 from kvtool.audit.engine import AuditReport
 from kvtool.audit.fix import REWRITABLE, FixOutcome, fix_argv, fix_text
-from kvtool.audit.model import Finding, Fix, Invocation
+from kvtool.audit.model import Finding, Fix, InputKind, Invocation
 
 FixedKey = tuple[str, str | None, int | None]
 
@@ -72,6 +73,7 @@ def apply_fixes(
     run = FixRun(written=write)
     by_label = {inv.label: inv for inv in invocations}
     per_file: dict[str, list[tuple[Fix, list[Finding]]]] = {}
+    kinds: dict[str, InputKind] = {}
     for inv_report in report.invocations:
         invocation = by_label.get(inv_report.label)
         chosen = _fixable(inv_report.findings, applicable)
@@ -83,6 +85,7 @@ def apply_fixes(
             _record(run, chosen, outcome)
         elif invocation.kind in REWRITABLE and invocation.file:
             per_file.setdefault(invocation.file, []).extend(chosen)
+            kinds[invocation.file] = invocation.kind
         else:
             run.notes.append(
                 f"{invocation.label}: {len(chosen)} fix(es) for {invocation.kind} input are "
@@ -91,7 +94,13 @@ def apply_fixes(
     for file, chosen in per_file.items():
         path = Path(file)
         text = path.read_text(encoding="utf-8")
-        outcome = fix_text(text, [fix for fix, _ in chosen], file=file, kind="shell")
+        outcome = fix_text(
+            text,
+            [fix for fix, _ in chosen],
+            file=file,
+            kind=kinds[file],
+            invocations=[inv for inv in invocations if inv.file == file],
+        )
         run.diff += outcome.diff
         _record(run, chosen, outcome)
         if write and outcome.text != text:

@@ -359,16 +359,26 @@ def test_fix_on_argv_prints_the_fixed_command(kvtool_cli: Cli) -> None:
     assert "+vllm serve m --mamba-cache-mode align" in result.stdout
 
 
-def test_yaml_fixes_are_shown_not_applied(
+def test_manifest_fixes_are_written_with_fix_and_only_shown_with_diff(
     kvtool_cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
     manifest = tmp_path / "k8s.yaml"
     shutil.copy(EXAMPLES / "k8s-deployment.yaml", manifest)
     before = manifest.read_text()
-    result = kvtool_cli("audit", str(manifest), "--fix")
+    preview = kvtool_cli("audit", str(manifest), "--diff")
     assert manifest.read_text() == before
-    assert "shown, not applied" in result.stderr
+    assert "-                  --calculate-kv-scales" in preview.stdout
+    fixed = kvtool_cli("audit", str(manifest), "--fix", "--output-format", "json")
+    assert "--calculate-kv-scales" not in manifest.read_text()
+    # Only the removed flag's lines changed; the rest of the manifest is byte-identical.
+    assert manifest.read_text() == before.replace(
+        " \\\n                  --calculate-kv-scales", ""
+    )
+    # stdout holds only the report; the applied diff goes to stderr with the summary.
+    assert "VG002" not in {f["code"] for f in json.loads(fixed.stdout)["findings"]}
+    assert "-                  --calculate-kv-scales" in fixed.stderr
+    assert "Applied 1 fix(es)." in fixed.stderr
 
 
 def test_output_format_from_the_environment(

@@ -105,10 +105,104 @@ def test_a_changed_file_is_not_edited_blindly() -> None:
     assert outcome.text == changed and outcome.applied == 0 and outcome.diff == ""
 
 
-@pytest.mark.parametrize("kind", ["kubernetes", "compose", "vllm-config", "kaito"])
-def test_yaml_inputs_are_refused(kind: str) -> None:
+@pytest.mark.parametrize("kind", ["vllm-config", "kaito"])
+def test_yaml_inside_yaml_and_config_files_are_refused(kind: str) -> None:
     with pytest.raises(KvtoolError, match=r"fixes for .* input are shown, not applied"):
         fix_text("a: 1\n", [], file="x.yaml", kind=kind)  # type: ignore[arg-type]
+
+
+MANIFEST = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: serve
+spec:
+  template:
+    spec:
+      containers:
+        - name: vllm
+          image: vllm/vllm-openai:v0.32.0
+          command: ["vllm", "serve"]
+          args:
+            - org/m
+            - --calculate-kv-scales  # carried over from 0.22
+            - --mamba-cache-mode
+            - all
+            - --port
+            - "8000"
+        - name: sidecar
+          image: vllm/vllm-openai:v0.32.0
+          command: ["vllm", "serve", "org/m", "--calculate-kv-scales", "--port", "9000"]
+"""
+
+
+def manifest_fixes(text: str) -> tuple[list[Invocation], list[Fix]]:
+    invocations = read_text(text, "deploy.yaml")
+    main, sidecar = invocations
+    return invocations, [
+        drop(main, "--calculate-kv-scales"),
+        drop(main, "all", replacement=("align",)),
+        drop(sidecar, "--calculate-kv-scales"),
+    ]
+
+
+def test_manifest_items_lose_their_line_and_flow_items_their_comma() -> None:
+    invocations, fixes = manifest_fixes(MANIFEST)
+    outcome = fix_text(
+        MANIFEST, fixes, file="deploy.yaml", kind="kubernetes", invocations=invocations
+    )
+    assert outcome.applied == 3 and outcome.skipped == ()
+    assert outcome.text == (
+        MANIFEST.replace("            - --calculate-kv-scales  # carried over from 0.22\n", "")
+        .replace("- all\n", "- align\n")
+        .replace('"org/m", "--calculate-kv-scales", ', '"org/m", ')
+    )
+    main, sidecar = read_text(outcome.text, "deploy.yaml")
+    assert [t.text for t in main.tokens] == [
+        "org/m", "--mamba-cache-mode", "align", "--port", "8000"
+    ]  # fmt: skip
+    assert [t.text for t in sidecar.tokens] == ["org/m", "--port", "9000"]
+
+
+def test_a_manifest_that_would_not_read_back_as_intended_is_left_alone() -> None:
+    # The fixes were planned on the file as it was read; the sidecar changed since, so
+    # the rewrite would not read back as the commands the audit saw.
+    invocations, fixes = manifest_fixes(MANIFEST)
+    edited = MANIFEST.replace('"--port", "9000"', '"--port", "9001"')
+    outcome = fix_text(
+        edited, fixes, file="deploy.yaml", kind="kubernetes", invocations=invocations
+    )
+    assert outcome.text == edited and outcome.applied == 0 and outcome.diff == ""
+    assert all("would not read back" in reason for reason in outcome.skipped)
+
+
+def test_a_sequence_item_takes_one_replacement_word() -> None:
+    invocations, _ = manifest_fixes(MANIFEST)
+    fix = drop(invocations[0], "all", replacement=("align", "--extra"))
+    outcome = fix_text(
+        MANIFEST, [fix], file="deploy.yaml", kind="kubernetes", invocations=invocations
+    )
+    assert outcome.applied == 0 and "one replacement word" in outcome.skipped[0]
+
+
+def test_shipped_manifest_and_compose_fixes_round_trip(tmp_path: Path) -> None:
+    # examples/: a `sh -c` literal block in a LeaderWorkerSet and a folded compose command.
+    repo = Path(__file__).resolve().parents[2]
+    for name, kind, flag in (
+        ("k8s-deployment.yaml", "kubernetes", "--calculate-kv-scales"),
+        ("compose.yaml", "compose", "--no-enable-prefix-caching"),
+    ):
+        text = (repo / "examples" / name).read_text()
+        invocations = read_text(text, name)
+        owner = next(i for i in invocations if any(t.text == flag for t in i.tokens))
+        outcome = fix_text(
+            text, [drop(owner, flag)], file=name, kind=kind, invocations=invocations  # type: ignore[arg-type]
+        )
+        assert outcome.applied == 1, outcome.skipped
+        after = read_text(outcome.text, name)
+        assert [[t.text for t in i.tokens] for i in after] == [
+            [t.text for t in i.tokens if t.text != flag] for i in invocations
+        ]
 
 
 def test_argv_fix() -> None:
