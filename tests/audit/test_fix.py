@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -272,6 +273,55 @@ def test_removing_any_options_leaves_the_rest_of_the_script_intact(
     # Only the command changed: what surrounds it is byte-identical.
     assert outcome.text.startswith("#!/bin/sh\necho before\nvllm serve org/m")
     assert outcome.text.endswith("\necho after\n")
+
+
+_YAML_VALUES = ["8000", "4", "'a b'", '"x y"', "'{\"k\": 1}'", "64", '"$(GIB)"']
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(_FLAGS), st.sampled_from([None, *_YAML_VALUES])), max_size=6
+    ),
+    st.lists(st.booleans(), min_size=6, max_size=6),
+    st.booleans(),
+)
+def test_removing_any_manifest_args_reads_back_as_the_rest(
+    options: list[tuple[str, str | None]], remove: list[bool], flow: bool
+) -> None:
+    words = [w for flag, value in options for w in ((flag,) if value is None else (flag, value))]
+    items = ["org/m", *words]
+    if flow:
+        args = "          args: [" + ", ".join(json.dumps(_plain(w)) for w in items) + "]\n"
+    else:
+        args = "          args:\n" + "".join(f"            - {w}\n" for w in items)
+    text = (
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers:\n"
+        "        - name: vllm\n          image: vllm/vllm-openai:v0.32.0\n"
+        '          command: ["vllm", "serve"]\n' + args + "        - name: tail\n"
+    )
+    (invocation,) = read_text(text, "pod.yaml")
+    tokens = list(invocation.tokens[1:])
+    fixes: list[Fix] = []
+    kept: list[str] = []
+    for (flag, value), drop_it in zip(options, remove, strict=False):
+        taken, tokens = tokens[: 1 if value is None else 2], tokens[1 if value is None else 2 :]
+        if drop_it:
+            fixes.append(Fix(applicability="safe", description=flag, remove_tokens=tuple(taken)))
+        else:
+            kept.extend(t.text for t in taken)
+    outcome = fix_text(text, fixes, file="pod.yaml", kind="kubernetes", invocations=[invocation])
+    assert outcome.applied == len(fixes), outcome.skipped
+    (after,) = read_text(outcome.text, "pod.yaml")
+    assert [t.text for t in after.tokens] == ["org/m", *kept]
+    assert outcome.text.endswith("        - name: tail\n")
+
+
+def _plain(word: str) -> str:
+    """The string a YAML scalar written as ``word`` holds (quotes removed)."""
+    from kvtool.yamlio import safe_load
+
+    return str(safe_load(word))
 
 
 def test_findings_sharing_one_fix_are_all_fixed_and_a_skipped_one_stays(tmp_path: Path) -> None:
