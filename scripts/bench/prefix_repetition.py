@@ -259,7 +259,7 @@ def _counter(llm: Any, name: str) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
-                        help="2 rounds, 1 trial (instead of 6 rounds, 8 trials)")
+                        help="2 rounds, 1 trial (instead of 6 rounds, 12 trials)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     for key, value in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
     console = Console(stderr=True)
-    rounds, trials = (2, 1) if args.quick else (6, 8)
+    rounds, trials = (2, 1) if args.quick else (6, 12)
     configs: tuple[str | None, ...] = (None, *POLICY_EXTRA)
     names = [policy or "none" for policy in configs]
     orders = williams_orders(len(configs))
