@@ -95,4 +95,51 @@ class ConnectorStats:
         return " ".join(f"{k}={v}" for k, v in self.as_dict().items() if v)
 
 
-_int_counters = attrgetter(*(f.name for f in fields(ConnectorStats) if f.type in ("int", int)))
+INT_COUNTERS: tuple[str, ...] = tuple(
+    f.name for f in fields(ConnectorStats) if f.type in ("int", int)
+)
+"""The plain counters, in :meth:`ConnectorStats.change_key` order."""
+_int_counters = attrgetter(*INT_COUNTERS)
+
+
+class ChangeReader:
+    """What moved in one :class:`ConnectorStats` since the previous :meth:`read`.
+
+    Built for a per-step metrics hook: a read when nothing moved costs one
+    :meth:`ConnectorStats.change_key`; otherwise only the moved counters are
+    visited. The first read reports everything since the stats were new.
+    """
+
+    def __init__(self, stats: ConnectorStats, gauges: tuple[str, ...]) -> None:
+        self._stats = stats
+        self._gauges = gauges
+        self._key = ConnectorStats().change_key()
+        self._dropped: Counter[str] = Counter()
+        self._released_by: Counter[str] = Counter()
+
+    def read(self) -> tuple[dict[str, int], dict[str, int]] | None:
+        """``(increments by as_dict name, gauge levels)``, or None when nothing moved."""
+        stats = self._stats
+        key = stats.change_key()
+        if key == self._key:
+            return None
+        before, self._key = self._key, key
+        increments = {
+            name: now - then
+            for name, now, then in zip(INT_COUNTERS, key, before, strict=False)
+            if now != then and name not in self._gauges
+        }
+        n = len(INT_COUNTERS)
+        if key[n] != before[n]:
+            increments.update(_moved("dropped_", stats.dropped, self._dropped))
+        if key[n + 1] != before[n + 1]:
+            increments.update(_moved("released_by_", stats.released_by, self._released_by))
+        return increments, {name: getattr(stats, name) for name in self._gauges}
+
+
+def _moved(prefix: str, now: Counter[str], seen: Counter[str]) -> dict[str, int]:
+    """Increments of ``now`` over ``seen``, named ``prefix + key``; ``seen`` catches up."""
+    moved = {f"{prefix}{k}": v - seen[k] for k, v in now.items() if v != seen[k]}
+    seen.clear()
+    seen.update(now)
+    return moved

@@ -94,7 +94,7 @@ from kvtool.connector.manager import (  # noqa: E402
     max_blocks_per_pass,
 )
 from kvtool.connector.policies import ReleaseReason  # noqa: E402
-from kvtool.connector.stats import ConnectorStats  # noqa: E402
+from kvtool.connector.stats import ChangeReader, ConnectorStats  # noqa: E402
 from kvtool.connector.store import StoreIndex, fingerprint  # noqa: E402
 
 if TYPE_CHECKING:
@@ -357,8 +357,7 @@ class KvtoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
         self._tracked: dict[str, _Tracked] = {}
         self._lookups: dict[str, _Lookup] = {}
         self._load_jobs: list[LoadJob] = []
-        self._reported: dict[str, int] = {}
-        self._reported_key: tuple[int, ...] = ()
+        self._stats_reader: ChangeReader | None = None
         # Worker role.
         self.engine: TransferEngine | None = None
         self._finished_reports: list[JobReport] = []
@@ -395,6 +394,7 @@ class KvtoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
             group_tokens_per_block=[self.layout.block_size],
             max_step_blocks=self._max_step_blocks(),
         )
+        self._stats_reader = ChangeReader(self.manager.stats, _GAUGES)
 
     def _max_step_blocks(self) -> int:
         sched = self._vllm_config.scheduler_config
@@ -519,22 +519,11 @@ class KvtoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
 
     def get_kv_connector_stats(self) -> KvtoolConnectorStats | None:
         """Scheduler: what the manager counted since the last call (None if nothing)."""
-        if self.manager is None:
+        # Called every step: cheap when nothing moved (most steps). Workers have no reader.
+        moved = self._stats_reader.read() if self._stats_reader is not None else None
+        if moved is None:
             return None
-        # Called every step: a cheap change key first, the full dict only on change.
-        key = self.manager.stats.change_key()
-        if key == self._reported_key:
-            return None
-        self._reported_key = key
-        current = self.manager.stats.as_dict()
-        previous, self._reported = self._reported, current
-        counters = {
-            k: v - previous.get(k, 0) for k, v in current.items()
-            if k not in _GAUGES and v != previous.get(k, 0)
-        }
-        if not counters and all(current[k] == previous.get(k, 0) for k in _GAUGES):
-            return None
-        gauges = {k: current[k] for k in _GAUGES}
+        counters, gauges = moved
         return KvtoolConnectorStats({"counters": counters, "gauges": gauges})
 
     @classmethod

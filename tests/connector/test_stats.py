@@ -1,16 +1,18 @@
-"""ConnectorStats.change_key: the adapter reports metrics only when it changes, so it
-must change whenever any counter does."""
+"""ConnectorStats.change_key and ChangeReader: the adapter reports metrics each step
+from what moved since the last report, so nothing may be missed or counted twice."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import fields
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from kvtool.connector.policies import ReleaseReason
-from kvtool.connector.stats import ConnectorStats, DropReason
+from kvtool.connector.stats import ChangeReader, ConnectorStats, DropReason
 
+GAUGES = ("pending", "in_flight")
 INT_FIELDS = [f.name for f in fields(ConnectorStats) if f.name not in ("dropped", "released_by")]
 
 # One update the manager makes: add to a plain counter (gauges may go down), count a
@@ -27,15 +29,45 @@ def test_change_key_changes_exactly_when_the_counters_do(
     steps: list[tuple[str, object, int]],
 ) -> None:
     stats = ConnectorStats()
-    for kind, what, n in steps:
+    for step in steps:
         before_key, before = stats.change_key(), stats.as_dict()
-        if kind == "int":
-            assert isinstance(what, str)
-            setattr(stats, what, getattr(stats, what) + n)
-        elif kind == "drop":
-            assert isinstance(what, DropReason)
-            stats.drop(what, n)
-        else:
-            assert isinstance(what, ReleaseReason)
-            stats.released_by[what.value] += n
+        _apply(stats, step)
         assert (stats.change_key() != before_key) == (stats.as_dict() != before)
+
+
+def _apply(stats: ConnectorStats, step: tuple[str, object, int]) -> None:
+    kind, what, n = step
+    if kind == "int":
+        assert isinstance(what, str)
+        setattr(stats, what, getattr(stats, what) + n)
+    elif kind == "drop":
+        assert isinstance(what, DropReason)
+        stats.drop(what, n)
+    else:
+        assert isinstance(what, ReleaseReason)
+        stats.released_by[what.value] += n
+
+
+@given(st.lists(st.lists(updates, max_size=4), max_size=12))
+def test_change_reader_reports_what_moved_between_reads(
+    reads: list[list[tuple[str, object, int]]],
+) -> None:
+    """Summed over reads, the increments are the counters' totals; gauges are levels."""
+    stats = ConnectorStats()
+    reader = ChangeReader(stats, GAUGES)
+    summed: Counter[str] = Counter()
+    for steps in reads:
+        before = stats.as_dict()
+        for step in steps:
+            _apply(stats, step)
+        moved = reader.read()
+        if stats.as_dict() == before:
+            assert moved is None
+            continue
+        assert moved is not None
+        increments, gauges = moved
+        assert gauges == {name: getattr(stats, name) for name in GAUGES}
+        assert 0 not in increments.values() and not set(increments) & set(GAUGES)
+        summed.update(increments)
+    totals = {k: v for k, v in stats.as_dict().items() if k not in GAUGES and v}
+    assert {k: v for k, v in summed.items() if v} == totals
