@@ -28,8 +28,9 @@ of the machine used under 10% of its CPUs, read from /proc/stat;
 per-request first-token latency, queueing included) of its fastest pass, and
 tokens per CPU-second of this process in its least-CPU pass. On this machine a
 pass's time is a floor plus disturbances that only add (the same engine on
-the same requests varies by up to 40%), so the fastest of many passes is the
-steady estimate; ``throughput_ratio_<policy>`` is the fastest pass's throughput
+the same requests varies by up to 40%; fresh engines of one configuration fall
+into a fast and a slow cluster about 30% apart), so the fastest of many passes
+is the steady estimate; ``throughput_ratio_<policy>`` is the fastest pass's throughput
 over the no-connector fastest pass's, ``cpu_throughput_ratio_<policy>`` likewise.
 ``throughput_ratio_median_<policy>`` (``_lo``/``_hi``) is the median (range) of
 the per-trial ratios against the no-connector pass of the same trial: the
