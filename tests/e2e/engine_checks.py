@@ -11,6 +11,10 @@ engine's block pool are reachable for observation):
 - ``eviction``: a 24-block KV pool and traffic that recycles blocks without
   pause; EVICTION_AWARE and FIFO at their defaults, plus a no-connector baseline;
   then long generations that make vLLM preempt and resume requests.
+- ``tensor_parallel``: tensor-parallel size 2 (two worker processes, one core each):
+  a no-connector engine, then EVICTION_AWARE over the shared-prefix prompts; a
+  stored block is unprotected only after both workers copied their shard, and
+  loads after the prefix-cache reset must fill both shards.
 
 The result JSON holds token ids, cached-token counts, vLLM's external-hit
 counter and the connector's counters; tests/e2e/test_engine.py asserts on it.
@@ -79,7 +83,14 @@ def kv_transfer_config(extra: dict[str, Any]) -> dict[str, Any]:
 class Engine:
     """One in-process vLLM engine (``VLLM_ENABLE_V1_MULTIPROCESSING=0``)."""
 
-    def __init__(self, model: str, extra: dict[str, Any] | None, **engine_args: Any) -> None:
+    def __init__(
+        self,
+        model: str,
+        extra: dict[str, Any] | None,
+        *,
+        watch_stores: bool = True,
+        **engine_args: Any,
+    ) -> None:
         from vllm import LLM
 
         args: dict[str, Any] = {
@@ -97,7 +108,7 @@ class Engine:
         self.llm = LLM(**args)
         self.core = self.llm.llm_engine.engine_core.engine_core
         self.store_checks = {"stores_checked": 0, "stored_with_changed_hash": 0}
-        if extra is not None:
+        if extra is not None and watch_stores:
             self._watch_stores()
 
     @property
@@ -268,9 +279,50 @@ def scenario_eviction(model: str) -> dict[str, Any]:
     return result
 
 
+def scenario_tensor_parallel(model: str) -> dict[str, Any]:
+    # vLLM's CPU workers bind OpenMP threads per NUMA node; a one-node machine needs an
+    # explicit binding: one core per rank.
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0|1")
+    prompts = shared_prefix_prompts()
+    engine_args = {
+        "max_model_len": 512,
+        "max_num_seqs": 8,
+        "max_num_batched_tokens": 512,
+        "tensor_parallel_size": 2,
+        "distributed_executor_backend": "mp",
+    }
+    base = Engine(model, None, **engine_args)
+    result: dict[str, Any] = {"prompts": prompts, "baseline": base.generate(prompts, 16)}
+    base.close()
+    # The worker-side connectors live in the two worker processes: no store watch here.
+    engine = Engine(
+        model,
+        {"kvtool.policy": "eviction_aware", "kvtool.host_capacity_bytes": "64MiB"},
+        watch_stores=False,
+        **engine_args,
+    )
+    first = engine.generate(prompts, 16)
+    drain_steps = engine.drain()
+    reset = engine.llm.reset_prefix_cache()
+    hits_before = engine.external_hits()
+    second = engine.generate(prompts, 16)
+    result["eviction_aware"] = {
+        "first": first,
+        "drain_steps": drain_steps,
+        "reset_prefix_cache": reset,
+        "second": second,
+        "external_hits_delta": engine.external_hits() - hits_before,
+        "world_size": engine.connector.world_size,
+        "stats": engine.connector_stats(),
+    }
+    engine.close()
+    return result
+
+
 SCENARIOS: dict[str, Callable[[str], dict[str, Any]]] = {
     "policies": scenario_policies,
     "eviction": scenario_eviction,
+    "tensor_parallel": scenario_tensor_parallel,
 }
 
 

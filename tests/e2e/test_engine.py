@@ -7,6 +7,7 @@ environment; the tests below assert on what it recorded.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -158,3 +159,31 @@ def test_bad_connector_settings_stop_the_engine_with_a_message_naming_them(
     assert errors["misspelled_key"].startswith("ConnectorConfigError: ")
     assert "unknown key 'kvtool.polcy'; did you mean 'kvtool.policy'?" in errors["misspelled_key"]
     assert "needs prefix caching (--enable-prefix-caching)" in errors["prefix_caching_off"]
+
+
+@pytest.fixture(scope="module")
+def tensor_parallel_run(vllm_py: Path, tiny_model: Path, vllm_scratch: Path,
+                        tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("tensor-parallel size 2 binds one core per rank: needs 2 CPUs")
+    return run_scenario("tensor_parallel", vllm_py, tiny_model, vllm_scratch,
+                        tmp_path_factory.mktemp("tensor_parallel"))
+
+
+def test_tensor_parallel_two_ranks_store_and_load_both_shards(
+    tensor_parallel_run: dict[str, Any]
+) -> None:
+    # Each rank holds one of the tiny model's 2 KV heads: a stored block is released
+    # only when both workers reported their copy, and a hit loads both shards, or the
+    # second pass would not reproduce the tokens.
+    baseline = tokens(tensor_parallel_run["baseline"])
+    run = tensor_parallel_run["eviction_aware"]
+    assert run["world_size"] == 2
+    assert tokens(run["first"]) == baseline and tokens(run["second"]) == baseline
+    assert run["reset_prefix_cache"] is True, "pins leaked: vLLM refused to reset"
+    second = run["second"]
+    assert [o["cached_tokens"] for o in second] == [hit_ceiling(o["prompt_tokens"]) for o in second]
+    stats = run["stats"]
+    assert run["external_hits_delta"] == stats["host_hits"] * BLOCK_SIZE > 0
+    assert stats["pending"] == 0 and stats["in_flight"] == 0 and stats["failed"] == 0
+    assert stats["ledger_balanced"]
