@@ -2,31 +2,34 @@
 
 Every sub-package exposes ``command.register(app)``, which adds its commands.
 Command modules import only typer at module level so ``kvtool --help`` stays fast;
-heavy libraries are imported inside the command that needs them.
+heavy libraries are imported inside the command that needs them. A run that names a
+command registers only that command's sub-package (the lazy-subcommand pattern click
+documents): typer builds every registered command's parameters on each run, which
+would otherwise cost a cold ``kvtool audit`` the set-up of six commands it never runs.
 """
 
+import importlib
+import os
 import sys
 from typing import Annotated
 
 import typer
 
 from kvtool import __version__
-from kvtool.audit import command as audit_command
 from kvtool.console import stderr
 from kvtool.errors import KvtoolError
-from kvtool.image import command as image_command
-from kvtool.launch import command as launch_command
-from kvtool.simulate import command as simulate_command
-from kvtool.sizing import command as sizing_command
-from kvtool.verify import command as verify_command
 
-app = typer.Typer(
-    name="kvtool",
-    help="Audit, size, inspect, launch and verify vLLM deployments with KV-cache offload.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+# Command name -> the module whose register() adds it (audit also adds rule).
+COMMAND_MODULES = {
+    "audit": "kvtool.audit.command",
+    "rule": "kvtool.audit.command",
+    "size": "kvtool.sizing.command",
+    "inspect-image": "kvtool.image.command",
+    "launch": "kvtool.launch.command",
+    "verify": "kvtool.verify.command",
+    "simulate": "kvtool.simulate.command",
+}
+_COMPLETION_VAR = "_KVTOOL_COMPLETE"
 
 
 def _print_version(value: bool) -> None:
@@ -35,7 +38,6 @@ def _print_version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _root(
     version: Annotated[
         bool,
@@ -47,21 +49,31 @@ def _root(
     """Audit, size, inspect, launch and verify vLLM deployments with KV-cache offload."""
 
 
-for _module in (
-    audit_command,
-    sizing_command,
-    image_command,
-    launch_command,
-    verify_command,
-    simulate_command,
-):
-    _module.register(app)
+def build_app(args: list[str]) -> typer.Typer:
+    """The root app with what ``args`` can reach: the named command's sub-package when
+    ``args`` start with a command name, every command otherwise (help, completion,
+    ``--version``, an unknown command's error listing the real ones)."""
+    app = typer.Typer(
+        name="kvtool",
+        help="Audit, size, inspect, launch and verify vLLM deployments with KV-cache offload.",
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+    app.callback()(_root)
+    named = args[0] if args and _COMPLETION_VAR not in os.environ else None
+    modules = (
+        [COMMAND_MODULES[named]] if named in COMMAND_MODULES else COMMAND_MODULES.values()
+    )
+    for module in dict.fromkeys(modules):
+        importlib.import_module(module).register(app)
+    return app
 
 
 def run(args: list[str]) -> int:
     """Run the CLI on ``args`` and return the exit code (0 ok, 1 findings, 2 bad input)."""
     try:
-        app(args=args, prog_name="kvtool", standalone_mode=True)
+        build_app(args)(args=args, prog_name="kvtool", standalone_mode=True)
     except SystemExit as exit_:
         code = exit_.code
         return code if isinstance(code, int) else (0 if code is None else 2)
