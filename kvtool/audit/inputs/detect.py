@@ -14,7 +14,7 @@ _K8S_KIND = re.compile(r"^kind:\s*([A-Za-z]+)", re.MULTILINE)
 _JSON_MANIFEST = re.compile(r"\s*\{\s*\"(apiVersion|kind|items)\"")
 _COMPOSE = re.compile(r"^services:\s*$", re.MULTILINE)
 _YAML_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*:(\s|$)", re.MULTILINE)
-_VLLM_COMMAND = re.compile(r"\bvllm\s+serve\b|vllm\.entrypoints\.openai\.api_server")
+VLLM_COMMAND = re.compile(r"\bvllm\s+serve\b|vllm\.entrypoints\.openai\.api_server")
 SHELL_SUFFIXES = (".sh", ".bash", ".zsh", ".env", ".cmd")
 YAML_SUFFIXES = (".yaml", ".yml")
 
@@ -36,7 +36,7 @@ def detect_format(text: str, filename: str | None = None) -> str:
         return "kubernetes"
     if _COMPOSE.search(text) or ("compose" in name and name.endswith(YAML_SUFFIXES)):
         return "compose"
-    if _VLLM_COMMAND.search(text) and not name.endswith(YAML_SUFFIXES):
+    if VLLM_COMMAND.search(text) and not name.endswith(YAML_SUFFIXES):
         return "shell"
     if name.endswith(YAML_SUFFIXES) or _YAML_KEY.search(text):
         return "vllm-config"

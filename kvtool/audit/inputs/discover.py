@@ -12,16 +12,14 @@ audited through the command that names it, or when given by path.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from kvtool.audit.inputs.detect import SHELL_SUFFIXES, YAML_SUFFIXES, detect_format
+from kvtool.audit.inputs.detect import SHELL_SUFFIXES, VLLM_COMMAND, YAML_SUFFIXES, detect_format
 from kvtool.errors import KvtoolError
 
 _SKIPPED_DIRS = frozenset({"node_modules", "__pycache__", "site-packages", "venv"})
 _DOCUMENT_SUFFIXES = (*YAML_SUFFIXES, ".json")
-_SERVER = re.compile(r"\bvllm\s+serve\b|vllm\.entrypoints\.openai\.api_server")
 
 
 def candidate_files(directory: Path) -> Iterator[Path]:
@@ -43,7 +41,7 @@ def audited_kind(text: str, name: str) -> str | None:
         kind = detect_format(text, name)
     except KvtoolError:
         return None
-    if kind == "kaito" or (kind != "vllm-config" and _SERVER.search(text)):
+    if kind == "kaito" or (kind != "vllm-config" and VLLM_COMMAND.search(text)):
         return kind
     return None
 
