@@ -31,8 +31,6 @@ class DropReason(str, Enum):
     """The host store had no slot that was not in use by an in-flight transfer."""
     FAILED_STORE = "failed_store"
     """Buffered behind a block whose store failed (the prefix chain broke)."""
-    ALREADY_STORED = "already_stored"
-    """Another request stored the same hash first; nothing left to do."""
     SHUTDOWN = "shutdown"
     """Buffered, or released but not yet shipped to a worker, when the connector shut
     down with ``shutdown=drop``."""
