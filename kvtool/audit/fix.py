@@ -129,10 +129,11 @@ def fix_text(
         if reason is not None:
             skipped.append(f"{fix.description}: {reason}")
             continue
-        if any(_overlaps(edit, other) for edit in planned for other in edits):
+        merged = _merge(text, edits, planned)
+        if merged is None:
             skipped.append(f"{fix.description}: overlaps another fix")
             continue
-        edits.extend(planned)
+        edits = merged
         applied.append(number)
     new_text = _apply(text, edits)
     if yaml_input and applied:
@@ -375,6 +376,37 @@ def _apply(text: str, edits: list[_Edit]) -> str:
 
 def _overlaps(first: _Edit, second: _Edit) -> bool:
     return first.start < second.end and second.start < first.end
+
+
+def _merge(text: str, edits: list[_Edit], planned: list[_Edit]) -> list[_Edit] | None:
+    """``edits`` plus ``planned``, or None when a planned edit overlaps another one.
+
+    Two cuts that share only separators (two adjacent flow items may each claim the
+    comma between them) are joined into one; any other overlap, a shared word or a
+    replacement, is a conflict between fixes.
+    """
+    result = list(edits)
+    for edit in planned:
+        clashing = [other for other in result if _overlaps(edit, other)]
+        if not clashing:
+            result.append(edit)
+            continue
+        shared = [text[max(edit.start, o.start) : min(edit.end, o.end)] for o in clashing]
+        if (
+            edit.replacement
+            or any(other.replacement for other in clashing)
+            or any(part.strip(", \t") for part in shared)
+        ):
+            return None
+        result = [other for other in result if other not in clashing]
+        result.append(
+            _Edit(
+                min(edit.start, *(o.start for o in clashing)),
+                max(edit.end, *(o.end for o in clashing)),
+                "",
+            )
+        )
+    return result
 
 
 def _diff(before: str, after: str, name: str) -> str:
