@@ -158,8 +158,7 @@ class Semantics:
         return row is not None and row.value == "true"
 
 
-@dataclass(frozen=True)
-class ModelFacts:
+class ModelFacts(msgspec.Struct, frozen=True):
     """What the audit knows about the served model, when the model is known."""
 
     name: str
@@ -167,8 +166,7 @@ class ModelFacts:
     mamba: bool  # has Mamba/SSM/linear-attention state layers, which need HMA
 
 
-@dataclass(frozen=True)
-class EffectiveConnector:
+class EffectiveConnector(msgspec.Struct, frozen=True):
     """The KV connector vLLM will instantiate for this config (None name: no connector)."""
 
     name: str

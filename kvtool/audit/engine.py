@@ -8,7 +8,6 @@ settings and tables always give the same report.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 import msgspec
@@ -32,8 +31,7 @@ from kvtool.releases.model import ReleaseFacts, ReleaseIndex
 TargetSource = Literal["flag", "settings", "image", "newest"]
 
 
-@dataclass(frozen=True)
-class Target:
+class Target(msgspec.Struct, frozen=True):
     """The release one invocation was checked against, and why that one."""
 
     vllm_version: str
@@ -41,19 +39,17 @@ class Target:
     warning: str | None = None
 
 
-@dataclass
-class InvocationReport:
+class InvocationReport(msgspec.Struct):
     label: str
     file: str | None
     kind: InputKind
     target: Target
-    findings: list[Finding] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    findings: list[Finding] = msgspec.field(default_factory=list)
+    notes: list[str] = msgspec.field(default_factory=list)
 
 
-@dataclass
-class AuditReport:
-    invocations: list[InvocationReport] = field(default_factory=list)
+class AuditReport(msgspec.Struct):
+    invocations: list[InvocationReport] = msgspec.field(default_factory=list)
     suppressed: int = 0  # findings silenced by inline or annotation suppressions
 
     @property
@@ -91,12 +87,11 @@ class Tables(Protocol):
 Normalizer = Callable[[Invocation, ReleaseFacts], ServeConfig]
 
 
-@dataclass
-class Selection:
+class Selection(msgspec.Struct):
     """Which rules are on for one file, and the severity each reports at."""
 
     enabled: set[str]
-    severities: dict[str, Severity] = field(default_factory=dict)
+    severities: dict[str, Severity] = msgspec.field(default_factory=dict)
 
     def severity(self, finding: Finding) -> Severity:
         return self.severities.get(finding.code, finding.severity)
@@ -148,12 +143,11 @@ def _default_location(invocation: Invocation) -> Location | None:
     return Location(file=invocation.file) if invocation.file else None
 
 
-@dataclass
-class _SuppressionUse:
+class _SuppressionUse(msgspec.Struct):
     suppression: Suppression
     codes: set[str]
     invocation_label: str
-    used: set[str] = field(default_factory=set)
+    used: set[str] = msgspec.field(default_factory=set)
 
 
 def _applies(use: _SuppressionUse, finding: Finding, file: str | None) -> bool:
@@ -218,7 +212,7 @@ class Auditor:
             from_file = not self.version_from_cli and self.settings.source is not None
             origin = f"{self.settings.source}: vllm-version" if from_file else "--vllm-version"
             target = self.tables.target(self.settings.vllm_version, None, origin=origin)
-            return replace(target, source="settings") if from_file else target
+            return msgspec.structs.replace(target, source="settings") if from_file else target
         return self.tables.target(None, invocation.image)
 
     def context_for(self, invocation: Invocation, target: Target) -> RuleContext:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -49,8 +48,7 @@ _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
-@dataclass
-class _Arg:
+class _Arg(msgspec.Struct):
     """One argv word on its way through the parser, with the token it came from."""
 
     text: str
@@ -59,24 +57,21 @@ class _Arg:
     list_item: bool = False  # a later item of a config list: always extends the option
 
 
-@dataclass
-class _Dotted:
+class _Dotted(msgspec.Struct):
     path: tuple[str, ...]
     value: Any
     arg: _Arg
 
 
-@dataclass
-class _DictArg:
+class _DictArg(msgspec.Struct):
     """All dotted keys of one flag, merged, as vLLM appends them after the other args."""
 
     key: str
-    value: dict[str, Any] = field(default_factory=dict)
-    parts: list[_Dotted] = field(default_factory=list)
+    value: dict[str, Any] = msgspec.field(default_factory=dict)
+    parts: list[_Dotted] = msgspec.field(default_factory=list)
 
 
-@dataclass(frozen=True)
-class _Match:
+class _Match(msgspec.Struct, frozen=True):
     fact: FlagFact | None  # None: no such option at this release
     option: str  # the option string matched (or the unknown option as written)
     negative: bool = False

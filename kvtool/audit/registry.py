@@ -18,8 +18,9 @@ import inspect
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
+
+import msgspec
 
 from kvtool.audit.model import Finding, Fix, Location, Severity
 
@@ -47,8 +48,7 @@ _NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _HEADING = re.compile(r"^(?P<title>[A-Z][a-z]+)\n-{3,}$", re.MULTILINE)
 
 
-@dataclass(frozen=True)
-class RuleMeta:
+class RuleMeta(msgspec.Struct, frozen=True):
     """Validated metadata of one rule; also the JSON shape of ``kvtool rule --all``.
 
     Construction raises ``ValueError`` naming the first broken invariant.
@@ -87,7 +87,7 @@ class RuleMeta:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form (severity as its name)."""
-        return {**asdict(self), "default_severity": self.default_severity.value}
+        return {**msgspec.structs.asdict(self), "default_severity": self.default_severity.value}
 
 
 def parse_sections(docstring: str) -> dict[str, str]:

@@ -10,8 +10,9 @@ are the serve arguments, the environment and the image; readers attach locations
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from typing import Literal
+
+import msgspec
 
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 _PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
@@ -36,14 +37,13 @@ _DOCKER_VALUE_OPTIONS = frozenset(
 )  # fmt: skip
 
 
-@dataclass(frozen=True)
-class ServeMatch:
+class ServeMatch(msgspec.Struct, frozen=True):
     """Where the serve arguments start in a word list, and what surrounds them."""
 
     kind: Literal["serve", "api_server", "image_entrypoint", "shell"]
     args_start: int  # index of the first serve argument (or, for "shell", of the script)
     program: int  # index of the word that starts vLLM (or the shell)
-    env: dict[int, str] = field(default_factory=dict)  # word index -> "NAME=value"
+    env: dict[int, str] = msgspec.field(default_factory=dict)  # word index -> "NAME=value"
     image: str | None = None
 
 

@@ -8,9 +8,10 @@ string back to the manifest, so tokens still point at the right line and column.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
+
+import msgspec
 
 from kvtool.audit.inputs.command_line import ServeMatch, find_serve
 from kvtool.audit.inputs.positions import LineIndex, OffsetMap
@@ -32,8 +33,7 @@ Locate = Callable[[int, int], Location]
 _PASS_THROUGH = frozenset({"$@", "$*", "${@}", "${*}"})
 
 
-@dataclass(frozen=True)
-class ShellContext:
+class ShellContext(msgspec.Struct, frozen=True):
     """What the surrounding input knows: file, kind, environment and image."""
 
     file: str | None
@@ -42,7 +42,7 @@ class ShellContext:
     env: tuple[EnvAssignment, ...] = ()
     image: str | None = None
     label: str | None = None  # label prefix, e.g. "deploy.yaml: Deployment/vllm container vllm"
-    suppressions: tuple[Suppression, ...] = field(default_factory=tuple)
+    suppressions: tuple[Suppression, ...] = msgspec.field(default_factory=tuple)
 
 
 def read_shell_file(text: str, file: str | None, base_dir: Path | None) -> list[Invocation]:

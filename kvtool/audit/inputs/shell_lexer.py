@@ -11,7 +11,8 @@ assigned earlier in the same text; ``${VAR:+words}`` yields *conditional* words
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+
+import msgspec
 
 from kvtool.errors import KvtoolError
 
@@ -27,8 +28,7 @@ _PARAM_OPS = (":+", ":-", ":=", ":?", "+", "-", "=", "?")
 _DECLARING = frozenset({"export", "declare", "typeset", "readonly", "local"})
 
 
-@dataclass(frozen=True)
-class Word:
+class Word(msgspec.Struct, frozen=True):
     """One shell word after quote removal, with its span in the lexed text."""
 
     text: str
@@ -38,25 +38,22 @@ class Word:
     dynamic: bool = False  # holds an expansion whose value is not known statically
 
 
-@dataclass(frozen=True)
-class Comment:
+class Comment(msgspec.Struct, frozen=True):
     text: str  # without the leading '#'
     start: int  # offset of '#'
     end: int
     trailing: bool  # written after a word on the same line
 
 
-@dataclass
-class Command:
+class Command(msgspec.Struct):
     """A simple command: the words between two separators."""
 
-    words: list[Word] = field(default_factory=list)
+    words: list[Word] = msgspec.field(default_factory=list)
     # Variables the script had exported before this command ran.
-    exported: dict[str, Word] = field(default_factory=dict)
+    exported: dict[str, Word] = msgspec.field(default_factory=dict)
 
 
-@dataclass
-class LexResult:
+class LexResult(msgspec.Struct):
     commands: list[Command]
     comments: list[Comment]
 

@@ -7,7 +7,8 @@ table + curated semantic rows); the rules only compare them with the config.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+
+import msgspec
 
 from kvtool.audit.context import (
     KV_OFFLOADING_BACKEND,
@@ -29,8 +30,7 @@ HMA_FACTORY_ERROR = (
 )
 
 
-@dataclass(frozen=True)
-class HmaOutcome:
+class HmaOutcome(msgspec.Struct, frozen=True):
     """Whether HMA ends up on, and why, for the effective connector at the target release."""
 
     on: bool
