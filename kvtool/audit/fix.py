@@ -168,37 +168,34 @@ def _plan(
     if not spans:
         return [], "it removes no tokens"
     spans.sort()
-    if yaml_input:
-        return _plan_yaml(text, spans, fix.replacement)
-    replacement = " ".join(shlex.quote(word) for word in fix.replacement)
-    edits = [_Edit(spans[0][0], spans[0][1], replacement)] if replacement else []
-    edits += [_removal(text, start, end) for start, end in (spans[1:] if replacement else spans)]
-    return edits, None
+    return _span_edits(text, spans, fix.replacement, yaml_input=yaml_input)
 
 
-def _plan_yaml(
-    text: str, spans: list[tuple[int, int]], replacement: tuple[str, ...]
+def _span_edits(
+    text: str, spans: list[tuple[int, int]], replacement: tuple[str, ...], *, yaml_input: bool
 ) -> tuple[list[_Edit], str | None]:
-    """Edits for tokens written as YAML sequence items or inside a YAML string."""
+    """One edit per removed span; the first span takes the replacement words.
+
+    In YAML a span that is a whole block-sequence item, or an item of a flow sequence,
+    is edited as YAML; any other span (a script's word, a word in a YAML string) is cut
+    or replaced as a shell word.
+    """
     edits: list[_Edit] = []
     for number, (start, end) in enumerate(spans):
-        replacing = number == 0 and bool(replacement)
-        item = _sequence_item_line(text, start, end)
+        words = replacement if number == 0 else ()
+        item = _sequence_item_line(text, start, end) if yaml_input else None
         if item is not None:
-            if replacing and len(replacement) != 1:
+            if len(words) > 1:
                 return [], "a sequence item can take only one replacement word"
-            if replacing:
-                edits.append(_Edit(start, end, _yaml_scalar(replacement[0])))
-            else:
-                edits.append(_Edit(*item, ""))
-        elif _in_flow_sequence(text, start):
-            if replacing:
-                words = ", ".join(_yaml_scalar(word) for word in replacement)
-                edits.append(_Edit(start, end, words))
-            else:
-                edits.append(_flow_removal(text, start, end))
-        elif replacing:
-            edits.append(_Edit(start, end, " ".join(shlex.quote(w) for w in replacement)))
+            edits.append(_Edit(start, end, _yaml_scalar(words[0])) if words else _Edit(*item, ""))
+        elif yaml_input and _in_flow_sequence(text, start):
+            edits.append(
+                _Edit(start, end, ", ".join(_yaml_scalar(word) for word in words))
+                if words
+                else _flow_removal(text, start, end)
+            )
+        elif words:
+            edits.append(_Edit(start, end, " ".join(shlex.quote(word) for word in words)))
         else:
             edits.append(_removal(text, start, end))
     return edits, None
@@ -292,7 +289,7 @@ def _read_back_problem(
 
 def _expected_words(invocation: Invocation, fixes: Sequence[Fix]) -> list[str]:
     """The invocation's words with the fixes that touch it made."""
-    removed = {_token_key(t): fix for fix in fixes for t in fix.remove_tokens}
+    removed = {_token_key(t) for fix in fixes for t in fix.remove_tokens}
     first = {_token_key(fix.remove_tokens[0]): fix for fix in fixes if fix.remove_tokens}
     words: list[str] = []
     for token in invocation.tokens:
