@@ -118,6 +118,12 @@ class Semantics:
             lambda: next((f for f in self.facts if f.key == key and f.contains(version)), None),
         )
 
+    def choice_migration(self, flag: str, value: str) -> ChoiceMigration | None:
+        """What replaces ``value`` of ``flag`` where a release stopped accepting it."""
+        return next(
+            (m for m in self.choice_migrations if m.flag == flag and m.value == value), None
+        )
+
     def backend_rows(self, backend: str, version: str) -> tuple[BackendConnectorRow, ...]:
         """Backend -> connector rows for ``backend`` that cover ``version``."""
         return self._memoized(

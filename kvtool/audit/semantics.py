@@ -8,7 +8,6 @@ from ``rules/audit/semantics.toml``. Every row cites its source.
 
 from __future__ import annotations
 
-import tomllib
 from functools import cache
 from typing import Any
 
@@ -22,7 +21,7 @@ from kvtool.releases.curated import (
     SemanticFact,
     Span,
 )
-from kvtool.resources import rules_dir
+from kvtool.resources import read_table, rules_dir
 
 AUDIT_TABLE = "audit/semantics.toml"
 
@@ -58,8 +57,7 @@ def semantics_from_tables(
 
 
 def audit_table() -> dict[str, Any]:
-    with (rules_dir() / AUDIT_TABLE).open("rb") as handle:
-        return tomllib.load(handle)
+    return read_table(rules_dir() / AUDIT_TABLE)
 
 
 @cache

@@ -885,14 +885,7 @@ class MambaCacheModeAllForcesMrv1(ConfigRule):
             return
         if not ctx.semantics.holds("mamba_cache_mode.all_forces_mrv1", ctx.version):
             return
-        migration = next(
-            (
-                m
-                for m in ctx.semantics.choice_migrations
-                if m.flag == "--mamba-cache-mode" and m.value == "all"
-            ),
-            None,
-        )
+        migration = ctx.semantics.choice_migration("--mamba-cache-mode", "all")
         fix = None
         if migration is not None:
             fix = replacement_fix(

@@ -329,14 +329,7 @@ class InvalidChoice(ConfigRule):
             value = str(opt.value)
             if value in fact.choices:
                 continue
-            migration = next(
-                (
-                    m
-                    for m in ctx.semantics.choice_migrations
-                    if m.flag == fact.name and m.value == value
-                ),
-                None,
-            )
+            migration = ctx.semantics.choice_migration(fact.name, value)
             choices = ", ".join(f"`{c}`" for c in fact.choices)
             message = (
                 f"`{fact.name} {value}` is not accepted by vLLM {ctx.version} (choices: {choices})."
