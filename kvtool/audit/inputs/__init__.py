@@ -48,12 +48,13 @@ def read_inputs(paths: list[Path], *, input_format: str | None = None) -> list[I
     found: list[Invocation] = []
     seen: set[Path] = set()
     for path in paths:
-        if path.resolve() in seen:
+        key = path.resolve()
+        if key in seen:
             continue
         if path.is_dir():
             found.extend(_read_directory(path, input_format, seen))
             continue
-        seen.add(path.resolve())
+        seen.add(key)
         text = _read_file(path)
         found.extend(read_text(text, str(path), input_format=input_format, base_dir=path.parent))
     return found
@@ -82,10 +83,11 @@ def _read_directory(
     read_before = False
     for path in candidate_files(directory):
         looked_at += 1
-        if path.resolve() in seen:
+        key = path.resolve()
+        if key in seen:
             read_before = True
             continue
-        seen.add(path.resolve())
+        seen.add(key)
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError):
@@ -102,7 +104,6 @@ def _read_directory(
             f"{directory}: no vLLM serve configuration found in {looked_at} candidate file(s)"
         )
     return found
-
 
 
 def read_text(
