@@ -4,20 +4,18 @@ from __future__ import annotations
 
 import msgspec
 
-from kvtool.audit.context import ModelFacts, Semantics
+from kvtool.audit.context import ModelFacts
 from kvtool.audit.engine import Auditor, Target
 from kvtool.audit.model import Invocation, Location, SourceToken, Suppression
 from kvtool.audit.normalize import normalize
-from kvtool.audit.semantics import load_semantics
 from kvtool.audit.settings import AuditSettings
-from kvtool.releases import load_release, release_index
-from kvtool.releases.model import ReleaseFacts, ReleaseIndex
+from kvtool.audit.tables import ShippedTables
 
 FILE = "run.sh"
 
 
-class FixedTables:
-    """Tables pinned to one release; counts model lookups to show they are lazy."""
+class FixedTables(ShippedTables):
+    """The shipped tables pinned to one release; counts model lookups to show they are lazy."""
 
     def __init__(self, version: str) -> None:
         self.version = version
@@ -29,15 +27,6 @@ class FixedTables:
         return Target(
             vllm_version=requested or self.version, source="flag" if requested else "newest"
         )
-
-    def release(self, version: str) -> ReleaseFacts:
-        return load_release(version)
-
-    def index(self) -> ReleaseIndex:
-        return release_index()
-
-    def semantics(self) -> Semantics:
-        return load_semantics()
 
     def model(self, name: str) -> ModelFacts | None:
         self.model_lookups += 1
