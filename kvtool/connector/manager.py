@@ -152,7 +152,8 @@ class LazyOffloadManager:
       re-check rejects);
     - each block hash is buffered, in flight or stored at most once, so
       requests sharing a hot prefix do not store it twice;
-    - the ledger in :class:`ConnectorStats` balances after every call.
+    - the ledger in :class:`ConnectorStats` balances after every call, and a
+      call that changes a counter bumps ``stats.revision``.
     """
 
     def __init__(
@@ -279,6 +280,8 @@ class LazyOffloadManager:
             admitted += 1
         self.stats.admitted += admitted
         self.stats.pending += admitted
+        if block_ids:  # each block counted once: admitted, skipped or rejected
+            self.stats.revision += 1
         return admitted
 
     # ------------------------------------------------------------------ steps
@@ -310,6 +313,7 @@ class LazyOffloadManager:
         releases = self.policy.decide(signals, self._view, self.pool)
         if any(r.reason is ReleaseReason.IDLE for r in releases):
             self.stats.idle_drains += 1
+            self.stats.revision += 1
         budget = self._budget_after_early()
         result = StepResult(self._take_early_jobs() + self._carry_out(releases, budget))
         self._maybe_log_stats(now)
@@ -382,6 +386,7 @@ class LazyOffloadManager:
         self._jobs[job_id] = _InFlight(None, tuple(block_ids), tuple(block_hashes), is_store=False)
         self.stats.host_lookups += 1
         self.stats.host_hits += len(block_ids)
+        self.stats.revision += 1
         return LoadJob(job_id, tuple(block_ids), tuple(slots),
                        tuple(self.store.key(h) for h in block_hashes))
 
@@ -400,7 +405,7 @@ class LazyOffloadManager:
             self._claimed.discard(key.block_hash)
             self.store.abort(key.block_hash)
         self.stats.in_flight -= len(job.block_ids)
-        self.stats.drop(DropReason.SHUTDOWN, len(job.block_ids))
+        self.stats.drop(DropReason.SHUTDOWN, len(job.block_ids))  # bumps the revision
 
     def _take_early_jobs(self) -> tuple[StoreJob, ...]:
         jobs, self._early_jobs = tuple(self._early_jobs), []
@@ -457,7 +462,7 @@ class LazyOffloadManager:
             self._claimed.discard(block.block_hash)
             lost += 1
         if lost:
-            self.stats.drop(first, 1)
+            self.stats.drop(first, 1)  # bumps the revision
             self.stats.drop(rest, lost - 1)
             self.stats.pending -= lost
         buffer.broken = True
@@ -492,6 +497,7 @@ class LazyOffloadManager:
             self.stats.pending -= len(taken)
             self.stats.released += len(taken)
             self.stats.released_by[release.reason.value] += len(taken)
+            self.stats.revision += 1  # also for what _submit counts below
             if budget is not None:
                 budget -= len(taken)
             job = self._submit(buffer, taken)
@@ -547,6 +553,7 @@ class LazyOffloadManager:
                         tuple(self.store.key(b.block_hash) for b in kept))
 
     def _complete(self, job: _InFlight) -> None:
+        self.stats.revision += 1  # every outcome below counts
         if not job.is_store:
             self.store.release(job.hashes)
             if job.ok:

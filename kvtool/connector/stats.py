@@ -60,10 +60,14 @@ class ConnectorStats:
     store_evictions: int = 0
     idle_drains: int = 0
     released_by: Counter[str] = field(default_factory=Counter)
+    revision: int = field(default=0, compare=False, metadata={"counter": False})
+    """Not a counter: whoever changes a counter bumps it in the same call (:meth:`drop`
+    does), so a reader can tell "nothing moved" from one int (:class:`ChangeReader`)."""
 
     def drop(self, reason: DropReason, n: int = 1) -> None:
         if n:
             self.dropped[reason.value] += n
+            self.revision += 1
 
     def change_key(self) -> tuple[int, ...]:
         """A value that differs whenever any counter differs: the plain counters as they
@@ -77,11 +81,7 @@ class ConnectorStats:
 
     def as_dict(self) -> dict[str, int]:
         """Flat ``name -> count`` view (``dropped_<reason>``, ``released_by_<policy reason>``)."""
-        out = {
-            name: value
-            for name, value in vars(self).items()
-            if isinstance(value, int) and not isinstance(value, bool)
-        }
+        out = dict(zip(INT_COUNTERS, _int_counters(self), strict=True))
         for drop in DropReason:
             out[f"dropped_{drop.value}"] = self.dropped.get(drop.value, 0)
         for reason, count in sorted(self.released_by.items()):
@@ -94,7 +94,8 @@ class ConnectorStats:
 
 
 INT_COUNTERS: tuple[str, ...] = tuple(
-    f.name for f in fields(ConnectorStats) if f.type in ("int", int)
+    f.name for f in fields(ConnectorStats)
+    if f.type in ("int", int) and f.metadata.get("counter", True)
 )
 """The plain counters, in :meth:`ConnectorStats.change_key` order."""
 _int_counters = attrgetter(*INT_COUNTERS)
@@ -103,14 +104,17 @@ _int_counters = attrgetter(*INT_COUNTERS)
 class ChangeReader:
     """What moved in one :class:`ConnectorStats` since the previous :meth:`read`.
 
-    Built for a per-step metrics hook: a read when nothing moved costs one
-    :meth:`ConnectorStats.change_key`; otherwise only the moved counters are
-    visited. The first read reports everything since the stats were new.
+    Built for a per-step metrics hook: a read when nothing moved costs one int
+    comparison of :attr:`ConnectorStats.revision` (so it is exact only if every
+    change bumps it), one after a bump a :meth:`ConnectorStats.change_key`;
+    otherwise only the moved counters are visited. The first read reports
+    everything since the stats were new.
     """
 
     def __init__(self, stats: ConnectorStats, gauges: tuple[str, ...]) -> None:
         self._stats = stats
         self._gauges = gauges
+        self._revision = -1  # no revision yet: the first read compares keys
         self._key = ConnectorStats().change_key()
         self._dropped: Counter[str] = Counter()
         self._released_by: Counter[str] = Counter()
@@ -118,6 +122,9 @@ class ChangeReader:
     def read(self) -> tuple[dict[str, int], dict[str, int]] | None:
         """``(increments by as_dict name, gauge levels)``, or None when nothing moved."""
         stats = self._stats
+        if stats.revision == self._revision:
+            return None
+        self._revision = stats.revision
         key = stats.change_key()
         if key == self._key:
             return None

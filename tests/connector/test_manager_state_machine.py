@@ -78,6 +78,7 @@ class ManagerMachine(RuleBasedStateMachine):
         self.world_size = world_size
         # job id -> (job, workers that have not reported yet)
         self.jobs: dict[int, tuple[StoreJob | LoadJob, set[int]]] = {}
+        self.seen_counters = (self.rig.manager.stats.revision, self.rig.manager.stats.as_dict())
         self.job_ok: dict[int, bool] = {}
         self.arena: dict[int, BlockKey] = {}  # what the simulated workers wrote per slot
         self.stored_ok = 0
@@ -160,6 +161,16 @@ class ManagerMachine(RuleBasedStateMachine):
         in_flight = sum(len(job.block_ids) for job in [*shipped, *held])
         assert stats.in_flight == in_flight
         assert stats.stored == self.stored_ok
+
+    @invariant()
+    def counter_changes_bump_the_revision(self) -> None:
+        """The metrics reader skips a step whose revision did not move; a counter
+        change without a bump would go unreported."""
+        stats = self.rig.manager.stats
+        revision, counters = self.seen_counters
+        if stats.as_dict() != counters:
+            assert stats.revision != revision, "counters changed without a revision bump"
+        self.seen_counters = (stats.revision, stats.as_dict())
 
     @invariant()
     def in_flight_blocks_stay_protected(self) -> None:

@@ -4,16 +4,15 @@ from what moved since the last report, so nothing may be missed or counted twice
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import fields
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from kvtool.connector.policies import ReleaseReason
-from kvtool.connector.stats import ChangeReader, ConnectorStats, DropReason
+from kvtool.connector.stats import INT_COUNTERS, ChangeReader, ConnectorStats, DropReason
 
 GAUGES = ("pending", "in_flight")
-INT_FIELDS = [f.name for f in fields(ConnectorStats) if f.name not in ("dropped", "released_by")]
+INT_FIELDS = list(INT_COUNTERS)
 
 # One update the manager makes: add to a plain counter (gauges may go down), count a
 # drop, or count a release by reason.
@@ -36,16 +35,20 @@ def test_change_key_changes_exactly_when_the_counters_do(
 
 
 def _apply(stats: ConnectorStats, step: tuple[str, object, int]) -> None:
+    """One update, made as the manager makes it: a change bumps the revision
+    (``drop`` bumps it itself)."""
     kind, what, n = step
     if kind == "int":
         assert isinstance(what, str)
         setattr(stats, what, getattr(stats, what) + n)
+        stats.revision += 1
     elif kind == "drop":
         assert isinstance(what, DropReason)
         stats.drop(what, n)
     else:
         assert isinstance(what, ReleaseReason)
         stats.released_by[what.value] += n
+        stats.revision += 1
 
 
 @given(st.lists(st.lists(updates, max_size=4), max_size=12))
@@ -71,3 +74,14 @@ def test_change_reader_reports_what_moved_between_reads(
         summed.update(increments)
     totals = {k: v for k, v in stats.as_dict().items() if k not in GAUGES and v}
     assert {k: v for k, v in summed.items() if v} == totals
+
+
+def test_the_revision_is_not_reported_as_a_counter() -> None:
+    stats = ConnectorStats()
+    stats.admitted += 1
+    stats.revision += 1
+    assert "revision" not in stats.as_dict() and "revision" not in stats.summary()
+    reader = ChangeReader(stats, GAUGES)
+    assert reader.read() == ({"admitted": 1}, {"pending": 0, "in_flight": 0})
+    stats.revision += 1  # bumped, but no counter moved
+    assert reader.read() is None
