@@ -27,6 +27,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from kvtool.connector.blockpool import BlockHash, BlockPoolView
 from kvtool.connector.config import ConnectorConfig, ShutdownMode
@@ -76,8 +77,9 @@ class JobReport:
     ok: bool
 
 
-@dataclass(frozen=True)
-class StepInput:
+# The per-step records are NamedTuples: built on every engine step, where a frozen
+# dataclass's __init__ costs several times as much.
+class StepInput(NamedTuple):
     """What the adapter knows when the engine schedules a step."""
 
     scheduled_tokens: int
@@ -86,8 +88,7 @@ class StepInput:
     new blocks). A buffered block among them was possibly recycled."""
 
 
-@dataclass(frozen=True)
-class StepResult:
+class StepResult(NamedTuple):
     store_jobs: tuple[StoreJob, ...] = ()
 
 
@@ -289,35 +290,40 @@ class LazyOffloadManager:
     def step(self, step: StepInput) -> StepResult:
         """One scheduler step: find recycled blocks, ask the policy, carry out its releases."""
         now = self._clock()
+        tokens, allocated = step
         where = self._where
-        for block_id in step.allocated_block_ids:
-            if block_id in where:  # most allocated blocks were never buffered
-                self._check_block(block_id)
-        if step.scheduled_tokens > 0:
+        if where:  # else nothing is buffered that could have been recycled
+            for block_id in allocated:
+                if block_id in where:  # most allocated blocks were never buffered
+                    self._check_block(block_id)
+        if tokens > 0:
             self._idle_steps = 0
             self._last_token_step = now
+            idle_seconds = 0.0
         else:
             self._idle_steps += 1
-        signals = StepSignals(
-            now=now,
-            scheduled_tokens=step.scheduled_tokens,
-            blocks_allocated=len(step.allocated_block_ids),
-            est_next_step_blocks=sum(
-                math.ceil(step.scheduled_tokens / tpb) for tpb in self._tokens_per_block
-            ),
-            idle_steps=self._idle_steps,
-            idle_seconds=0.0
-            if step.scheduled_tokens > 0 or self._last_token_step is None
-            else now - self._last_token_step,
-        )
+            last = self._last_token_step
+            idle_seconds = 0.0 if last is None else now - last
+        signals = StepSignals(now, tokens, len(allocated), self._est_blocks(tokens),
+                              self._idle_steps, idle_seconds)
         releases = self.policy.decide(signals, self._view, self.pool)
-        if any(r.reason is ReleaseReason.IDLE for r in releases):
+        if releases and any(r.reason is ReleaseReason.IDLE for r in releases):
             self.stats.idle_drains += 1
             self.stats.revision += 1
-        budget = self._budget_after_early()
-        result = StepResult(self._take_early_jobs() + self._carry_out(releases, budget))
+        if self._early_jobs:
+            budget = self._budget_after_early()
+            jobs = self._take_early_jobs() + self._carry_out(releases, budget)
+        else:
+            jobs = self._carry_out(releases, self.config.max_release_blocks_per_step)
         self._maybe_log_stats(now)
-        return result
+        return StepResult(jobs)
+
+    def _est_blocks(self, tokens: int) -> int:
+        """StepSignals.est_next_step_blocks: ceil(tokens / tokens_per_block) per group."""
+        tpbs = self._tokens_per_block
+        if len(tpbs) == 1:  # the usual case: one KV cache group
+            return -(-tokens // tpbs[0])
+        return sum(-(-tokens // tpb) for tpb in tpbs)
 
     def _maybe_log_stats(self, now: float) -> None:
         if self._logged is not None and now - self._logged[0] < STATS_LOG_INTERVAL_S:
@@ -475,7 +481,9 @@ class LazyOffloadManager:
         if buffer.finished:
             self._buffers.pop(buffer.key, None)
 
-    def _carry_out(self, releases: Iterable[Release], budget: int | None) -> tuple[StoreJob, ...]:
+    def _carry_out(self, releases: Sequence[Release], budget: int | None) -> tuple[StoreJob, ...]:
+        if not releases:
+            return ()
         jobs = []
         for release in releases:
             if budget is not None and budget <= 0:
