@@ -191,7 +191,7 @@ class LazyOffloadManager:
         self._live: dict[str, RequestKey] = {}
         self._buffers: dict[RequestKey, _RequestBuffer] = {}  # insertion = admission order
         self._ready: dict[RequestKey, int] = {}  # finished and buffering -> admission order
-        self._where: dict[int, tuple[_RequestBuffer, int]] = {}  # block id -> (buffer, ordinal)
+        self._where: dict[int, tuple[RequestKey, int]] = {}  # buffered block id -> (key, ordinal)
         self._claimed: set[BlockHash] = set()  # hashes buffered or in flight
         # Deadline index, lazily pruned: (front block admitted_at, order, front ordinal, key).
         self._fronts: list[tuple[float, int, int, RequestKey]] = []
@@ -275,7 +275,7 @@ class LazyOffloadManager:
                 buffer = self._new_buffer(key)
             if not buffer.blocks:
                 self._push_front(buffer, now)
-            self._where[block_id] = (buffer, buffer.next_ordinal)
+            self._where[block_id] = (key, buffer.next_ordinal)
             buffer.blocks.append(_Buffered(block_id, block_hash, now))
             self._claimed.add(block_hash)
             admitted += 1
@@ -448,7 +448,8 @@ class LazyOffloadManager:
         where = self._where.get(block_id)
         if where is None:
             return
-        buffer, ordinal = where
+        key, ordinal = where
+        buffer = self._buffers[key]  # a buffer stays indexed while it holds blocks
         if self.pool.block_hash(block_id) != buffer.blocks[ordinal - buffer.front].block_hash:
             self._lose_from(buffer, ordinal, DropReason.EVICTED)
 
@@ -607,9 +608,8 @@ class _View:
     def finished_ready(self) -> Mapping[RequestKey, int]:
         return self._m._ready
 
-    def locate(self, block_id: int) -> tuple[RequestKey, int] | None:
-        where = self._m._where.get(block_id)
-        return None if where is None else (where[0].key, where[1])
+    def block_index(self) -> Mapping[int, tuple[RequestKey, int]]:
+        return self._m._where
 
     def span(self, request: RequestKey) -> tuple[int, int]:
         buffer = self._m._buffers[request]

@@ -267,8 +267,15 @@ class VllmBlockPoolView:
         return int(self._pool.get_num_free_blocks())
 
     def iter_eviction_order(self) -> Iterator[int]:
-        for block in self._pool.free_block_queue.iter_blocks_after(None):
+        # Walks FreeKVCacheBlockQueue's linked list itself (fake head and tail
+        # nodes, vllm-on-cpu.md §3.6) rather than through iter_blocks_after: one
+        # generator layer instead of two, on EVICTION_AWARE's per-step path.
+        queue = self._pool.free_block_queue
+        tail = queue.fake_free_list_tail
+        block = queue.fake_free_list_head.next_free_block
+        while block is not None and block is not tail:
             yield block.block_id
+            block = block.next_free_block
 
 
 # --------------------------------------------------------------------------- connector

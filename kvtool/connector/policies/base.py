@@ -71,8 +71,10 @@ class PendingView(Protocol):
     def finished_ready(self) -> Mapping[RequestKey, int]:
         """Finished requests that still buffer blocks -> admission order number. O(1)."""
 
-    def locate(self, block_id: int) -> tuple[RequestKey, int] | None:
-        """The buffered (request, ordinal) holding ``block_id``, if any. O(1)."""
+    def block_index(self) -> Mapping[int, tuple[RequestKey, int]]:
+        """Buffered block id -> (request, ordinal) holding it, O(1) per lookup: the
+        manager's own index, valid until the manager next changes; read it, never
+        write it."""
 
     def span(self, request: RequestKey) -> tuple[int, int]:
         """(first, last) buffered ordinal of a request that buffers blocks. O(1)."""

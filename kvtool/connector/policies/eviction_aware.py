@@ -25,7 +25,6 @@ allocate. O(1) per finish.
 
 from __future__ import annotations
 
-import itertools
 import math
 
 from kvtool.connector.config import ConnectorConfig, PolicyName
@@ -113,28 +112,32 @@ class EvictionAwarePolicy(DrainPolicy):
         # block just outside a plain window would be recycled before the next
         # step (the pin cascade of lazy-offload.md §6.11). The walk stops after
         # ``depth`` other blocks or once the released blocks fill the budget.
-        queue = pool.iter_eviction_order()
-        others = found = 0
-        for rank in itertools.count():
-            if others >= depth or found >= budget:
-                break
-            block_id = next(queue, None)
-            if block_id is None:
-                break
-            hit = pending.locate(block_id)
-            if hit is None:
-                others += 1
-                continue
-            found += 1
-            request, ordinal = hit
-            seen = due.get(request)
-            if seen is None:
-                due[request] = [rank, ordinal]
-            elif ordinal > seen[1]:
-                seen[1] = ordinal
-        order = sorted(due, key=lambda r: (due[r][0], pending.admission_order(r)))
-        out, budget = take_fronts(pending, ((r, due[r][1]) for r in order), budget,
-                                  ReleaseReason.EVICTION_WINDOW)
+        if depth > 0 and budget > 0:
+            index = pending.block_index()
+            others = found = 0
+            for rank, block_id in enumerate(pool.iter_eviction_order()):
+                hit = index.get(block_id)
+                if hit is None:
+                    others += 1
+                    if others >= depth:
+                        break
+                    continue
+                request, ordinal = hit
+                seen = due.get(request)
+                if seen is None:
+                    due[request] = [rank, ordinal]
+                elif ordinal > seen[1]:
+                    seen[1] = ordinal
+                found += 1
+                if found >= budget:
+                    break
+        out: list[Release] = []
+        if due:
+            # Nearest the eviction head first; the sort only orders two or more.
+            order = (sorted(due, key=lambda r: (due[r][0], pending.admission_order(r)))
+                     if len(due) > 1 else list(due))
+            out, budget = take_fronts(pending, ((r, due[r][1]) for r in order), budget,
+                                      ReleaseReason.EVICTION_WINDOW)
 
         deferral = self.config.max_deferral_seconds
         if deferral > 0 and budget > 0:
