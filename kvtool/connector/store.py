@@ -21,6 +21,7 @@ import hashlib
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from kvtool.connector.blockpool import BlockHash
 
@@ -31,9 +32,12 @@ def fingerprint(model: str, layout: str, dtype: str, block_size: int, *extra: st
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-@dataclass(frozen=True)
-class BlockKey:
-    """What a host slot holds: a block hash under one model/layout fingerprint."""
+class BlockKey(NamedTuple):
+    """What a host slot holds: a block hash under one model/layout fingerprint.
+
+    A NamedTuple: one is built per block moved, and workers compare them per
+    slot before every load, where a tuple compares in C and a dataclass in Python.
+    """
 
     fingerprint: str
     block_hash: BlockHash

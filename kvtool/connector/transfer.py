@@ -8,7 +8,10 @@ per segment, ``[num_slots, bytes]``, so one slot is one block of every layer.
 
 Copies are batched per segment and per run of consecutive host slots (the
 store index hands out consecutive slots): ``index_select`` gathers, and
-``index_copy_`` scatters, over the widest integer view of the rows. On CUDA
+``index_copy_`` scatters, over the widest integer view of the rows; a job
+whose engine blocks are consecutive too is one slice copy per segment, with
+no index tensor (each torch call costs microseconds, the copy itself less
+for a few blocks). On CUDA
 the gather runs on the device into a staging buffer, then one non-blocking
 copy per run moves it into pinned host memory, all on a dedicated stream
 ordered after the compute stream; loads mirror this and make the compute
@@ -90,6 +93,12 @@ def slot_runs(slots: Sequence[int]) -> list[tuple[int, int, int]]:
     return runs
 
 
+def _consecutive(values: Sequence[int]) -> bool:
+    """``values`` (non-empty) are ``first, first + 1, ...``: one run."""
+    first = values[0]
+    return tuple(values) == tuple(range(first, first + len(values)))
+
+
 _WIDE_DTYPES = (torch.int64, torch.int32, torch.int16)
 
 
@@ -149,6 +158,7 @@ class TransferEngine:
                 raise ValueError("segments must be 2-D uint8 views (see block_segments)")
         self.segments = list(segments)
         self.num_slots = num_slots
+        self.num_blocks = int(segments[0].shape[0])
         self.is_cuda = self.device.type == "cuda"
         pin = self.is_cuda
         self.arena = [
@@ -200,14 +210,11 @@ class TransferEngine:
             self._check_job(job)
             for slot, key in zip(job.slots, job.keys, strict=True):
                 self.slot_keys[slot] = key
-            ids = torch.tensor(job.block_ids, dtype=torch.long, device=self.device)
-            runs = slot_runs(job.slots)
             if self.is_cuda:
-                record.event = self._store_cuda(ids, runs, record.keepalive)
+                ids = torch.tensor(job.block_ids, dtype=torch.long, device=self.device)
+                record.event = self._store_cuda(ids, slot_runs(job.slots), record.keepalive)
             else:
-                for seg, host in zip(self._wide, self._wide_arena, strict=True):
-                    for pos, slot, n in runs:
-                        torch.index_select(seg, 0, ids[pos:pos + n], out=host[slot:slot + n])
+                self._copy_cpu(job.block_ids, job.slots, load=False)
         except (RuntimeError, ValueError, IndexError) as exc:
             for slot in job.slots:
                 if 0 <= slot < self.num_slots:
@@ -224,26 +231,26 @@ class TransferEngine:
         record = _Pending(job.job_id, None)
         try:
             self._check_job(job)
-            wrong = [
-                slot for slot, key in zip(job.slots, job.keys, strict=True)
-                if self.slot_keys[slot] != key
-            ]
-            if wrong:
+            recorded = tuple(map(self.slot_keys.__getitem__, job.slots))
+            if recorded != tuple(job.keys):  # one C-level compare in the usual case
+                wrong = [
+                    slot for slot, have, want in zip(job.slots, recorded, job.keys, strict=True)
+                    if have != want
+                ]
                 raise ValueError(f"host slots {wrong[:8]} do not hold the requested blocks")
-            ids = torch.tensor(job.block_ids, dtype=torch.long, device=self.device)
-            runs = slot_runs(job.slots)
             if self.is_cuda:
-                record.event = self._load_cuda(ids, runs, record.keepalive)
+                ids = torch.tensor(job.block_ids, dtype=torch.long, device=self.device)
+                record.event = self._load_cuda(ids, slot_runs(job.slots), record.keepalive)
             else:
-                for seg, host in zip(self._wide, self._wide_arena, strict=True):
-                    for pos, slot, n in runs:
-                        seg.index_copy_(0, ids[pos:pos + n], host[slot:slot + n])
+                self._copy_cpu(job.block_ids, job.slots, load=True)
         except (RuntimeError, ValueError, IndexError) as exc:
             record.ok, record.error = False, f"load job {job.job_id}: {exc}"
         self._pending.append(record)
 
     def poll(self) -> list[TransferResult]:
         """Jobs finished since the last poll, in submission order of completion checks."""
+        if not self._pending:
+            return []
         done, waiting = [], []
         for record in self._pending:
             if record.event is None or record.event.query():
@@ -262,6 +269,33 @@ class TransferEngine:
 
     def has_pending(self) -> bool:
         return bool(self._pending)
+
+    # ------------------------------------------------------------------ CPU
+
+    def _copy_cpu(self, block_ids: Sequence[int], slots: Sequence[int], load: bool) -> None:
+        """Copy host ``slots[i]`` into engine ``block_ids[i]`` (``load``) or back, now."""
+        n = len(slots)
+        if not n:
+            return
+        pairs = zip(self._wide, self._wide_arena, strict=True)
+        b0, s0 = block_ids[0], slots[0]
+        if _consecutive(slots) and _consecutive(block_ids):
+            for seg, host in pairs:
+                if load:
+                    seg[b0:b0 + n].copy_(host[s0:s0 + n])
+                else:
+                    host[s0:s0 + n].copy_(seg[b0:b0 + n])
+            return
+        ids = torch.tensor(block_ids, dtype=torch.long, device=self.device)
+        runs = slot_runs(slots)
+        whole = len(runs) == 1  # one slot run: the index tensor as it is, no slice
+        for seg, host in pairs:
+            for pos, slot, k in runs:
+                part = ids if whole else ids[pos:pos + k]
+                if load:
+                    seg.index_copy_(0, part, host[slot:slot + k])
+                else:
+                    torch.index_select(seg, 0, part, out=host[slot:slot + k])
 
     # ------------------------------------------------------------------ CUDA
 
@@ -304,6 +338,11 @@ class TransferEngine:
     def _check_job(self, job: TransferJob) -> None:
         if not len(job.block_ids) == len(job.slots) == len(job.keys):
             raise ValueError("block_ids, slots and keys differ in length")
-        bad = [s for s in job.slots if not 0 <= s < self.num_slots]
-        if bad:
+        if not job.slots:
+            return
+        if min(job.slots) < 0 or max(job.slots) >= self.num_slots:
+            bad = [s for s in job.slots if not 0 <= s < self.num_slots]
             raise ValueError(f"slots {bad[:8]} outside the arena of {self.num_slots}")
+        if min(job.block_ids) < 0 or max(job.block_ids) >= self.num_blocks:
+            bad = [b for b in job.block_ids if not 0 <= b < self.num_blocks]
+            raise ValueError(f"block ids {bad[:8]} outside the engine's {self.num_blocks} blocks")

@@ -86,6 +86,29 @@ def test_flash_attention_layout_with_kv_leading_dimension(device: str) -> None:
     assert torch.equal(kv["l0"][:, 7], original[:, 1])
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(("blocks", "slots", "targets"), [
+    ((4, 5, 6), (1, 2, 3), (10, 11, 12)),  # blocks and slots consecutive: slice copies
+    ((9, 2, 7), (1, 2, 3), (0, 13, 5)),    # one slot run, scattered blocks: index copies
+])
+def test_round_trip_of_one_slot_run(
+    device: str, blocks: tuple[int, ...], slots: tuple[int, ...], targets: tuple[int, ...]
+) -> None:
+    kv = _kv_cpu_layout(device, num_blocks=16)
+    original = {name: t.clone() for name, t in kv.items()}
+    engine = TransferEngine.from_kv_caches(kv, num_slots=4)
+    keys = tuple(("h", b) for b in blocks)
+    assert _run(engine, Job(1, blocks, slots, keys), store=True)
+    for t in kv.values():
+        t.zero_()
+    assert _run(engine, Job(2, targets, slots, keys), store=False)
+    for name, t in kv.items():
+        for src, dst in zip(blocks, targets, strict=True):
+            assert torch.equal(t[dst], original[name][src]), (name, src, dst)
+        untouched = [b for b in range(16) if b not in targets]
+        assert torch.count_nonzero(t[untouched].float()) == 0
+
+
 def test_load_with_a_wrong_key_fails_and_copies_nothing() -> None:
     kv = _kv_cpu_layout("cpu", num_blocks=8)
     engine = TransferEngine.from_kv_caches(kv, num_slots=4)
@@ -104,6 +127,17 @@ def test_bad_block_id_reports_a_failed_job() -> None:
     assert not result.ok
     engine.submit_load(Job(2, (0,), (0,), ("k",)))  # the failed store left no key behind
     assert not engine.poll()[0].ok
+
+
+def test_a_run_reaching_past_the_last_block_fails_and_copies_nothing() -> None:
+    kv = _kv_cpu_layout("cpu", num_blocks=8)
+    engine = TransferEngine.from_kv_caches(kv, num_slots=4)
+    assert _run(engine, Job(1, (0, 1), (0, 1), ("a", "b")), store=True)
+    before = kv["layer0"].clone()
+    engine.submit_load(Job(2, (7, 8), (0, 1), ("a", "b")))  # consecutive, one block too far
+    (result,) = engine.poll()
+    assert not result.ok and "outside the engine's 8 blocks" in result.error
+    assert torch.equal(kv["layer0"], before)
 
 
 def test_segments_keep_the_engine_block_stride_without_copying() -> None:
