@@ -256,28 +256,30 @@ class LazyOffloadManager:
         buffer = self._buffers.get(key)
         now = self._clock()
         admitted = 0
+        where, claimed, read_hash = self._where, self._claimed, self.pool.block_hash
         for block_id in block_ids:
             if buffer is not None and buffer.broken:
                 self.stats.rejected_prefix_broken += 1
                 continue
-            block_hash = self.pool.block_hash(block_id)
+            block_hash = read_hash(block_id)
             if block_hash is None:
                 self.stats.rejected_unhashed += 1
                 if buffer is None:
                     buffer = self._new_buffer(key)
                 buffer.broken = True
                 continue
-            self._check_block(block_id)  # a stale entry for a recycled block goes first
-            if block_hash in self._claimed or self.store.known(block_hash):
+            if block_id in where:  # a stale entry for a recycled block goes first
+                self._check_block(block_id)
+            if block_hash in claimed or self.store.known(block_hash):
                 self.stats.skipped_duplicate += 1
                 continue
             if buffer is None:
                 buffer = self._new_buffer(key)
             if not buffer.blocks:
                 self._push_front(buffer, now)
-            self._where[block_id] = (key, buffer.next_ordinal)
+            where[block_id] = (key, buffer.next_ordinal)
             buffer.blocks.append(_Buffered(block_id, block_hash, now))
-            self._claimed.add(block_hash)
+            claimed.add(block_hash)
             admitted += 1
         self.stats.admitted += admitted
         self.stats.pending += admitted

@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import vllm
 from packaging.version import InvalidVersion, Version
@@ -293,8 +293,7 @@ class _Tracked:
     """Leading blocks already handed to the manager."""
 
 
-@dataclass(frozen=True)
-class _Lookup:
+class _Lookup(NamedTuple):
     local_blocks: int
     """Blocks the engine's own prefix cache covers (the host hit starts after them)."""
     hit_blocks: int
@@ -414,13 +413,15 @@ class KvtoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
             raise RuntimeError("the scheduler did not bind its block pool to the connector")
         return self.manager
 
-    def _block_hashes(self, request: Any) -> list[BlockHash]:
-        """The request's hash per engine block (the last hash-block hash inside it)."""
+    def _block_hashes(self, request: Any, start: int, stop: int) -> list[BlockHash]:
+        """The request's hash per engine block (the last hash-block hash inside it),
+        for engine blocks ``start`` to ``stop`` (exclusive, clipped like a slice)."""
         hashes: list[BlockHash] = request.block_hashes
         ratio = self._hash_ratio
         if ratio == 1:
-            return list(hashes)
-        return [hashes[(i + 1) * ratio - 1] for i in range(len(hashes) // ratio)]
+            return hashes[start:stop]
+        blocks = range(len(hashes) // ratio)[start:stop]
+        return [hashes[(i + 1) * ratio - 1] for i in blocks]
 
     def get_num_new_matched_tokens(
         self, request: Any, num_computed_tokens: int
@@ -431,7 +432,7 @@ class KvtoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
         cap = (int(request.num_tokens) - 1) // bs
         # A block hash chains every token before it, so the host only needs the
         # blocks after the engine's own hit, not the ones the engine already has.
-        beyond = self._block_hashes(request)[local_blocks:cap]
+        beyond = self._block_hashes(request, local_blocks, cap)
         hit_blocks = self._manager().lookup(beyond) if beyond else 0
         self._lookups[request.request_id] = _Lookup(local_blocks, hit_blocks)
         return hit_blocks * bs, False
@@ -445,7 +446,7 @@ class KvtoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
         n = num_external_tokens // self.layout.block_size
         start = lookup.local_blocks
         block_ids = blocks.get_block_ids()[0][start:start + n]
-        hashes = self._block_hashes(request)[start:start + n]
+        hashes = self._block_hashes(request, start, start + n)
         self._load_jobs.append(self._manager().plan_load(block_ids, hashes))
 
     def build_connector_meta(self, scheduler_output: Any) -> KvtoolConnectorMetadata:
@@ -470,15 +471,19 @@ class KvtoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
             self._buffer_full(new.req_id, tracked,
                               new.num_computed_tokens + num_scheduled.get(new.req_id, 0))
 
+        # Runs for every running request on every step: the loop reads locals.
         cached = scheduler_output.scheduled_cached_reqs
+        tracked_by_id, resumed = self._tracked, cached.resumed_req_ids
+        new_block_ids, num_computed = cached.new_block_ids, cached.num_computed_tokens
         for i, request_id in enumerate(cached.req_ids):
-            new_ids = cached.new_block_ids[i]
+            new_ids = new_block_ids[i]
             added: Sequence[int] = new_ids[0] if new_ids else ()
-            allocated += added
-            tracked = self._tracked.get(request_id)
+            if added:
+                allocated += added
+            tracked = tracked_by_id.get(request_id)
             if tracked is None:
                 continue
-            if request_id in cached.resumed_req_ids:
+            if request_id in resumed:
                 tracked.block_ids = list(added)
                 tracked.buffered_blocks = 0
                 manager.on_request_arrived(request_id)
@@ -486,12 +491,10 @@ class KvtoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
                 tracked.block_ids += added
             if tracked.buffered_blocks < tracked.prompt_blocks:  # else its prompt is all buffered
                 self._buffer_full(request_id, tracked,
-                                  cached.num_computed_tokens[i] + num_scheduled.get(request_id, 0))
+                                  num_computed[i] + num_scheduled.get(request_id, 0))
 
-        result = manager.step(StepInput(
-            scheduled_tokens=int(scheduler_output.total_num_scheduled_tokens),
-            allocated_block_ids=allocated,
-        ))
+        result = manager.step(
+            StepInput(int(scheduler_output.total_num_scheduled_tokens), allocated))
         meta = KvtoolConnectorMetadata(load_jobs=self._load_jobs,
                                        store_jobs=list(result.store_jobs))
         self._load_jobs = []
@@ -579,9 +582,9 @@ class KvtoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
         return self.engine
 
     def _bound_metadata(self) -> KvtoolConnectorMetadata | None:
-        if not self.has_connector_metadata():
-            return None
-        meta = self._get_connector_metadata()
+        # The base class's own slot, read directly: this runs twice per step, and
+        # has_connector_metadata() plus _get_connector_metadata() read the same.
+        meta = self._connector_metadata
         return meta if isinstance(meta, KvtoolConnectorMetadata) else None
 
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
@@ -626,7 +629,7 @@ class KvtoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
         return errors
 
     def build_connector_worker_meta(self) -> KvtoolWorkerMetadata | None:
-        if self.engine is not None:
+        if self.engine is not None and self.engine.has_pending():
             self._collect(self.engine)
         if not self._finished_reports:
             return None
