@@ -286,6 +286,8 @@ class _Tracked:
     """Scheduler-side view of one running request (KV cache group 0)."""
 
     block_ids: list[int]
+    """Its block ids in order, kept up to date while its prompt is being buffered
+    (after that only a resume after preemption reads them again, and resets them)."""
     prompt_len: int
     prompt_blocks: int
     """Full blocks the prompt fills: once that many are buffered, decode steps skip it."""
@@ -361,6 +363,7 @@ class KvtoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
         self.manager: LazyOffloadManager | None = None
         self._hash_ratio = 1
         self._tracked: dict[str, _Tracked] = {}
+        self._buffering: set[str] = set()  # tracked ids whose prompt is not all buffered
         self._lookups: dict[str, _Lookup] = {}
         self._load_jobs: list[LoadJob] = []
         self._stats_reader: ChangeReader | None = None
@@ -456,6 +459,8 @@ class KvtoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
             tracked = self._tracked.get(request_id)
             if tracked is not None:
                 tracked.buffered_blocks = 0
+                if tracked.prompt_blocks:
+                    self._buffering.add(request_id)
         num_scheduled: dict[str, int] = scheduler_output.num_scheduled_tokens
         allocated: list[int] = []
 
@@ -471,8 +476,30 @@ class KvtoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
             self._buffer_full(new.req_id, tracked,
                               new.num_computed_tokens + num_scheduled.get(new.req_id, 0))
 
-        # Runs for every running request on every step: the loop reads locals.
         cached = scheduler_output.scheduled_cached_reqs
+        resumed = cached.resumed_req_ids
+        if not self._buffering and not resumed:
+            # The usual decode step: every running prompt is buffered, so only the
+            # allocations matter (this runs for every running request every step).
+            for new_ids in cached.new_block_ids:
+                if new_ids:
+                    allocated += new_ids[0]
+        else:
+            self._buffer_running(cached, num_scheduled, allocated)
+
+        result = manager.step(
+            StepInput(int(scheduler_output.total_num_scheduled_tokens), allocated))
+        meta = KvtoolConnectorMetadata(load_jobs=self._load_jobs,
+                                       store_jobs=list(result.store_jobs))
+        self._load_jobs = []
+        return meta
+
+    def _buffer_running(
+        self, cached: Any, num_scheduled: dict[str, int], allocated: list[int]
+    ) -> None:
+        """Running requests: note their new blocks in ``allocated``, restart resumed
+        ones, and buffer the prompt blocks that became full."""
+        manager = self._manager()
         tracked_by_id, resumed = self._tracked, cached.resumed_req_ids
         new_block_ids, num_computed = cached.new_block_ids, cached.num_computed_tokens
         for i, request_id in enumerate(cached.req_ids):
@@ -487,18 +514,12 @@ class KvtoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
                 tracked.block_ids = list(added)
                 tracked.buffered_blocks = 0
                 manager.on_request_arrived(request_id)
+            elif tracked.buffered_blocks >= tracked.prompt_blocks:
+                continue  # its prompt is all buffered
             elif added:
                 tracked.block_ids += added
-            if tracked.buffered_blocks < tracked.prompt_blocks:  # else its prompt is all buffered
-                self._buffer_full(request_id, tracked,
-                                  num_computed[i] + num_scheduled.get(request_id, 0))
-
-        result = manager.step(
-            StepInput(int(scheduler_output.total_num_scheduled_tokens), allocated))
-        meta = KvtoolConnectorMetadata(load_jobs=self._load_jobs,
-                                       store_jobs=list(result.store_jobs))
-        self._load_jobs = []
-        return meta
+            self._buffer_full(request_id, tracked,
+                              num_computed[i] + num_scheduled.get(request_id, 0))
 
     def _buffer_full(self, request_id: str, tracked: _Tracked, computed_after_step: int) -> None:
         """Hand the prompt blocks that are full once this step's forward ran to the manager."""
@@ -508,6 +529,10 @@ class KvtoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
             self._manager().buffer_blocks(request_id,
                                           tracked.block_ids[tracked.buffered_blocks:full])
             tracked.buffered_blocks = full
+        if tracked.buffered_blocks < tracked.prompt_blocks:
+            self._buffering.add(request_id)
+        else:
+            self._buffering.discard(request_id)
 
     def update_connector_output(self, connector_output: Any) -> None:
         meta = connector_output.kv_connector_worker_meta
@@ -518,6 +543,7 @@ class KvtoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
         self, request: Any, block_ids: list[int]
     ) -> tuple[bool, dict[str, Any] | None]:
         self._tracked.pop(request.request_id, None)
+        self._buffering.discard(request.request_id)
         self._lookups.pop(request.request_id, None)
         if self.manager is not None:
             self.manager.on_request_finished(request.request_id)
