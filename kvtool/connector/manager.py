@@ -49,8 +49,11 @@ STATS_LOG_INTERVAL_S = 30.0
 scheduler log is the operator's view of the ledger while the engine runs."""
 
 
-@dataclass(frozen=True)
-class StoreJob:
+# Jobs, reports and the per-step records are NamedTuples: they are built per
+# transfer or on every engine step, where a frozen dataclass's __init__ costs
+# several times as much. (Jobs and reports pickle by class, as dataclasses do,
+# when vLLM ships them between processes.)
+class StoreJob(NamedTuple):
     """Copy engine blocks ``block_ids[i]`` into host slot ``slots[i]``, tagged ``keys[i]``."""
 
     job_id: int
@@ -59,8 +62,7 @@ class StoreJob:
     keys: tuple[BlockKey, ...]
 
 
-@dataclass(frozen=True)
-class LoadJob:
+class LoadJob(NamedTuple):
     """Copy host slot ``slots[i]`` into engine block ``block_ids[i]`` after checking ``keys[i]``."""
 
     job_id: int
@@ -69,16 +71,13 @@ class LoadJob:
     keys: tuple[BlockKey, ...]
 
 
-@dataclass(frozen=True)
-class JobReport:
+class JobReport(NamedTuple):
     """One worker's outcome for one job. Every worker reports every job exactly once."""
 
     job_id: int
     ok: bool
 
 
-# The per-step records are NamedTuples: built on every engine step, where a frozen
-# dataclass's __init__ costs several times as much.
 class StepInput(NamedTuple):
     """What the adapter knows when the engine schedules a step."""
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import torch
 
@@ -120,8 +120,7 @@ def widest_view(segment: torch.Tensor) -> torch.Tensor:
     return segment
 
 
-@dataclass(frozen=True)
-class TransferResult:
+class TransferResult(NamedTuple):
     job_id: int
     ok: bool
     error: str = ""
