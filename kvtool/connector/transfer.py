@@ -6,24 +6,28 @@ the last dimension: vllm-on-cpu.md §3.4). Each tensor is viewed as one or more
 *segments*, 2-D ``uint8`` views ``[num_blocks, bytes]``; the host arena holds,
 per segment, ``[num_slots, bytes]``, so one slot is one block of every layer.
 
-Copies are batched per segment and per run of consecutive host slots (the
-store index hands out consecutive slots): ``index_select`` gathers, and
-``index_copy_`` scatters, over the widest integer view of the rows; a job
-whose engine blocks are consecutive too is one slice copy per segment, with
-no index tensor (each torch call costs microseconds, the copy itself less
-for a few blocks). On CUDA
-the gather runs on the device into a staging buffer, then one non-blocking
-copy per run moves it into pinned host memory, all on a dedicated stream
-ordered after the compute stream; loads mirror this and make the compute
-stream wait for them; :meth:`poll` reports finished jobs from their events.
-On CPU the same calls gather straight into the arena (no staging), finished
-when ``submit_*`` returns.
+Copies run over the widest integer view of the rows. On CUDA they are
+batched per segment and per run of consecutive host slots (the store index
+hands out consecutive slots): the gather runs on the device into a staging
+buffer, then one non-blocking copy per run moves it into pinned host memory,
+all on a dedicated stream ordered after the compute stream; loads mirror
+this and make the compute stream wait for them; :meth:`poll` reports
+finished jobs from their events.
+
+On CPU a job is finished when ``submit_*`` returns, and it is one NumPy
+indexed copy over every segment at once: segments that are equally shaped
+and evenly spaced in one storage (vLLM's CPU layers are) are viewed as one
+``[segments, blocks, row]`` array, and so is the arena. A load runs right
+after a forward pass has pushed the copy code out of the CPU caches, where
+each torch call costs ~25 µs (a few blocks' bytes cost less): NumPy's
+indexing path is several times shorter, and one call replaces two per
+segment.
 
 Loads check every slot's recorded key against the job's key and fail the job
 (nothing copied) on any mismatch, so a block is never served to the wrong
 hash, model or layout.
 
-torch is imported here only (optional dependency ``kvtool[connector]``).
+torch and NumPy are imported here only (optional dependency ``kvtool[connector]``).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
+import numpy.typing as npt
 import torch
 
 
@@ -93,10 +98,51 @@ def slot_runs(slots: Sequence[int]) -> list[tuple[int, int, int]]:
     return runs
 
 
-def _consecutive(values: Sequence[int]) -> bool:
-    """``values`` (non-empty) are ``first, first + 1, ...``: one run."""
-    first = values[0]
-    return tuple(values) == tuple(range(first, first + len(values)))
+def stacked_view(views: Sequence[torch.Tensor]) -> torch.Tensor | None:
+    """One ``[len(views), rows, width]`` view aliasing every 2-D view in ``views``, or
+    None unless they are equally shaped, strided and typed and evenly spaced upwards
+    in one storage."""
+    first = views[0]
+    if len(views) == 1:
+        return first.unsqueeze(0)
+    storage = first.untyped_storage().data_ptr()
+    if any(
+        v.shape != first.shape or v.stride() != first.stride() or v.dtype != first.dtype
+        or v.untyped_storage().data_ptr() != storage
+        for v in views
+    ):
+        return None
+    gap, item = views[1].data_ptr() - first.data_ptr(), first.element_size()
+    if gap <= 0 or gap % item:
+        return None
+    try:  # as_strided refuses a view reaching past the storage
+        stacked = first.as_strided((len(views), *first.shape), (gap // item, *first.stride()))
+    except RuntimeError:
+        return None
+    if any(stacked[i].data_ptr() != v.data_ptr() for i, v in enumerate(views)):
+        return None
+    return stacked
+
+
+def _numpy_pairs(
+    engine: Sequence[torch.Tensor], host: Sequence[torch.Tensor]
+) -> list[tuple[npt.NDArray[Any], npt.NDArray[Any]]]:
+    """NumPy views ``[segments, rows, width]`` of engine segments and arena, paired:
+    one pair for all segments when both sides stack, else one pair per segment."""
+    stacked_engine, stacked_host = stacked_view(engine), stacked_view(host)
+    if stacked_engine is not None and stacked_host is not None:
+        return [(stacked_engine.numpy(), stacked_host.numpy())]
+    return [(e.unsqueeze(0).numpy(), h.unsqueeze(0).numpy())
+            for e, h in zip(engine, host, strict=True)]
+
+
+def _rows(ids: Sequence[int]) -> slice | list[int]:
+    """A NumPy index for rows ``ids`` (non-empty): a slice, so a plain view and no
+    gather, when they are consecutive, else the list."""
+    first = ids[0]
+    if tuple(ids) == tuple(range(first, first + len(ids))):
+        return slice(first, first + len(ids))
+    return list(ids)
 
 
 _WIDE_DTYPES = (torch.int64, torch.int32, torch.int16)
@@ -160,15 +206,23 @@ class TransferEngine:
         self.num_blocks = int(segments[0].shape[0])
         self.is_cuda = self.device.type == "cuda"
         pin = self.is_cuda
-        self.arena = [
-            torch.empty((num_slots, s.shape[1]), dtype=torch.uint8, pin_memory=pin)
-            for s in self.segments
-        ]
+        widths = {int(s.shape[1]) for s in self.segments}
+        if len(widths) == 1:  # one allocation, so the arena stacks like the segments
+            whole = torch.empty((len(self.segments), num_slots, widths.pop()),
+                                dtype=torch.uint8, pin_memory=pin)
+            self.arena = list(whole.unbind(0))
+        else:
+            self.arena = [
+                torch.empty((num_slots, s.shape[1]), dtype=torch.uint8, pin_memory=pin)
+                for s in self.segments
+            ]
         # Copies run over wide views of the same memory (see widest_view).
         self._wide = [widest_view(s) for s in self.segments]
         self._wide_arena = [
             host.view(wide.dtype) for host, wide in zip(self.arena, self._wide, strict=True)
         ]
+        if not self.is_cuda:
+            self._cpu_pairs = _numpy_pairs(self._wide, self._wide_arena)
         self.slot_keys: list[Hashable | None] = [None] * num_slots
         self._pending: list[_Pending] = []
         if self.is_cuda:
@@ -272,29 +326,18 @@ class TransferEngine:
     # ------------------------------------------------------------------ CPU
 
     def _copy_cpu(self, block_ids: Sequence[int], slots: Sequence[int], load: bool) -> None:
-        """Copy host ``slots[i]`` into engine ``block_ids[i]`` (``load``) or back, now."""
-        n = len(slots)
-        if not n:
+        """Copy host ``slots[i]`` into engine ``block_ids[i]`` (``load``) or back, now.
+
+        Indices were range-checked by :meth:`_check_job` (NumPy would wrap negative ones).
+        """
+        if not slots:
             return
-        pairs = zip(self._wide, self._wide_arena, strict=True)
-        b0, s0 = block_ids[0], slots[0]
-        if _consecutive(slots) and _consecutive(block_ids):
-            for seg, host in pairs:
-                if load:
-                    seg[b0:b0 + n].copy_(host[s0:s0 + n])
-                else:
-                    host[s0:s0 + n].copy_(seg[b0:b0 + n])
-            return
-        ids = torch.tensor(block_ids, dtype=torch.long, device=self.device)
-        runs = slot_runs(slots)
-        whole = len(runs) == 1  # one slot run: the index tensor as it is, no slice
-        for seg, host in pairs:
-            for pos, slot, k in runs:
-                part = ids if whole else ids[pos:pos + k]
-                if load:
-                    seg.index_copy_(0, part, host[slot:slot + k])
-                else:
-                    torch.index_select(seg, 0, part, out=host[slot:slot + k])
+        blocks, rows = _rows(block_ids), _rows(slots)
+        for engine, host in self._cpu_pairs:
+            if load:
+                engine[:, blocks] = host[:, rows]
+            else:
+                host[:, rows] = engine[:, blocks]
 
     # ------------------------------------------------------------------ CUDA
 

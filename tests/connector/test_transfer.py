@@ -21,6 +21,7 @@ from kvtool.connector.transfer import (  # noqa: E402
     TransferEngine,
     block_segments,
     slot_runs,
+    stacked_view,
     widest_view,
 )
 
@@ -161,6 +162,28 @@ def test_round_trip_through_layers_interleaved_in_one_storage(device: str) -> No
     for block in (9, 3, 12):
         assert torch.equal(storage[block], original[block])
     assert torch.count_nonzero(storage[0]) == 0
+
+
+def test_layers_back_to_back_in_one_storage_copy_as_one_stacked_view() -> None:
+    # vLLM's CPU backend: every layer's [blocks, ...] tensor in one allocation, in turn.
+    storage = torch.randn(3, 16, 2, 8, 4).to(torch.bfloat16)
+    kv = {f"layer{i}": storage[i] for i in range(3)}
+    original = storage.clone()
+    engine = TransferEngine.from_kv_caches(kv, num_slots=4)
+    stacked = stacked_view(engine.segments)
+    assert stacked is not None and stacked.shape == (3, 16, engine.segments[0].shape[1])
+    assert [stacked[i].data_ptr() for i in range(3)] == [s.data_ptr() for s in engine.segments]
+    assert _run(engine, Job(1, (9, 3, 12), (2, 3, 0), ("x", "y", "z")), store=True)
+    storage.zero_()
+    assert _run(engine, Job(2, (1, 2, 3), (2, 3, 0), ("x", "y", "z")), store=False)
+    for src, dst in ((9, 1), (3, 2), (12, 3)):
+        assert torch.equal(storage[:, dst], original[:, src])
+    assert torch.count_nonzero(storage[:, 4:].float()) == 0
+
+
+def test_tensors_in_separate_allocations_do_not_stack() -> None:
+    segments = [block_segments(t)[0] for t in _kv_cpu_layout("cpu", num_blocks=4).values()]
+    assert stacked_view(segments) is None
 
 
 def test_slot_runs_group_consecutive_slots() -> None:
