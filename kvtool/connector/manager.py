@@ -305,30 +305,29 @@ class LazyOffloadManager:
             self._idle_steps += 1
             last = self._last_token_step
             idle_seconds = 0.0 if last is None else now - last
-        signals = StepSignals(now, tokens, len(allocated), self._est_blocks(tokens),
-                              self._idle_steps, idle_seconds)
+        # Inline where a call would do: this runs after every forward pass, with the
+        # interpreter's caches cold, where each Python call costs microseconds.
+        tpbs = self._tokens_per_block
+        est_blocks = (-(-tokens // tpbs[0]) if len(tpbs) == 1  # ceil, one KV cache group
+                      else sum(-(-tokens // tpb) for tpb in tpbs))
+        signals = StepSignals(now, tokens, len(allocated), est_blocks, self._idle_steps,
+                              idle_seconds)
         releases = self.policy.decide(signals, self._view, self.pool)
-        if releases and any(r.reason is ReleaseReason.IDLE for r in releases):
-            self.stats.idle_drains += 1
-            self.stats.revision += 1
-        if self._early_jobs:
-            budget = self._budget_after_early()
-            jobs = self._take_early_jobs() + self._carry_out(releases, budget)
-        else:
-            jobs = self._carry_out(releases, self.config.max_release_blocks_per_step)
-        self._maybe_log_stats(now)
+        jobs: tuple[StoreJob, ...] = ()
+        if releases:
+            if any(r.reason is ReleaseReason.IDLE for r in releases):
+                self.stats.idle_drains += 1
+                self.stats.revision += 1
+            jobs = self._carry_out(releases, self._budget_after_early())
+        if self._early_jobs:  # released at finishes, within this step's cap: they go first
+            jobs = self._take_early_jobs() + jobs
+        logged = self._logged
+        if logged is None or now - logged[0] >= STATS_LOG_INTERVAL_S:
+            self._maybe_log_stats(now)
         return StepResult(jobs)
 
-    def _est_blocks(self, tokens: int) -> int:
-        """StepSignals.est_next_step_blocks: ceil(tokens / tokens_per_block) per group."""
-        tpbs = self._tokens_per_block
-        if len(tpbs) == 1:  # the usual case: one KV cache group
-            return -(-tokens // tpbs[0])
-        return sum(-(-tokens // tpb) for tpb in tpbs)
-
     def _maybe_log_stats(self, now: float) -> None:
-        if self._logged is not None and now - self._logged[0] < STATS_LOG_INTERVAL_S:
-            return
+        """The counters line, if a counter moved since the last one (see STATS_LOG_INTERVAL_S)."""
         counters = self.stats.as_dict()
         if self._logged is None or counters != self._logged[1]:
             logger.info("kvtool lazy offload counters: %s", self.stats.summary() or "none")
@@ -401,8 +400,10 @@ class LazyOffloadManager:
 
     def _budget_after_early(self) -> int:
         """This step's release cap less the blocks finishes already released for it."""
-        early = sum(len(job.block_ids) for job in self._early_jobs)
-        return self.config.max_release_blocks_per_step - early
+        cap = self.config.max_release_blocks_per_step
+        if not self._early_jobs:
+            return cap
+        return cap - sum(len(job.block_ids) for job in self._early_jobs)
 
     def _cancel(self, job: StoreJob) -> None:
         """Undo a store job no worker has seen: unprotect, free its slots, count a drop."""
@@ -484,8 +485,6 @@ class LazyOffloadManager:
             self._buffers.pop(buffer.key, None)
 
     def _carry_out(self, releases: Sequence[Release], budget: int | None) -> tuple[StoreJob, ...]:
-        if not releases:
-            return ()
         jobs = []
         for release in releases:
             if budget is not None and budget <= 0:
