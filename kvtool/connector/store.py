@@ -98,9 +98,10 @@ class StoreIndex:
 
     def longest_prefix(self, block_hashes: Sequence[BlockHash]) -> int:
         """How many leading hashes of the chain are stored. No side effects."""
-        n = 0
-        for block_hash in block_hashes:
-            if not self.contains(block_hash):
+        entries, n = self._entries, 0
+        for block_hash in block_hashes:  # contains(), inlined: a lookup per request
+            entry = entries.get(block_hash)
+            if entry is None or not entry.ready:
                 break
             n += 1
         return n
