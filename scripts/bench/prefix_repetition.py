@@ -8,38 +8,39 @@ Workload: requests alternate between 2 hot prefixes (every other request, so
 they stay resident in vLLM's prefix cache) and 30 cold prefixes (each recurs
 only after 59 other requests, by which time the 96-block KV pool has recycled
 its blocks). Each prompt is a 4-block prefix plus a unique 20-token tail;
-greedy, 8 output tokens, all requests submitted at once. A cold prefix can only
-be a hit when a connector stored it before vLLM recycled its blocks; storing a
-hot prefix is wasted bytes.
+greedy, 8 output tokens. A cold prefix can only be a hit when a connector
+stored it before vLLM recycled its blocks; storing a hot prefix is wasted bytes.
 
-Method: every configuration (no connector, then each policy) runs each trial's
-request list once on a fresh in-process engine; every trial uses fresh prefixes,
-and within a trial the configurations take turns in the orders of a Williams
-square (each runs first, and right after each other configuration, equally
-often), so slow phases of a shared machine and any carry-over from the
-previous engine fall on every configuration alike. Discarded warm-up runs (no
-connector, then EAGER) go first; automatic garbage collection is paused while
-a pass is timed.
+Method. Every configuration (no connector, each policy, and a second
+no-connector engine as a control) runs in its own engine process: vLLM keeps
+one worker-side connector per process, so two differently configured engines
+cannot share one. A trial starts a fresh engine per configuration and queues
+the trial's whole request list (fresh prefixes every trial) on each at once,
+as ``LLM.generate`` would; then the engines advance in turns of
+``SLICE_STEPS`` engine steps, one configuration after another in the orders
+of a Williams square (each runs first, and right after each other one,
+equally often). Every configuration takes the same steps over the same
+requests (``steps_<name>``), so slice k of one configuration and slice k of
+the baseline did the same work a second or two apart. On this shared 2-core
+machine a pass's speed drifts by tens of percent over minutes, far more than
+the differences measured; pairing at this grain keeps the drift out of the
+ratios. Each engine's OpenMP threads are bound to one CPU (the last this
+process may use; ``VLLM_CPU_OMP_THREADS_BIND`` unless set): with two threads,
+any other process on either core stalls every parallel region, and vLLM's
+automatic binding made some engines here 10-20x slower at random.
 
-Figures per configuration, from its quiet passes (those during which the rest
-of the machine used under 10% of its CPUs, read from /proc/stat;
-``quiet_trials_<name>`` counts them; with none, every pass counts): throughput
-(prompt+output tokens per second of ``generate``) and mean TTFT (vLLM's
-per-request first-token latency, queueing included) of its fastest pass, and
-tokens per CPU-second of this process in its least-CPU pass. On this machine a
-pass's time is a floor plus disturbances that only add (the same engine on
-the same requests varies by up to 40%; fresh engines of one configuration fall
-into a fast and a slow cluster about 30% apart), so the fastest of many passes
-is the steady estimate; ``throughput_ratio_<policy>`` is the fastest pass's throughput
-over the no-connector fastest pass's, ``cpu_throughput_ratio_<policy>`` likewise.
-``throughput_ratio_median_<policy>`` (``_lo``/``_hi``) is the median (range) of
-the per-trial ratios against the no-connector pass of the same trial: the
-spread of a single comparison. The external hit rate (vLLM's external
-prefix-cache hits / prompt tokens) and the blocks and bytes the connector
-stored during the pass are means over all trials.
-``--json`` prints one object with
-``throughput_ratio_<policy>``, ``external_hit_rate_<policy>``,
-``bytes_stored_<policy>``, ``ttft_ms_<policy>`` (and ``_none``) and more.
+Figures. ``throughput_ratio_<name>`` is the median over all paired slices of
+the slice's steps per second with that configuration over the baseline's,
+with a bootstrap 95% interval of that median (``throughput_ratio_ci_lo_<name>``,
+``_ci_hi_``); ``throughput_ratio_total_<name>`` is the ratio of whole-run
+throughputs (prompt plus output tokens per second of stepping), and
+``throughput_ratio_control`` the no-connector control's: what the method
+cannot resolve. ``cpu_throughput_ratio_<name>`` is the same median over the
+engine process's CPU seconds. ``ttft_ms_<name>`` is vLLM's mean first-token
+latency (queueing included). The external hit rate (vLLM's external
+prefix-cache hits / prompt tokens) is over the whole run; the blocks and bytes
+the connector stored are means per trial. ``--json`` prints one object with
+these keys (policy names in lower case).
 
 FIFO runs with the knobs of the ``kvtool-connector-fifo`` launch recipe
 (threshold 1, select 8): at its defaults (threshold 100) it stores nothing here.
@@ -48,13 +49,17 @@ FIFO runs with the knobs of the ``kvtool-connector-fifo`` launch recipe
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
 import random
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,14 +76,19 @@ OUTPUT_TOKENS = 8
 HOT_PREFIXES = 2
 COLD_PREFIXES = 30
 POOL_BLOCKS = 96
-WARMUP_VARIANT = 999
-"""Prefixes of the discarded warm-up runs: no trial uses them."""
+SLICE_STEPS = 60
+"""Engine steps per turn: a fifth of a second on this machine; a trial takes 721 steps."""
 POLICY_EXTRA: dict[str, dict[str, Any]] = {
     "eager": {"kvtool.policy": "eager"},
     "fifo": {"kvtool.policy": "fifo", "kvtool.fifo.threshold": 1,
              "kvtool.fifo.select_count": 8},
     "eviction_aware": {"kvtool.policy": "eviction_aware"},
 }
+BASELINE, CONTROL = "none", "control"
+"""The two no-connector configurations: ratios are against the baseline; the control
+is the same engine again, so its ratio is what the method cannot resolve."""
+BOOTSTRAP_RESAMPLES = 2000
+ENGINE_START_TIMEOUT_S = 300.0
 
 
 def _tokens(rng: random.Random, length: int) -> list[int]:
@@ -99,11 +109,6 @@ def workload(rounds: int, variant: int) -> list[list[int]]:
     return prompts
 
 
-CPUS = os.cpu_count() or 1
-QUIET_SHARE = 0.1
-"""A pass is quiet when the rest of the machine used under this share of its CPUs."""
-
-
 def machine_busy_s() -> float:
     """CPU-seconds every process on the machine has spent so far (Linux /proc/stat)."""
     try:
@@ -113,6 +118,9 @@ def machine_busy_s() -> float:
     jiffies = [int(f) for f in fields]
     idle = jiffies[3] + jiffies[4]  # idle + iowait
     return (sum(jiffies[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+# --------------------------------------------------------------------------- engine process
 
 
 def engine_args(model: Path, policy: str | None) -> dict[str, Any]:
@@ -135,7 +143,7 @@ def engine_args(model: Path, policy: str | None) -> dict[str, Any]:
 
 
 class Engine:
-    """One configuration's engine; :meth:`run` times one pass of a request list."""
+    """One configuration's in-process engine, driven a slice of steps at a time."""
 
     def __init__(self, model: Path, policy: str | None) -> None:
         from vllm import LLM, SamplingParams
@@ -143,6 +151,63 @@ class Engine:
         self.policy = policy
         self.llm = LLM(**engine_args(model, policy))
         self.params = SamplingParams(temperature=0.0, max_tokens=OUTPUT_TOKENS, ignore_eos=True)
+        # The engine's first step pays one-off costs; one short prompt keeps them out.
+        self.submit([[11] * 40])
+        self.steps(10_000)
+        self.finish()
+
+    def submit(self, prompts: list[list[int]]) -> None:
+        """Queue every request of a trial at once, as ``LLM.generate`` does."""
+        from vllm.inputs import TokensPrompt
+
+        self._prompts = prompts
+        self._ttfts: list[float] = []
+        self._hits_before = self._external_hits()
+        self._stored_before = self._stored()
+        engine = self.llm.llm_engine
+        for i, prompt in enumerate(prompts):
+            engine.add_request(f"{id(prompts)}-{i}", TokensPrompt(prompt_token_ids=prompt),
+                               self.params)
+
+    def steps(self, limit: int) -> dict[str, float]:
+        """Run up to ``limit`` engine steps (fewer when every request finished), timed."""
+        engine = self.llm.llm_engine
+        ttfts = self._ttfts
+        # A collection pause in the middle of a slice would be charged to whichever
+        # configuration it happened to fall on.
+        gc.collect()
+        gc.disable()
+        try:
+            machine_start = machine_busy_s()
+            start, cpu_start = time.perf_counter(), time.process_time()
+            done = 0
+            while done < limit and engine.has_unfinished_requests():
+                for output in engine.step():
+                    if output.finished and output.metrics is not None:
+                        ttfts.append(output.metrics.first_token_latency)
+                done += 1
+            wall = time.perf_counter() - start
+            cpu = time.process_time() - cpu_start
+            machine = machine_busy_s() - machine_start
+        finally:
+            gc.enable()
+        return {"wall_s": wall, "cpu_s": cpu, "steps": float(done),
+                # CPU the rest of the machine used meanwhile, in CPUs.
+                "others_cpus": max(0.0, machine - cpu) / wall if wall > 0 else 0.0}
+
+    def finish(self) -> dict[str, float]:
+        """What the submitted requests did, once every one of them finished."""
+        prompts = self._prompts
+        blocks_after, bytes_after = self._stored()
+        return {
+            "requests": float(len(self._ttfts)),
+            "ttft_s_sum": float(sum(self._ttfts)),
+            "prompt_tokens": float(sum(len(p) for p in prompts)),
+            "tokens": float(sum(len(p) for p in prompts) + OUTPUT_TOKENS * len(prompts)),
+            "external_hits": self._external_hits() - self._hits_before,
+            "blocks_stored": blocks_after - self._stored_before[0],
+            "bytes_stored": bytes_after - self._stored_before[1],
+        }
 
     def _stored(self) -> tuple[float, float]:
         if self.policy is None:
@@ -151,62 +216,103 @@ class Engine:
         stats = engine_core.scheduler.connector.manager.stats
         return float(stats.stored), float(stats.stored_bytes)
 
-    def run(self, prompts: list[list[int]]) -> dict[str, float]:
-        from vllm.inputs import TokensPrompt
+    def _external_hits(self) -> float:
+        return float(sum(getattr(m, "value", 0) for m in self.llm.get_metrics()
+                         if m.name == "vllm:external_prefix_cache_hits"))
 
-        hits_before = _counter(self.llm, "vllm:external_prefix_cache_hits")
-        blocks_before, bytes_before = self._stored()
-        # A collection pause in the middle of a pass would be charged to whichever
-        # configuration it happened to fall on.
-        gc.collect()
-        gc.disable()
+
+def serve_engine(model: Path, config: str) -> int:
+    """Engine-process main: one JSON command per stdin line, one JSON answer per line.
+
+    Commands: ``{"submit": [prompt, ...]}``, ``{"steps": n}``, ``{"finish": true}``.
+    """
+    # vLLM and its libraries print to stdout; the protocol keeps the real one.
+    protocol = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    engine = Engine(model, None if config in (BASELINE, CONTROL) else config)
+    protocol.write("ready\n")
+    protocol.flush()
+    for line in sys.stdin:
+        command = json.loads(line)
+        answer: dict[str, float] = {}
+        if "submit" in command:
+            engine.submit(command["submit"])
+        elif "steps" in command:
+            answer = engine.steps(int(command["steps"]))
+        else:
+            answer = engine.finish()
+        protocol.write(json.dumps(answer) + "\n")
+        protocol.flush()
+    return 0
+
+
+def engine_env() -> dict[str, str]:
+    """Environment of the engine processes."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "VLLM_NO_USAGE_STATS": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+           "VLLM_CONFIGURE_LOGGING": "0"}
+    env.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(max(os.sched_getaffinity(0))))
+    env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # the pool is sized explicitly
+    return env
+
+
+class EngineProcess:
+    """A child process running :func:`serve_engine`; its output goes to ``log``.
+
+    Started with a fresh interpreter: forking one that imported vLLM hangs the
+    child in vLLM's start-up.
+    """
+
+    def __init__(self, model: Path, config: str, log: Path, env: dict[str, str]) -> None:
+        self.config = config
+        self.log = log
+        with log.open("w") as log_file:
+            self.proc = subprocess.Popen(
+                [sys.executable, __file__, "--engine-process", config, "--model", str(model)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file,
+                text=True, env=env,
+            )
+
+    def wait_ready(self) -> None:
+        if self._read_line() != "ready":
+            raise self._died("did not start")
+
+    def call(self, command: dict[str, Any]) -> dict[str, float]:
+        assert self.proc.stdin is not None
         try:
-            machine_start = machine_busy_s()
-            start, cpu_start = time.perf_counter(), time.process_time()
-            outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts],
-                                        self.params, use_tqdm=False)
-            wall = time.perf_counter() - start
-            cpu = time.process_time() - cpu_start
-            machine = machine_busy_s() - machine_start
-        finally:
-            gc.enable()
-        prompt_tokens = sum(len(p) for p in prompts)
-        ttfts = [o.metrics.first_token_latency for o in outputs if o.metrics is not None]
-        processed = prompt_tokens + OUTPUT_TOKENS * len(prompts)
-        blocks_after, bytes_after = self._stored()
-        hits = _counter(self.llm, "vllm:external_prefix_cache_hits") - hits_before
-        return {
-            "wall_s": wall,
-            "cpu_s": cpu,
-            "throughput_tok_s": processed / wall,
-            "cpu_throughput_tok_s": processed / cpu,
-            "ttft_ms": 1000 * sum(ttfts) / max(1, len(ttfts)),
-            "external_hit_rate": hits / prompt_tokens,
-            "blocks_stored": blocks_after - blocks_before,
-            "bytes_stored": bytes_after - bytes_before,
-            # CPU the rest of the machine used meanwhile, as a share of all its CPUs.
-            "others_cpu_share": max(0.0, machine - cpu) / (wall * CPUS),
-        }
+            self.proc.stdin.write(json.dumps(command) + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError as exc:
+            raise self._died(f"stopped before {next(iter(command))!r}") from exc
+        line = self._read_line()
+        if not line:
+            raise self._died(f"stopped at {next(iter(command))!r}")
+        answer: dict[str, float] = json.loads(line)
+        return answer
 
-    def close(self) -> None:
-        from vllm.distributed import cleanup_dist_env_and_memory
+    def _read_line(self) -> str:
+        assert self.proc.stdout is not None
+        return self.proc.stdout.readline().strip()
 
-        self.llm.llm_engine.engine_core.shutdown()
-        cleanup_dist_env_and_memory()
+    def _died(self, what: str) -> RuntimeError:
+        self.stop()
+        tail = self.log.read_text(errors="replace").strip().splitlines()[-15:]
+        return RuntimeError(f"engine process {self.config!r} {what}; log {self.log}:\n"
+                            + "\n".join(tail))
+
+    def stop(self) -> None:
+        """Close its input (it then exits), or kill it by PID after a grace period."""
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            with contextlib.suppress(BrokenPipeError):
+                self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
-def run_config(model: Path, prompts: list[list[int]], policy: str | None) -> dict[str, float]:
-    """Start a fresh engine (connector ``policy`` or none), time one pass of ``prompts``, stop."""
-    from vllm.inputs import TokensPrompt
-
-    engine = Engine(model, policy)
-    try:
-        # The engine's first step pays one-off costs; one short prompt keeps them out.
-        engine.llm.generate([TokensPrompt(prompt_token_ids=[11] * 40)], engine.params,
-                            use_tqdm=False)
-        return engine.run(prompts)
-    finally:
-        engine.close()
+# --------------------------------------------------------------------------- method
 
 
 def williams_orders(n: int) -> list[list[int]]:
@@ -219,116 +325,147 @@ def williams_orders(n: int) -> list[list[int]]:
     return rows if n % 2 == 0 else rows + [row[::-1] for row in rows]
 
 
-def median(values: list[float]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
-
-def quiet(runs: list[dict[str, float]]) -> list[dict[str, float]]:
-    """Passes during which the rest of the machine stayed under QUIET_SHARE of its
-    CPUs; every pass when there is none (``quiet_trials_*`` then says 0)."""
-    return [r for r in runs if r["others_cpu_share"] < QUIET_SHARE] or runs
-
-
-def summarise(passes: dict[str, list[dict[str, float]]]) -> dict[str, float]:
-    """The ``--json`` figures from every configuration's passes (trial i at index i)."""
-    figures: dict[str, float] = {}
-    base = passes["none"]
-    fastest_base = min(quiet(base), key=lambda r: r["wall_s"])
-    for name, runs in passes.items():
-        calm = quiet(runs)
-        figures[f"quiet_trials_{name}"] = float(
-            sum(r["others_cpu_share"] < QUIET_SHARE for r in runs))
-        figures[f"others_cpu_share_max_{name}"] = max(r["others_cpu_share"] for r in runs)
-        # Timing of the fastest quiet pass: disturbances only ever add time.
-        fastest = min(calm, key=lambda r: r["wall_s"])
-        for key in ("wall_s", "throughput_tok_s", "ttft_ms"):
-            figures[f"{key}_{name}"] = fastest[key]
-        least_cpu = min(calm, key=lambda r: r["cpu_s"])
-        figures[f"cpu_s_{name}"] = least_cpu["cpu_s"]
-        figures[f"cpu_throughput_tok_s_{name}"] = least_cpu["cpu_throughput_tok_s"]
-        for key in ("external_hit_rate", "blocks_stored", "bytes_stored"):
-            figures[f"{key}_{name}"] = sum(r[key] for r in runs) / len(runs)
-        figures[f"throughput_ratio_{name}"] = (
-            fastest["throughput_tok_s"] / fastest_base["throughput_tok_s"])
-        figures[f"ttft_ratio_{name}"] = fastest["ttft_ms"] / fastest_base["ttft_ms"]
-        # Per-trial ratios against the baseline pass of the same trial, both quiet:
-        # their median and range show how far one pass can be trusted.
-        paired = [r["throughput_tok_s"] / b["throughput_tok_s"]
-                  for r, b in zip(runs, base, strict=True)
-                  if max(r["others_cpu_share"], b["others_cpu_share"]) < QUIET_SHARE]
-        paired = paired or [r["throughput_tok_s"] / b["throughput_tok_s"]
-                            for r, b in zip(runs, base, strict=True)]
-        figures[f"throughput_ratio_median_{name}"] = median(paired)
-        figures[f"throughput_ratio_lo_{name}"] = min(paired)
-        figures[f"throughput_ratio_hi_{name}"] = max(paired)
-    for name in passes:
-        figures[f"cpu_throughput_ratio_{name}"] = (
-            figures[f"cpu_throughput_tok_s_{name}"] / figures["cpu_throughput_tok_s_none"])
-    eager_bytes = figures["bytes_stored_eager"]
-    figures["bytes_ratio_eviction_aware_vs_eager"] = (
-        figures["bytes_stored_eviction_aware"] / eager_bytes if eager_bytes else 0.0
+def bootstrap_median_interval(values: Sequence[float], seed: int = 0) -> tuple[float, float]:
+    """95% percentile-bootstrap interval of the median of ``values``."""
+    rng = random.Random(seed)
+    medians = sorted(
+        statistics.median(rng.choices(values, k=len(values)))
+        for _ in range(BOOTSTRAP_RESAMPLES)
     )
+    return medians[int(0.025 * len(medians))], medians[int(0.975 * len(medians)) - 1]
+
+
+def summarise(slices: dict[str, list[dict[str, float]]],
+              outcomes: dict[str, list[dict[str, float]]]) -> dict[str, float]:
+    """The ``--json`` figures.
+
+    ``slices[name][k]`` is the k-th slice of engine steps of that configuration
+    (slice k covers the same steps of the same trial for every configuration);
+    ``outcomes[name][t]`` is what trial t's requests did there.
+    """
+    figures: dict[str, float] = {}
+    base = slices[BASELINE]
+    trials = len(outcomes[BASELINE])
+    for name, runs in slices.items():
+        done = outcomes[name]
+        wall = sum(r["wall_s"] for r in runs)
+        figures[f"wall_s_{name}"] = wall
+        figures[f"steps_{name}"] = sum(r["steps"] for r in runs)
+        figures[f"cpu_s_{name}"] = sum(r["cpu_s"] for r in runs)
+        figures[f"throughput_tok_s_{name}"] = sum(o["tokens"] for o in done) / wall
+        figures[f"ttft_ms_{name}"] = (1000 * sum(o["ttft_s_sum"] for o in done)
+                                      / sum(o["requests"] for o in done))
+        figures[f"external_hit_rate_{name}"] = (
+            sum(o["external_hits"] for o in done) / sum(o["prompt_tokens"] for o in done))
+        for key in ("blocks_stored", "bytes_stored"):
+            figures[f"{key}_{name}"] = sum(o[key] for o in done) / trials
+        figures[f"others_cpus_mean_{name}"] = statistics.fmean(r["others_cpus"] for r in runs)
+        # Steps per second of the same engine steps, run seconds apart; every
+        # configuration takes the same steps (steps_<name>), so this is the
+        # throughput ratio slice by slice.
+        paired = [(r["steps"] / r["wall_s"]) / (b["steps"] / b["wall_s"])
+                  for r, b in zip(runs, base, strict=False) if r["steps"] and b["steps"]]
+        cpu_paired = [(r["steps"] / r["cpu_s"]) / (b["steps"] / b["cpu_s"])
+                      for r, b in zip(runs, base, strict=False) if r["steps"] and b["steps"]]
+        figures[f"throughput_ratio_{name}"] = statistics.median(paired)
+        lo, hi = bootstrap_median_interval(paired)
+        figures[f"throughput_ratio_ci_lo_{name}"] = lo
+        figures[f"throughput_ratio_ci_hi_{name}"] = hi
+        figures[f"cpu_throughput_ratio_{name}"] = statistics.median(cpu_paired)
+    for name in slices:
+        figures[f"throughput_ratio_total_{name}"] = (
+            figures[f"throughput_tok_s_{name}"] / figures[f"throughput_tok_s_{BASELINE}"])
+        figures[f"ttft_ratio_{name}"] = (
+            figures[f"ttft_ms_{name}"] / figures[f"ttft_ms_{BASELINE}"])
+    if figures.get("bytes_stored_eager"):
+        figures["bytes_ratio_eviction_aware_vs_eager"] = (
+            figures["bytes_stored_eviction_aware"] / figures["bytes_stored_eager"])
     return figures
 
 
-def _counter(llm: Any, name: str) -> float:
-    return float(sum(getattr(m, "value", 0) for m in llm.get_metrics() if m.name == name))
+def run_trials(
+    model: Path, configs: list[str], rounds: int, trials: int, logs: Path, console: Any
+) -> tuple[dict[str, list[dict[str, float]]], dict[str, list[dict[str, float]]]]:
+    """Every trial: fresh engines, the trial's requests queued on each, then slices
+    of ``SLICE_STEPS`` steps on every configuration in turn until all finished."""
+    env = engine_env()
+    orders = williams_orders(len(configs))
+    slices: dict[str, list[dict[str, float]]] = {name: [] for name in configs}
+    outcomes: dict[str, list[dict[str, float]]] = {name: [] for name in configs}
+    turn = 0
+    for trial in range(trials):
+        with console.status(f"trial {trial + 1}/{trials}: starting {len(configs)} engines"):
+            engines = [EngineProcess(model, name, logs / f"{name}-{trial}.log", env)
+                       for name in configs]
+            try:
+                for engine in engines:
+                    engine.wait_ready()
+            except BaseException:
+                for engine in engines:
+                    engine.stop()
+                raise
+        try:
+            prompts = workload(rounds, trial)
+            for engine in engines:
+                engine.call({"submit": prompts})
+            running = set(range(len(configs)))
+            while running:
+                with console.status(f"trial {trial + 1}/{trials}: {len(prompts)} requests, "
+                                    f"steps {turn * SLICE_STEPS}.."):
+                    for index in orders[turn % len(orders)]:
+                        if index not in running:
+                            continue
+                        result = engines[index].call({"steps": SLICE_STEPS})
+                        slices[configs[index]].append(result)
+                        if result["steps"] < SLICE_STEPS:
+                            running.discard(index)
+                turn += 1
+            for name, engine in zip(configs, engines, strict=True):
+                outcomes[name].append(engine.call({"finish": True}))
+        finally:
+            for engine in engines:
+                engine.stop()
+    return slices, outcomes
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
-                        help="2 rounds, 1 trial (instead of 6 rounds, 12 trials)")
+                        help="2 rounds, 1 trial, no control (instead of 6 rounds, 6 trials)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--engine-process", help=argparse.SUPPRESS)
+    parser.add_argument("--model", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    for key, value in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                       "VLLM_NO_USAGE_STATS": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-                       "VLLM_CONFIGURE_LOGGING": "0"}.items():
-        os.environ.setdefault(key, value)
-    os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)  # the pool is sized explicitly
+    if args.engine_process:
+        return serve_engine(args.model, args.engine_process)
 
     from rich.console import Console
 
     console = Console(stderr=True)
-    rounds, trials = (2, 1) if args.quick else (6, 12)
-    configs: tuple[str | None, ...] = (None, *POLICY_EXTRA)
-    names = [policy or "none" for policy in configs]
-    orders = williams_orders(len(configs))
-    passes: dict[str, list[dict[str, float]]] = {name: [] for name in names}
+    rounds, trials = (2, 1) if args.quick else (6, 6)
+    configs = [BASELINE, *POLICY_EXTRA] + ([] if args.quick else [CONTROL])
     with tempfile.TemporaryDirectory(prefix="kvtool-bench-") as tmp:
         model = build_tiny_model(Path(tmp) / "tiny-model")
         os.environ.setdefault("VLLM_CACHE_ROOT", str(Path(tmp) / "vllm-cache"))
-        # The process's first engine, and its first engine with a connector, pay
-        # one-off import, kernel and allocator costs: discarded runs take them.
-        for policy in (None, "eager"):
-            with console.status(f"warm-up run (discarded), connector={policy or 'none'}"):
-                run_config(model, workload(rounds, WARMUP_VARIANT), policy)
-        for trial in range(trials):
-            prompts = workload(rounds, trial)
-            for index in orders[trial % len(orders)]:
-                with console.status(f"trial {trial + 1}/{trials}: {len(prompts)} requests, "
-                                    f"connector={names[index]}"):
-                    passes[names[index]].append(run_config(model, prompts, configs[index]))
-    figures = {"requests": float(len(workload(rounds, 0))), "trials": float(trials),
-               **summarise(passes)}
+        slices, outcomes = run_trials(model, configs, rounds, trials, Path(tmp), console)
+    figures = {"requests_per_trial": float(len(workload(rounds, 0))), "trials": float(trials),
+               "slices": float(len(slices[BASELINE])), **summarise(slices, outcomes)}
 
     if args.json:
         print(json.dumps(figures, sort_keys=True))
         return 0
-    print(f"prefix repetition: {figures['requests']:.0f} requests, {HOT_PREFIXES} hot + "
-          f"{COLD_PREFIXES} cold {PREFIX_BLOCKS}-block prefixes, KV pool {POOL_BLOCKS} blocks, "
-          f"fastest of {trials} trials; median and range of per-trial ratios")
-    print(f"{'connector':<16}{'tok/s':>9}{'ratio':>8}{'median':>8}{'range':>14}{'quiet':>6}"
+    print(f"prefix repetition: {trials} trial(s) of {figures['requests_per_trial']:.0f} "
+          f"requests, {HOT_PREFIXES} hot + {COLD_PREFIXES} cold {PREFIX_BLOCKS}-block "
+          f"prefixes, KV pool {POOL_BLOCKS} blocks; ratio: median over "
+          f"{figures['slices']:.0f} paired slices of {SLICE_STEPS} steps [95% interval]")
+    print(f"{'connector':<16}{'tok/s':>8}{'ratio':>8}{'interval':>15}{'total':>8}"
           f"{'cpu ratio':>10}{'TTFT ms':>9}{'ext hit':>9}{'stored':>8}{'bytes':>10}")
-    for name in names:
-        spread = (f"{figures[f'throughput_ratio_lo_{name}']:.3f}-"
-                  f"{figures[f'throughput_ratio_hi_{name}']:.3f}")
-        print(f"{name:<16}{figures[f'throughput_tok_s_{name}']:>9.0f}"
-              f"{figures[f'throughput_ratio_{name}']:>8.3f}"
-              f"{figures[f'throughput_ratio_median_{name}']:>8.3f}{spread:>14}"
-              f"{figures[f'quiet_trials_{name}']:>6.0f}"
+    for name in configs:
+        interval = (f"{figures[f'throughput_ratio_ci_lo_{name}']:.3f}-"
+                    f"{figures[f'throughput_ratio_ci_hi_{name}']:.3f}")
+        print(f"{name:<16}{figures[f'throughput_tok_s_{name}']:>8.0f}"
+              f"{figures[f'throughput_ratio_{name}']:>8.3f}{interval:>15}"
+              f"{figures[f'throughput_ratio_total_{name}']:>8.3f}"
               f"{figures[f'cpu_throughput_ratio_{name}']:>10.3f}"
               f"{figures[f'ttft_ms_{name}']:>9.1f}"
               f"{figures[f'external_hit_rate_{name}']:>9.3f}"
