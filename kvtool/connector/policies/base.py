@@ -125,7 +125,7 @@ class DrainPolicy(ABC):
         if pending.pending_blocks == 0:
             self.observe(signals)
             return []
-        if self._engine_idle(signals):
+        if signals.scheduled_tokens == 0 and self._engine_idle(signals):
             self.observe(signals)
             return release_oldest(pending, self.config.max_release_blocks_per_step,
                                   ReleaseReason.IDLE)
