@@ -14,9 +14,9 @@ stored it before vLLM recycled its blocks; storing a hot prefix is wasted bytes.
 Method. Every configuration (no connector, each policy, and a second
 no-connector engine as a control) runs in its own engine process: vLLM keeps
 one worker-side connector per process, so two differently configured engines
-cannot share one. A trial starts a fresh engine per configuration and queues
-the trial's whole request list (fresh prefixes every trial) on each at once,
-as ``LLM.generate`` would; then the engines advance in turns of
+cannot share one. The engines start once; each trial queues its whole
+request list (fresh prefixes every trial) on every engine at once, as
+``LLM.generate`` would; then the engines advance in turns of
 ``SLICE_STEPS`` engine steps, one configuration after another in the orders
 of a Williams square (each runs first, and right after each other one,
 equally often). Every configuration takes the same steps over the same
@@ -386,32 +386,27 @@ def summarise(slices: dict[str, list[dict[str, float]]],
 def run_trials(
     model: Path, configs: list[str], rounds: int, trials: int, logs: Path, console: Any
 ) -> tuple[dict[str, list[dict[str, float]]], dict[str, list[dict[str, float]]]]:
-    """Every trial: fresh engines, the trial's requests queued on each, then slices
-    of ``SLICE_STEPS`` steps on every configuration in turn until all finished."""
+    """Start one engine per configuration; every trial queues its requests on each,
+    then runs slices of ``SLICE_STEPS`` steps on every configuration in turn until
+    all finished."""
     env = engine_env()
     orders = williams_orders(len(configs))
     slices: dict[str, list[dict[str, float]]] = {name: [] for name in configs}
     outcomes: dict[str, list[dict[str, float]]] = {name: [] for name in configs}
     turn = 0
-    for trial in range(trials):
-        with console.status(f"trial {trial + 1}/{trials}: starting {len(configs)} engines"):
-            engines = [EngineProcess(model, name, logs / f"{name}-{trial}.log", env)
-                       for name in configs]
-            try:
-                for engine in engines:
-                    engine.wait_ready()
-            except BaseException:
-                for engine in engines:
-                    engine.stop()
-                raise
-        try:
+    with console.status(f"starting {len(configs)} engines"):
+        engines = [EngineProcess(model, name, logs / f"{name}.log", env) for name in configs]
+    try:
+        with console.status(f"starting {len(configs)} engines"):
+            for engine in engines:
+                engine.wait_ready()
+        for trial in range(trials):
             prompts = workload(rounds, trial)
             for engine in engines:
                 engine.call({"submit": prompts})
             running = set(range(len(configs)))
-            while running:
-                with console.status(f"trial {trial + 1}/{trials}: {len(prompts)} requests, "
-                                    f"steps {turn * SLICE_STEPS}.."):
+            with console.status(f"trial {trial + 1}/{trials}: {len(prompts)} requests"):
+                while running:
                     for index in orders[turn % len(orders)]:
                         if index not in running:
                             continue
@@ -419,19 +414,19 @@ def run_trials(
                         slices[configs[index]].append(result)
                         if result["steps"] < SLICE_STEPS:
                             running.discard(index)
-                turn += 1
+                    turn += 1
             for name, engine in zip(configs, engines, strict=True):
                 outcomes[name].append(engine.call({"finish": True}))
-        finally:
-            for engine in engines:
-                engine.stop()
+    finally:
+        for engine in engines:
+            engine.stop()
     return slices, outcomes
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
-                        help="2 rounds, 1 trial, no control (instead of 6 rounds, 6 trials)")
+                        help="2 rounds, 1 trial, no control (instead of 6 rounds, 12 trials)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--engine-process", help=argparse.SUPPRESS)
     parser.add_argument("--model", type=Path, help=argparse.SUPPRESS)
@@ -442,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
     console = Console(stderr=True)
-    rounds, trials = (2, 1) if args.quick else (6, 6)
+    rounds, trials = (2, 1) if args.quick else (6, 12)
     configs = [BASELINE, *POLICY_EXTRA] + ([] if args.quick else [CONTROL])
     with tempfile.TemporaryDirectory(prefix="kvtool-bench-") as tmp:
         model = build_tiny_model(Path(tmp) / "tiny-model")
