@@ -18,8 +18,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from kvtool.connector.transfer import (  # noqa: E402
+    MAX_SLICE_COPIES,
     TransferEngine,
     block_segments,
+    joint_runs,
     slot_runs,
     stacked_view,
     widest_view,
@@ -184,6 +186,32 @@ def test_layers_back_to_back_in_one_storage_copy_as_one_stacked_view() -> None:
 def test_tensors_in_separate_allocations_do_not_stack() -> None:
     segments = [block_segments(t)[0] for t in _kv_cpu_layout("cpu", num_blocks=4).values()]
     assert stacked_view(segments) is None
+
+
+def test_joint_runs_need_blocks_and_slots_both_consecutive() -> None:
+    assert joint_runs([4, 5, 6, 9, 10, 2], [0, 1, 2, 3, 4, 7]) == [
+        (4, 0, 3), (9, 3, 2), (2, 7, 1)]
+    assert joint_runs([4, 5], [1, 0]) == [(4, 1, 1), (5, 0, 1)]
+    assert joint_runs([], []) == []
+
+
+def test_a_job_of_many_runs_round_trips_through_one_indexed_copy() -> None:
+    kv = _kv_cpu_layout("cpu", num_blocks=32)
+    original = {name: t.clone() for name, t in kv.items()}
+    engine = TransferEngine.from_kv_caches(kv, num_slots=16)
+    blocks = tuple(range(30, 30 - 2 * (MAX_SLICE_COPIES + 2), -2))  # every run one block long
+    slots = tuple(range(len(blocks)))
+    assert len(joint_runs(blocks, slots)) > MAX_SLICE_COPIES
+    keys = tuple(("h", b) for b in blocks)
+    assert _run(engine, Job(1, blocks, slots, keys), store=True)
+    for t in kv.values():
+        t.zero_()
+    targets = tuple(b + 1 for b in blocks)
+    assert _run(engine, Job(2, targets, slots, keys), store=False)
+    for name, t in kv.items():
+        for src, dst in zip(blocks, targets, strict=True):
+            assert torch.equal(t[dst], original[name][src]), (name, src, dst)
+        assert torch.count_nonzero(t[list(blocks)].float()) == 0
 
 
 def test_slot_runs_group_consecutive_slots() -> None:
