@@ -14,10 +14,11 @@ stored it before vLLM recycled its blocks; storing a hot prefix is wasted bytes.
 Method. Every configuration (no connector, each policy, and a second
 no-connector engine as a control) runs in its own engine process: vLLM keeps
 one worker-side connector per process, so two differently configured engines
-cannot share one. The engines start once; each trial queues its whole
-request list (fresh prefixes every trial) on every engine at once, as
-``LLM.generate`` would; then the engines advance in turns of
-``SLICE_STEPS`` engine steps, one configuration after another in the orders
+cannot share one. The engines start fresh 3 times (one process runs a few
+percent faster or slower than its twin; the control measures it), and each
+trial queues its whole request list (fresh prefixes every trial) on every
+engine at once, as ``LLM.generate`` would; then the engines advance in turns
+of ``SLICE_STEPS`` engine steps, one configuration after another in the orders
 of a Williams square (each runs first, and right after each other one,
 equally often). Every configuration takes the same steps over the same
 requests (``steps_<name>``), so slice k of one configuration and slice k of
@@ -386,49 +387,57 @@ def summarise(slices: dict[str, list[dict[str, float]]],
 
 
 def run_trials(
-    model: Path, configs: list[str], rounds: int, trials: int, logs: Path, console: Any
+    model: Path, configs: list[str], rounds: int, trials: int, generations: int, logs: Path,
+    console: Any,
 ) -> tuple[dict[str, list[dict[str, float]]], dict[str, list[dict[str, float]]]]:
-    """Start one engine per configuration; every trial queues its requests on each,
-    then runs slices of ``SLICE_STEPS`` steps on every configuration in turn until
-    all finished."""
+    """``generations`` times, start one engine per configuration and give it its
+    share of the trials; every trial queues its requests on each engine, then runs
+    slices of ``SLICE_STEPS`` steps on every configuration in turn until all finished."""
     env = engine_env()
     orders = williams_orders(len(configs))
     slices: dict[str, list[dict[str, float]]] = {name: [] for name in configs}
     outcomes: dict[str, list[dict[str, float]]] = {name: [] for name in configs}
     turn = 0
-    with console.status(f"starting {len(configs)} engines"):
-        engines = [EngineProcess(model, name, logs / f"{name}.log", env) for name in configs]
-    try:
-        with console.status(f"starting {len(configs)} engines"):
+    for generation in range(generations):
+        with console.status(f"starting {len(configs)} engines ({generation + 1}/{generations})"):
+            engines = [EngineProcess(model, name, logs / f"{name}-{generation}.log", env)
+                       for name in configs]
+            try:
+                for engine in engines:
+                    engine.wait_ready()
+            except BaseException:
+                for engine in engines:
+                    engine.stop()
+                raise
+        try:
+            for trial in range(generation, trials, generations):
+                prompts = workload(rounds, trial)
+                for engine in engines:
+                    engine.call({"submit": prompts})
+                running = set(range(len(configs)))
+                with console.status(f"trial {trial + 1}/{trials}: {len(prompts)} requests"):
+                    while running:
+                        for index in orders[turn % len(orders)]:
+                            if index not in running:
+                                continue
+                            result = engines[index].call({"steps": SLICE_STEPS})
+                            slices[configs[index]].append(result)
+                            if result["steps"] < SLICE_STEPS:
+                                running.discard(index)
+                        turn += 1
+                for name, engine in zip(configs, engines, strict=True):
+                    outcomes[name].append(engine.call({"finish": True}))
+        finally:
             for engine in engines:
-                engine.wait_ready()
-        for trial in range(trials):
-            prompts = workload(rounds, trial)
-            for engine in engines:
-                engine.call({"submit": prompts})
-            running = set(range(len(configs)))
-            with console.status(f"trial {trial + 1}/{trials}: {len(prompts)} requests"):
-                while running:
-                    for index in orders[turn % len(orders)]:
-                        if index not in running:
-                            continue
-                        result = engines[index].call({"steps": SLICE_STEPS})
-                        slices[configs[index]].append(result)
-                        if result["steps"] < SLICE_STEPS:
-                            running.discard(index)
-                    turn += 1
-            for name, engine in zip(configs, engines, strict=True):
-                outcomes[name].append(engine.call({"finish": True}))
-    finally:
-        for engine in engines:
-            engine.stop()
+                engine.stop()
     return slices, outcomes
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
-                        help="2 rounds, 1 trial, no control (instead of 6 rounds, 12 trials)")
+                        help="2 rounds, 1 trial, no control (instead of 6 rounds, 12 trials "
+                             "on 3 generations of engines)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--engine-process", help=argparse.SUPPRESS)
     parser.add_argument("--model", type=Path, help=argparse.SUPPRESS)
@@ -439,13 +448,15 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
     console = Console(stderr=True)
-    rounds, trials = (2, 1) if args.quick else (6, 12)
+    rounds, trials, generations = (2, 1, 1) if args.quick else (6, 12, 3)
     configs = [BASELINE, *POLICY_EXTRA] + ([] if args.quick else [CONTROL])
     with tempfile.TemporaryDirectory(prefix="kvtool-bench-") as tmp:
         model = build_tiny_model(Path(tmp) / "tiny-model")
         os.environ.setdefault("VLLM_CACHE_ROOT", str(Path(tmp) / "vllm-cache"))
-        slices, outcomes = run_trials(model, configs, rounds, trials, Path(tmp), console)
+        slices, outcomes = run_trials(model, configs, rounds, trials, generations, Path(tmp),
+                                      console)
     figures = {"requests_per_trial": float(len(workload(rounds, 0))), "trials": float(trials),
+               "generations": float(generations),
                "slices": float(len(slices[BASELINE])), **summarise(slices, outcomes)}
 
     if args.json:
