@@ -35,10 +35,14 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-import numpy.typing as npt
 import torch
+
+if TYPE_CHECKING:
+    # Only CPU copies need NumPy at run time (through Tensor.numpy()), so the
+    # CUDA path imports on an image without it.
+    import numpy.typing as npt
 
 
 class TransferJob(Protocol):
