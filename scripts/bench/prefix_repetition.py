@@ -62,7 +62,7 @@ import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "scripts"))
@@ -224,7 +224,7 @@ class Engine:
                          if m.name == "vllm:external_prefix_cache_hits"))
 
 
-def serve_engine(model: Path, config: str) -> int:
+def serve_engine(model: Path, config: str) -> NoReturn:
     """Engine-process main: one JSON command per stdin line, one JSON answer per line.
 
     Commands: ``{"submit": [prompt, ...]}``, ``{"steps": n}``, ``{"finish": true}``.
@@ -246,7 +246,8 @@ def serve_engine(model: Path, config: str) -> int:
             answer = engine.finish()
         protocol.write(json.dumps(answer) + "\n")
         protocol.flush()
-    return 0
+    # Nothing is left to save: skip vLLM's exit handlers, which take seconds.
+    os._exit(0)
 
 
 def engine_env() -> dict[str, str]:
@@ -303,16 +304,27 @@ class EngineProcess:
         return RuntimeError(f"engine process {self.config!r} {what}; log {self.log}:\n"
                             + "\n".join(tail))
 
-    def stop(self) -> None:
-        """Close its input (it then exits), or kill it by PID after a grace period."""
+    def close_input(self) -> None:
+        """Close its input: it exits once it has read everything."""
         if self.proc.stdin is not None and not self.proc.stdin.closed:
             with contextlib.suppress(BrokenPipeError):
                 self.proc.stdin.close()
+
+    def stop(self) -> None:
+        """Close its input, or kill it by PID when it has not exited after a grace period."""
+        self.close_input()
         try:
             self.proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+def stop_all(engines: Sequence[EngineProcess]) -> None:
+    for engine in engines:
+        engine.close_input()  # all exit at once
+    for engine in engines:
+        engine.stop()
 
 
 # --------------------------------------------------------------------------- method
@@ -406,8 +418,7 @@ def run_trials(
                 for engine in engines:
                     engine.wait_ready()
             except BaseException:
-                for engine in engines:
-                    engine.stop()
+                stop_all(engines)
                 raise
         try:
             for trial in range(generation, trials, generations):
@@ -428,8 +439,7 @@ def run_trials(
                 for name, engine in zip(configs, engines, strict=True):
                     outcomes[name].append(engine.call({"finish": True}))
         finally:
-            for engine in engines:
-                engine.stop()
+            stop_all(engines)
     return slices, outcomes
 
 
@@ -439,6 +449,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="2 rounds, 1 trial, no control (instead of 6 rounds, 12 trials "
                              "on 3 generations of engines)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "kvtool" / "bench",
+                        help="where the tiny model is built once and vLLM keeps its cache "
+                             "(default %(default)s)")
     parser.add_argument("--engine-process", help=argparse.SUPPRESS)
     parser.add_argument("--model", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -450,9 +463,12 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(stderr=True)
     rounds, trials, generations = (2, 1, 1) if args.quick else (6, 12, 3)
     configs = [BASELINE, *POLICY_EXTRA] + ([] if args.quick else [CONTROL])
+    # Built once (seconds of imports and training), then reused, like the wheels
+    # policy_step_cost.py caches: the weights are seeded, so a rebuild is identical.
+    model = build_tiny_model(args.cache / "tiny-model")
+    # vLLM's own cache: kept beside it, as a cold one makes every engine start slower.
+    os.environ.setdefault("VLLM_CACHE_ROOT", str(args.cache / "vllm-cache"))
     with tempfile.TemporaryDirectory(prefix="kvtool-bench-") as tmp:
-        model = build_tiny_model(Path(tmp) / "tiny-model")
-        os.environ.setdefault("VLLM_CACHE_ROOT", str(Path(tmp) / "vllm-cache"))
         slices, outcomes = run_trials(model, configs, rounds, trials, generations, Path(tmp),
                                       console)
     figures = {"requests_per_trial": float(len(workload(rounds, 0))), "trials": float(trials),
