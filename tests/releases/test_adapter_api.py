@@ -13,7 +13,6 @@ there, so a surface this test cannot find in 0.32.0 is a bug in the test.
 from __future__ import annotations
 
 import ast
-import sys
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -22,11 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from kvtool.releases import load_release
-from tests.releases.wheelcache import CACHE, pypi_reachable
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-from releasegen import wheels
+from tests.releases.wheelcache import release_wheel
 
 ADAPTER = Path(__file__).resolve().parents[2] / "kvtool" / "connector" / "vllm.py"
 BASE_MODULE = "vllm/distributed/kv_transfer/kv_connector/v1/base.py"
@@ -179,14 +174,7 @@ def _parse(source: bytes) -> ast.Module:
 
 @cache
 def release(version: str) -> Release:
-    table = load_release(version)
-    wheel = CACHE / table.wheel.filename
-    if not wheel.is_file():
-        if not pypi_reachable():
-            pytest.skip(f"{wheel.name} is not in {CACHE} and pypi.org:443 is unreachable")
-        wheel = wheels.download(wheels.default_pip(), CACHE, version)
-        assert wheel.name == table.wheel.filename  # the file the release table came from
-    return Release(wheel)
+    return Release(release_wheel(version))
 
 
 def _missing_reads(rel: Release) -> Iterator[str]:

@@ -10,17 +10,13 @@ deprecated guided-decoding flags, §6 "Flags added dynamically").
 from __future__ import annotations
 
 import re
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 
 from kvtool.releases import load_release
-from tests.releases.wheelcache import CACHE, pypi_reachable
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-from releasegen import wheels
+from tests.releases.wheelcache import release_wheel
 
 _ADD_ARGUMENT = re.compile(r"add_argument\(\s*((?:[\"'][-][^\"']+[\"'],\s*)+)")
 _OPTION = re.compile(r"[\"'](-[^\"']+)[\"']")
@@ -56,12 +52,7 @@ def _text_scan(wheel: Path) -> set[str]:
 @pytest.mark.parametrize("version", ["0.10.2", "0.11.1", "0.22.1", "0.32.0", "0.33.0"])
 def test_ast_flags_match_an_independent_text_scan(version: str) -> None:
     table = load_release(version)
-    wheel = CACHE / table.wheel.filename
-    if not wheel.is_file():
-        if not pypi_reachable():
-            pytest.skip(f"{wheel.name} is not in {CACHE} and pypi.org:443 is unreachable")
-        wheel = wheels.download(wheels.default_pip(), CACHE, version)
-        assert wheel.name == table.wheel.filename  # the same file the table came from
+    wheel = release_wheel(version)
     derived = {spelling for f in table.flags for spelling in (f.name, *f.aliases)}
     scanned = _text_scan(wheel)
     assert scanned - derived == set()
