@@ -28,6 +28,7 @@ COMMAND_MODULES = {
     "launch": "kvtool.launch.command",
     "verify": "kvtool.verify.command",
     "simulate": "kvtool.simulate.command",
+    "upgrade": "kvtool.upgrade.command",
     "flag": "kvtool.flag.command",
 }
 _COMPLETION_VAR = "_KVTOOL_COMPLETE"

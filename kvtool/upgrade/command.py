@@ -1,0 +1,111 @@
+"""``kvtool upgrade FILES... --to X``: parse options, plan the upgrade, fix, render.
+
+Exit codes: 0 the invocations start at the target as written (or after ``--fix``),
+1 an upgrade would break an invocation as written, 2 bad input or usage.
+"""
+
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+class UpgradeFormat(str, Enum):
+    text = "text"
+    json = "json"
+    sarif = "sarif"
+
+
+def upgrade(
+    paths: Annotated[
+        list[str],
+        typer.Argument(
+            help="Files or directories with serve invocations; after '--', a vLLM command.",
+            show_default=False,
+        ),
+    ],
+    to_version: Annotated[str, typer.Option("--to", help="The vLLM release to move to.")],
+    from_version: Annotated[
+        str | None,
+        typer.Option(
+            "--from",
+            help="The release running now (default: the image tag, then the vllm-version setting).",
+        ),
+    ] = None,
+    input_format: Annotated[
+        str | None,
+        typer.Option(
+            "--input-format",
+            help="Force the input kind: shell, vllm-config, kubernetes, compose, kaito.",
+        ),
+    ] = None,
+    output_format: Annotated[
+        UpgradeFormat,
+        typer.Option("--output-format", envvar="KVTOOL_OUTPUT_FORMAT", help="Report format."),
+    ] = UpgradeFormat.text,
+    output_file: Annotated[
+        Path | None,
+        typer.Option("-o", "--output-file", help="Write the report here instead of stdout."),
+    ] = None,
+    fix: Annotated[
+        bool,
+        typer.Option(
+            "--fix", help="Apply the safe fixes the target release needs and retag the image."
+        ),
+    ] = False,
+    diff: Annotated[
+        bool, typer.Option("--diff", help="Show those fixes as a diff without writing.")
+    ] = False,
+    exit_zero: Annotated[
+        bool, typer.Option("--exit-zero", help="Exit 0 even when the upgrade would break.")
+    ] = False,
+) -> None:
+    """What changes for each serve invocation, release by release, on the way to --to."""
+    from kvtool.audit.command import split_positionals
+    from kvtool.audit.inputs import read_argv, read_inputs
+    from kvtool.audit.settings import load_settings
+    from kvtool.console import stderr
+    from kvtool.upgrade.apply import apply_upgrade_fixes
+    from kvtool.upgrade.plan import Planner
+    from kvtool.upgrade.render import render_json, render_sarif, render_text
+
+    files, argv = split_positionals(paths)
+    invocations = read_inputs([Path(p) for p in files], input_format=input_format) if files else []
+    if argv:
+        invocations.append(read_argv(argv))
+    planner = Planner(load_settings(Path.cwd()), to_version, from_version)
+    report = planner.run(invocations)
+    for warning in sorted(
+        {t.warning for i in report.invocations for t in (i.current, i.target) if t.warning}
+    ):
+        stderr.print(f"kvtool: warning: {warning}", markup=False, soft_wrap=True)
+    broken = report.breaks
+    if fix or diff:
+        run = apply_upgrade_fixes(invocations, report, write=fix, argv=argv)
+        if diff:
+            sys.stdout.write(run.diff)
+        elif run.diff:
+            stderr.print(run.diff, markup=False, highlight=False, soft_wrap=True, end="")
+        stderr.print(run.summary, markup=False, soft_wrap=True)
+        if fix:
+            broken = run.still_breaks
+    if not diff:
+        if output_format is UpgradeFormat.json:
+            text = render_json(report)
+        elif output_format is UpgradeFormat.sarif:
+            text = render_sarif(report)
+        else:
+            text = render_text(report)
+        if output_file is None:
+            sys.stdout.write(text)
+        else:
+            output_file.write_text(text, encoding="utf-8")
+    if broken and not exit_zero:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``upgrade`` to the root app."""
+    app.command("upgrade")(upgrade)
