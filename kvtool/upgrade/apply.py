@@ -42,8 +42,8 @@ def _retag(path: Path, old: str, new: str, write: bool) -> str:
         difflib.unified_diff(
             text.splitlines(keepends=True),
             changed.splitlines(keepends=True),
-            fromfile=f"a/{path}",
-            tofile=f"b/{path}",
+            fromfile=str(path),
+            tofile=str(path),
         )
     )
 
