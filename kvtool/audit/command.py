@@ -14,6 +14,7 @@ import typer
 
 if TYPE_CHECKING:
     from kvtool.audit.engine import AuditReport
+    from kvtool.audit.live import LiveServer
     from kvtool.audit.model import Invocation
 
 
@@ -182,6 +183,22 @@ def audit(
             help="An `inspect-image --output-format json` report for the image rules (IM).",
         ),
     ] = None,
+    url: Annotated[
+        str | None,
+        typer.Option(
+            "--url",
+            help="Audit the running vLLM server at http://HOST:PORT (its /version, "
+            "/v1/models and /metrics) instead of files.",
+        ),
+    ] = None,
+    header: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--header",
+            help="HTTP header for --url, 'Name: value' (default: $KVTOOL_AUDIT_HEADER, "
+            "else a bearer $VLLM_API_KEY); repeatable.",
+        ),
+    ] = None,
 ) -> None:
     """Lint vLLM serve configurations against the target release's generated rule tables."""
     from kvtool.audit.engine import Auditor
@@ -191,9 +208,12 @@ def audit(
     from kvtool.audit.tables import ShippedTables
     from kvtool.console import stderr
 
+    live = None
+    if url is not None:
+        live = _read_live(url, header or [], paths or [], fix or diff)
     settings = apply_cli(
         load_settings(Path.cwd()),
-        vllm_version=vllm_version,
+        vllm_version=vllm_version or (live.version if live else None),
         select=select,
         ignore=ignore,
         fail_on=Severity(fail_on.value) if fail_on else None,
@@ -205,7 +225,7 @@ def audit(
         sys.stdout.write(json.dumps(settings.as_file_keys(), indent=2) + "\n")
         raise typer.Exit(0)
     file_paths, argv = split_positionals(list(paths or []))
-    invocations = _read(file_paths, argv, input_format)
+    invocations = [live.invocation] if live else _read(file_paths, argv, input_format)
     extras = {}
     if image_verdicts is not None:
         from kvtool.audit.rules.image import IMAGE_VERDICTS
@@ -243,6 +263,17 @@ def audit(
         stderr.print(summary(report), markup=False, soft_wrap=True)
     if not exit_zero and report.fails(settings.fail_on):
         raise typer.Exit(1)
+
+
+def _read_live(url: str, header: list[str], paths: list[str], fixing: bool) -> "LiveServer":
+    import os
+
+    from kvtool.audit.live import read_live, request_headers
+    from kvtool.errors import KvtoolError
+
+    if paths or fixing:
+        raise KvtoolError("audit: --url audits a running server: no files, --fix or --diff")
+    return read_live(url, request_headers(header, os.environ))
 
 
 def without_fixed(
