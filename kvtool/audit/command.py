@@ -273,7 +273,12 @@ def _read_live(url: str, header: list[str], paths: list[str], fixing: bool) -> "
 
     if paths or fixing:
         raise KvtoolError("audit: --url audits a running server: no files, --fix or --diff")
-    return read_live(url, request_headers(header, os.environ))
+    from kvtool.console import stderr
+
+    live = read_live(url, request_headers(header, os.environ))
+    for note in live.invocation.notes:  # what was read, for a text report that omits notes
+        stderr.print(f"kvtool: {note}", markup=False, highlight=False, soft_wrap=True)
+    return live
 
 
 def without_fixed(
