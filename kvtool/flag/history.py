@@ -80,6 +80,8 @@ def _flag_probe(facts: ReleaseFacts, spelling: str) -> Snapshot | None:
             return {
                 "canonical": flag.name,
                 "default": flag.default,
+                # The config dataclass's default where the call site replaced it.
+                "config_default": flag.config_default if flag.cli_default_overridden else None,
                 "choices": list(flag.choices) if flag.choices is not None else None,
                 "known_values": list(flag.known_values) if flag.known_values else None,
                 "deprecated": flag.deprecated,

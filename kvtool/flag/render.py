@@ -95,6 +95,12 @@ def _change(change: Any) -> str:
             f"-{' -'.join(dropped)}" if dropped else "",
         ]
         return f"{change.attribute.replace('_', ' ')}: " + " ".join(p for p in parts if p)
+    if change.attribute == "config_default":
+        # Recorded only where the CLI default replaces the config's: null means the two agree.
+        shown = [
+            _value(v) if v is not None else "the CLI default" for v in (change.before, change.after)
+        ]
+        return f"config default behind the CLI default: {shown[0]} -> {shown[1]}"
     word = change.attribute.replace("_", " ")
     return f"{word}: {_value(change.before)} -> {_value(change.after)}"
 

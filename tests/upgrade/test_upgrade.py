@@ -210,6 +210,19 @@ def test_known_bug_entered_and_left(tmp_path: Path) -> None:
     assert any(c.kind == "finding-left" and c.code == "SC002" for c in left)
 
 
+def test_settings_name_the_current_release(
+    kvtool_cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = tmp_path / "lmcache-tp4.sh"
+    shutil.copy(EXAMPLES / "lmcache-tp4.sh", script)
+    (tmp_path / "kvtool.toml").write_text('vllm-version = "0.22.0"\n', encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    result = kvtool_cli("upgrade", str(script), "--to", "0.32.0", "--output-format", "json")
+    (invocation,) = json.loads(result.stdout)["invocations"]
+    assert invocation["current"]["source"] == "settings"
+    assert invocation["current"]["vllm_version"] == "0.22.0"
+
+
 def test_every_example_plans_to_the_newest_release(kvtool_cli: Cli) -> None:
     newest = available_versions()[-1]
     oldest_image_free = "0.22.0"  # the shell examples name no image: say where they run now
