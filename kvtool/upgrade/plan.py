@@ -45,6 +45,9 @@ class StepChange(msgspec.Struct, frozen=True, kw_only=True):
     subject: str | None = None  # flag, env var, connector or advisory id
     location: Location | None = None
     fix: str | None = None  # the safe fix's description, when the finding has one
+    # False for a release-wide change that touches nothing this invocation sets or uses
+    # (text output counts those instead of listing them).
+    touches: bool = True
 
 
 class Step(msgspec.Struct, frozen=True, kw_only=True):
@@ -156,6 +159,26 @@ def _show(value: Any) -> str:
     return "unset (None)" if value is None else f"`{msgspec.json.encode(value).decode()}`"
 
 
+# Behaviour facts that concern every serve invocation (the HMA decision and its flag's
+# tri-state, the model runner default, prefix caching and its retention); any other fact
+# touches an invocation only when its statement names a flag, env var or connector the
+# invocation uses.
+_EVERY_INVOCATION = (
+    "hma.decision",
+    "hma.disable_flag_default",
+    "mrv2.",
+    "prefix_caching.",
+    "retention.",
+)
+
+
+def _touches(key: str, statement: str, ctx: RuleContext) -> bool:
+    if key.startswith(_EVERY_INVOCATION):
+        return True
+    used = {o.flag for o in ctx.config.options} | set(ctx.config.env) | set(ctx.connector_names)
+    return any(re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", statement) for name in used)
+
+
 def _behaviour_changes(old: RuleContext, new: RuleContext) -> list[StepChange]:
     """Curated behaviour facts whose row at the new release differs from the old one."""
     out = []
@@ -171,8 +194,15 @@ def _behaviour_changes(old: RuleContext, new: RuleContext) -> list[StepChange]:
             message = f"no longer holds: {before.statement}"
         else:  # pragma: no cover - two missing rows compare equal
             continue
+        statement = " ".join(r.statement for r in (before, after) if r is not None)
         out.append(
-            StepChange(kind="behaviour", severity=Severity.info, message=message, subject=key)
+            StepChange(
+                kind="behaviour",
+                severity=Severity.info,
+                message=message,
+                subject=key,
+                touches=_touches(key, statement, new) or _touches(key, statement, old),
+            )
         )
     return out
 
@@ -200,7 +230,15 @@ def _connector_changes(old: RuleContext, new: RuleContext) -> list[StepChange]:
             )
         else:
             continue
-        out.append(StepChange(kind="connector", severity=severity, message=message, subject=name))
+        out.append(
+            StepChange(
+                kind="connector",
+                severity=severity,
+                message=message,
+                subject=name,
+                touches=name in used,
+            )
+        )
     return out
 
 

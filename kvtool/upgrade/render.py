@@ -6,7 +6,7 @@ JSON schema version 1::
      "invocations": [{"label", "file", "current": {"vllm_version", "source", "warning"},
                       "target": {...}, "image", "new_image", "breaks",
                       "steps": [{"version", "changes": [{"kind", "severity", "message",
-                                 "code", "subject", "location", "fix"}]}],
+                                 "code", "subject", "location", "fix", "touches"}]}],
                       "entered": [{"code", "severity", "message", "flag", "location"}]}]}
 
 SARIF carries the findings the invocations gain at the target release (what breaks or
@@ -101,12 +101,18 @@ def render_text(report: UpgradeReport) -> str:
             lines.append(f"  image: {inv.image} -> {inv.new_image}")
         for step in inv.steps:
             lines.append(f"  {step.version}")
-            for change in step.changes:
+            others = sum(not c.touches for c in step.changes)
+            for change in (c for c in step.changes if c.touches):
                 code = f"{change.code} " if change.code else ""
                 mark = _MARKS[change.severity.value]
                 lines.append(f"    {mark} {code}{change.message}{_where(change)}")
                 if change.fix:
                     lines.append(f"        fix (safe, --fix): {change.fix}")
+            if others:
+                lines.append(
+                    f"    - {others} more change(s) in this release that touch nothing this "
+                    "invocation uses (--output-format json lists them)"
+                )
         if not inv.steps:
             lines.append("  nothing changes for this invocation")
         lines.append("")
