@@ -60,17 +60,21 @@ def apply_upgrade_fixes(
     run = apply_fixes(invocations, audit_report, applicable=("safe",), write=write, argv=argv)
     out = UpgradeFixRun(diff=run.diff, notes=[run.summary])
     for inv in report.invocations:
-        if any(
-            f.severity is Severity.error
+        unfixed = [
+            f
+            for f in inv.entered
+            if f.severity is Severity.error
             and (
                 f.code,
                 f.location.file if f.location else None,
                 f.location.line if f.location else None,
             )
             not in run.fixed_codes
-            for f in inv.entered
-        ):
+        ]
+        if unfixed:
             out.still_breaks = True
+            names = ", ".join(f"{f.code} {f.flag}" if f.flag else f.code for f in unfixed)
+            out.notes.append(f"{inv.label}: still breaks at {inv.target.vllm_version} ({names}).")
     retagged = {
         (inv.file, inv.image, inv.new_image)
         for inv in report.invocations

@@ -135,6 +135,24 @@ def test_removed_connector_breaks_the_invocation_using_it(tmp_path: Path) -> Non
     assert all(c.touches == (c.subject == name) for c in connectors)
 
 
+def test_fix_without_a_safe_fix_still_breaks(kvtool_cli: Cli, tmp_path: Path) -> None:
+    name, gate = next((n, g) for n, g in sorted(release_index().connectors.items()) if g.gone_at)
+    config = json.dumps({"kv_connector": name, "kv_role": "kv_both"})
+    path = _script(tmp_path, f"--kv-transfer-config '{config}'")
+    before = path.read_text()
+    result = kvtool_cli(
+        "upgrade",
+        str(path),
+        "--from",
+        _before(gate.gone_at or ""),
+        "--to",
+        gate.gone_at or "",
+        "--fix",
+    )
+    assert result.exit_code == 1 and "still breaks" in result.stderr
+    assert path.read_text() == before  # a connector swap is not a safe fix
+
+
 def test_supports_hma_change_of_a_connector_is_a_step(tmp_path: Path) -> None:
     versions = available_versions()
     older, newer, name = next(
