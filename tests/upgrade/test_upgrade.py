@@ -123,6 +123,27 @@ def test_removed_env_var_is_reported_with_its_replacement(tmp_path: Path) -> Non
     assert (gate.replacement or "") in change.message
 
 
+def test_fix_turns_a_removed_env_var_into_its_replacement_flag(
+    kvtool_cli: Cli, tmp_path: Path
+) -> None:
+    name, gate, target_flag = next(
+        (n, g, f)
+        for n, g in sorted(release_index().env_vars.items())
+        if g.gone_at and (g.replacement or "").startswith("--")
+        for f in load_release(g.gone_at).flags
+        if f.name == g.replacement and f.value == "required"
+    )
+    gone_at, flag = gate.gone_at or "", gate.replacement or ""
+    value = target_flag.choices[-1] if target_flag.choices else "64"
+    path = _script(tmp_path, "--max-model-len 4096", env=(f"{name}={value}",))
+    result = kvtool_cli("upgrade", str(path), "--from", _before(gone_at), "--to", gone_at, "--fix")
+    assert result.exit_code == 0, result.stderr
+    text = path.read_text()
+    assert f"{flag} {value}" in text and name not in text
+    audit = kvtool_cli("audit", str(path), "--vllm-version", gone_at, "--output-format", "json")
+    assert audit.exit_code == 0 and json.loads(audit.stdout)["findings"] == []
+
+
 def test_removed_connector_breaks_the_invocation_using_it(tmp_path: Path) -> None:
     name, gate = next((n, g) for n, g in sorted(release_index().connectors.items()) if g.gone_at)
     config = json.dumps({"kv_connector": name, "kv_role": "kv_both"})
