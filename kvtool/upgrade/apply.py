@@ -18,18 +18,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import msgspec
-
 from kvtool.audit.fix import REWRITABLE
 from kvtool.audit.fixing import FixedKey, apply_fixes
-from kvtool.audit.model import Finding, Fix, Invocation, Severity
-from kvtool.releases import load_release, release_index
-from kvtool.upgrade.plan import InvocationUpgrade, UpgradeReport
+from kvtool.audit.model import Finding, Invocation, Severity
+from kvtool.upgrade.migrate import ENV_CODES
+from kvtool.upgrade.plan import UpgradeReport
 from kvtool.upgrade.render import as_audit_report
-
-# Env var findings a flag can replace: removed (VG011) or deprecated (VG012) at the target.
-_ENV_CODES = ("VG011", "VG012")
-_FLAG = re.compile(r"--[a-z0-9][a-z0-9-]*")
 
 
 @dataclass
@@ -58,38 +52,6 @@ def _retag(path: Path, old: str, new: str, write: bool) -> str:
             tofile=str(path),
         )
     )
-
-
-def _env_to_flag(inv: InvocationUpgrade, invocation: Invocation) -> Iterable[Finding]:
-    """The entered env var findings whose replacement is a value flag of the target,
-    each given the fix that sets that flag to the env var's value."""
-    if invocation.kind not in REWRITABLE or invocation.kind == "argv":
-        return
-    anchor = next((t for t in reversed(invocation.tokens) if not t.conditional), None)
-    flags = {f.name: f for f in load_release(inv.target.vllm_version).flags}
-    written = {t.text.split("=", 1)[0] for t in invocation.tokens}
-    for finding in inv.entered:
-        gate = release_index().env_vars.get(finding.flag or "")
-        flag = gate.replacement if gate is not None else None
-        if anchor is None or finding.code not in _ENV_CODES or flag is None:
-            continue
-        if not _FLAG.fullmatch(flag) or flag in written:
-            continue
-        if flag not in flags or flags[flag].value != "required":
-            continue
-        env = next((e for e in invocation.env if e.name == finding.flag), None)
-        if env is None or env.value is None or env.conditional:
-            continue
-        choices = flags[flag].choices
-        if choices is not None and env.value not in choices:
-            continue  # the flag would reject the value: leave it to the finding
-        fix = Fix(
-            applicability="safe",
-            description=f"set {flag} {env.value} instead of {env.name}",
-            remove_tokens=(anchor,),
-            replacement=(anchor.text, flag, env.value),
-        )
-        yield msgspec.structs.replace(finding, fix=fix)
 
 
 def _drop_env_lines(findings: Iterable[Finding], fixed: set[FixedKey], write: bool) -> str:
@@ -122,22 +84,15 @@ def apply_upgrade_fixes(
     argv: Sequence[str] = (),
 ) -> UpgradeFixRun:
     """Apply (``write``) or preview the safe fixes and image retags of ``report``."""
-    by_label = {inv.label: inv for inv in invocations}
-    migrations = {
-        inv.label: list(_env_to_flag(inv, by_label[inv.label]))
-        for inv in report.invocations
-        if inv.label in by_label
-    }
     audit_report = as_audit_report(report)
-    for inv_report in audit_report.invocations:
-        inv_report.findings += migrations.get(inv_report.label, [])
     run = apply_fixes(invocations, audit_report, applicable=("safe",), write=write, argv=argv)
     out = UpgradeFixRun(diff=run.diff, notes=[run.summary])
     shell = [
         f
         for inv in report.invocations
         if inv.kind == "shell"
-        for f in migrations.get(inv.label, [])
+        for f in inv.entered
+        if f.code in ENV_CODES and f.fix is not None
     ]
     # --diff previews the token edits; the idle env lines go only when they are written.
     if write:

@@ -27,6 +27,7 @@ from kvtool.audit.settings import AuditSettings
 from kvtool.audit.tables import ShippedTables
 from kvtool.errors import KvtoolError
 from kvtool.releases import available_versions, version_from_image
+from kvtool.upgrade.migrate import env_flag_fix
 
 ChangeKind = Literal[
     "finding-entered", "finding-left", "default", "behaviour", "connector", "security"
@@ -277,6 +278,33 @@ def retag(image: str, version: str) -> str | None:
     return ref[:colon] + ":" + new_tag + (f"@{digest}" if digest else "")
 
 
+def _with_env_fix(finding: Finding, invocation: Invocation, version: str) -> Finding:
+    """``finding`` with the env-var-to-flag fix when it is one and has none."""
+    fix = None if finding.fix is not None else env_flag_fix(finding, invocation, version)
+    return finding if fix is None else msgspec.structs.replace(finding, fix=fix)
+
+
+def _with_fix_texts(steps: list[Step], entered: Sequence[Finding]) -> list[Step]:
+    """Steps whose entered findings name the fixes the target's findings carry."""
+    fixes: dict[tuple[str | None, str | None], str] = {
+        (f.code, f.flag): f.fix.description
+        for f in entered
+        if f.fix is not None and f.fix.applicability == "safe"
+    }
+    return [
+        Step(
+            version=step.version,
+            changes=tuple(
+                msgspec.structs.replace(c, fix=fixes[(c.code, c.subject)])
+                if c.kind == "finding-entered" and c.fix is None and (c.code, c.subject) in fixes
+                else c
+                for c in step.changes
+            ),
+        )
+        for step in steps
+    ]
+
+
 class Planner:
     """Plans upgrades of invocations to one target release with one set of audit settings."""
 
@@ -339,7 +367,12 @@ class Planner:
             if changes:
                 steps.append(Step(version=version, changes=tuple(changes)))
             old_ctx, previous = ctx, diffed
-        entered = tuple(f for key, f in _diffed(findings).items() if key not in first)
+        entered = tuple(
+            _with_env_fix(f, invocation, self.target.vllm_version)
+            for key, f in _diffed(findings).items()
+            if key not in first
+        )
+        steps = _with_fix_texts(steps, entered)
         return InvocationUpgrade(
             label=invocation.label,
             file=invocation.file,
