@@ -36,6 +36,8 @@ def render_json(result: History | Unknown) -> str:
 
 
 def _value(value: Any) -> str:
+    if value is None:
+        return "unset"
     if isinstance(value, list):
         return " ".join(str(v) for v in value) if value else "(none)"
     return json.dumps(value)
