@@ -16,6 +16,7 @@ import msgspec
 from kvtool.audit.inputs.command_line import ServeMatch, find_serve
 from kvtool.audit.inputs.positions import LineIndex, OffsetMap
 from kvtool.audit.inputs.shell_lexer import Command, Comment, LexError, Word, lex
+from kvtool.audit.inputs.source import ReadSource
 from kvtool.audit.inputs.suppressions import parse_comment
 from kvtool.audit.inputs.vllm_config import referenced_config
 from kvtool.audit.model import (
@@ -43,6 +44,10 @@ class ShellContext(msgspec.Struct, frozen=True):
     image: str | None = None
     label: str | None = None  # label prefix, e.g. "deploy.yaml: Deployment/vllm container vllm"
     suppressions: tuple[Suppression, ...] = msgspec.field(default_factory=tuple)
+
+
+def read(text: str, source: ReadSource) -> list[Invocation]:
+    return read_shell_file(text, source.file, source.base_dir)
 
 
 def read_shell_file(text: str, file: str | None, base_dir: Path | None) -> list[Invocation]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from kvtool.audit.inputs.source import ReadSource
 from kvtool.audit.model import Invocation, Location, SourceToken
 from kvtool.errors import KvtoolError
 
@@ -42,6 +43,10 @@ def config_items(text: str, file: str | None) -> ConfigItems:
             (key, yaml_tree.construct(value_node, file), yaml_tree.location(key_node, file))
         )
     return tuple(found)
+
+
+def read(text: str, source: ReadSource) -> list[Invocation]:
+    return read_config_file(text, source.file)
 
 
 def read_config_file(text: str, file: str | None) -> list[Invocation]:

@@ -89,10 +89,34 @@ def items(node: yaml.Node | None) -> Iterator[tuple[str, yaml.Node, yaml.Node]]:
 
 
 def get(node: yaml.Node | None, key: str) -> yaml.Node | None:
+    """The value of ``key``; of a key written twice, the last, as Kubernetes' decoder keeps."""
+    found: yaml.Node | None = None
     for name, _, value in items(node):
         if name == key:
-            return value
-    return None
+            found = value
+    return found
+
+
+def duplicate_keys(node: yaml.Node, file: str | None) -> list[str]:
+    """One note per key written twice in the same mapping, anywhere below ``node``."""
+    notes: list[str] = []
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, yaml.MappingNode):
+            first: dict[str, yaml.Node] = {}
+            for key, value in current.value:
+                if isinstance(key, yaml.ScalarNode):
+                    if key.value in first:
+                        notes.append(
+                            f"{where(key, file)}: key {key.value!r} is written twice (first at "
+                            f"line {first[key.value].start_mark.line + 1}); the last one wins"
+                        )
+                    first[key.value] = key
+                stack.append(value)
+        elif isinstance(current, yaml.SequenceNode):
+            stack.extend(current.value)
+    return sorted(notes)
 
 
 def get_path(node: yaml.Node | None, *keys: str) -> yaml.Node | None:
