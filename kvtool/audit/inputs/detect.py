@@ -87,8 +87,9 @@ def is_helm_values(text: str, name: str) -> bool:
 
 
 def is_script_text(text: str, name: str) -> bool:
-    """A file that is not YAML by name but runs ``vllm serve`` (a README-less run file)."""
-    return not name.endswith((*YAML_SUFFIXES, ".json")) and bool(VLLM_COMMAND.search(text))
+    """A plain-text file (no suffix, or .txt) that runs ``vllm serve``: a `run` file."""
+    plain = "." not in name or name.endswith(".txt")
+    return plain and bool(VLLM_COMMAND.search(text))
 
 
 # A YAML mapping is read as a vLLM --config file when at least this share of its
