@@ -80,6 +80,12 @@ def image_rows() -> tuple[ImageRow, ...]:
         raise KvtoolError(f"image table {path}: {exc}") from exc
 
 
+@cache
+def image_names() -> tuple[str, ...]:
+    """The last path component of every listed repository, lower-cased (``llm-d-cuda``)."""
+    return tuple(sorted({r.repository.rsplit("/", 1)[-1].lower() for r in image_rows()}))
+
+
 def image_row(image: str) -> ImageRow | None:
     """The most specific row for ``image`` (an exact repository before a ``*/name``)."""
     repository = parse_image(image).repository

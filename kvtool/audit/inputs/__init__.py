@@ -9,6 +9,7 @@ cannot be read is a ``SkippedInput`` in the result, never the end of the run.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,7 +63,7 @@ class InputSet:
 class _Pending:
     text: str
     name: str
-    base_dir: Path | None
+    base_dir: str | None
     explicit: bool  # named on the command line (or stdin), not found in a directory walk
 
 
@@ -81,30 +82,29 @@ def read_input_set(
         )
     result = InputSet()
     pending: list[_Pending] = []
-    seen: set[Path] = set()
+    seen: set[str] = set()  # absolute paths (symlinked twins are read twice, as ruff does)
     for path in paths:
         if not path.exists():
             raise KvtoolError(f"{path}: no such file or directory")
         if path.is_dir():
-            files = [p for p in candidate_files(path) if p.resolve() not in seen]
-            explicit = False
+            files, explicit = list(candidate_files(path)), False
         else:
             files, explicit = [path], True
         for file in files:
-            key = file.resolve()
+            key = os.path.abspath(file)
             if key in seen:
                 continue
             seen.add(key)
             text = _read_file(file, result)
             if text is not None:
-                pending.append(_Pending(text, str(file), file.parent, explicit))
+                name = str(file)
+                pending.append(_Pending(text, name, os.path.dirname(name) or ".", explicit))
     if stdin is not None:
-        pending.append(_Pending(_strip_bom(stdin.text), stdin.name, Path.cwd(), True))
+        pending.append(_Pending(_strip_bom(stdin.text), stdin.name, os.getcwd(), True))
     result.files_read = len(pending)
     configmaps = collect_configmaps([(p.text, p.name) for p in pending])
     for item in pending:
-        source = ReadSource(file=item.name, base_dir=item.base_dir, configmaps=configmaps)
-        _read_one(item, source, input_format, result)
+        _read_one(item, configmaps, input_format, result)
     _drop_configs_read_through_commands(result)
     return result
 
@@ -164,9 +164,9 @@ def _strip_bom(text: str) -> str:
 
 
 def _read_one(
-    item: _Pending, source: ReadSource, input_format: str | None, result: InputSet
+    item: _Pending, configmaps: ConfigMaps, input_format: str | None, result: InputSet
 ) -> None:
-    kind = input_format or detect_kind(item.text, Path(item.name).name)
+    kind = input_format or detect_kind(item.text, os.path.basename(item.name))
     if kind is None:
         if is_template(item.text, item.name):
             reason = f"a chart template, not YAML until rendered; {RENDER_HINT}"
@@ -178,6 +178,8 @@ def _read_one(
         reason = f"a chart template, not YAML until rendered; {RENDER_HINT}"
         result.skipped.append(SkippedInput(file=item.name, reason=reason))
         return
+    base_dir = Path(item.base_dir) if item.base_dir is not None else None
+    source = ReadSource(file=item.name, base_dir=base_dir, configmaps=configmaps)
     try:
         found = read_text(item.text, item.name, input_format=kind, source=source)
     except NoServerCommand as error:
@@ -231,11 +233,11 @@ _CONFIGMAP = re.compile(r"^kind:\s*ConfigMap\b|\"kind\":\s*\"ConfigMap\"", re.MU
 
 def collect_configmaps(texts: list[tuple[str, str]]) -> ConfigMaps:
     """The ConfigMaps written in any of ``texts`` (text, name), for envFrom/valueFrom."""
-    from kvtool.audit.inputs.kubernetes import configmaps_in
-
     found: dict[str, dict[str, tuple[str, Location | None]]] = {}
     for text, name in texts:
         if _CONFIGMAP.search(text) and not is_template(text, name):
+            from kvtool.audit.inputs.kubernetes import configmaps_in
+
             try:
                 for cm_name, data in configmaps_in(text, name).items():
                     found.setdefault(cm_name, {}).update(data)

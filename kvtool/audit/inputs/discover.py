@@ -19,7 +19,7 @@ from kvtool.audit.inputs.registry import is_candidate
 if TYPE_CHECKING:
     import pathspec
 
-_Ignores = list[tuple[Path, "pathspec.GitIgnoreSpec"]]  # (directory, its .gitignore)
+_Ignores = list[tuple[str, "pathspec.GitIgnoreSpec"]]  # (directory, its .gitignore)
 _SKIPPED_DIRS = frozenset({"node_modules", "__pycache__", "site-packages", "venv"})
 _GITIGNORE = ".gitignore"
 
@@ -28,48 +28,55 @@ def candidate_files(directory: Path) -> Iterator[Path]:
     """Files under ``directory`` that may hold a serve configuration, in a stable order."""
     ignores: _Ignores = []
     for root, dirs, files in os.walk(directory):
-        here = Path(root)
-        ignores = [(base, spec) for base, spec in ignores if here.is_relative_to(base)]
+        ignores = [(base, spec) for base, spec in ignores if _within(root, base)]
         if _GITIGNORE in files:
-            spec = _gitignore(here / _GITIGNORE)
+            spec = _gitignore(os.path.join(root, _GITIGNORE))
             if spec is not None:
-                ignores.append((here, spec))
+                ignores.append((root, spec))
         dirs[:] = sorted(
             d
             for d in dirs
             if not d.startswith(".")
             and d not in _SKIPPED_DIRS
-            and not _ignored(here / d, ignores, is_dir=True)
+            and not _ignored(root, d, ignores, is_dir=True)
         )
         for name in sorted(files):
-            path = here / name
+            path = os.path.join(root, name)
             if (is_candidate(name) or ("." not in name and _has_shebang(path))) and not _ignored(
-                path, ignores, is_dir=False
+                root, name, ignores, is_dir=False
             ):
-                yield path
+                yield Path(path)
 
 
-def _gitignore(path: Path) -> pathspec.GitIgnoreSpec | None:
+def _within(root: str, base: str) -> bool:
+    return root == base or root.startswith(base + os.sep)
+
+
+def _gitignore(path: str) -> pathspec.GitIgnoreSpec | None:
     import pathspec
 
     try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            lines = handle.read().splitlines()
     except OSError:
         return None
     return pathspec.GitIgnoreSpec.from_lines(lines)
 
 
-def _ignored(path: Path, ignores: _Ignores, *, is_dir: bool) -> bool:
+def _ignored(root: str, name: str, ignores: _Ignores, *, is_dir: bool) -> bool:
+    if not ignores:
+        return False
+    path = os.path.join(root, name)
     for base, spec in ignores:
-        relative = path.relative_to(base).as_posix() + ("/" if is_dir else "")
+        relative = os.path.relpath(path, base).replace(os.sep, "/") + ("/" if is_dir else "")
         if spec.match_file(relative):
             return True
     return False
 
 
-def _has_shebang(path: Path) -> bool:
+def _has_shebang(path: str) -> bool:
     try:
-        with path.open("rb") as handle:
+        with open(path, "rb") as handle:
             return handle.read(2) == b"#!"
     except OSError:
         return False

@@ -124,11 +124,14 @@ def detect_kind(text: str, name: str) -> InputKind | None:
 def is_candidate(name: str) -> bool:
     """Whether a directory walk reads a file of this name (others are not looked at)."""
     lowered = name.lower()
-    return any(
-        lowered == suffix or lowered.endswith(suffix) or lowered.startswith(suffix + ".")
-        for reader in READERS
-        for suffix in reader.suffixes
-    )
+    return lowered.endswith(_SUFFIXES) or lowered.startswith(_PREFIXES)
+
+
+# Every reader's names as one suffix tuple and one "NAME." prefix tuple (Dockerfile.cuda).
+_SUFFIXES = tuple({suffix for reader in READERS for suffix in reader.suffixes})
+_PREFIXES = tuple(
+    {suffix + "." for reader in READERS for suffix in reader.suffixes if "." not in suffix}
+)
 
 
 def describe() -> str:
