@@ -6,7 +6,8 @@ Rollout, KServe InferenceService/ServingRuntime/LLMInferenceService, Ray
 RayService/RayCluster/RayJob, AIBrix StormService, production-stack VLLMRuntime, a
 Helm values file's container lists, ``kind: List`` items, kustomize patches). KServe's
 ``predictor.model`` and KubeAI's ``Model`` carry a container's fields without the list
-and are read too. ConfigMaps: a KAITO inference ConfigMap is an invocation of its own;
+and are read too; production-stack's ``VLLMRuntime`` is mapped as its operator maps it
+(:mod:`.vllm_runtime`). ConfigMaps: a KAITO inference ConfigMap is an invocation of its own;
 any ConfigMap of the input set resolves ``envFrom`` and ``valueFrom.configMapKeyRef``.
 """
 
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 import msgspec
 import yaml
 
-from kvtool.audit.inputs import kaito, yaml_tree
+from kvtool.audit.inputs import kaito, vllm_runtime, yaml_tree
 from kvtool.audit.inputs.container import (
     ArgvWord,
     container_invocations,
@@ -131,6 +132,8 @@ def _document(
                 suppressions = _annotation_suppressions(item.pod, file) + suppressions
             found.extend(_container(item.container, text, source, where, suppressions, model))
         found.extend(_kubeai_model(node, kind, text, source, owner, local))
+        if vllm_runtime.is_vllm_runtime(node, kind):
+            found.extend(vllm_runtime.read_runtime(node, text, source, owner, local))
     return found
 
 

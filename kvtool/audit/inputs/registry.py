@@ -135,5 +135,14 @@ _PREFIXES = tuple(
 
 
 def describe() -> str:
-    """The input kinds, one per line: what ``--input-format`` accepts and what each reads."""
-    return "".join(f"{reader.kind}: {reader.summary}\n" for reader in READERS)
+    """The input kinds as Markdown (docs/audit-inputs.md): what each reads, in detection order."""
+    rows = "".join(f"| `{reader.kind}` | {reader.summary} |\n" for reader in READERS)
+    return (
+        "# kvtool audit inputs\n\n"
+        "Generated from `kvtool/audit/inputs/registry.py` by `scripts/gen_rule_docs.py`.\n"
+        "Each file's kind is detected from its content, trying the kinds in this order\n"
+        "(`--input-format KIND` forces one); a directory is walked for files of these\n"
+        "kinds, `.gitignore` respected. A file that starts no vLLM server, a chart\n"
+        "template or an unreadable file is listed as skipped in the report.\n\n"
+        "| kind | reads |\n|---|---|\n" + rows
+    )

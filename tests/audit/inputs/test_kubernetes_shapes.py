@@ -247,6 +247,27 @@ decode:
       args:
         - {F}
 """,
+    # vllm-project/production-stack operator/config/samples: VLLMRuntime.
+    "production-stack-vllmruntime": f"""\
+apiVersion: production-stack.vllm.ai/v1alpha1
+kind: VLLMRuntime
+metadata: {{name: vr}}
+spec:
+  model:
+    modelURL: "meta-llama/Llama-3.1-8B-Instruct"
+    maxModelLen: 4096
+  vllmConfig:
+    enablePrefixCaching: true
+    tensorParallelSize: 1
+    extraArgs: ["{F}"]
+    v1: true
+    port: 8000
+  lmCacheConfig:
+    enabled: true
+    cpuOffloadingBufferSize: "15"
+  deploymentConfig:
+    image: {{registry: docker.io, name: "lmcache/vllm-openai:2025-05-27-v1"}}
+""",
     # Args only on llm-d's image: its entrypoint is the api_server module.
     "llm-d-image-args-only": f"""\
 apiVersion: apps/v1
