@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import yaml
 
 from kvtool.audit.inputs import yaml_tree
@@ -30,6 +31,7 @@ def read_compose(text: str, file: str | None, base_dir: Path | None) -> list[Inv
     comments = tuple(yaml_comment_suppressions(text, file))
     found: list[Invocation] = []
     for document in yaml_tree.compose_documents(text, file):
+        duplicates = tuple(yaml_tree.duplicate_keys(document, file))
         services = yaml_tree.get(document, "services")
         for name, _, service in yaml_tree.items(services):
             first, last = service.start_mark.line + 1, service.end_mark.line + 1
@@ -50,7 +52,8 @@ def read_compose(text: str, file: str | None, base_dir: Path | None) -> list[Inv
                 ),
             )
             found.extend(
-                container_invocations(
+                msgspec.structs.replace(i, notes=i.notes + duplicates)
+                for i in container_invocations(
                     words,
                     text,
                     context,

@@ -77,13 +77,22 @@ def read(text: str, source: ReadSource) -> list[Invocation]:
 
 
 def read_config_file(text: str, file: str | None) -> list[Invocation]:
-    """A config file given directly: one invocation made only of config items."""
+    """A config file given directly: one invocation made only of config items.
+
+    A key written twice is said in a note; both reach the normaliser in order, so the
+    last one wins, as vLLM's YAML loading and argparse keep the last.
+    """
+    from kvtool.audit.inputs import yaml_tree
+
+    documents = yaml_tree.compose_documents(text, file)
+    notes = tuple(yaml_tree.duplicate_keys(documents[0], file)) if documents else ()
     return [
         Invocation(
             kind="vllm-config",
             label=file or "<config>",
             file=file,
             config_items=config_items(text, file),
+            notes=notes,
         )
     ]
 

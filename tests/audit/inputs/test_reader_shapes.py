@@ -236,3 +236,14 @@ def test_cli_names_skipped_files_only_with_verbose(kvtool_cli, tmp_path: Path) -
     assert "1 file(s) skipped" in quiet.stderr and "ci.yaml" not in quiet.stderr
     loud = kvtool_cli("audit", str(tmp_path), "--vllm-version", GONE_AT, "--verbose")
     assert "skipped" in loud.stderr and "ci.yaml" in loud.stderr
+
+
+def test_duplicate_keys_are_said_in_config_and_compose_files() -> None:
+    config = "model: m\nmax-num-seqs: 8\nmax-num-seqs: 16\n"
+    (invocation,) = read_text(config, "c.yaml")
+    assert any("'max-num-seqs' is written twice (first at line 2)" in n for n in invocation.notes)
+    assert [v for k, v, _ in invocation.config_items if k == "max-num-seqs"] == [8, 16]
+    compose = "services:\n  vllm:\n    image: vllm/vllm-openai:v0.20.0\n    command: [m]\n"
+    (served,) = read_text(compose + "    command: [m2]\n", "docker-compose.yml")
+    assert [t.text for t in served.tokens] == ["m2"]  # the last one wins
+    assert any("'command' is written twice" in n for n in served.notes)
