@@ -167,15 +167,16 @@ def _read_one(
     item: _Pending, configmaps: ConfigMaps, input_format: str | None, result: InputSet
 ) -> None:
     kind = input_format or detect_kind(item.text, os.path.basename(item.name))
-    if kind is None:
-        if is_template(item.text, item.name):
-            reason = f"a chart template, not YAML until rendered; {RENDER_HINT}"
-        else:
-            reason = "not a deployment file kvtool reads (no vLLM server)"
-        result.skipped.append(SkippedInput(file=item.name, reason=reason))
-        return
     if input_format is None and kind != "shell" and is_template(item.text, item.name):
-        reason = f"a chart template, not YAML until rendered; {RENDER_HINT}"
+        rendered = _render_template(item, result)
+        if rendered is None:
+            reason = f"a chart template, not YAML until rendered; {RENDER_HINT}"
+            result.skipped.append(SkippedInput(file=item.name, reason=reason))
+        elif rendered.text:
+            _read_one(rendered, configmaps, None, result)
+        return
+    if kind is None:
+        reason = "not a deployment file kvtool reads (no vLLM server)"
         result.skipped.append(SkippedInput(file=item.name, reason=reason))
         return
     base_dir = Path(item.base_dir) if item.base_dir is not None else None
@@ -192,6 +193,26 @@ def _read_one(
         )
     else:
         result.invocations.extend(found)
+
+
+def _render_template(item: _Pending, result: InputSet) -> _Pending | None:
+    """The manifest a chart template renders to (the ``helm`` extra), as a pending input.
+
+    None when it cannot be rendered here; the caller then skips the template.
+    """
+    from kvtool.audit.inputs import helm_render
+
+    try:
+        text = helm_render.rendered_template(Path(item.name))
+    except KvtoolError as error:
+        result.skipped.append(SkippedInput(file=item.name, reason=str(error), problem=True))
+        return _Pending("", item.name, item.base_dir, item.explicit)
+    if text is None:
+        return None
+    header = f"# Source: {item.name} (rendered with the chart's default values)\n"
+    return _Pending(
+        header + text, item.name + helm_render.RENDERED_SUFFIX, item.base_dir, item.explicit
+    )
 
 
 def _reason(error: KvtoolError, name: str) -> str:

@@ -247,3 +247,28 @@ def test_duplicate_keys_are_said_in_config_and_compose_files() -> None:
     (served,) = read_text(compose + "    command: [m2]\n", "docker-compose.yml")
     assert [t.text for t in served.tokens] == ["m2"]  # the last one wins
     assert any("'command' is written twice" in n for n in served.notes)
+
+
+def _chart(root: Path) -> Path:
+    """A chart in the layout of vllm-project/vllm examples/online_serving/chart-helm."""
+    (root / "templates").mkdir(parents=True)
+    (root / "Chart.yaml").write_text("apiVersion: v2\nname: demo\nversion: 0.1.0\n")
+    (root / "values.yaml").write_text(f"image: {{repository: vllm/vllm-openai, tag: v0.20.0}}\n"
+                                      f"args: [m, '{F}']\n")  # fmt: skip
+    (root / "templates" / "deployment.yaml").write_text(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {{ .Release.Name }}-vllm\n"
+        "spec:\n  template:\n    spec:\n      containers:\n        - name: vllm\n"
+        '          image: "{{ .Values.image.repository }}:{{ .Values.image.tag }}"\n'
+        "          args: {{ toYaml .Values.args | nindent 12 }}\n"
+    )
+    return root
+
+
+def test_chart_templates_render_with_the_helm_extra(tmp_path: Path) -> None:
+    pytest.importorskip("helm_python")
+    chart = _chart(tmp_path / "chart")
+    found = read_input_set([chart])
+    (invocation,) = found.invocations
+    assert invocation.file is not None and invocation.file.endswith("deployment.yaml#rendered")
+    assert [t.text for t in invocation.tokens] == ["m", F]
+    assert invocation.image == "vllm/vllm-openai:v0.20.0"
