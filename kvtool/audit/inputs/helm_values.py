@@ -106,7 +106,14 @@ def _production_stack(
     env = list(_production_stack_env(spec, config, lmcache, file))
     if _truthy(yaml_tree.get(lmcache, "enabled")):
         role = yaml_tree.scalar(yaml_tree.get(lmcache, "kvRole")) or "kv_both"
-        connector = {"kv_connector": "LMCacheConnectorV1", "kv_role": role}
+        connector: dict[str, object] = {"kv_connector": "LMCacheConnectorV1", "kv_role": role}
+        if yaml_tree.get(lmcache, "enablePD") is not None:
+            # The template passes nixlRole as the RPC port, as written.
+            rpc = yaml_tree.scalar(yaml_tree.get(lmcache, "nixlRole"))
+            connector["kv_connector_extra_config"] = {
+                "discard_partial_chunks": False,
+                "lmcache_rpc_port": rpc,
+            }
         enabled = yaml_tree.get(lmcache, "enabled")
         words += [flag("--kv-transfer-config", enabled), flag(json.dumps(connector), enabled)]
     template = yaml_tree.get(spec, "chatTemplate")
@@ -169,6 +176,13 @@ def _production_stack_env(
     if enabled is not None and _truthy(enabled):
         put("LMCACHE_USE_EXPERIMENTAL", "True", enabled)
         put("VLLM_RPC_TIMEOUT", "1000000", enabled)
+    devices = yaml_tree.get(lmcache, "cudaVisibleDevices")
+    if devices is not None:
+        put("CUDA_VISIBLE_DEVICES", yaml_tree.scalar(devices) or "", devices)
+    pd = yaml_tree.get(lmcache, "enablePD")
+    if pd is not None and _truthy(pd):
+        put("LMCACHE_LOCAL_CPU", "False", pd)
+        put("LMCACHE_MAX_LOCAL_CPU_SIZE", "0", pd)
     cpu = yaml_tree.get(lmcache, "cpuOffloadingBufferSize")
     size = yaml_tree.scalar(cpu)
     if cpu is not None and size is not None and _positive(size):
