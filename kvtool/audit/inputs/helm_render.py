@@ -20,16 +20,21 @@ TEMPLATES = "templates"
 RENDERED_SUFFIX = "#rendered"  # names a rendered template in the report (not a file on disk)
 
 
+@cache
 def available() -> bool:
     return importlib.util.find_spec("helm_python") is not None
 
 
 def chart_root(template: Path) -> Path | None:
     """The chart a file under ``CHART/templates/`` belongs to, or None."""
-    for parent in template.parents:
-        if parent.name == TEMPLATES and (parent.parent / CHART_FILE).is_file():
-            return parent.parent
-    return None
+    return _chart_of(template.parent)
+
+
+@cache
+def _chart_of(directory: Path) -> Path | None:
+    if directory.name == TEMPLATES and (directory.parent / CHART_FILE).is_file():
+        return directory.parent
+    return None if directory.parent == directory else _chart_of(directory.parent)
 
 
 def rendered_template(template: Path) -> str | None:
@@ -39,8 +44,10 @@ def rendered_template(template: Path) -> str | None:
     string when the template renders to nothing (a disabled feature). Raises
     ``KvtoolError`` when Helm cannot render the chart.
     """
+    if not available():
+        return None
     root = chart_root(template)
-    if root is None or not available():
+    if root is None:
         return None
     relative = template.resolve().relative_to(root.resolve()).as_posix()
     for key, text in _render(root.resolve()).items():
