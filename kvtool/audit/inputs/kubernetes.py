@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import msgspec
 import yaml
 
-from kvtool.audit.inputs import kaito, vllm_runtime, yaml_tree
+from kvtool.audit.inputs import kaito, ray_serve, vllm_runtime, yaml_tree
 from kvtool.audit.inputs.container import (
     ArgvWord,
     container_invocations,
@@ -132,6 +132,8 @@ def _document(
                 suppressions = _annotation_suppressions(item.pod, file) + suppressions
             found.extend(_container(item.container, text, source, where, suppressions, model))
         found.extend(_kubeai_model(node, kind, text, source, owner, local))
+        if kind == "RayService":
+            found.extend(ray_serve.read_serve_config(node, text, source, owner, local))
         if vllm_runtime.is_vllm_runtime(node, kind):
             found.extend(vllm_runtime.read_runtime(node, text, source, owner, local))
     return found

@@ -247,6 +247,33 @@ decode:
       args:
         - {F}
 """,
+    # ray-project/kuberay ray-operator/config/samples/vllm-serve-llm: Ray Serve LLM apps.
+    "ray-serve-llm": f"""\
+apiVersion: ray.io/v1
+kind: RayService
+metadata: {{name: llm}}
+spec:
+  serveConfigV2: |
+    applications:
+    - name: llms
+      import_path: ray.serve.llm:build_openai_app
+      route_prefix: "/"
+      args:
+        llm_configs:
+        - model_loading_config:
+            model_id: qwen
+            model_source: Qwen/Qwen2.5-7B-Instruct
+          engine_kwargs:
+            tensor_parallel_size: 2
+            {F[2:].replace("-", "_")}: true
+  rayClusterConfig:
+    headGroupSpec:
+      template:
+        spec:
+          containers:
+            - name: ray-head
+              image: rayproject/ray-llm:2.46.0-py311-cu124
+""",
     # vllm-project/production-stack operator/config/samples: VLLMRuntime.
     "production-stack-vllmruntime": f"""\
 apiVersion: production-stack.vllm.ai/v1alpha1
@@ -287,8 +314,9 @@ spec:
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_removed_flag_found_at_its_line(tmp_path: Path, shape: str) -> None:
     text = SHAPES[shape]
+    written = F[2:].replace("-", "_") if shape == "ray-serve-llm" else F
     assert removed_in_text(tmp_path, f"{shape}.yaml", text) == [
-        (f"{shape}.yaml", line_of(text, F))
+        (f"{shape}.yaml", line_of(text, written))
     ]
 
 
