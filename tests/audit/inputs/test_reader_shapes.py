@@ -272,3 +272,14 @@ def test_chart_templates_render_with_the_helm_extra(tmp_path: Path) -> None:
     assert invocation.file is not None and invocation.file.endswith("deployment.yaml#rendered")
     assert [t.text for t in invocation.tokens] == ["m", F]
     assert invocation.image == "vllm/vllm-openai:v0.20.0"
+
+
+def test_shipped_production_stack_example_maps_env_to_the_value_that_sets_it() -> None:
+    example = Path(__file__).resolve().parents[3] / "examples" / "production-stack-values.yaml"
+    (invocation,) = read_input_set([example]).invocations
+    text = example.read_text(encoding="utf-8")
+    env = {e.name: e for e in invocation.env}
+    # The chart adds LMCache's variables when lmcacheConfig.enabled is set: they point there.
+    timeout = env["VLLM_RPC_TIMEOUT"].location
+    assert timeout is not None and timeout.line == line_of(text, "enabled: true")
+    assert env["PYTHONHASHSEED"].value == "0"
