@@ -283,3 +283,19 @@ def test_shipped_production_stack_example_maps_env_to_the_value_that_sets_it() -
     timeout = env["VLLM_RPC_TIMEOUT"].location
     assert timeout is not None and timeout.line == line_of(text, "enabled: true")
     assert env["PYTHONHASHSEED"].value == "0"
+
+
+@pytest.mark.parametrize("output_format", ["github", "sarif", "text", "json"])
+def test_an_unreadable_file_is_in_every_report_format(  # type: ignore[no-untyped-def]
+    kvtool_cli, tmp_path: Path, output_format: str
+) -> None:
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("apiVersion: v1\nkind: Pod\nspec: [1, 2\n")
+    result = kvtool_cli("audit", str(broken), "--output-format", output_format)
+    assert result.exit_code == 1, result.stderr  # it may hide a server: the run fails
+    assert "broken.yaml" in result.stdout and "invalid YAML" in result.stdout
+    if output_format == "sarif":
+        import jsonschema
+
+        schema_path = Path(__file__).resolve().parents[2] / "data" / "sarif-schema-2.1.0.json"
+        jsonschema.validate(json.loads(result.stdout), json.loads(schema_path.read_text()))
