@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import msgspec
 import yaml
 
-from kvtool.audit.inputs import kaito, ray_serve, vllm_runtime, yaml_tree
+from kvtool.audit.inputs import kaito, kustomize, ray_serve, vllm_runtime, yaml_tree
 from kvtool.audit.inputs.container import (
     ArgvWord,
     container_invocations,
@@ -116,6 +116,10 @@ def _document(
             continue
         if kind == "ConfigMap":
             found.extend(kaito.read_configmap(node, text, file, comments))
+            continue
+        if kind == "Kustomization":
+            for patch in kustomize.inline_patches(node):
+                found.extend(kustomize.read_inline(patch, text, source, read))
             continue
         name = yaml_tree.scalar(yaml_tree.get_path(node, "metadata", "name")) or "?"
         first, last = node.start_mark.line + 1, node.end_mark.line + 1

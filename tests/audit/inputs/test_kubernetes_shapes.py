@@ -222,6 +222,25 @@ spec:
             - m
             - {F}
 """,
+    # kubernetes-sigs/kustomize examples/inlinePatch.md: a patch written in kustomization.yaml.
+    "kustomize-inline-patch": f"""\
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources: [../base]
+patches:
+  - target: {{kind: Deployment, name: vllm}}
+    patch: |-
+      apiVersion: apps/v1
+      kind: Deployment
+      metadata:
+        name: vllm
+      spec:
+        template:
+          spec:
+            containers:
+              - name: vllm
+                args: ["m", "{F}"]
+""",
     # A string where a list belongs (Helm values of several charts): split as a shell line.
     "command-as-string": f"""\
 apiVersion: v1
