@@ -2,7 +2,9 @@
 
 Only typer and the standard library are imported at module level; the audit
 machinery is imported inside the commands so ``kvtool --help`` stays fast.
-Exit codes: 0 clean, 1 findings at or above ``--fail-on``, 2 bad input or usage.
+Exit codes: 0 clean, 1 findings at or above ``--fail-on`` or an input that could not be
+read (reported, the other inputs still audited), 2 usage (no input at all, a bad option,
+a path that does not exist).
 """
 
 import sys
@@ -11,8 +13,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-
-from kvtool.audit.inputs.registry import FILE_FORMATS
 
 if TYPE_CHECKING:
     from kvtool.audit.engine import AuditReport
@@ -141,9 +141,8 @@ def audit(
         str | None,
         typer.Option(
             "--input-format",
-            help="Force the input kind (default: detected per file): "
-            + ", ".join(FILE_FORMATS)
-            + ".",
+            help="Force the input kind (default: detected per file; the kinds are listed in "
+            "docs/audit-inputs.md and in the error for an unknown one).",
         ),
     ] = None,
     stdin_filename: Annotated[
