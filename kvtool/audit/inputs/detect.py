@@ -35,20 +35,31 @@ _TEMPLATE_ACTION = re.compile(
 )
 _JINJA_BLOCK = re.compile(r"\{%-?\s*(?:if|for|set|macro|include)\b")
 _TOP_LEVEL_KEY = re.compile(r"^([A-Za-z_][A-Za-z0-9_.-]*):(?:\s|$)", re.MULTILINE)
-_DOCKERFILE_INSTRUCTION = re.compile(r"^\s*(FROM|CMD|ENTRYPOINT)\s", re.MULTILINE | re.IGNORECASE)
+_DOCKERFILE_INSTRUCTION = re.compile(r"^[ \t]*FROM[ \t]+\S", re.MULTILINE | re.IGNORECASE)
 
 
 def is_shell(text: str, name: str) -> bool:
     return text.startswith("#!") or name.endswith(SHELL_SUFFIXES)
 
 
+def is_dockerfile_name(name: str) -> bool:
+    """``Dockerfile``, ``Containerfile``, ``x.dockerfile`` or a variant ``Dockerfile.cuda``
+    (not ``dockerfile.py``: a variant suffix that names another language is that language)."""
+    if name in ("dockerfile", "containerfile") or name.endswith((".dockerfile", ".containerfile")):
+        return True
+    head, dot, variant = name.partition(".")
+    return head in ("dockerfile", "containerfile") and bool(dot) and variant not in _NOT_VARIANTS
+
+
+# Suffixes after "dockerfile." that are other kinds of file (code, docs, templates).
+_NOT_VARIANTS = frozenset(
+    {"py", "md", "txt", "rst", "json", "yaml", "yml", "sh", "go", "rs", "j2", "jinja", "tpl",
+     "tmpl", "in", "toml", "lock", "bak", "orig"}
+)  # fmt: skip
+
+
 def is_dockerfile(text: str, name: str) -> bool:
-    named = (
-        name in ("dockerfile", "containerfile")
-        or name.startswith(("dockerfile.", "containerfile."))
-        or name.endswith((".dockerfile", ".containerfile"))
-    )
-    return named and bool(_DOCKERFILE_INSTRUCTION.search(text))
+    return is_dockerfile_name(name) and bool(_DOCKERFILE_INSTRUCTION.search(text))
 
 
 def is_json_manifest(text: str, name: str) -> bool:

@@ -52,7 +52,7 @@ READERS: tuple[InputReader, ...] = (
         "Dockerfile/Containerfile ENTRYPOINT and CMD (exec and shell forms)",
         detect.is_dockerfile,
         "dockerfile",
-        ("dockerfile", "containerfile", ".dockerfile", ".containerfile"),
+        (".dockerfile", ".containerfile"),  # and the names of detect.is_dockerfile_name
     ),
     InputReader(
         "kaito",
@@ -124,14 +124,11 @@ def detect_kind(text: str, name: str) -> InputKind | None:
 def is_candidate(name: str) -> bool:
     """Whether a directory walk reads a file of this name (others are not looked at)."""
     lowered = name.lower()
-    return lowered.endswith(_SUFFIXES) or lowered.startswith(_PREFIXES)
+    return lowered.endswith(_SUFFIXES) or detect.is_dockerfile_name(lowered)
 
 
-# Every reader's names as one suffix tuple and one "NAME." prefix tuple (Dockerfile.cuda).
+# Every reader's name suffixes as one tuple, for str.endswith.
 _SUFFIXES = tuple({suffix for reader in READERS for suffix in reader.suffixes})
-_PREFIXES = tuple(
-    {suffix + "." for reader in READERS for suffix in reader.suffixes if "." not in suffix}
-)
 
 
 def describe() -> str:

@@ -299,3 +299,16 @@ def test_an_unreadable_file_is_in_every_report_format(  # type: ignore[no-untype
 
         schema_path = Path(__file__).resolve().parents[2] / "data" / "sarif-schema-2.1.0.json"
         jsonschema.validate(json.loads(result.stdout), json.loads(schema_path.read_text()))
+
+
+@pytest.mark.parametrize(
+    ("name", "is_dockerfile"),
+    [("Dockerfile", True), ("Dockerfile.cuda", True), ("Containerfile", True),
+     ("serve.dockerfile", True), ("dockerfile.py", False), ("Dockerfile.md", False)],
+)  # fmt: skip
+def test_dockerfile_names(tmp_path: Path, name: str, is_dockerfile: bool) -> None:
+    from kvtool.audit.inputs.registry import is_candidate
+
+    text = "from os import path\n" if name.endswith(".py") else "FROM vllm/vllm-openai:v0.20.0\n"
+    assert (detect_kind(text, name) == "dockerfile") is is_dockerfile
+    assert is_candidate(name) is is_dockerfile
