@@ -138,6 +138,8 @@ def _document(
         found.extend(_kubeai_model(node, kind, text, source, owner, local))
         if kind == "RayService":
             found.extend(ray_serve.read_serve_config(node, text, source, owner, local))
+        if kind == "RayJob":
+            found.extend(ray_serve.read_job_entrypoint(node, text, source, owner, local))
         if vllm_runtime.is_vllm_runtime(node, kind):
             found.extend(vllm_runtime.read_runtime(node, text, source, owner, local))
     return found

@@ -1,4 +1,4 @@
-"""Ray Serve LLM applications in a RayService's ``serveConfigV2``: vLLM engine kwargs.
+"""Ray: Serve LLM applications in a RayService's ``serveConfigV2``, a RayJob's entrypoint.
 
 ``import_path: ray.serve.llm:build_openai_app`` starts vLLM's OpenAI server with each
 ``args.llm_configs[].engine_kwargs`` passed to vLLM's engine arguments
@@ -17,6 +17,7 @@ import yaml
 
 from kvtool.audit.inputs import yaml_tree
 from kvtool.audit.inputs.positions import LineIndex, OffsetMap
+from kvtool.audit.inputs.shell import ShellContext, read_script
 from kvtool.audit.inputs.source import ReadSource
 from kvtool.audit.model import Invocation, Location, Suppression
 
@@ -71,3 +72,33 @@ def read_serve_config(
                 )
             )
     return found
+
+
+def read_job_entrypoint(
+    node: yaml.Node,
+    text: str,
+    source: ReadSource,
+    owner: str,
+    suppressions: tuple[Suppression, ...],
+) -> list[Invocation]:
+    """A RayJob's ``spec.entrypoint``: the shell command Ray runs on the head node
+    (ray-project/kuberay ray-operator/config/samples/ray-job.*.yaml)."""
+    entry = yaml_tree.get_path(node, "spec", "entrypoint")
+    script = yaml_tree.scalar(entry)
+    if script is None or not isinstance(entry, yaml.ScalarNode):
+        return []
+    start, end = yaml_tree.scalar_source_span(entry, text)
+    mapping = OffsetMap.align(script, text, start, end)
+    index = LineIndex(text, source.file)
+
+    def locate(begin: int, finish: int) -> Location:
+        return index.location(mapping.to_source(begin), mapping.to_source(finish))
+
+    context = ShellContext(
+        file=source.file,
+        kind="kubernetes",
+        base_dir=source.base_dir,
+        label=f"{source.file or '<input>'}: {owner} entrypoint",
+        suppressions=suppressions,
+    )
+    return read_script(script, locate, context)

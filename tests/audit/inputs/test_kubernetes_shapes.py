@@ -293,6 +293,23 @@ spec:
             - name: ray-head
               image: rayproject/ray-llm:2.46.0-py311-cu124
 """,
+    # ray-project/kuberay ray-operator/config/samples/ray-job.*.yaml: the entrypoint command.
+    "ray-rayjob-entrypoint": f"""\
+apiVersion: ray.io/v1
+kind: RayJob
+metadata: {{name: job}}
+spec:
+  entrypoint: >-
+    vllm serve m --tensor-parallel-size 2
+    {F}
+  rayClusterSpec:
+    headGroupSpec:
+      template:
+        spec:
+          containers:
+            - name: ray-head
+              image: rayproject/ray:2.46.0
+""",
     # vllm-project/production-stack operator/config/samples: VLLMRuntime.
     "production-stack-vllmruntime": f"""\
 apiVersion: production-stack.vllm.ai/v1alpha1
