@@ -16,7 +16,7 @@ from pathlib import Path
 
 from kvtool.audit.inputs.argv import read_argv
 from kvtool.audit.inputs.detect import is_template
-from kvtool.audit.inputs.discover import candidate_files
+from kvtool.audit.inputs.discover import candidate_paths
 from kvtool.audit.inputs.registry import FILE_FORMATS, detect_kind, reader_for
 from kvtool.audit.inputs.source import ConfigMaps, ReadSource
 from kvtool.audit.model import Invocation, Location, SkippedInput
@@ -87,17 +87,16 @@ def read_input_set(
         if not path.exists():
             raise KvtoolError(f"{path}: no such file or directory")
         if path.is_dir():
-            files, explicit = list(candidate_files(path)), False
+            files, explicit = list(candidate_paths(path)), False
         else:
-            files, explicit = [path], True
-        for file in files:
-            key = os.path.abspath(file)
+            files, explicit = [str(path)], True
+        for name in files:
+            key = os.path.abspath(name)
             if key in seen:
                 continue
             seen.add(key)
-            text = _read_file(file, result)
+            text = _read_file(name, result)
             if text is not None:
-                name = str(file)
                 pending.append(_Pending(text, name, os.path.dirname(name) or ".", explicit))
     if stdin is not None:
         pending.append(_Pending(_strip_bom(stdin.text), stdin.name, os.getcwd(), True))
@@ -147,16 +146,16 @@ def read_inputs(paths: list[Path], *, input_format: str | None = None) -> list[I
     return found.invocations
 
 
-def _read_file(path: Path, result: InputSet) -> str | None:
+def _read_file(path: str, result: InputSet) -> str | None:
     try:
         with open(path, "rb") as handle:  # bytes then decode: faster than a text stream
             data = handle.read()
         return _strip_bom(data.decode("utf-8").replace("\r\n", "\n"))
     except UnicodeDecodeError:
-        result.skipped.append(SkippedInput(file=str(path), reason="not UTF-8 text", problem=False))
+        result.skipped.append(SkippedInput(file=path, reason="not UTF-8 text", problem=False))
     except OSError as error:
         result.skipped.append(
-            SkippedInput(file=str(path), reason=f"cannot read: {error.strerror}", problem=True)
+            SkippedInput(file=path, reason=f"cannot read: {error.strerror}", problem=True)
         )
     return None
 

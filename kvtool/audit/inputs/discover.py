@@ -26,6 +26,11 @@ _GITIGNORE = ".gitignore"
 
 def candidate_files(directory: Path) -> Iterator[Path]:
     """Files under ``directory`` that may hold a serve configuration, in a stable order."""
+    return (Path(path) for path in candidate_paths(directory))
+
+
+def candidate_paths(directory: Path) -> Iterator[str]:
+    """:func:`candidate_files` as strings (a walk of many files skips building Paths)."""
     ignores: _Ignores = []
     for root, dirs, files in os.walk(directory):
         ignores = [(base, spec) for base, spec in ignores if _within(root, base)]
@@ -45,7 +50,7 @@ def candidate_files(directory: Path) -> Iterator[Path]:
             if (is_candidate(name) or ("." not in name and _has_shebang(path))) and not _ignored(
                 root, name, ignores, is_dir=False
             ):
-                yield Path(path)
+                yield path
 
 
 def _within(root: str, base: str) -> bool:
