@@ -56,7 +56,6 @@ class StdinInput:
 class InputSet:
     invocations: list[Invocation] = field(default_factory=list)
     skipped: list[SkippedInput] = field(default_factory=list)
-    files_read: int = 0
 
 
 @dataclass
@@ -64,7 +63,6 @@ class _Pending:
     text: str
     name: str
     base_dir: str | None
-    explicit: bool  # named on the command line (or stdin), not found in a directory walk
 
 
 def read_input_set(
@@ -82,14 +80,11 @@ def read_input_set(
         )
     result = InputSet()
     pending: list[_Pending] = []
-    seen: set[str] = set()  # absolute paths (symlinked twins are read twice, as ruff does)
+    seen: set[str] = set()  # absolute paths, not resolved: a symlinked twin is read again
     for path in paths:
         if not path.exists():
             raise KvtoolError(f"{path}: no such file or directory")
-        if path.is_dir():
-            files, explicit = list(candidate_paths(path)), False
-        else:
-            files, explicit = [str(path)], True
+        files = list(candidate_paths(path)) if path.is_dir() else [str(path)]
         for name in files:
             key = os.path.abspath(name)
             if key in seen:
@@ -97,10 +92,9 @@ def read_input_set(
             seen.add(key)
             text = _read_file(name, result)
             if text is not None:
-                pending.append(_Pending(text, name, os.path.dirname(name) or ".", explicit))
+                pending.append(_Pending(text, name, os.path.dirname(name) or "."))
     if stdin is not None:
-        pending.append(_Pending(_strip_bom(stdin.text), stdin.name, os.getcwd(), True))
-    result.files_read = len(pending)
+        pending.append(_Pending(_strip_bom(stdin.text), stdin.name, os.getcwd()))
     configmaps = collect_configmaps([(p.text, p.name) for p in pending])
     for item in pending:
         _read_one(item, configmaps, input_format, result)
@@ -207,12 +201,12 @@ def _render_template(item: _Pending, result: InputSet) -> _Pending | None:
         text = helm_render.rendered_template(Path(item.name))
     except KvtoolError as error:
         result.skipped.append(SkippedInput(file=item.name, reason=str(error), problem=True))
-        return _Pending("", item.name, item.base_dir, item.explicit)
+        return _Pending("", item.name, item.base_dir)
     if text is None:
         return None
     header = f"# Source: {item.name} (rendered with the chart's default values)\n"
     return _Pending(
-        header + text, item.name + helm_render.RENDERED_SUFFIX, item.base_dir, item.explicit
+        header + text, item.name + helm_render.RENDERED_SUFFIX, item.base_dir
     )
 
 
