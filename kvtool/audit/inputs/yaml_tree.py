@@ -80,11 +80,23 @@ def where(node: yaml.Node, file: str | None) -> str:
     return _where(file, node.start_mark)
 
 
+_MERGE = "tag:yaml.org,2002:merge"
+
+
 def items(node: yaml.Node | None) -> Iterator[tuple[str, yaml.Node, yaml.Node]]:
-    """(key text, key node, value node) of a mapping node; nothing for other nodes."""
+    """(key text, key node, value node) of a mapping node; nothing for other nodes.
+
+    A merge key (``<<: *defaults``, common in compose files) yields the merged
+    mapping's items in its place, so a key written after it wins in :func:`get`.
+    """
     if isinstance(node, yaml.MappingNode):
         for key, value in node.value:
-            if isinstance(key, yaml.ScalarNode):
+            if isinstance(key, yaml.ScalarNode) and key.tag == _MERGE:
+                merged = value.value if isinstance(value, yaml.SequenceNode) else [value]
+                for source in merged:
+                    if source is not node:
+                        yield from items(source)
+            elif isinstance(key, yaml.ScalarNode):
                 yield str(key.value), key, value
 
 

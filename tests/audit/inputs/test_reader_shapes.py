@@ -312,3 +312,22 @@ def test_dockerfile_names(tmp_path: Path, name: str, is_dockerfile: bool) -> Non
     text = "from os import path\n" if name.endswith(".py") else "FROM vllm/vllm-openai:v0.20.0\n"
     assert (detect_kind(text, name) == "dockerfile") is is_dockerfile
     assert is_candidate(name) is is_dockerfile
+
+
+def test_compose_merge_keys_carry_the_shared_service(tmp_path: Path) -> None:
+    # Compose "extension fields" with YAML anchors (docs.docker.com/compose/multiple-compose-files/
+    # and the compose spec's x- fields): the service's own keys win over the merged ones.
+    text = f"""\
+x-vllm: &vllm
+  image: vllm/vllm-openai:v0.20.0
+  command: ["m", "--port", "8000"]
+services:
+  a:
+    <<: *vllm
+  b:
+    <<: *vllm
+    command: ["m", "{F}"]
+"""
+    assert removed_in_text(tmp_path, "compose.yaml", text) == [("compose.yaml", line_of(text, F))]
+    invocations = read_text(text, "compose.yaml")
+    assert [i.image for i in invocations] == ["vllm/vllm-openai:v0.20.0"] * 2
