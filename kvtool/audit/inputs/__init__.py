@@ -180,6 +180,9 @@ def _read_one(
         found = read_text(item.text, item.name, input_format=kind, source=source)
     except NoServerCommand as error:
         result.skipped.append(SkippedInput(file=item.name, reason=_reason(error, item.name)))
+    except RecursionError:
+        reason = "nested too deeply to read (a YAML alias inside itself?)"
+        result.skipped.append(SkippedInput(file=item.name, reason=reason, problem=True))
     except KvtoolError as error:
         # A file that cannot be read may hide a server: reported, and it fails the run,
         # but the other files are still audited.

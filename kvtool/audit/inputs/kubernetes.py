@@ -148,8 +148,12 @@ def _document(
 def _containers(root: yaml.Node) -> Iterator[_Found]:
     """Every container below ``root``, with the role its position names."""
     stack: list[tuple[yaml.Node, str, yaml.Node | None]] = [(root, "", None)]
+    seen: set[int] = set()  # an alias makes a node appear twice, or inside itself
     while stack:
         node, role, parent = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
         if isinstance(node, yaml.SequenceNode):
             for index, item in reversed(list(enumerate(node.value))):
                 label = yaml_tree.scalar(yaml_tree.get(item, "name")) or str(index)

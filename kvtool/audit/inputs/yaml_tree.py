@@ -83,7 +83,9 @@ def where(node: yaml.Node, file: str | None) -> str:
 _MERGE = "tag:yaml.org,2002:merge"
 
 
-def items(node: yaml.Node | None) -> Iterator[tuple[str, yaml.Node, yaml.Node]]:
+def items(
+    node: yaml.Node | None, _merging: frozenset[int] = frozenset()
+) -> Iterator[tuple[str, yaml.Node, yaml.Node]]:
     """(key text, key node, value node) of a mapping node; nothing for other nodes.
 
     A merge key (``<<: *defaults``, common in compose files) yields the merged
@@ -94,8 +96,8 @@ def items(node: yaml.Node | None) -> Iterator[tuple[str, yaml.Node, yaml.Node]]:
             if isinstance(key, yaml.ScalarNode) and key.tag == _MERGE:
                 merged = value.value if isinstance(value, yaml.SequenceNode) else [value]
                 for source in merged:
-                    if source is not node:
-                        yield from items(source)
+                    if id(source) not in _merging and source is not node:
+                        yield from items(source, _merging | {id(node)})
             elif isinstance(key, yaml.ScalarNode):
                 yield str(key.value), key, value
 
@@ -113,8 +115,12 @@ def duplicate_keys(node: yaml.Node, file: str | None) -> list[str]:
     """One note per key written twice in the same mapping, anywhere below ``node``."""
     notes: list[str] = []
     stack = [node]
+    seen: set[int] = set()  # an alias makes a node appear twice, or inside itself
     while stack:
         current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
         if isinstance(current, yaml.MappingNode):
             first: dict[str, yaml.Node] = {}
             for key, value in current.value:

@@ -453,3 +453,12 @@ def test_rendered_helm_output_on_stdin_names_its_template() -> None:
     assert removed_in_stdin(text, "rendered.yaml") == [("rendered.yaml", line_of(text, F))]
     (invocation,) = read_input_set([], stdin=StdinInput(text, "rendered.yaml")).invocations
     assert "from vllm-stack/templates/deployment-vllm-multi.yaml" in invocation.label
+
+
+@pytest.mark.timeout(20)
+def test_an_alias_inside_itself_ends(tmp_path: Path) -> None:
+    # YAML lets an anchored node contain its own alias; walks must not loop on it.
+    looped = "    spec: &pod\n      loop: *pod\n      containers:"
+    text = SHAPES["deployment-flow-list"].replace("    spec:\n      containers:", looped)
+    assert "*pod" in text
+    assert removed_in_text(tmp_path, "loop.yaml", text) == [("loop.yaml", line_of(text, F))]
