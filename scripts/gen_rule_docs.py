@@ -1,7 +1,8 @@
 """Write the audit's generated docs (``--check``: exit 1 if one is stale).
 
 docs/rules.md comes from the rule registry, docs/audit-report.schema.json (the JSON
-Schema of ``--output-format json``) from the report's record types.
+Schema of ``--output-format json``) from the report's record types, docs/audit-inputs.md
+from the input reader registry.
 
 python scripts/gen_rule_docs.py          # rewrite both
 python scripts/gen_rule_docs.py --check  # CI: fail when a committed file differs
@@ -14,6 +15,7 @@ import json
 import sys
 from pathlib import Path
 
+from kvtool.audit.inputs.registry import describe as describe_inputs
 from kvtool.audit.render.json_report import json_schema
 from kvtool.audit.ruledocs import markdown
 
@@ -25,6 +27,7 @@ def generated() -> dict[Path, str]:
     return {
         DOCS / "rules.md": markdown(),
         DOCS / "audit-report.schema.json": json.dumps(json_schema(), indent=2) + "\n",
+        DOCS / "audit-inputs.md": describe_inputs(),
     }
 
 

@@ -2,7 +2,9 @@
 
 Only typer and the standard library are imported at module level; the audit
 machinery is imported inside the commands so ``kvtool --help`` stays fast.
-Exit codes: 0 clean, 1 findings at or above ``--fail-on``, 2 bad input or usage.
+Exit codes: 0 clean, 1 findings at or above ``--fail-on`` or an input that could not be
+read (reported, the other inputs still audited), 2 usage (no input at all, a bad option,
+a path that does not exist).
 """
 
 import sys
@@ -14,8 +16,8 @@ import typer
 
 if TYPE_CHECKING:
     from kvtool.audit.engine import AuditReport
+    from kvtool.audit.inputs import InputSet
     from kvtool.audit.live import LiveServer
-    from kvtool.audit.model import Invocation
 
 
 class OutputFormat(str, Enum):
@@ -59,18 +61,33 @@ def split_positionals(words: list[str]) -> tuple[list[str], list[str]]:
     return words, []
 
 
-def _read(paths: list[str], argv: list[str], input_format: str | None) -> "list[Invocation]":
-    from kvtool.audit.inputs import read_argv, read_inputs
+STDIN = "-"
+
+
+def _read(
+    paths: list[str], argv: list[str], input_format: str | None, stdin_filename: str | None
+) -> "InputSet":
+    from kvtool.audit.inputs import InputSet, StdinInput, read_argv, read_input_set
     from kvtool.errors import KvtoolError
 
     if not paths and not argv:
         raise KvtoolError(
             "audit: nothing to audit: give files, or a command after '--' (-- vllm serve MODEL ...)"
         )
-    invocations = read_inputs([Path(p) for p in paths], input_format=input_format) if paths else []
+    if stdin_filename is not None and STDIN not in paths:
+        raise KvtoolError("--stdin-filename: only with '-' (read the input from stdin)")
+    stdin = None
+    if STDIN in paths:
+        stdin = StdinInput(sys.stdin.read(), stdin_filename or "<stdin>")
+    files = [Path(p) for p in paths if p != STDIN]
+    found = (
+        read_input_set(files, input_format=input_format, stdin=stdin)
+        if files or stdin
+        else InputSet()
+    )
     if argv:
-        invocations.append(read_argv(argv))
-    return invocations
+        found.invocations.append(read_argv(argv))
+    return found
 
 
 def _emit(text: str, output_file: Path | None) -> None:
@@ -125,9 +142,21 @@ def audit(
         str | None,
         typer.Option(
             "--input-format",
-            help="Force the input kind: shell, vllm-config, kubernetes, compose, kaito.",
+            help="Force the input kind (default: detected per file; the kinds are listed in "
+            "docs/audit-inputs.md and in the error for an unknown one).",
         ),
     ] = None,
+    stdin_filename: Annotated[
+        str | None,
+        typer.Option(
+            "--stdin-filename",
+            help="With '-': the name stdin is reported under (and detected by), like ruff's.",
+        ),
+    ] = None,
+    verbose: Annotated[
+        bool,
+        typer.Option("--verbose", "-v", help="Name the files skipped for starting no server."),
+    ] = False,
     output_format: Annotated[
         OutputFormat,
         typer.Option("--output-format", envvar="KVTOOL_OUTPUT_FORMAT", help="Report format."),
@@ -225,7 +254,13 @@ def audit(
         sys.stdout.write(json.dumps(settings.as_file_keys(), indent=2) + "\n")
         raise typer.Exit(0)
     file_paths, argv = split_positionals(list(paths or []))
-    invocations = [live.invocation] if live else _read(file_paths, argv, input_format)
+    if live:
+        from kvtool.audit.inputs import InputSet
+
+        inputs = InputSet(invocations=[live.invocation])
+    else:
+        inputs = _read(file_paths, argv, input_format, stdin_filename)
+    invocations = inputs.invocations
     extras = {}
     if image_verdicts is not None:
         from kvtool.audit.rules.image import IMAGE_VERDICTS
@@ -241,6 +276,15 @@ def audit(
         version_from_cli=vllm_version is not None,
     )
     report = auditor.run(invocations)
+    report.skipped = list(inputs.skipped)
+    if verbose:
+        for skipped in inputs.skipped:
+            if not skipped.problem:
+                stderr.print(f"kvtool: skipped {skipped.file}: {skipped.reason}", markup=False)
+    if not invocations and not any(s.problem for s in inputs.skipped):
+        stderr.print(
+            "kvtool: warning: no vLLM server found in the input", markup=False, soft_wrap=True
+        )
     for warning in sorted({i.target.warning for i in report.invocations if i.target.warning}):
         stderr.print(f"kvtool: warning: {warning}", markup=False, soft_wrap=True)
     if fix or diff:
@@ -261,7 +305,7 @@ def audit(
 
     if output_format is OutputFormat.text:
         stderr.print(summary(report), markup=False, soft_wrap=True)
-    if not exit_zero and report.fails(settings.fail_on):
+    if not exit_zero and (report.fails(settings.fail_on) or report.unreadable):
         raise typer.Exit(1)
 
 

@@ -21,6 +21,7 @@ from kvtool.audit.model import (
     Location,
     ServeConfig,
     Severity,
+    SkippedInput,
     Suppression,
 )
 from kvtool.audit.registry import ConfigRule, RuleRegistry, registry
@@ -51,6 +52,13 @@ class InvocationReport(msgspec.Struct):
 class AuditReport(msgspec.Struct):
     invocations: list[InvocationReport] = msgspec.field(default_factory=list)
     suppressed: int = 0  # findings silenced by inline or annotation suppressions
+    # Files read but not audited (no server, chart templates, unreadable), set by the CLI.
+    skipped: list[SkippedInput] = msgspec.field(default_factory=list)
+
+    @property
+    def unreadable(self) -> list[SkippedInput]:
+        """Skipped files that could not be read at all: they may hide a server."""
+        return [s for s in self.skipped if s.problem]
 
     @property
     def findings(self) -> list[Finding]:

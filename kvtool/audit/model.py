@@ -55,7 +55,31 @@ class Suppression(msgspec.Struct, kw_only=True):
     target_line: int | None = None
 
 
-InputKind = Literal["argv", "shell", "vllm-config", "kubernetes", "compose", "kaito"]
+InputKind = Literal[
+    "argv",
+    "shell",
+    "vllm-config",
+    "kubernetes",
+    "compose",
+    "kaito",
+    "helm-values",
+    "dockerfile",
+    "skypilot",
+]
+
+
+class SkippedInput(msgspec.Struct, frozen=True, kw_only=True):
+    """A file the audit read no invocation from, and why (shown in the report, never fatal)."""
+
+    file: str
+    reason: str  # one line: "starts no vLLM server", "invalid YAML at 3:1: ...", "Helm template"
+    # True when the file could not be read at all (undecodable, invalid YAML, shell syntax):
+    # such a file may hide a server, so it fails the run like a finding would.
+    problem: bool = False
+
+    def describe(self) -> str:
+        """``file: reason``, or ``file:3:1: reason`` when the reason starts at a position."""
+        return f"{self.file}{':' if self.reason[:1].isdigit() else ': '}{self.reason}"
 
 
 class Invocation(msgspec.Struct, kw_only=True):

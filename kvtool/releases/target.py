@@ -10,12 +10,13 @@ result says. Versions are mapped onto tables like this:
 * newer than the newest table: the newest table, with a warning;
 * an untabled patch release inside the covered range (``0.31.1``): the nearest lower
   patch table of the same minor series, with a warning;
-* older than the oldest table, or a version that names no release at all: ``KvtoolError``.
+* older than the oldest table: the oldest table, with a warning (the security-floor rows
+  still apply: they cover the oldest table's release);
+* a version that names no release at all: ``KvtoolError``.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Literal
 
 import msgspec
@@ -23,9 +24,6 @@ from packaging.version import InvalidVersion, Version
 
 from kvtool.errors import KvtoolError
 from kvtool.releases.loader import available_versions
-
-# The tag's leading version: "v0.32.0", "0.31.1-cuda12", "v0.30.0-cu129", "0.33.0rc1".
-_TAG_VERSION = re.compile(r"^v?(\d+\.\d+\.\d+(?:(?:\.post|rc|\.dev)\d+)?)(?![\d.])")
 
 
 class TargetRelease(msgspec.Struct, frozen=True, kw_only=True):
@@ -35,14 +33,12 @@ class TargetRelease(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def version_from_image(image: str) -> str | None:
-    """The vLLM version in an image reference's tag, or None (no tag, ``latest``, digest)."""
-    ref = image.strip().split("@", 1)[0]
-    slash = ref.rfind("/")
-    colon = ref.rfind(":")
-    if colon <= slash:
-        return None
-    match = _TAG_VERSION.match(ref[colon + 1 :])
-    return match.group(1) if match else None
+    """The vLLM version an image reference's tag names, or None (no tag, ``latest``, digest,
+    or a downstream image whose tag is its own release: see ``rules/images/entrypoints.toml``).
+    """
+    from kvtool.releases.images import vllm_version_of_image
+
+    return vllm_version_of_image(image)
 
 
 def _map_to_table(requested: str, origin: str) -> tuple[str, str | None]:
@@ -67,8 +63,9 @@ def _map_to_table(requested: str, origin: str) -> tuple[str, str | None]:
             f"checking against {newest}"
         )
     if base < oldest:
-        raise KvtoolError(
-            f"{origin}: vLLM {wanted} is older than the oldest release table ({oldest})"
+        return versions[0], (
+            f"vLLM {wanted} ({origin}) is older than the oldest release table ({oldest}); checking "
+            f"against {oldest}: flags added after {wanted} are not reported as unknown"
         )
     same_series = [v for v in parsed if v.release[:2] == base.release[:2] and v < base]
     if not same_series:

@@ -120,18 +120,26 @@ def test_pre_and_post_releases_use_their_base_release() -> None:
     assert post.version == "0.11.0" and post.warning is not None
 
 
-@pytest.mark.parametrize("bad", ["0.9.2", "0.10.1", "0.12.5x", "v"])
-def test_older_than_oldest_or_not_a_version_is_an_error(bad: str) -> None:
+@pytest.mark.parametrize("bad", ["0.12.5x", "v"])
+def test_not_a_version_is_an_error(bad: str) -> None:
     with pytest.raises(KvtoolError) as err:
         resolve_target(bad, None)
     assert "--vllm-version" in str(err.value)
     assert "\n" not in str(err.value)
 
 
-def test_image_with_unusable_version_names_the_image() -> None:
-    with pytest.raises(KvtoolError) as err:
-        resolve_target(None, "vllm/vllm-openai:v0.9.2")
-    assert "vllm/vllm-openai:v0.9.2" in str(err.value)
+@pytest.mark.parametrize("old", ["0.9.2", "0.10.1"])
+def test_older_than_oldest_uses_the_oldest_table_with_a_warning(old: str) -> None:
+    oldest = available_versions()[0]
+    target = resolve_target(old, None)
+    assert target.version == oldest and target.source == "flag"
+    assert target.warning is not None and "older than the oldest release table" in target.warning
+
+
+def test_an_old_image_tag_is_named_in_the_warning() -> None:
+    target = resolve_target(None, "vllm/vllm-openai:v0.9.2")
+    assert target.version == available_versions()[0]
+    assert target.warning is not None and "vllm/vllm-openai:v0.9.2" in target.warning
 
 
 @pytest.mark.parametrize("text", ["{not json", '{"flags": 5}', "[]"])

@@ -1,22 +1,25 @@
 """Audit inputs: read serve configurations into ``Invocation``s that remember where each word was.
 
-``read_inputs`` reads files (shell scripts, vLLM ``--config`` YAML, Kubernetes
-manifests, docker compose files, KAITO ConfigMaps), detected by content unless
-``input_format`` says otherwise, and the serve configurations inside directories;
-``read_argv`` reads a command given as argv.
-Malformed input raises ``KvtoolError`` naming the problem and file:line:col.
+``read_input_set`` reads files, directories and stdin: each file's kind is detected
+from its content through the reader registry (:mod:`.registry`) unless
+``input_format`` says otherwise. A file that starts no server, is a chart template or
+cannot be read is a ``SkippedInput`` in the result, never the end of the run.
+``read_argv`` reads a command given as argv; ``read_text`` reads one text.
 """
 
 from __future__ import annotations
 
+import os
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvtool.audit.inputs.argv import read_argv
-from kvtool.audit.inputs.detect import FILE_FORMATS, detect_format
-from kvtool.audit.inputs.discover import audited_kind, candidate_files
-from kvtool.audit.inputs.shell import read_shell_file
-from kvtool.audit.inputs.vllm_config import read_config_file
-from kvtool.audit.model import Invocation
+from kvtool.audit.inputs.detect import is_template
+from kvtool.audit.inputs.discover import candidate_paths
+from kvtool.audit.inputs.registry import FILE_FORMATS, detect_kind, reader_for
+from kvtool.audit.inputs.source import ConfigMaps, ReadSource
+from kvtool.audit.model import Invocation, Location, SkippedInput
 from kvtool.errors import KvtoolError
 
 
@@ -26,84 +29,194 @@ class NoServerCommand(KvtoolError):
 
 __all__ = [
     "FILE_FORMATS",
+    "InputSet",
     "NoServerCommand",
-    "detect_format",
+    "StdinInput",
     "read_argv",
+    "read_input_set",
     "read_inputs",
     "read_text",
 ]
 
+RENDER_HINT = (
+    "render it first: helm template RELEASE CHART -f values.yaml | "
+    "kvtool audit - --stdin-filename rendered.yaml"
+)
 
-def read_inputs(paths: list[Path], *, input_format: str | None = None) -> list[Invocation]:
-    """Every vLLM invocation in ``paths``, in file order; a file with none is an error.
+
+@dataclass(frozen=True)
+class StdinInput:
+    """``kvtool audit -``: the text read from stdin and the name it is reported under."""
+
+    text: str
+    name: str = "<stdin>"
+
+
+@dataclass
+class InputSet:
+    invocations: list[Invocation] = field(default_factory=list)
+    skipped: list[SkippedInput] = field(default_factory=list)
+
+
+@dataclass
+class _Pending:
+    text: str
+    name: str
+    base_dir: str | None
+
+
+def read_input_set(
+    paths: list[Path], *, input_format: str | None = None, stdin: StdinInput | None = None
+) -> InputSet:
+    """Every vLLM invocation in ``paths`` (and stdin), in order, with what was skipped and why.
 
     A file named twice (``a.sh ./a.sh``, or by itself and inside a directory given too)
-    is read once, as ruff does, so its findings and fixes are not doubled.
+    is read once, as ruff does. A path that does not exist is a usage error.
     """
     if input_format is not None and input_format not in FILE_FORMATS:
         raise KvtoolError(
             f"--input-format: unknown format {input_format!r} "
             f"(choose from {', '.join(FILE_FORMATS)})"
         )
-    found: list[Invocation] = []
-    seen: set[Path] = set()
+    result = InputSet()
+    pending: list[_Pending] = []
+    seen: set[str] = set()  # absolute paths, not resolved: a symlinked twin is read again
     for path in paths:
-        key = path.resolve()
-        if key in seen:
+        if not path.exists():
+            raise KvtoolError(f"{path}: no such file or directory")
+        files = list(candidate_paths(path)) if path.is_dir() else [str(path)]
+        for name in files:
+            key = os.path.abspath(name)
+            if key in seen:
+                continue
+            seen.add(key)
+            text = _read_file(name, result)
+            if text is not None:
+                pending.append(_Pending(text, name, os.path.dirname(name) or "."))
+    if stdin is not None:
+        pending.append(_Pending(_strip_bom(stdin.text), stdin.name, os.getcwd()))
+    configmaps = collect_configmaps([(p.text, p.name) for p in pending])
+    for item in pending:
+        _read_one(item, configmaps, input_format, result)
+    _drop_configs_read_through_commands(result)
+    return result
+
+
+def _drop_configs_read_through_commands(result: InputSet) -> None:
+    """A --config file that a command of the input set names is audited through that
+    command (with the command's flags over it), not a second time on its own."""
+    named = {
+        str(Path(loc.file).resolve())
+        for invocation in result.invocations
+        if invocation.kind != "vllm-config"
+        for _, _, loc in invocation.config_items
+        if loc is not None and loc.file
+    }
+    kept: list[Invocation] = []
+    for invocation in result.invocations:
+        if invocation.kind == "vllm-config" and invocation.file and (
+            str(Path(invocation.file).resolve()) in named
+        ):
+            result.skipped.append(
+                SkippedInput(file=invocation.file, reason="read as the --config of a command")
+            )
             continue
-        if path.is_dir():
-            found.extend(_read_directory(path, input_format, seen))
-            continue
-        seen.add(key)
-        text = _read_file(path)
-        found.extend(read_text(text, str(path), input_format=input_format, base_dir=path.parent))
-    return found
+        kept.append(invocation)
+    result.invocations = kept
 
 
-def _read_file(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise KvtoolError(f"{path}: no such file or directory") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise KvtoolError(f"{path}: cannot read: {error}") from None
+def read_inputs(paths: list[Path], *, input_format: str | None = None) -> list[Invocation]:
+    """The invocations of :func:`read_input_set`, for callers that want errors raised.
 
-
-def _read_directory(
-    directory: Path, input_format: str | None, seen: set[Path]
-) -> list[Invocation]:
-    """Invocations of the serve configurations found under ``directory`` (none: an error).
-
-    Files that are not serve configurations, or not UTF-8 text, are passed over; files
-    in ``seen`` were read already. Every file read is added to ``seen``.
+    An unreadable file raises its error; no invocation at all raises ``NoServerCommand``.
     """
-    seen.add(directory.resolve())
-    found: list[Invocation] = []
-    looked_at = 0
-    read_before = False
-    for path in candidate_files(directory):
-        looked_at += 1
-        key = path.resolve()
-        if key in seen:
-            read_before = True
-            continue
-        seen.add(key)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            continue
-        kind = input_format or audited_kind(text, path.name)
-        if kind is None:
-            continue
-        try:
-            found.extend(read_text(text, str(path), input_format=kind, base_dir=path.parent))
-        except NoServerCommand:
-            continue  # e.g. a script that only mentions `vllm serve` in a comment
-    if not found and not read_before:
-        raise KvtoolError(
-            f"{directory}: no vLLM serve configuration found in {looked_at} candidate file(s)"
+    found = read_input_set(paths, input_format=input_format)
+    for skipped in found.skipped:
+        if skipped.problem:
+            raise KvtoolError(skipped.describe())
+    if not found.invocations:
+        reasons = "; ".join(f"{s.file}: {s.reason}" for s in found.skipped[:3])
+        raise NoServerCommand(f"no vLLM server command found ({reasons or 'no files'})")
+    return found.invocations
+
+
+def _read_file(path: str, result: InputSet) -> str | None:
+    try:
+        with open(path, "rb") as handle:  # bytes then decode: faster than a text stream
+            data = handle.read()
+        return _strip_bom(data.decode("utf-8").replace("\r\n", "\n"))
+    except UnicodeDecodeError:
+        result.skipped.append(SkippedInput(file=path, reason="not UTF-8 text", problem=False))
+    except OSError as error:
+        result.skipped.append(
+            SkippedInput(file=path, reason=f"cannot read: {error.strerror}", problem=True)
         )
-    return found
+    return None
+
+
+def _strip_bom(text: str) -> str:
+    return text[1:] if text.startswith("\ufeff") else text
+
+
+def _read_one(
+    item: _Pending, configmaps: ConfigMaps, input_format: str | None, result: InputSet
+) -> None:
+    kind = input_format or detect_kind(item.text, os.path.basename(item.name))
+    if input_format is None and kind != "shell" and is_template(item.text, item.name):
+        rendered = _render_template(item, result)
+        if rendered is None:
+            reason = f"a chart template, not YAML until rendered; {RENDER_HINT}"
+            result.skipped.append(SkippedInput(file=item.name, reason=reason))
+        elif rendered.text:
+            _read_one(rendered, configmaps, None, result)
+        return
+    if kind is None:
+        reason = "not a deployment file kvtool reads (no vLLM server)"
+        result.skipped.append(SkippedInput(file=item.name, reason=reason))
+        return
+    base_dir = Path(item.base_dir) if item.base_dir is not None else None
+    source = ReadSource(file=item.name, base_dir=base_dir, configmaps=configmaps)
+    try:
+        found = read_text(item.text, item.name, input_format=kind, source=source)
+    except NoServerCommand as error:
+        result.skipped.append(SkippedInput(file=item.name, reason=_reason(error, item.name)))
+    except RecursionError:
+        reason = "nested too deeply to read (a YAML alias inside itself?)"
+        result.skipped.append(SkippedInput(file=item.name, reason=reason, problem=True))
+    except KvtoolError as error:
+        # A file that cannot be read may hide a server: reported, and it fails the run,
+        # but the other files are still audited.
+        result.skipped.append(
+            SkippedInput(file=item.name, reason=_reason(error, item.name), problem=True)
+        )
+    else:
+        result.invocations.extend(found)
+
+
+def _render_template(item: _Pending, result: InputSet) -> _Pending | None:
+    """The manifest a chart template renders to (the ``helm`` extra), as a pending input.
+
+    None when it cannot be rendered here; the caller then skips the template.
+    """
+    from kvtool.audit.inputs import helm_render
+
+    try:
+        text = helm_render.rendered_template(Path(item.name))
+    except KvtoolError as error:
+        result.skipped.append(SkippedInput(file=item.name, reason=str(error), problem=True))
+        return _Pending("", item.name, item.base_dir)
+    if text is None:
+        return None
+    header = f"# Source: {item.name} (rendered with the chart's default values)\n"
+    return _Pending(
+        header + text, item.name + helm_render.RENDERED_SUFFIX, item.base_dir
+    )
+
+
+def _reason(error: KvtoolError, name: str) -> str:
+    """The error's message without the leading file name (the report shows it already)."""
+    message = str(error)
+    return message[len(name) :].lstrip(":").strip() if message.startswith(name) else message
 
 
 def read_text(
@@ -112,28 +225,41 @@ def read_text(
     *,
     input_format: str | None = None,
     base_dir: Path | None = None,
+    source: ReadSource | None = None,
 ) -> list[Invocation]:
-    """The invocations in one input's text (``file`` names it in locations and errors)."""
-    kind = input_format or detect_format(text, file)
-    # The YAML-document readers (and PyYAML) load only for inputs that need them.
-    if kind == "shell":
-        found = read_shell_file(text, file, base_dir)
-    elif kind == "vllm-config":
-        found = read_config_file(text, file)
-    elif kind == "kubernetes":
-        from kvtool.audit.inputs.kubernetes import read_manifests
+    """The invocations in one input's text (``file`` names it in locations and errors).
 
-        found = read_manifests(text, file, base_dir)
-    elif kind == "compose":
-        from kvtool.audit.inputs.compose import read_compose
-
-        found = read_compose(text, file, base_dir)
-    elif kind == "kaito":
-        from kvtool.audit.inputs.kaito import read_kaito
-
-        found = read_kaito(text, file)
-    else:
+    Raises ``NoServerCommand`` when the text reads fine but starts no vLLM server.
+    """
+    name = file or "<input>"
+    kind = input_format or detect_kind(text, Path(name).name)
+    if kind is None:
+        raise NoServerCommand(
+            f"{name}: not a deployment file kvtool reads; pass --input-format "
+            f"({', '.join(FILE_FORMATS)})"
+        )
+    reader = reader_for(kind)
+    if reader is None:
         raise KvtoolError(f"--input-format: unknown format {kind!r}")
+    found = reader.read(text, source or ReadSource(file=file, base_dir=base_dir))
     if not found:
-        raise NoServerCommand(f"{file or '<input>'}: no vLLM server command found (read as {kind})")
+        raise NoServerCommand(f"{name}: no vLLM server command found (read as {kind})")
+    return found
+
+
+_CONFIGMAP = re.compile(r"^kind:\s*ConfigMap\b|\"kind\":\s*\"ConfigMap\"", re.MULTILINE)
+
+
+def collect_configmaps(texts: list[tuple[str, str]]) -> ConfigMaps:
+    """The ConfigMaps written in any of ``texts`` (text, name), for envFrom/valueFrom."""
+    found: dict[str, dict[str, tuple[str, Location | None]]] = {}
+    for text, name in texts:
+        if _CONFIGMAP.search(text) and not is_template(text, name):
+            from kvtool.audit.inputs.kubernetes import configmaps_in
+
+            try:
+                for cm_name, data in configmaps_in(text, name).items():
+                    found.setdefault(cm_name, {}).update(data)
+            except KvtoolError:
+                continue  # reported when the file itself is read
     return found

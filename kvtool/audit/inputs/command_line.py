@@ -51,12 +51,6 @@ def basename(word: str) -> str:
     return word.rsplit("/", 1)[-1]
 
 
-def looks_like_vllm_image(image: str) -> bool:
-    """An image whose entrypoint is ``vllm serve`` (vllm/vllm-openai and its mirrors)."""
-    repository = image.rsplit("@", 1)[0].rsplit(":", 1)[0] if "/" in image else image
-    return "vllm" in basename(repository).lower()
-
-
 def find_serve(words: list[str], start: int = 0) -> ServeMatch | None:
     """The first vLLM server start in ``words[start:]``, or None."""
     first = next((w for w in words[start:] if not _is_assignment(w)), None)
@@ -134,6 +128,8 @@ def _match_container_run(words: list[str], index: int) -> ServeMatch | None:
     inner = find_serve(words, position + 1)
     if inner is not None:
         return ServeMatch(inner.kind, inner.args_start, inner.program, {**env, **inner.env}, image)
-    if entrypoint is None and looks_like_vllm_image(image):
+    from kvtool.releases.images import serve_entrypoint
+
+    if entrypoint is None and serve_entrypoint(image) is not None:
         return ServeMatch("image_entrypoint", position + 1, position, env, image)
     return None

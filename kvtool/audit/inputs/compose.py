@@ -11,28 +11,33 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import msgspec
 import yaml
 
 from kvtool.audit.inputs import yaml_tree
-from kvtool.audit.inputs.container import ArgvWord, container_invocations, words_from_sequence
-from kvtool.audit.inputs.positions import LineIndex, OffsetMap
+from kvtool.audit.inputs.container import container_invocations, words_from_node
 from kvtool.audit.inputs.shell import ShellContext
-from kvtool.audit.inputs.shell_lexer import LexError, lex
+from kvtool.audit.inputs.source import ReadSource
 from kvtool.audit.inputs.suppressions import yaml_comment_suppressions
 from kvtool.audit.model import EnvAssignment, Invocation
-from kvtool.errors import KvtoolError
+from kvtool.releases.images import serve_entrypoint
+
+
+def read(text: str, source: ReadSource) -> list[Invocation]:
+    return read_compose(text, source.file, source.base_dir)
 
 
 def read_compose(text: str, file: str | None, base_dir: Path | None) -> list[Invocation]:
     comments = tuple(yaml_comment_suppressions(text, file))
     found: list[Invocation] = []
     for document in yaml_tree.compose_documents(text, file):
+        duplicates = tuple(yaml_tree.duplicate_keys(document, file))
         services = yaml_tree.get(document, "services")
         for name, _, service in yaml_tree.items(services):
             first, last = service.start_mark.line + 1, service.end_mark.line + 1
             image = yaml_tree.scalar(yaml_tree.get(service, "image"))
             entrypoint_node = yaml_tree.get(service, "entrypoint")
-            words = _words(entrypoint_node, text, file) + _words(
+            words = words_from_node(entrypoint_node, text, file) + words_from_node(
                 yaml_tree.get(service, "command"), text, file
             )
             context = ShellContext(
@@ -47,33 +52,17 @@ def read_compose(text: str, file: str | None, base_dir: Path | None) -> list[Inv
                 ),
             )
             found.extend(
-                container_invocations(
-                    words, text, context, entrypoint_is_image=entrypoint_node is None
+                msgspec.structs.replace(i, notes=i.notes + duplicates)
+                for i in container_invocations(
+                    words,
+                    text,
+                    context,
+                    image_entrypoint=serve_entrypoint(image)
+                    if entrypoint_node is None and image
+                    else None,
                 )
             )
     return found
-
-
-def _words(node: yaml.Node | None, text: str, file: str | None) -> list[ArgvWord]:
-    if isinstance(node, yaml.SequenceNode):
-        return words_from_sequence(node, file)
-    value = yaml_tree.scalar(node)
-    if value is None or not isinstance(node, yaml.ScalarNode):
-        return []
-    start, end = yaml_tree.scalar_source_span(node, text)
-    mapping = OffsetMap.align(value, text, start, end)
-    index = LineIndex(text, file)
-    try:
-        lexed = lex(value)
-    except LexError as error:
-        line, column = index.line_col(mapping.to_source(error.offset))
-        raise KvtoolError(f"{file or '<input>'}:{line}:{column}: {error.message}") from None
-    words: list[ArgvWord] = []
-    for command in lexed.commands:
-        for word in command.words:
-            span = mapping.to_source(word.start), mapping.to_source(word.end)
-            words.append(ArgvWord(word.text, index.location(*span), span))
-    return words
 
 
 def _environment(node: yaml.Node | None, file: str | None) -> Iterator[EnvAssignment]:

@@ -13,11 +13,13 @@ from dataclasses import dataclass, replace
 import yaml
 
 from kvtool.audit.inputs import yaml_tree
-from kvtool.audit.inputs.command_line import find_serve, looks_like_vllm_image
+from kvtool.audit.inputs.command_line import find_serve
 from kvtool.audit.inputs.positions import LineIndex, OffsetMap
 from kvtool.audit.inputs.shell import ShellContext, read_script
+from kvtool.audit.inputs.shell_lexer import LexError, lex
 from kvtool.audit.inputs.vllm_config import referenced_config
 from kvtool.audit.model import EnvAssignment, Invocation, Location, SourceToken
+from kvtool.errors import KvtoolError
 
 # Kubernetes expands $(VAR) in command/args from the container's env; $$(VAR) escapes it.
 _K8S_VAR = re.compile(r"\$\$\(|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
@@ -40,6 +42,33 @@ def words_from_sequence(node: yaml.Node | None, file: str | None) -> list[ArgvWo
     return words
 
 
+def words_from_node(node: yaml.Node | None, text: str, file: str | None) -> list[ArgvWord]:
+    """A command/args value: one word per list item, or a string split as a shell line.
+
+    Compose splits a string ``command`` with shell quoting rules (no shell runs); a
+    string where Kubernetes wants a list is read the same way, as operators mean it.
+    """
+    if isinstance(node, yaml.SequenceNode):
+        return words_from_sequence(node, file)
+    value = yaml_tree.scalar(node)
+    if value is None or not isinstance(node, yaml.ScalarNode):
+        return []
+    start, end = yaml_tree.scalar_source_span(node, text)
+    mapping = OffsetMap.align(value, text, start, end)
+    index = LineIndex(text, file)
+    try:
+        lexed = lex(value)
+    except LexError as error:
+        line, column = index.line_col(mapping.to_source(error.offset))
+        raise KvtoolError(f"{file or '<input>'}:{line}:{column}: {error.message}") from None
+    words: list[ArgvWord] = []
+    for command in lexed.commands:
+        for word in command.words:
+            span = mapping.to_source(word.start), mapping.to_source(word.end)
+            words.append(ArgvWord(word.text, index.location(*span), span))
+    return words
+
+
 def expand_k8s_vars(words: list[ArgvWord], env: tuple[EnvAssignment, ...]) -> list[ArgvWord]:
     """Replace ``$(NAME)`` by literal env values, as the kubelet does before exec."""
     known = {e.name: e.value for e in env if e.value is not None}
@@ -58,13 +87,13 @@ def container_invocations(
     source: str,
     context: ShellContext,
     *,
-    entrypoint_is_image: bool,
+    image_entrypoint: tuple[str, ...] | None,
 ) -> list[Invocation]:
     """Invocations started by one container's argv.
 
-    ``entrypoint_is_image``: no command/entrypoint override was written, so the
-    image's entrypoint runs with ``words`` as arguments; a vLLM image's entrypoint
-    is ``vllm serve``.
+    ``image_entrypoint``: set when no command/entrypoint override was written and the
+    image's own entrypoint starts a vLLM server (``()`` for an image that is not in the
+    input, e.g. a patch); ``words`` are then its serve arguments.
     """
     texts = [w.text for w in words]
     match = find_serve(texts)
@@ -80,7 +109,7 @@ def container_invocations(
             )
             for i, t in sorted(match.env.items())
         )
-    elif entrypoint_is_image and context.image and looks_like_vllm_image(context.image):
+    elif image_entrypoint is not None:
         start, image, env = 0, context.image, context.env
     else:
         return []

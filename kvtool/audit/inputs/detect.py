@@ -1,51 +1,126 @@
-"""Which reader an input file needs, decided from its content (the name only breaks ties)."""
+"""Cheap content tests, one per input kind: which reader a file needs (the name breaks ties).
+
+Each test reads only the text and the file's lower-cased base name and imports no YAML
+parser, so a directory walk can test thousands of files quickly. The order in which
+they are tried, and what each kind's reader is, lives in :mod:`.registry`.
+"""
 
 from __future__ import annotations
 
 import re
-from pathlib import PurePath
+from functools import cache
 
-from kvtool.errors import KvtoolError
-
-FILE_FORMATS = ("shell", "vllm-config", "kubernetes", "compose", "kaito")
+SHELL_SUFFIXES = (".sh", ".bash", ".zsh", ".env", ".cmd")
+YAML_SUFFIXES = (".yaml", ".yml")
+VLLM_COMMAND = re.compile(r"\bvllm\s+serve\b|vllm\.entrypoints\.openai\.api_server")
 
 _K8S_HEAD = re.compile(r"^apiVersion:\s*\S", re.MULTILINE)
 _K8S_KIND = re.compile(r"^kind:\s*([A-Za-z]+)", re.MULTILINE)
 _JSON_MANIFEST = re.compile(r"\s*\{\s*\"(apiVersion|kind|items)\"")
+# A `containers:`/`initContainers:` key anywhere: a PodSpec inside any object, or the
+# container lists of a Helm values file (llm-d's decode/prefill, KServe's predictor).
+_CONTAINERS_KEY = re.compile(r"^[ \t-]*(init)?[cC]ontainers:", re.MULTILINE)
 _COMPOSE = re.compile(r"^services:\s*$", re.MULTILINE)
-_YAML_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*:(\s|$)", re.MULTILINE)
-VLLM_COMMAND = re.compile(r"\bvllm\s+serve\b|vllm\.entrypoints\.openai\.api_server")
-SHELL_SUFFIXES = (".sh", ".bash", ".zsh", ".env", ".cmd")
-YAML_SUFFIXES = (".yaml", ".yml")
+# SkyPilot task YAML: a top-level `run:` script next to the task's other sections
+# (https://docs.skypilot.co/en/latest/reference/yaml-spec.html).
+_SKYPILOT_RUN = re.compile(r"^run:", re.MULTILINE)
+_SKYPILOT_SECTION = re.compile(r"^(resources|setup|num_nodes|envs|file_mounts|service):", re.M)
+# Helm values of the charts kvtool maps (see .helm_values): production-stack and vLLM's own.
+_HELM_VALUES = re.compile(r"^servingEngineSpec:|^image:\s*\n(?:[ \t]+.*\n)*?[ \t]+command:", re.M)
+# Go template actions as Helm charts write them; a `{{ var }}` inside a string value (a
+# chat template) is not one.
+_TEMPLATE_ACTION = re.compile(
+    r"\{\{-?\s*(?:\.Values|\.Release|\.Chart|include\b|if\b|range\b|with\b|end\b|toYaml\b"
+    r"|template\b|define\b|required\b|\$)"
+)
+_JINJA_BLOCK = re.compile(r"\{%-?\s*(?:if|for|set|macro|include)\b")
+_TOP_LEVEL_KEY = re.compile(r"^([A-Za-z_][A-Za-z0-9_.-]*):(?:\s|$)", re.MULTILINE)
+_DOCKERFILE_INSTRUCTION = re.compile(r"^[ \t]*FROM[ \t]+\S", re.MULTILINE | re.IGNORECASE)
 
 
-def detect_format(text: str, filename: str | None = None) -> str:
-    """One of ``FILE_FORMATS``; raises ``KvtoolError`` when the content fits none."""
-    name = PurePath(filename or "").name.lower()
-    if text.startswith("#!") or name.endswith(SHELL_SUFFIXES):
-        return "shell"
-    if _JSON_MANIFEST.match(text) and '"apiVersion"' in text:
-        return "kubernetes"  # kubectl get -o json; JSON is YAML to the reader
-    kinds = set(_K8S_KIND.findall(text))
-    if _K8S_HEAD.search(text) and kinds:
-        if kinds == {"ConfigMap"}:
-            from kvtool.audit.inputs.kaito import is_inference_config
-
-            if is_inference_config(_dedented_block_lines(text)):
-                return "kaito"
-        return "kubernetes"
-    if _COMPOSE.search(text) or ("compose" in name and name.endswith(YAML_SUFFIXES)):
-        return "compose"
-    if VLLM_COMMAND.search(text) and not name.endswith(YAML_SUFFIXES):
-        return "shell"
-    if name.endswith(YAML_SUFFIXES) or _YAML_KEY.search(text):
-        return "vllm-config"
-    raise KvtoolError(
-        f"{filename or '<input>'}: cannot tell what kind of input this is; "
-        f"pass --input-format ({', '.join(FILE_FORMATS)})"
-    )
+def is_shell(text: str, name: str) -> bool:
+    return text.startswith("#!") or name.endswith(SHELL_SUFFIXES)
 
 
-def _dedented_block_lines(text: str) -> str:
-    """Lines of embedded YAML blocks with their indentation removed, for a cheap key check."""
-    return "\n".join(line.strip() for line in text.splitlines())
+def is_dockerfile_name(name: str) -> bool:
+    """``Dockerfile``, ``Containerfile``, ``x.dockerfile`` or a variant ``Dockerfile.cuda``
+    (not ``dockerfile.py``: a variant suffix that names another language is that language)."""
+    if name in ("dockerfile", "containerfile") or name.endswith((".dockerfile", ".containerfile")):
+        return True
+    head, dot, variant = name.partition(".")
+    return head in ("dockerfile", "containerfile") and bool(dot) and variant not in _NOT_VARIANTS
+
+
+# Suffixes after "dockerfile." that are other kinds of file (code, docs, templates).
+_NOT_VARIANTS = frozenset(
+    {"py", "md", "txt", "rst", "json", "yaml", "yml", "sh", "go", "rs", "j2", "jinja", "tpl",
+     "tmpl", "in", "toml", "lock", "bak", "orig"}
+)  # fmt: skip
+
+
+def is_dockerfile(text: str, name: str) -> bool:
+    return is_dockerfile_name(name) and bool(_DOCKERFILE_INSTRUCTION.search(text))
+
+
+def is_json_manifest(text: str, name: str) -> bool:
+    return bool(_JSON_MANIFEST.match(text)) and '"apiVersion"' in text
+
+
+def is_template(text: str, name: str) -> bool:
+    """A Helm chart template or a Jinja-templated file: not YAML until rendered."""
+    return bool(_TEMPLATE_ACTION.search(text) or _JINJA_BLOCK.search(text))
+
+
+def is_kaito(text: str, name: str) -> bool:
+    if not _K8S_HEAD.search(text) or set(_K8S_KIND.findall(text)) != {"ConfigMap"}:
+        return False
+    from kvtool.audit.inputs.kaito import is_inference_config
+
+    return is_inference_config("\n".join(line.strip() for line in text.splitlines()))
+
+
+def is_kubernetes(text: str, name: str) -> bool:
+    if _K8S_HEAD.search(text) and _K8S_KIND.search(text):
+        return True
+    return not name.endswith(".json") and bool(_CONTAINERS_KEY.search(text))
+
+
+def is_compose(text: str, name: str) -> bool:
+    return bool(_COMPOSE.search(text)) or ("compose" in name and name.endswith(YAML_SUFFIXES))
+
+
+def is_skypilot(text: str, name: str) -> bool:
+    return bool(_SKYPILOT_RUN.search(text) and _SKYPILOT_SECTION.search(text))
+
+
+def is_helm_values(text: str, name: str) -> bool:
+    return bool(_HELM_VALUES.search(text))
+
+
+def is_script_text(text: str, name: str) -> bool:
+    """A plain-text file (no suffix, or .txt) that runs ``vllm serve``: a `run` file."""
+    plain = "." not in name or name.endswith(".txt")
+    return plain and bool(VLLM_COMMAND.search(text))
+
+
+# A YAML mapping is read as a vLLM --config file when at least this share of its
+# top-level keys are vLLM flags: real config files are all flags, and one or two
+# misspelt or removed ones must still be reported; Helm values and CI files have few.
+CONFIG_FLAG_SHARE = 0.5
+
+
+def is_vllm_config(text: str, name: str) -> bool:
+    keys = _TOP_LEVEL_KEY.findall(text)
+    if not keys:
+        return False
+    flags = known_flag_spellings()
+    hits = sum(1 for key in keys if "--" + key.replace("_", "-") in flags)
+    return hits > 0 and hits >= CONFIG_FLAG_SHARE * len(keys)
+
+
+@cache
+def known_flag_spellings() -> frozenset[str]:
+    """Every ``vllm serve`` flag spelling of any tabled release (dashes, as argparse has it)."""
+    from kvtool.releases import release_index
+
+    return frozenset(spelling.replace("_", "-") for spelling in release_index().flags)

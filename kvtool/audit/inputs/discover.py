@@ -1,12 +1,10 @@
-"""Find the serve configurations inside a directory given to ``kvtool audit``.
+"""Find the files a directory given to ``kvtool audit`` may declare a server in.
 
-A directory is walked in name order. Candidates are shell scripts (by suffix, or a
-shebang on a file without one) and YAML/JSON documents; hidden directories and
-dependency trees are skipped. A candidate is audited when it reads as a shell script,
-Kubernetes manifest or compose file that starts a vLLM server (``vllm serve`` or the
-api_server module), or as a KAITO inference ConfigMap. Other YAML in a repository (CI
-pipelines, Helm values) is never read as a vLLM ``--config`` file: such a file is
-audited through the command that names it, or when given by path.
+A directory is walked in name order. Candidates are the names some reader of the
+registry looks at (:func:`kvtool.audit.inputs.registry.is_candidate`) and files without
+a suffix that start with a shebang. Hidden directories, dependency trees and whatever
+a ``.gitignore`` on the way down ignores are not entered. Every candidate is parsed:
+none is passed over for not mentioning ``vllm serve``.
 """
 
 from __future__ import annotations
@@ -14,41 +12,76 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from kvtool.audit.inputs.detect import SHELL_SUFFIXES, VLLM_COMMAND, YAML_SUFFIXES, detect_format
-from kvtool.errors import KvtoolError
+from kvtool.audit.inputs.registry import is_candidate
 
+if TYPE_CHECKING:
+    import pathspec
+
+_Ignores = list[tuple[str, "pathspec.GitIgnoreSpec"]]  # (directory, its .gitignore)
 _SKIPPED_DIRS = frozenset({"node_modules", "__pycache__", "site-packages", "venv"})
-_DOCUMENT_SUFFIXES = (*YAML_SUFFIXES, ".json")
+_GITIGNORE = ".gitignore"
 
 
 def candidate_files(directory: Path) -> Iterator[Path]:
     """Files under ``directory`` that may hold a serve configuration, in a stable order."""
+    return (Path(path) for path in candidate_paths(directory))
+
+
+def candidate_paths(directory: Path) -> Iterator[str]:
+    """:func:`candidate_files` as strings (a walk of many files skips building Paths)."""
+    ignores: _Ignores = []
     for root, dirs, files in os.walk(directory):
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in _SKIPPED_DIRS)
+        ignores = [(base, spec) for base, spec in ignores if _within(root, base)]
+        if _GITIGNORE in files:
+            spec = _gitignore(os.path.join(root, _GITIGNORE))
+            if spec is not None:
+                ignores.append((root, spec))
+        dirs[:] = sorted(
+            d
+            for d in dirs
+            if not d.startswith(".")
+            and d not in _SKIPPED_DIRS
+            and not _ignored(root, d, ignores, is_dir=True)
+        )
         for name in sorted(files):
-            path = Path(root) / name
-            lowered = name.lower()
-            if lowered.endswith((*SHELL_SUFFIXES, *_DOCUMENT_SUFFIXES)) or (
-                "." not in name and _has_shebang(path)
+            path = os.path.join(root, name)
+            if (is_candidate(name) or ("." not in name and _has_shebang(path))) and not _ignored(
+                root, name, ignores, is_dir=False
             ):
                 yield path
 
 
-def audited_kind(text: str, name: str) -> str | None:
-    """The input kind a discovered file is audited as, or None to pass over it."""
+def _within(root: str, base: str) -> bool:
+    return root == base or root.startswith(base + os.sep)
+
+
+def _gitignore(path: str) -> pathspec.GitIgnoreSpec | None:
+    import pathspec
+
     try:
-        kind = detect_format(text, name)
-    except KvtoolError:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
         return None
-    if kind == "kaito" or (kind != "vllm-config" and VLLM_COMMAND.search(text)):
-        return kind
-    return None
+    return pathspec.GitIgnoreSpec.from_lines(lines)
 
 
-def _has_shebang(path: Path) -> bool:
+def _ignored(root: str, name: str, ignores: _Ignores, *, is_dir: bool) -> bool:
+    if not ignores:
+        return False
+    path = os.path.join(root, name)
+    for base, spec in ignores:
+        relative = os.path.relpath(path, base).replace(os.sep, "/") + ("/" if is_dir else "")
+        if spec.match_file(relative):
+            return True
+    return False
+
+
+def _has_shebang(path: str) -> bool:
     try:
-        with path.open("rb") as handle:
+        with open(path, "rb") as handle:
             return handle.read(2) == b"#!"
     except OSError:
         return False

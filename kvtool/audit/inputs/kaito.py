@@ -15,11 +15,16 @@ import yaml
 
 from kvtool.audit.inputs import yaml_tree
 from kvtool.audit.inputs.positions import LineIndex, OffsetMap
+from kvtool.audit.inputs.source import ReadSource
 from kvtool.audit.inputs.suppressions import yaml_comment_suppressions
 from kvtool.audit.model import Invocation, Location, Suppression
 from kvtool.errors import KvtoolError
 
 VLLM_SECTION = "vllm"
+
+
+def read(text: str, source: ReadSource) -> list[Invocation]:
+    return read_kaito(text, source.file)
 
 
 def read_kaito(text: str, file: str | None) -> list[Invocation]:

@@ -1,101 +1,193 @@
-"""Kubernetes manifests: the vLLM containers of every workload in a (multi-document) file.
+"""Kubernetes objects of any kind: every container of every PodSpec, at any depth.
 
-Pod specs are found where each workload kind keeps them: Pod ``spec``;
-Deployment, StatefulSet, DaemonSet, ReplicaSet, Job ``spec.template.spec``;
-CronJob ``spec.jobTemplate.spec.template.spec``; LeaderWorkerSet
-``spec.leaderWorkerTemplate.{leaderTemplate,workerTemplate}.spec``; ``List``
-items recursively. A KAITO inference ConfigMap in the same file is read too.
+Containers are found by shape, not by kind: every ``containers``/``initContainers`` list
+of mappings anywhere in a document is a PodSpec's (Deployment, LeaderWorkerSet, Argo
+Rollout, KServe InferenceService/ServingRuntime/LLMInferenceService, Ray
+RayService/RayCluster/RayJob, AIBrix StormService, production-stack VLLMRuntime, a
+Helm values file's container lists, ``kind: List`` items, kustomize patches). KServe's
+``predictor.model`` and KubeAI's ``Model`` carry a container's fields without the list
+and are read too; production-stack's ``VLLMRuntime`` is mapped as its operator maps it
+(:mod:`.vllm_runtime`). ConfigMaps: a KAITO inference ConfigMap is an invocation of its own;
+any ConfigMap of the input set resolves ``envFrom`` and ``valueFrom.configMapKeyRef``.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
-from pathlib import Path
+from dataclasses import dataclass
 
 import msgspec
 import yaml
 
-from kvtool.audit.inputs import kaito, yaml_tree
+from kvtool.audit.inputs import kaito, kustomize, ray_serve, vllm_runtime, yaml_tree
 from kvtool.audit.inputs.container import (
+    ArgvWord,
     container_invocations,
     expand_k8s_vars,
-    words_from_sequence,
+    words_from_node,
 )
+from kvtool.audit.inputs.detect import known_flag_spellings
 from kvtool.audit.inputs.shell import ShellContext
+from kvtool.audit.inputs.source import ConfigMaps, ReadSource
 from kvtool.audit.inputs.suppressions import (
     ANNOTATION,
     annotation_suppressions,
     yaml_comment_suppressions,
 )
-from kvtool.audit.model import EnvAssignment, Invocation, Suppression
+from kvtool.audit.model import EnvAssignment, Invocation, Location, Suppression
+from kvtool.releases.images import serve_entrypoint
 
-_TEMPLATE_KINDS = frozenset({"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"})
+_CONTAINER_LISTS = ("initContainers", "containers")
+# Keys on the way down to a PodSpec that say nothing about which pod it is.
+_PLAIN_KEYS = frozenset({"spec", "template", "podSpec", "podTemplate", "items", "jobTemplate"})
+_HELM_SOURCE = re.compile(r"^# Source: (\S+)", re.MULTILINE)
+# llm-d-modelservice: `modelCommand: vllmServe` renders `vllm serve MODEL` before the args
+# (llm-d-incubation/llm-d-modelservice charts/llm-d-modelservice/templates/_helpers.tpl).
+_MODEL_COMMANDS = {"vllmServe": ("vllm", "serve")}
 
 
-def read_manifests(text: str, file: str | None, base_dir: Path | None) -> list[Invocation]:
-    comments = yaml_comment_suppressions(text, file)
+def read(text: str, source: ReadSource) -> list[Invocation]:
+    comments = yaml_comment_suppressions(text, source.file)
     found: list[Invocation] = []
-    for document in yaml_tree.compose_documents(text, file):
-        found.extend(_document(document, text, file, base_dir, comments))
+    for document in yaml_tree.compose_documents(text, source.file):
+        rendered_from = _helm_source(text, document)
+        doc_notes = tuple(yaml_tree.duplicate_keys(document, source.file))
+        if rendered_from:
+            doc_notes += (f"rendered by Helm from {rendered_from}",)
+        for invocation in _document(document, text, source, comments, rendered_from):
+            found.append(msgspec.structs.replace(invocation, notes=invocation.notes + doc_notes))
     return found
+
+
+def configmaps_in(text: str, file: str | None) -> dict[str, dict[str, tuple[str, Location | None]]]:
+    """The ConfigMaps of one file: name -> data key -> (value, where it was written)."""
+    found: dict[str, dict[str, tuple[str, Location | None]]] = {}
+    for document in yaml_tree.compose_documents(text, file):
+        for node in _objects(document):
+            if yaml_tree.scalar(yaml_tree.get(node, "kind")) != "ConfigMap":
+                continue
+            name = yaml_tree.scalar(yaml_tree.get_path(node, "metadata", "name"))
+            if name is None:
+                continue
+            data = found.setdefault(name, {})
+            for key, _, value_node in yaml_tree.items(yaml_tree.get(node, "data")):
+                value = yaml_tree.scalar(value_node)
+                if value is not None:
+                    data[key] = (value, yaml_tree.location(value_node, file))
+    return found
+
+
+def _objects(root: yaml.Node) -> Iterator[yaml.Node]:
+    """The document and, for ``kind: List``, its items (recursively)."""
+    yield root
+    if yaml_tree.scalar(yaml_tree.get(root, "kind")) == "List":
+        for item in yaml_tree.sequence(yaml_tree.get(root, "items")):
+            yield from _objects(item)
+
+
+def _helm_source(text: str, document: yaml.Node) -> str | None:
+    """The ``# Source: chart/templates/x.yaml`` header Helm writes above a rendered document."""
+    start = document.start_mark.index
+    header_start = text.rfind("---", 0, start)
+    matches = list(_HELM_SOURCE.finditer(text, max(header_start, 0), start))
+    return matches[-1].group(1) if matches else None
+
+
+@dataclass(frozen=True)
+class _Found:
+    container: yaml.Node
+    role: str  # e.g. "leader", "predictor", "workerGroupSpecs[gpu]"; "" for the only pod
+    pod: yaml.Node | None  # the mapping holding the container list (for its annotations)
 
 
 def _document(
     root: yaml.Node,
     text: str,
-    file: str | None,
-    base_dir: Path | None,
+    source: ReadSource,
     comments: list[Suppression],
+    rendered_from: str | None,
 ) -> list[Invocation]:
-    kind = yaml_tree.scalar(yaml_tree.get(root, "kind")) or ""
-    if kind == "List":
-        return [
-            invocation
-            for item in yaml_tree.sequence(yaml_tree.get(root, "items"))
-            for invocation in _document(item, text, file, base_dir, comments)
-        ]
-    if kind == "ConfigMap":
-        return kaito.read_configmap(root, text, file, comments)
-    name = yaml_tree.scalar(yaml_tree.get_path(root, "metadata", "name")) or "?"
-    first, last = root.start_mark.line + 1, root.end_mark.line + 1
-    local_comments = tuple(c for c in comments if c.target_line and first <= c.target_line <= last)
+    file = source.file
     found: list[Invocation] = []
-    for role, template in _pod_templates(root, kind):
-        annotations = _annotation_suppressions(root, file) + _annotation_suppressions(
-            template, file
-        )
-        pod_spec = yaml_tree.get(template, "spec")
-        where = f"{kind}/{name}" + (f" {role}" if role else "")
-        for container in _containers(pod_spec):
-            found.extend(
-                _container(container, text, file, base_dir, where, annotations + local_comments)
-            )
+    for node in _objects(root):
+        kind = yaml_tree.scalar(yaml_tree.get(node, "kind")) or ""
+        if kind == "List":
+            continue
+        if kind == "ConfigMap":
+            found.extend(kaito.read_configmap(node, text, file, comments))
+            continue
+        if kind == "Kustomization":
+            for patch in kustomize.inline_patches(node):
+                found.extend(kustomize.read_inline(patch, text, source, read))
+            continue
+        name = yaml_tree.scalar(yaml_tree.get_path(node, "metadata", "name")) or "?"
+        first, last = node.start_mark.line + 1, node.end_mark.line + 1
+        local = tuple(c for c in comments if c.target_line and first <= c.target_line <= last)
+        owner = f"{kind}/{name}" if kind else "values"
+        if rendered_from:
+            owner += f" (from {rendered_from})"
+        object_annotations = _annotation_suppressions(node, file)
+        model = _model_name(node)
+        for item in _containers(node):
+            where = owner + (f" {item.role}" if item.role else "")
+            suppressions = object_annotations + local
+            if item.pod is not None:
+                suppressions = _annotation_suppressions(item.pod, file) + suppressions
+            found.extend(_container(item.container, text, source, where, suppressions, model))
+        found.extend(_kubeai_model(node, kind, text, source, owner, local))
+        if kind == "RayService":
+            found.extend(ray_serve.read_serve_config(node, text, source, owner, local))
+        if kind == "RayJob":
+            found.extend(ray_serve.read_job_entrypoint(node, text, source, owner, local))
+        if vllm_runtime.is_vllm_runtime(node, kind):
+            found.extend(vllm_runtime.read_runtime(node, text, source, owner, local))
     return found
 
 
-def _pod_templates(root: yaml.Node, kind: str) -> Iterator[tuple[str, yaml.Node]]:
-    """(role, node whose ``spec`` is a pod spec); the Pod itself for kind Pod."""
-    if kind == "Pod":
-        yield "", root
-    elif kind in _TEMPLATE_KINDS:
-        template = yaml_tree.get_path(root, "spec", "template")
-        if template is not None:
-            yield "", template
-    elif kind == "CronJob":
-        template = yaml_tree.get_path(root, "spec", "jobTemplate", "spec", "template")
-        if template is not None:
-            yield "", template
-    elif kind == "LeaderWorkerSet":
-        group = yaml_tree.get_path(root, "spec", "leaderWorkerTemplate")
-        for role, key in (("leader", "leaderTemplate"), ("worker", "workerTemplate")):
-            template = yaml_tree.get(group, key)
-            if template is not None:
-                yield role, template
+def _containers(root: yaml.Node) -> Iterator[_Found]:
+    """Every container below ``root``, with the role its position names."""
+    stack: list[tuple[yaml.Node, str, yaml.Node | None]] = [(root, "", None)]
+    seen: set[int] = set()  # an alias makes a node appear twice, or inside itself
+    while stack:
+        node, role, parent = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            for index, item in reversed(list(enumerate(node.value))):
+                label = yaml_tree.scalar(yaml_tree.get(item, "name")) or str(index)
+                stack.append((item, f"{role}[{label}]" if role else role, node))
+            continue
+        if not isinstance(node, yaml.MappingNode):
+            continue
+        children: list[tuple[yaml.Node, str, yaml.Node | None]] = []
+        for key, _, value in yaml_tree.items(node):
+            if key in _CONTAINER_LISTS and isinstance(value, yaml.SequenceNode):
+                for container in value.value:
+                    if isinstance(container, yaml.MappingNode):
+                        yield _Found(container, role, parent)
+            elif key == "model" and _is_kserve_model(value):
+                yield _Found(value, role or "predictor", parent)
+            elif key not in ("metadata", "status", "env", "envFrom"):
+                children.append((value, _role(role, key), node))
+        stack.extend(reversed(children))
 
 
-def _containers(pod_spec: yaml.Node | None) -> Iterator[yaml.Node]:
-    for key in ("initContainers", "containers"):
-        yield from yaml_tree.sequence(yaml_tree.get(pod_spec, key))
+def _role(role: str, key: str) -> str:
+    if key in _PLAIN_KEYS:
+        return role
+    return key.removesuffix("Template") or key
+
+
+def _is_kserve_model(node: yaml.Node) -> bool:
+    """KServe's ``predictor.model``: a container's fields plus ``modelFormat``."""
+    return isinstance(node, yaml.MappingNode) and yaml_tree.get(node, "modelFormat") is not None
+
+
+def _model_name(root: yaml.Node) -> str | None:
+    """llm-d-modelservice values name the served model once, in ``modelArtifacts.name``."""
+    return yaml_tree.scalar(yaml_tree.get_path(root, "modelArtifacts", "name"))
 
 
 def _annotation_suppressions(node: yaml.Node, file: str | None) -> tuple[Suppression, ...]:
@@ -110,44 +202,160 @@ def _annotation_suppressions(node: yaml.Node, file: str | None) -> tuple[Suppres
 def _container(
     container: yaml.Node,
     text: str,
-    file: str | None,
-    base_dir: Path | None,
+    source: ReadSource,
     where: str,
     suppressions: tuple[Suppression, ...],
+    model: str | None,
 ) -> list[Invocation]:
+    file = source.file
     name = yaml_tree.scalar(yaml_tree.get(container, "name")) or "?"
-    image = yaml_tree.scalar(yaml_tree.get(container, "image"))
-    env = tuple(_env(container, file))
+    image = _image(yaml_tree.get(container, "image"))
+    env, notes = _env(container, source)
     command_node = yaml_tree.get(container, "command")
-    words = words_from_sequence(command_node, file) + words_from_sequence(
-        yaml_tree.get(container, "args"), file
-    )
+    words = words_from_node(command_node, text, file)
+    model_command = yaml_tree.scalar(yaml_tree.get(container, "modelCommand"))
+    if command_node is None and model_command in _MODEL_COMMANDS:
+        head = yaml_tree.get(container, "modelCommand")
+        location = yaml_tree.location(head, file) if head is not None else None
+        words = [ArgvWord(w, location) for w in _MODEL_COMMANDS[model_command]]
+        if model is not None:
+            words.append(ArgvWord(model, location))
+    args = words_from_node(yaml_tree.get(container, "args"), text, file)
+    words = expand_k8s_vars(words + args, env)
+    entrypoint_is_image = command_node is None and model_command not in _MODEL_COMMANDS
+    entrypoint: tuple[str, ...] | None = None
+    if entrypoint_is_image:
+        entrypoint = _entrypoint(image, name, [w.text for w in words], notes)
     context = ShellContext(
         file=file,
         kind="kubernetes",
-        base_dir=base_dir,
+        base_dir=source.base_dir,
         env=env,
         image=image,
         label=f"{file or '<input>'}: {where} container {name}",
         suppressions=suppressions,
     )
-    found = container_invocations(
-        expand_k8s_vars(words, env), text, context, entrypoint_is_image=command_node is None
-    )
-    if yaml_tree.get(container, "envFrom") is not None:
-        note = f"container {name}: envFrom variables come from the cluster and were not read"
-        found = [msgspec.structs.replace(i, notes=(*i.notes, note)) for i in found]
-    return found
+    found = container_invocations(words, text, context, image_entrypoint=entrypoint)
+    return [msgspec.structs.replace(i, notes=i.notes + tuple(notes)) for i in found]
 
 
-def _env(container: yaml.Node, file: str | None) -> Iterator[EnvAssignment]:
+def _image(node: yaml.Node | None) -> str | None:
+    """``image: repo:tag`` or, in Helm values, ``image: {repository, tag}``."""
+    if isinstance(node, yaml.MappingNode):
+        repository = yaml_tree.scalar(yaml_tree.get(node, "repository"))
+        tag = yaml_tree.scalar(yaml_tree.get(node, "tag"))
+        if repository is None:
+            return None
+        return f"{repository}:{tag}" if tag else repository
+    return yaml_tree.scalar(node)
+
+
+def _entrypoint(
+    image: str | None, name: str, args: list[str], notes: list[str]
+) -> tuple[str, ...] | None:
+    """What runs when a container gives no ``command``: its image's entrypoint.
+
+    A container with no image either (a kustomize or Helm patch that only sets
+    ``args``) is taken to be vLLM's when its name says so or most of its options are
+    vLLM flags: the patched base is not in the input.
+    """
+    if image is not None:
+        return serve_entrypoint(image)
+    if "vllm" in name.lower() or _mostly_vllm_flags(args):
+        notes.append(
+            f"container {name}: no image or command here (a patch?); its args were read as "
+            "`vllm serve` arguments"
+        )
+        return ()
+    return None
+
+
+def _mostly_vllm_flags(args: list[str]) -> bool:
+    options = [a.split("=", 1)[0] for a in args if a.startswith("--")]
+    if not options:
+        return False
+    flags = known_flag_spellings()
+    return sum(1 for o in options if o.replace("_", "-") in flags) * 2 > len(options)
+
+
+def _env(container: yaml.Node, source: ReadSource) -> tuple[tuple[EnvAssignment, ...], list[str]]:
+    """``envFrom`` ConfigMaps first, then ``env`` (which wins, as the kubelet applies it)."""
+    file = source.file
+    found: list[EnvAssignment] = []
+    notes: list[str] = []
+    name = yaml_tree.scalar(yaml_tree.get(container, "name")) or "?"
+    for item in yaml_tree.sequence(yaml_tree.get(container, "envFrom")):
+        cm_name = yaml_tree.scalar(yaml_tree.get_path(item, "configMapRef", "name"))
+        prefix = yaml_tree.scalar(yaml_tree.get(item, "prefix")) or ""
+        data = source.configmaps.get(cm_name) if cm_name is not None else None
+        if data is None:
+            what = f"ConfigMap {cm_name}" if cm_name else "a Secret"
+            notes.append(f"container {name}: envFrom {what} is not in the input; not read")
+            continue
+        for key, (text, location) in data.items():
+            found.append(EnvAssignment(name=prefix + key, value=text, location=location))
     for item in yaml_tree.sequence(yaml_tree.get(container, "env")):
         name_node = yaml_tree.get(item, "name")
-        name = yaml_tree.scalar(name_node)
-        if name is None or name_node is None:
+        env_name = yaml_tree.scalar(name_node)
+        if env_name is None or name_node is None:
             continue
+        location = yaml_tree.location(name_node, file)
         value_node = yaml_tree.get(item, "value")
-        value = yaml_tree.scalar(value_node) if value_node is not None else None
+        value: str | None = yaml_tree.scalar(value_node) if value_node is not None else None
         if value_node is not None and value is None:
             value = ""  # `value:` with nothing after it is the empty string to the kubelet
-        yield EnvAssignment(name=name, value=value, location=yaml_tree.location(name_node, file))
+        key_ref = yaml_tree.get_path(item, "valueFrom", "configMapKeyRef")
+        if value_node is None and key_ref is not None:
+            value = _configmap_value(key_ref, source.configmaps)
+        found.append(EnvAssignment(name=env_name, value=value, location=location))
+    return tuple(found), notes
+
+
+def _configmap_value(ref: yaml.Node, configmaps: ConfigMaps) -> str | None:
+    name = yaml_tree.scalar(yaml_tree.get(ref, "name"))
+    key = yaml_tree.scalar(yaml_tree.get(ref, "key"))
+    if name is None or key is None:
+        return None
+    entry = configmaps.get(name, {}).get(key)
+    return entry[0] if entry is not None else None
+
+
+def _kubeai_model(
+    node: yaml.Node,
+    kind: str,
+    text: str,
+    source: ReadSource,
+    owner: str,
+    suppressions: tuple[Suppression, ...],
+) -> list[Invocation]:
+    """KubeAI ``Model`` with ``engine: VLLM``: KubeAI runs vLLM on ``url`` with ``args``.
+
+    Shape: kubeai-project/kubeai docs/reference/kubernetes-api.md (ModelSpec: url,
+    engine, args, env). The model comes from ``url`` (``hf://org/name``).
+    """
+    api = yaml_tree.scalar(yaml_tree.get(node, "apiVersion")) or ""
+    spec = yaml_tree.get(node, "spec")
+    if kind != "Model" or not api.startswith("kubeai.org/"):
+        return []
+    if (yaml_tree.scalar(yaml_tree.get(spec, "engine")) or "").lower() != "vllm":
+        return []
+    url_node = yaml_tree.get(spec, "url")
+    url = yaml_tree.scalar(url_node) or ""
+    model = url.split("://", 1)[-1]
+    words = [ArgvWord(model, yaml_tree.location(url_node, source.file))] if url_node else []
+    words += words_from_node(yaml_tree.get(spec, "args"), text, source.file)
+    env = tuple(
+        EnvAssignment(
+            name=key, value=yaml_tree.scalar(value), location=yaml_tree.location(node, source.file)
+        )
+        for key, node, value in yaml_tree.items(yaml_tree.get(spec, "env"))
+    )
+    context = ShellContext(
+        file=source.file,
+        kind="kubernetes",
+        base_dir=source.base_dir,
+        env=env,
+        label=f"{source.file or '<input>'}: {owner} (KubeAI engine VLLM)",
+        suppressions=suppressions,
+    )
+    return container_invocations(words, text, context, image_entrypoint=())

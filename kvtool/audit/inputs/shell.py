@@ -7,6 +7,7 @@ string back to the manifest, so tokens still point at the right line and column.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
@@ -16,8 +17,9 @@ import msgspec
 from kvtool.audit.inputs.command_line import ServeMatch, find_serve
 from kvtool.audit.inputs.positions import LineIndex, OffsetMap
 from kvtool.audit.inputs.shell_lexer import Command, Comment, LexError, Word, lex
+from kvtool.audit.inputs.source import ReadSource
 from kvtool.audit.inputs.suppressions import parse_comment
-from kvtool.audit.inputs.vllm_config import referenced_config
+from kvtool.audit.inputs.vllm_config import WrittenFile, referenced_config
 from kvtool.audit.model import (
     EnvAssignment,
     InputKind,
@@ -43,11 +45,53 @@ class ShellContext(msgspec.Struct, frozen=True):
     image: str | None = None
     label: str | None = None  # label prefix, e.g. "deploy.yaml: Deployment/vllm container vllm"
     suppressions: tuple[Suppression, ...] = msgspec.field(default_factory=tuple)
+    # Files the script writes with here-documents, for `--config` of such a file.
+    written: dict[str, WrittenFile] = msgspec.field(default_factory=dict)
+
+
+def read(text: str, source: ReadSource) -> list[Invocation]:
+    if not may_start_vllm(text):
+        return []  # most scripts of a repository: not worth lexing
+    return read_shell_file(text, source.file, source.base_dir)
+
+
+def may_start_vllm(text: str) -> bool:
+    """False only when ``text`` cannot start a vLLM server: it names neither vLLM nor an
+    image of the image table (whose entrypoint may be vLLM's)."""
+    from kvtool.releases.images import image_names
+
+    lowered = text.lower()
+    return "vllm" in lowered or any(name in lowered for name in image_names())
 
 
 def read_shell_file(text: str, file: str | None, base_dir: Path | None) -> list[Invocation]:
     index = LineIndex(text, file)
-    return read_script(text, index.location, ShellContext(file=file, base_dir=base_dir))
+    context = ShellContext(file=file, base_dir=base_dir, written=heredoc_files(text, file))
+    return read_script(text, index.location, context)
+
+
+# `cat > F <<EOF`, `cat <<EOF > F`, `tee F <<EOF` (quoted or <<- delimiters too).
+_HEREDOC_WRITE = re.compile(
+    r"""\b(?:cat\s*>\s*(?P<a>[^\s<;|&]+)\s*<<-?\s*(?P<qa>['"]?)(?P<da>\w+)(?P=qa)"""
+    r"""|cat\s*<<-?\s*(?P<qb>['"]?)(?P<db>\w+)(?P=qb)\s*>\s*(?P<b>[^\s;|&]+)"""
+    r"""|tee\s+(?P<c>[^\s<;|&-][^\s<;|&]*)\s*<<-?\s*(?P<qc>['"]?)(?P<dc>\w+)(?P=qc))[^\n]*\n"""
+)
+
+
+def heredoc_files(text: str, file: str | None) -> dict[str, WrittenFile]:
+    """The files ``text`` writes with a here-document, by the path written."""
+    found: dict[str, WrittenFile] = {}
+    for match in _HEREDOC_WRITE.finditer(text):
+        path = match.group("a") or match.group("b") or match.group("c")
+        delimiter = match.group("da") or match.group("db") or match.group("dc")
+        body_start = match.end()
+        end = re.compile(rf"^[ \t]*{re.escape(delimiter)}[ \t]*$", re.MULTILINE).search(
+            text, body_start
+        )
+        body = text[body_start : end.start() if end else len(text)]
+        first_line = text.count("\n", 0, body_start) + 1
+        found[path] = WrittenFile(body, file, first_line)
+    return found
 
 
 def read_script(text: str, locate: Locate, context: ShellContext) -> list[Invocation]:
@@ -109,7 +153,7 @@ def _invocation(
     program = locate(command.words[match.program].start, command.words[match.program].end)
     first_line = locate(command.words[0].start, command.words[0].end).line
     last_line = locate(command.words[-1].start, command.words[-1].end).line
-    items, notes = referenced_config(tokens, context.base_dir)
+    items, notes = referenced_config(tokens, context.base_dir, context.written)
     where = f"{context.file or '<input>'}:{program.line}"
     label = f"{context.label} ({where})" if context.label else where
     return Invocation(

@@ -8,13 +8,41 @@ it was written.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
+from kvtool.audit.inputs.source import ReadSource
 from kvtool.audit.model import Invocation, Location, SourceToken
 from kvtool.errors import KvtoolError
 
 ConfigItems = tuple[tuple[str, Any, Location | None], ...]
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    """A file a script writes with a here-document: its text and where the text starts."""
+
+    text: str
+    file: str | None  # the script
+    first_line: int  # line of the script holding the text's first line
+
+
+def _shifted(items: ConfigItems, heredoc: WrittenFile) -> ConfigItems:
+    """Items of a here-document, with lines counted in the script that holds it."""
+    out: list[tuple[str, Any, Location | None]] = []
+    for key, value, loc in items:
+        if loc is not None and loc.line is not None:
+            loc = msgspec.structs.replace(
+                loc,
+                line=loc.line + heredoc.first_line - 1,
+                end_line=loc.end_line + heredoc.first_line - 1 if loc.end_line else None,
+            )
+        out.append((key, value, loc))
+    return tuple(out)
 
 
 def config_items(text: str, file: str | None) -> ConfigItems:
@@ -44,22 +72,40 @@ def config_items(text: str, file: str | None) -> ConfigItems:
     return tuple(found)
 
 
+def read(text: str, source: ReadSource) -> list[Invocation]:
+    return read_config_file(text, source.file)
+
+
 def read_config_file(text: str, file: str | None) -> list[Invocation]:
-    """A config file given directly: one invocation made only of config items."""
+    """A config file given directly: one invocation made only of config items.
+
+    A key written twice is said in a note; both reach the normaliser in order, so the
+    last one wins, as vLLM's YAML loading and argparse keep the last.
+    """
+    from kvtool.audit.inputs import yaml_tree
+
+    documents = yaml_tree.compose_documents(text, file)
+    notes = tuple(yaml_tree.duplicate_keys(documents[0], file)) if documents else ()
     return [
         Invocation(
             kind="vllm-config",
             label=file or "<config>",
             file=file,
             config_items=config_items(text, file),
+            notes=notes,
         )
     ]
 
 
 def referenced_config(
-    tokens: tuple[SourceToken, ...], base_dir: Path | None
+    tokens: tuple[SourceToken, ...],
+    base_dir: Path | None,
+    written: Mapping[str, WrittenFile] | None = None,
 ) -> tuple[ConfigItems, tuple[str, ...]]:
     """Items of the file named by ``--config FILE`` in ``tokens``, and notes on what was skipped.
+
+    ``written``: files the same script wrote with a here-document (``cat > c.yaml <<EOF``),
+    by the path it wrote; such a file is read from the script, at the script's lines.
 
     Only the two-word form is expanded, exactly as vLLM's parser checks for the word
     ``--config``; ``--config=FILE`` is accepted by argparse but its file is never read.
@@ -84,6 +130,9 @@ def referenced_config(
     if not name.endswith((".yaml", ".yml")):
         notes.append(f"--config {name}: vLLM reads only .yaml/.yml config files and stops here")
         return (), tuple(notes)
+    heredoc = (written or {}).get(name)
+    if heredoc is not None:
+        return _shifted(config_items(heredoc.text, heredoc.file), heredoc), tuple(notes)
     path = Path(name)
     if not path.is_absolute() and base_dir is not None:
         path = base_dir / path

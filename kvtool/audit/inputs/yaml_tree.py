@@ -80,19 +80,61 @@ def where(node: yaml.Node, file: str | None) -> str:
     return _where(file, node.start_mark)
 
 
-def items(node: yaml.Node | None) -> Iterator[tuple[str, yaml.Node, yaml.Node]]:
-    """(key text, key node, value node) of a mapping node; nothing for other nodes."""
+_MERGE = "tag:yaml.org,2002:merge"
+
+
+def items(
+    node: yaml.Node | None, _merging: frozenset[int] = frozenset()
+) -> Iterator[tuple[str, yaml.Node, yaml.Node]]:
+    """(key text, key node, value node) of a mapping node; nothing for other nodes.
+
+    A merge key (``<<: *defaults``, common in compose files) yields the merged
+    mapping's items in its place, so a key written after it wins in :func:`get`.
+    """
     if isinstance(node, yaml.MappingNode):
         for key, value in node.value:
-            if isinstance(key, yaml.ScalarNode):
+            if isinstance(key, yaml.ScalarNode) and key.tag == _MERGE:
+                merged = value.value if isinstance(value, yaml.SequenceNode) else [value]
+                for source in merged:
+                    if id(source) not in _merging and source is not node:
+                        yield from items(source, _merging | {id(node)})
+            elif isinstance(key, yaml.ScalarNode):
                 yield str(key.value), key, value
 
 
 def get(node: yaml.Node | None, key: str) -> yaml.Node | None:
+    """The value of ``key``; of a key written twice, the last, as Kubernetes' decoder keeps."""
+    found: yaml.Node | None = None
     for name, _, value in items(node):
         if name == key:
-            return value
-    return None
+            found = value
+    return found
+
+
+def duplicate_keys(node: yaml.Node, file: str | None) -> list[str]:
+    """One note per key written twice in the same mapping, anywhere below ``node``."""
+    notes: list[str] = []
+    stack = [node]
+    seen: set[int] = set()  # an alias makes a node appear twice, or inside itself
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, yaml.MappingNode):
+            first: dict[str, yaml.Node] = {}
+            for key, value in current.value:
+                if isinstance(key, yaml.ScalarNode):
+                    if key.value in first:
+                        notes.append(
+                            f"{where(key, file)}: key {key.value!r} is written twice (first at "
+                            f"line {first[key.value].start_mark.line + 1}); the last one wins"
+                        )
+                    first[key.value] = key
+                stack.append(value)
+        elif isinstance(current, yaml.SequenceNode):
+            stack.extend(current.value)
+    return sorted(notes)
 
 
 def get_path(node: yaml.Node | None, *keys: str) -> yaml.Node | None:

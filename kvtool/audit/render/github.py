@@ -1,7 +1,8 @@
 """GitHub Actions workflow commands (``--output-format github``), one line per finding.
 
 ``::error file=deploy.yaml,line=42,col=5,title=SZ001 kv-offloading-size-per-rank::message``;
-info findings become ``::notice``. Values are escaped as the runner expects.
+info findings become ``::notice``; a file that could not be read is an ``::error`` on that
+file. Values are escaped as the runner expects.
 """
 
 from __future__ import annotations
@@ -34,4 +35,8 @@ def line(finding: Finding) -> str:
 
 
 def render(report: AuditReport) -> str:
-    return "".join(line(f) + "\n" for f in report.findings)
+    unreadable = "".join(
+        f"::error file={_escape_property(s.file)},title=not read::{_escape_data(s.reason)}\n"
+        for s in report.unreadable
+    )
+    return unreadable + "".join(line(f) + "\n" for f in report.findings)

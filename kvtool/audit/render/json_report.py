@@ -71,6 +71,12 @@ class JsonInvocation(_Out, frozen=True, kw_only=True):
     notes: list[str]
 
 
+class JsonSkipped(_Out, frozen=True, kw_only=True):
+    file: str
+    reason: str
+    problem: bool  # could not be read at all (fails the run like a finding)
+
+
 class JsonReport(_Out, frozen=True, kw_only=True):
     schema_version: int
     tool: dict[str, str]
@@ -78,6 +84,8 @@ class JsonReport(_Out, frozen=True, kw_only=True):
     invocations: list[JsonInvocation]
     findings: list[JsonFinding]
     summary: dict[str, int]
+    # Files read but not audited: no server, chart templates, unreadable.
+    skipped: list[JsonSkipped] = []
 
 
 def docs_anchor(code: str, name: str) -> str:
@@ -131,6 +139,9 @@ def build(report: AuditReport) -> JsonReport:
         invocations=invocations,
         findings=[_finding(f) for f in report.findings],
         summary={**report.counts(), "suppressed": report.suppressed},
+        skipped=[
+            JsonSkipped(file=s.file, reason=s.reason, problem=s.problem) for s in report.skipped
+        ],
     )
 
 

@@ -97,6 +97,26 @@ def build(report: AuditReport) -> dict[str, Any]:
                     "driver": {"name": "kvtool", "version": __version__, "rules": descriptors}
                 },
                 "results": [_result(f, rule_index) for f in report.findings],
+                # Files that could not be read: tool notifications, not results.
+                "invocations": [
+                    {
+                        "executionSuccessful": True,
+                        "toolExecutionNotifications": [
+                            {
+                                "level": "error",
+                                "message": {"text": f"not read: {s.reason}"},
+                                "locations": [
+                                    {
+                                        "physicalLocation": {
+                                            "artifactLocation": {"uri": artifact_uri(s.file)}
+                                        }
+                                    }
+                                ],
+                            }
+                            for s in report.unreadable
+                        ],
+                    }
+                ],
                 "properties": {
                     "targets": [
                         {

@@ -33,6 +33,12 @@ def _where(finding: Finding) -> str:
 
 
 def print_report(report: AuditReport, console: Console) -> None:
+    for skipped in report.unreadable:
+        console.print(
+            f"[bold]{escape(skipped.file)}[/bold]: [bold red]not read[/bold red] "
+            f"{escape(skipped.reason)}",
+            soft_wrap=True,
+        )
     for finding in report.findings:
         style = STYLES[finding.severity]
         console.print(
@@ -58,4 +64,9 @@ def summary(report: AuditReport) -> str:
     text = f"Checked {len(report.invocations)} invocation(s) against {where}: {', '.join(parts)}"
     if report.suppressed:
         text += f", {report.suppressed} suppressed"
+    passed_over = len(report.skipped) - len(report.unreadable)
+    if passed_over:
+        text += f"; {passed_over} file(s) skipped: no vLLM server (--verbose names them)"
+    if report.unreadable:
+        text += f"; {len(report.unreadable)} file(s) could not be read"
     return text + "."

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kvtool.audit.inputs import detect_format, read_argv, read_inputs, read_text
+from kvtool.audit.inputs import read_argv, read_inputs, read_text
+from kvtool.audit.inputs.registry import detect_kind
 from kvtool.errors import KvtoolError
 
 REPO = Path(__file__).resolve().parents[3]
@@ -53,8 +54,8 @@ def test_examples_are_detected_by_content(name: str, expected: str, tmp_path: Pa
     text = (REPO / "examples" / name).read_text()
     # The content decides, not the name: a neutral name gives the same answer.
     neutral = "input.txt" if expected == "shell" else "input.yaml"
-    assert detect_format(text, name) == expected
-    assert detect_format(text, neutral) == expected
+    assert detect_kind(text, name) == expected
+    assert detect_kind(text, neutral) == expected
 
 
 def test_input_format_overrides_detection(tmp_path: Path) -> None:
@@ -67,8 +68,7 @@ def test_input_format_overrides_detection(tmp_path: Path) -> None:
 
 
 def test_undetectable_and_missing_inputs() -> None:
-    with pytest.raises(KvtoolError, match="cannot tell what kind of input"):
-        detect_format("just some words\n", "notes.txt")
+    assert detect_kind("just some words\n", "notes.txt") is None
     with pytest.raises(KvtoolError, match="no such file"):
         read_inputs([Path("/nonexistent/run.sh")])
 
@@ -79,7 +79,7 @@ def test_json_manifest_from_kubectl_is_kubernetes() -> None:
         ' "spec": {"containers": [{"name": "c", "image": "vllm/vllm-openai:v0.32.0",\n'
         '   "args": ["m", "--port", "8000"]}]}}\n'
     )
-    assert detect_format(text, "pod.json") == "kubernetes"
+    assert detect_kind(text, "pod.json") == "kubernetes"
     (invocation,) = read_text(text, "pod.json")
     port = invocation.tokens[1]
     assert port.location is not None and (port.location.line, port.location.column) == (3, 18)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from kvtool.audit.inputs import read_inputs
+from kvtool.audit.inputs import read_input_set, read_inputs
 from kvtool.errors import KvtoolError
 
 REPO = Path(__file__).resolve().parents[3]
@@ -36,9 +36,10 @@ def repo_tree(tmp_path: Path) -> Path:
 
 def test_directory_audits_serve_configurations_only(repo_tree: Path) -> None:
     files = {Path(i.file or "").relative_to(repo_tree).as_posix() for i in read_inputs([repo_tree])}
-    # The --config file is audited through a command naming it, or by path: never guessed.
+    # A --config file is one when its keys are vLLM flags (pipeline.yaml's are not).
     assert files == {
         "deploy/compose.yaml",
+        "deploy/vllm-config.yaml",
         "deploy/entrypoint",
         "deploy/k8s-deployment.yaml",
         "deploy/lmcache-tp4.sh",
@@ -57,8 +58,16 @@ def test_directory_order_is_stable_and_files_are_read_once(repo_tree: Path) -> N
     assert len(read_inputs([alone / "run.sh", alone])) == 1
 
 
-def test_a_directory_with_no_serve_configuration_is_an_error(repo_tree: Path) -> None:
-    with pytest.raises(KvtoolError, match=r"ci: no vLLM serve configuration found in 3 "):
+def test_a_directory_with_no_server_says_what_it_skipped(repo_tree: Path) -> None:
+    found = read_input_set([repo_tree / "ci"])
+    assert found.invocations == []
+    reasons = {Path(s.file).name: (s.reason, s.problem) for s in found.skipped}
+    assert reasons == {
+        "blob.sh": ("not UTF-8 text", False),
+        "notes.sh": ("no vLLM server command found (read as shell)", False),
+        "pipeline.yaml": ("not a deployment file kvtool reads (no vLLM server)", False),
+    }
+    with pytest.raises(KvtoolError, match="no vLLM server command found"):
         read_inputs([repo_tree / "ci"])
 
 
@@ -68,7 +77,7 @@ def test_cli_audits_a_directory_and_reports_each_file(kvtool_cli, repo_tree: Pat
     )
     assert result.exit_code == 1  # the shipped lmcache example has a removed flag
     report = json.loads(result.stdout)
-    assert len({i["file"] for i in report["invocations"]}) == 4
+    assert len({i["file"] for i in report["invocations"]}) == 5
     assert any(f["code"] == "VG002" for f in report["findings"])
     missing = kvtool_cli("audit", str(repo_tree / "nowhere"))
     assert missing.exit_code == 2 and "no such file or directory" in missing.stderr

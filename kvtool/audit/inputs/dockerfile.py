@@ -1,0 +1,121 @@
+"""Dockerfile/Containerfile: the server the final stage's ENTRYPOINT and CMD start.
+
+Docker's rules: the last ENTRYPOINT and the last CMD of the final stage apply; an
+exec-form (JSON array) ENTRYPOINT receives the exec-form CMD as arguments; a
+shell-form instruction runs ``/bin/sh -c`` on its text; with no ENTRYPOINT the base
+image's entrypoint applies (from the image table), and ``ENTRYPOINT []`` clears it
+(https://docs.docker.com/reference/dockerfile/#understand-how-cmd-and-entrypoint-interact).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+from kvtool.audit.inputs.container import ArgvWord, container_invocations
+from kvtool.audit.inputs.positions import LineIndex
+from kvtool.audit.inputs.shell import ShellContext, read_script
+from kvtool.audit.inputs.source import ReadSource
+from kvtool.audit.model import Invocation, Location
+from kvtool.releases.images import serve_entrypoint
+
+_INSTRUCTION = re.compile(r"^[ \t]*([A-Za-z]+)[ \t]+", re.MULTILINE)
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_FROM = re.compile(r"(?:--\S+\s+)*(\S+)")
+
+
+@dataclass(frozen=True)
+class _Instruction:
+    keyword: str
+    start: int  # offset of the body (after the keyword)
+    end: int  # end of the body, continuation lines included
+
+    def body(self, text: str) -> str:
+        return text[self.start : self.end]
+
+
+def read(text: str, source: ReadSource) -> list[Invocation]:
+    index = LineIndex(text, source.file)
+    stage = _final_stage(_instructions(text))
+    base = next((i for i in stage if i.keyword == "FROM"), None)
+    entrypoint = next((i for i in reversed(stage) if i.keyword == "ENTRYPOINT"), None)
+    command = next((i for i in reversed(stage) if i.keyword == "CMD"), None)
+    base_image = None
+    if base is not None:
+        match = _FROM.match(base.body(text).strip())
+        base_image = match.group(1) if match else None
+    context = ShellContext(
+        file=source.file, kind="dockerfile", base_dir=source.base_dir, image=base_image
+    )
+    if entrypoint is not None:
+        words = _exec_words(entrypoint, text, index)
+        if words is None:
+            return _shell(entrypoint, text, index, context)  # CMD is ignored then
+        if command is not None:
+            words += _exec_words(command, text, index) or []
+        return container_invocations(words, text, context, image_entrypoint=None)
+    if command is None:
+        return []
+    words = _exec_words(command, text, index)
+    if words is None:
+        return _shell(command, text, index, context)
+    inherited = serve_entrypoint(base_image) if base_image else None
+    return container_invocations(words, text, context, image_entrypoint=inherited)
+
+
+def _instructions(text: str) -> list[_Instruction]:
+    found: list[_Instruction] = []
+    for match in _INSTRUCTION.finditer(text):
+        line_start = text.rfind("\n", 0, match.start()) + 1
+        if found and found[-1].end > line_start:
+            continue  # a continuation line of the previous instruction
+        if text[line_start : match.start()].strip():
+            continue
+        end = match.end()
+        while True:
+            newline = text.find("\n", end)
+            if newline < 0:
+                end = len(text)
+                break
+            if text[end:newline].rstrip().endswith("\\"):
+                end = newline + 1
+                continue
+            end = newline
+            break
+        found.append(_Instruction(match.group(1).upper(), match.end(), end))
+    return found
+
+
+def _final_stage(instructions: list[_Instruction]) -> list[_Instruction]:
+    starts = [n for n, i in enumerate(instructions) if i.keyword == "FROM"]
+    return instructions[starts[-1] :] if starts else instructions
+
+
+def _exec_words(
+    instruction: _Instruction, text: str, index: LineIndex
+) -> list[ArgvWord] | None:
+    """The words of an exec-form (JSON array) instruction; None for the shell form."""
+    body = instruction.body(text).strip()
+    try:
+        value = json.loads(body.replace("\\\n", ""))
+    except ValueError:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        return None
+    words: list[ArgvWord] = []
+    for match in _JSON_STRING.finditer(text, instruction.start, instruction.end):
+        start, end = match.span()
+        words.append(ArgvWord(json.loads(match.group(0)), index.location(start, end), (start, end)))
+    return words
+
+
+def _shell(
+    instruction: _Instruction, text: str, index: LineIndex, context: ShellContext
+) -> list[Invocation]:
+    base = instruction.start
+
+    def locate(start: int, end: int) -> Location:
+        return index.location(base + start, base + end)
+
+    return read_script(instruction.body(text), locate, context)

@@ -1,0 +1,137 @@
+"""Container images that run vLLM (``rules/images/entrypoints.toml``): entrypoint and release.
+
+Two questions, one table: does a container that gives only ``args`` start a vLLM
+server (its image's entrypoint), and which vLLM release does an image tag name? A
+downstream image's own version (``llm-d-cuda:v0.9.0``, ``lmcache/vllm-openai:v0.3.1``)
+is never read as vLLM's.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from typing import Annotated, Literal
+
+import msgspec
+from packaging.version import InvalidVersion, Version
+
+from kvtool.errors import KvtoolError
+from kvtool.resources import read_table, rules_dir
+
+VLLM_SERVE = ("vllm", "serve")
+_VERSION = r"(\d+\.\d+\.\d+(?:(?:\.post|rc|\.dev)\d+)?)(?![\d])"
+_LEADING = re.compile(r"^v?" + _VERSION)
+_ANYWHERE = re.compile(r"(?:^|[^\d.])v?" + _VERSION)
+
+
+class ImageRow(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    repository: str  # "owner/name", or "*/name" for that name under any owner
+    tag: Literal["vllm", "anywhere", "product"]
+    entrypoint: tuple[str, ...] | None = None
+    since: str | None = None
+    until: str | None = None
+    source: Annotated[str, msgspec.Meta(min_length=3)]
+
+    def __post_init__(self) -> None:
+        for value in (self.since, self.until):
+            if value is not None:
+                try:
+                    Version(value)
+                except InvalidVersion as exc:
+                    raise ValueError(f"not a release version: {value!r}") from exc
+
+    def matches(self, repository: str) -> bool:
+        if self.repository.startswith("*/"):
+            return repository.rsplit("/", 1)[-1] == self.repository[2:]
+        return repository == self.repository or repository.endswith("/" + self.repository)
+
+    def holds_for(self, version: str | None) -> bool:
+        if version is None:
+            return True
+        v = Version(version)
+        if self.since is not None and v < Version(self.since):
+            return False
+        return self.until is None or v < Version(self.until)
+
+
+class ImageRef(msgspec.Struct, frozen=True):
+    repository: str  # without registry host
+    tag: str | None
+
+
+def parse_image(image: str) -> ImageRef:
+    """``host:5000/owner/name:tag@sha256:...`` -> ``owner/name``, ``tag``."""
+    ref = image.strip().split("@", 1)[0]
+    slash, colon = ref.rfind("/"), ref.rfind(":")
+    tag = ref[colon + 1 :] if colon > slash else None
+    name = ref[:colon] if colon > slash else ref
+    parts = name.split("/")
+    if len(parts) > 1 and ("." in parts[0] or ":" in parts[0] or parts[0] == "localhost"):
+        parts = parts[1:]  # a registry host
+    return ImageRef("/".join(parts), tag)
+
+
+@cache
+def image_rows() -> tuple[ImageRow, ...]:
+    path = rules_dir() / "images" / "entrypoints.toml"
+    try:
+        return msgspec.convert(read_table(path).get("rows", []), type=tuple[ImageRow, ...])
+    except msgspec.ValidationError as exc:
+        raise KvtoolError(f"image table {path}: {exc}") from exc
+
+
+@cache
+def image_names() -> tuple[str, ...]:
+    """The last path component of every listed repository, lower-cased (``llm-d-cuda``)."""
+    return tuple(sorted({r.repository.rsplit("/", 1)[-1].lower() for r in image_rows()}))
+
+
+def image_row(image: str) -> ImageRow | None:
+    """The most specific row for ``image`` (an exact repository before a ``*/name``)."""
+    repository = parse_image(image).repository
+    rows = [r for r in image_rows() if r.matches(repository)]
+    rows.sort(key=lambda r: r.repository.startswith("*/"))
+    return rows[0] if rows else None
+
+
+def vllm_version_of_image(image: str) -> str | None:
+    """The vLLM release an image's tag names, or None when the tag names none.
+
+    Unknown images whose name says vLLM are read like vLLM's own (leading version);
+    other unknown images name no vLLM release.
+    """
+    ref = parse_image(image)
+    if ref.tag is None:
+        return None
+    row = image_row(image)
+    if row is None:
+        how = "vllm" if "vllm" in ref.repository.rsplit("/", 1)[-1].lower() else "product"
+    else:
+        how = row.tag
+    if how == "product":
+        return None
+    match = (_LEADING if how == "vllm" else _ANYWHERE).search(ref.tag)
+    return match.group(1) if match else None
+
+
+def serve_entrypoint(image: str) -> tuple[str, ...] | None:
+    """The entrypoint of ``image`` when it starts a vLLM server, else None (unknown too)."""
+    row = image_row(image)
+    if row is None:
+        # An unlisted image named for vLLM (a mirror or a local build of vLLM's
+        # Dockerfile) is taken to keep vLLM's entrypoint, as `docker run IMAGE ARGS` expects.
+        name = parse_image(image).repository.rsplit("/", 1)[-1].lower()
+        return VLLM_SERVE if "vllm" in name else None
+    if row.entrypoint is None:
+        return None
+    return row.entrypoint if row.holds_for(_table_version(image)) else None
+
+
+def _table_version(image: str) -> str | None:
+    version = vllm_version_of_image(image)
+    if version is None:
+        return None
+    try:
+        return Version(version).base_version
+    except InvalidVersion:
+        return None

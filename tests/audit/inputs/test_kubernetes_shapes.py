@@ -1,0 +1,464 @@
+"""Kubernetes objects as real deployments write them: a removed flag is found at its line.
+
+Each shape is written here in the form the cited public repository uses (not copied).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kvtool.audit.inputs import NoServerCommand, StdinInput, read_input_set, read_text
+from kvtool.releases import version_from_image
+from tests.audit.inputs.removed_flag import (
+    REMOVED,
+    line_of,
+    removed_at,
+    removed_in_stdin,
+    removed_in_text,
+)
+
+F = REMOVED
+
+SHAPES: dict[str, str] = {
+    # vllm-project/production-stack helm output: Deployment, block-list command + args.
+    "deployment-block-lists": f"""\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: d}}
+spec:
+  template:
+    spec:
+      containers:
+        - name: vllm
+          image: vllm/vllm-openai:v0.20.0
+          command:
+            - vllm
+            - serve
+          args:
+            - m
+            - {F}
+""",
+    # vllm-project/vllm docs/deployment/k8s.md: command as a flow list.
+    "deployment-flow-list": f"""\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: d}}
+spec:
+  template:
+    spec:
+      containers:
+      - name: server
+        image: vllm/vllm-openai:latest
+        command: ["vllm", "serve", "m", "{F}"]
+""",
+    # kubernetes-sigs/lws docs/examples/vllm: LeaderWorkerSet with `sh -c` bodies.
+    "leaderworkerset-sh-c": f"""\
+apiVersion: leaderworkerset.x-k8s.io/v1
+kind: LeaderWorkerSet
+metadata: {{name: lws}}
+spec:
+  leaderWorkerTemplate:
+    leaderTemplate:
+      spec:
+        containers:
+          - name: vllm-leader
+            image: vllm/vllm-openai:latest
+            command:
+              - sh
+              - -c
+              - "bash /vllm-workspace/multi-node-serving.sh leader;
+                 vllm serve m --tensor-parallel-size 8 {F}"
+    workerTemplate:
+      spec:
+        containers:
+          - name: vllm-worker
+            image: vllm/vllm-openai:latest
+            command: ["sh", "-c", "bash multi-node-serving.sh worker"]
+""",
+    # argoproj/argo-rollouts examples: Rollout keeps a pod template like a Deployment.
+    "argo-rollout": f"""\
+apiVersion: argoproj.io/v1alpha1
+kind: Rollout
+metadata: {{name: r}}
+spec:
+  strategy: {{canary: {{steps: [{{setWeight: 20}}]}}}}
+  template:
+    spec:
+      containers:
+      - name: vllm
+        image: vllm/vllm-openai:v0.20.0
+        args: ["m", "{F}"]
+""",
+    # kserve/kserve docs/samples: ServingRuntime running the api_server module, `--k=v` args.
+    "kserve-servingruntime": f"""\
+apiVersion: serving.kserve.io/v1alpha1
+kind: ServingRuntime
+metadata: {{name: vllm-runtime}}
+spec:
+  supportedModelFormats: [{{name: vLLM, autoSelect: true}}]
+  containers:
+    - name: kserve-container
+      image: quay.io/modh/vllm:rhoai-2.20
+      command: [python, -m, vllm.entrypoints.openai.api_server]
+      args:
+        - --port=8080
+        - --model=/mnt/models
+        - --served-model-name={{{{.Name}}}}
+        - {F}
+""",
+    # kserve/kserve config/llmisvc: LLMInferenceService, an inline pod template.
+    "kserve-llminferenceservice": f"""\
+apiVersion: serving.kserve.io/v1alpha1
+kind: LLMInferenceService
+metadata: {{name: llm}}
+spec:
+  model: {{uri: "hf://Qwen/Qwen3-0.6B"}}
+  template:
+    containers:
+      - name: main
+        image: ghcr.io/llm-d/llm-d-cuda:v0.2.0
+        command: [vllm, serve, /mnt/models]
+        args: ["{F}"]
+""",
+    # kserve/kserve docs: InferenceService with a custom predictor container.
+    "kserve-inferenceservice": f"""\
+apiVersion: serving.kserve.io/v1beta1
+kind: InferenceService
+metadata: {{name: isvc}}
+spec:
+  predictor:
+    containers:
+      - name: kserve-container
+        image: vllm/vllm-openai:v0.20.0
+        args: [--model, m, {F}]
+""",
+    # ray-project/kuberay ray-operator/config/samples (vLLM RayService): bash -c in the head.
+    "ray-rayservice": f"""\
+apiVersion: ray.io/v1
+kind: RayService
+metadata: {{name: rs}}
+spec:
+  rayClusterConfig:
+    headGroupSpec:
+      template:
+        spec:
+          containers:
+            - name: ray-head
+              image: rayproject/ray-ml:2.40.0
+              command: ["/bin/bash", "-c"]
+              args:
+                - |
+                  ray start --head --port=6379
+                  vllm serve m \\
+                    {F}
+    workerGroupSpecs:
+      - groupName: gpu
+        template:
+          spec:
+            containers:
+              - name: ray-worker
+                image: rayproject/ray-ml:2.40.0
+""",
+    # vllm-project/aibrix samples/disaggregation: StormService roles with templates.
+    "aibrix-stormservice": f"""\
+apiVersion: orchestration.aibrix.ai/v1alpha1
+kind: StormService
+metadata: {{name: ss}}
+spec:
+  template:
+    spec:
+      roles:
+        - name: prefill
+          template:
+            spec:
+              containers:
+                - name: prefill
+                  image: aibrix/vllm-openai:aibrix-kvcache-v0.8.5-20250520
+                  command: ["sh", "-c"]
+                  args:
+                    - |
+                      python3 -m vllm.entrypoints.openai.api_server --model m {F}
+""",
+    # kubeai-project/kubeai manifests/models: a Model with engine VLLM and args.
+    "kubeai-model": f"""\
+apiVersion: kubeai.org/v1
+kind: Model
+metadata: {{name: qwen}}
+spec:
+  features: [TextGeneration]
+  url: hf://Qwen/Qwen2.5-0.5B-Instruct
+  engine: VLLM
+  args:
+    - --max-model-len=2048
+    - {F}
+""",
+    # `kubectl get -o yaml` of several objects: kind List.
+    "kind-list": f"""\
+apiVersion: v1
+kind: List
+items:
+  - apiVersion: v1
+    kind: Pod
+    metadata: {{name: p}}
+    spec:
+      containers:
+        - name: vllm
+          image: vllm/vllm-openai:v0.20.0
+          args: [m, {F}]
+""",
+    # kubernetes-sigs/kustomize examples/patchMultipleObjects: a patch naming only args.
+    "kustomize-args-patch": f"""\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: vllm}}
+spec:
+  template:
+    spec:
+      containers:
+        - name: vllm
+          args:
+            - m
+            - {F}
+""",
+    # kubernetes-sigs/kustomize examples/inlinePatch.md: a patch written in kustomization.yaml.
+    "kustomize-inline-patch": f"""\
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources: [../base]
+patches:
+  - target: {{kind: Deployment, name: vllm}}
+    patch: |-
+      apiVersion: apps/v1
+      kind: Deployment
+      metadata:
+        name: vllm
+      spec:
+        template:
+          spec:
+            containers:
+              - name: vllm
+                args: ["m", "{F}"]
+""",
+    # A string where a list belongs (Helm values of several charts): split as a shell line.
+    "command-as-string": f"""\
+apiVersion: v1
+kind: Pod
+metadata: {{name: p}}
+spec:
+  containers:
+    - name: c
+      image: python:3.12
+      command: "vllm serve m --port 8000 {F}"
+""",
+    # llm-d-incubation/llm-d-modelservice values: decode containers with modelCommand.
+    "llm-d-modelservice-values": f"""\
+modelArtifacts:
+  uri: hf://Qwen/Qwen3-0.6B
+  name: Qwen/Qwen3-0.6B
+decode:
+  replicas: 1
+  containers:
+    - name: vllm
+      image: ghcr.io/llm-d/llm-d-cuda:v0.3.0
+      modelCommand: vllmServe
+      args:
+        - {F}
+""",
+    # ray-project/kuberay ray-operator/config/samples/vllm-serve-llm: Ray Serve LLM apps.
+    "ray-serve-llm": f"""\
+apiVersion: ray.io/v1
+kind: RayService
+metadata: {{name: llm}}
+spec:
+  serveConfigV2: |
+    applications:
+    - name: llms
+      import_path: ray.serve.llm:build_openai_app
+      route_prefix: "/"
+      args:
+        llm_configs:
+        - model_loading_config:
+            model_id: qwen
+            model_source: Qwen/Qwen2.5-7B-Instruct
+          engine_kwargs:
+            tensor_parallel_size: 2
+            {F[2:].replace("-", "_")}: true
+  rayClusterConfig:
+    headGroupSpec:
+      template:
+        spec:
+          containers:
+            - name: ray-head
+              image: rayproject/ray-llm:2.46.0-py311-cu124
+""",
+    # ray-project/kuberay ray-operator/config/samples/ray-job.*.yaml: the entrypoint command.
+    "ray-rayjob-entrypoint": f"""\
+apiVersion: ray.io/v1
+kind: RayJob
+metadata: {{name: job}}
+spec:
+  entrypoint: >-
+    vllm serve m --tensor-parallel-size 2
+    {F}
+  rayClusterSpec:
+    headGroupSpec:
+      template:
+        spec:
+          containers:
+            - name: ray-head
+              image: rayproject/ray:2.46.0
+""",
+    # vllm-project/production-stack operator/config/samples: VLLMRuntime.
+    "production-stack-vllmruntime": f"""\
+apiVersion: production-stack.vllm.ai/v1alpha1
+kind: VLLMRuntime
+metadata: {{name: vr}}
+spec:
+  model:
+    modelURL: "meta-llama/Llama-3.1-8B-Instruct"
+    maxModelLen: 4096
+  vllmConfig:
+    enablePrefixCaching: true
+    tensorParallelSize: 1
+    extraArgs: ["{F}"]
+    v1: true
+    port: 8000
+  lmCacheConfig:
+    enabled: true
+    cpuOffloadingBufferSize: "15"
+  deploymentConfig:
+    image: {{registry: docker.io, name: "lmcache/vllm-openai:2025-05-27-v1"}}
+""",
+    # Args only on llm-d's image: its entrypoint is the api_server module.
+    "llm-d-image-args-only": f"""\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: d}}
+spec:
+  template:
+    spec:
+      containers:
+        - name: decode
+          image: ghcr.io/llm-d/llm-d-cuda:v0.9.0
+          args: ["--model", "m", "{F}"]
+""",
+}
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_removed_flag_found_at_its_line(tmp_path: Path, shape: str) -> None:
+    text = SHAPES[shape]
+    written = F[2:].replace("-", "_") if shape == "ray-serve-llm" else F
+    assert removed_in_text(tmp_path, f"{shape}.yaml", text) == [
+        (f"{shape}.yaml", line_of(text, written))
+    ]
+
+
+def test_what_kvtool_launch_writes_is_found(tmp_path: Path, kvtool_cli) -> None:  # type: ignore[no-untyped-def]
+    result = kvtool_cli(
+        "launch", "native-cpu-offload", "--model", "qwen3-8b", "--target", "k8s",
+        "--host-ram-gib", "64", "--vllm-version", "0.27.1", "--", F,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    text = result.stdout
+    assert removed_in_text(tmp_path, "launch.yaml", text) == [("launch.yaml", line_of(text, F))]
+
+
+def test_images_without_a_vllm_entrypoint_give_nothing() -> None:
+    text = SHAPES["llm-d-image-args-only"].replace("ghcr.io/llm-d/llm-d-cuda:v0.9.0", "redis:7")
+    with pytest.raises(NoServerCommand, match="no vLLM server command found"):
+        read_text(text, "redis.yaml")
+
+
+def test_llm_d_tag_is_not_a_vllm_version() -> None:
+    (invocation,) = read_text(SHAPES["llm-d-image-args-only"], "d.yaml")
+    assert invocation.image == "ghcr.io/llm-d/llm-d-cuda:v0.9.0"
+    assert version_from_image(invocation.image) is None
+
+
+CONFIGMAP = """\
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: vllm-env}
+data:
+  PYTHONHASHSEED: "0"
+  LMCACHE_MAX_LOCAL_CPU_SIZE: "40"
+"""
+
+CONSUMER = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: d}
+spec:
+  template:
+    spec:
+      containers:
+        - name: vllm
+          image: vllm/vllm-openai:v0.20.0
+          args: [m]
+          envFrom:
+            - configMapRef: {name: vllm-env}
+          env:
+            - name: HASH
+              valueFrom:
+                configMapKeyRef: {name: vllm-env, key: PYTHONHASHSEED}
+"""
+
+
+def test_envfrom_and_valuefrom_read_configmaps_of_other_files(tmp_path: Path) -> None:
+    (tmp_path / "cm.yaml").write_text(CONFIGMAP)
+    (tmp_path / "deploy.yaml").write_text(CONSUMER)
+    found = read_input_set([tmp_path])
+    (invocation,) = found.invocations
+    env = {e.name: (e.value, e.location.line if e.location else None) for e in invocation.env}
+    assert env["PYTHONHASHSEED"] == ("0", 5)  # where the ConfigMap wrote it
+    assert env["LMCACHE_MAX_LOCAL_CPU_SIZE"] == ("40", 6)
+    assert env["HASH"][0] == "0"
+    assert not any("envFrom" in note for note in invocation.notes)
+    # Without the ConfigMap in the input set, the gap is said, not guessed.
+    (alone,) = read_input_set([tmp_path / "deploy.yaml"]).invocations
+    assert any("ConfigMap vllm-env is not in the input" in note for note in alone.notes)
+
+
+def test_duplicate_keys_last_wins_and_are_reported(tmp_path: Path) -> None:
+    text = f"""\
+apiVersion: v1
+kind: Pod
+metadata: {{name: p}}
+spec:
+  containers:
+    - name: vllm
+      image: vllm/vllm-openai:v0.20.0
+      args: [m]
+      args: [m, {F}]
+"""
+    assert removed_in_text(tmp_path, "dup.yaml", text) == [("dup.yaml", 9)]
+    (invocation,) = read_text(text, "dup.yaml")
+    assert any("'args' is written twice (first at line 8)" in n for n in invocation.notes)
+
+
+def test_byte_order_mark_is_handled(tmp_path: Path) -> None:
+    text = SHAPES["deployment-flow-list"]
+    path = tmp_path / "bom.yaml"
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    assert removed_at(read_input_set([path])) == [("bom.yaml", line_of(text, F))]
+
+
+def test_rendered_helm_output_on_stdin_names_its_template() -> None:
+    text = "---\n# Source: vllm-stack/templates/deployment-vllm-multi.yaml\n" + SHAPES[
+        "deployment-block-lists"
+    ]
+    assert removed_in_stdin(text, "rendered.yaml") == [("rendered.yaml", line_of(text, F))]
+    (invocation,) = read_input_set([], stdin=StdinInput(text, "rendered.yaml")).invocations
+    assert "from vllm-stack/templates/deployment-vllm-multi.yaml" in invocation.label
+
+
+@pytest.mark.timeout(20)
+def test_an_alias_inside_itself_ends(tmp_path: Path) -> None:
+    # YAML lets an anchored node contain its own alias; walks must not loop on it.
+    looped = "    spec: &pod\n      loop: *pod\n      containers:"
+    text = SHAPES["deployment-flow-list"].replace("    spec:\n      containers:", looped)
+    assert "*pod" in text
+    assert removed_in_text(tmp_path, "loop.yaml", text) == [("loop.yaml", line_of(text, F))]
