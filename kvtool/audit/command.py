@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from kvtool.output.completion import complete_rule
+from kvtool.output.options import ColorMode, ColorOption, OutputFileOption, QuietOption
+
 if TYPE_CHECKING:
     from kvtool.audit.engine import AuditReport
     from kvtool.audit.model import Invocation
@@ -72,37 +75,6 @@ def _read(paths: list[str], argv: list[str], input_format: str | None) -> "list[
     return invocations
 
 
-def _emit(text: str, output_file: Path | None) -> None:
-    if output_file is None:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    else:
-        output_file.write_text(text, encoding="utf-8")
-
-
-def _render(report: "AuditReport", output_format: OutputFormat, output_file: Path | None) -> None:
-    if output_format is OutputFormat.text:
-        from rich.console import Console
-
-        from kvtool.audit.render.text import print_report
-
-        if output_file is None:
-            print_report(report, Console(file=sys.stdout, highlight=False))
-        else:
-            with output_file.open("w", encoding="utf-8") as handle:
-                print_report(
-                    report, Console(file=handle, no_color=True, highlight=False, width=200)
-                )
-        return
-    if output_format is OutputFormat.json:
-        from kvtool.audit.render.json_report import render
-    elif output_format is OutputFormat.sarif:
-        from kvtool.audit.render.sarif import render
-    else:
-        from kvtool.audit.render.github import render
-    _emit(render(report), output_file)
-
-
 def audit(
     paths: Annotated[
         list[str] | None,
@@ -131,10 +103,9 @@ def audit(
         OutputFormat,
         typer.Option("--output-format", envvar="KVTOOL_OUTPUT_FORMAT", help="Report format."),
     ] = OutputFormat.text,
-    output_file: Annotated[
-        Path | None,
-        typer.Option("-o", "--output-file", help="Write the report here instead of stdout."),
-    ] = None,
+    output_file: OutputFileOption = None,
+    quiet: QuietOption = False,
+    color: ColorOption = ColorMode.auto,
     fail_on: Annotated[
         FailOn | None,
         typer.Option(
@@ -187,9 +158,13 @@ def audit(
     from kvtool.audit.engine import Auditor
     from kvtool.audit.model import Severity
     from kvtool.audit.normalize import normalize
+    from kvtool.audit.render.kind import AUDIT
     from kvtool.audit.settings import apply_cli, load_settings
     from kvtool.audit.tables import ShippedTables
-    from kvtool.console import stderr
+    from kvtool.output.kinds import emit
+    from kvtool.output.streams import Output
+
+    out = Output(output_file=output_file, quiet=quiet, color=color)
 
     settings = apply_cli(
         load_settings(Path.cwd()),
@@ -222,7 +197,7 @@ def audit(
     )
     report = auditor.run(invocations)
     for warning in sorted({i.target.warning for i in report.invocations if i.target.warning}):
-        stderr.print(f"kvtool: warning: {warning}", markup=False, soft_wrap=True)
+        out.warnings.print(f"kvtool: warning: {warning}", markup=False, soft_wrap=True)
     if fix or diff:
         from kvtool.audit.fixing import apply_fixes
 
@@ -231,16 +206,16 @@ def audit(
         if diff:
             sys.stdout.write(run.diff)
         elif run.diff:  # --fix: stdout keeps only the report, a machine format may follow
-            stderr.print(run.diff, markup=False, highlight=False, soft_wrap=True, end="")
-        stderr.print(run.summary, markup=False, soft_wrap=True)
+            out.chatter.print(run.diff, markup=False, highlight=False, soft_wrap=True, end="")
+        out.chatter.print(run.summary, markup=False, soft_wrap=True)
         if fix:
             report = without_fixed(report, run.fixed_codes)
     if not diff:
-        _render(report, output_format, output_file)
+        emit(AUDIT, report, output_format.value, out)
     from kvtool.audit.render.text import summary
 
     if output_format is OutputFormat.text:
-        stderr.print(summary(report), markup=False, soft_wrap=True)
+        out.chatter.print(summary(report), markup=False, soft_wrap=True)
     if not exit_zero and report.fails(settings.fail_on):
         raise typer.Exit(1)
 
@@ -266,40 +241,42 @@ def without_fixed(
 def rule(
     code: Annotated[
         str | None,
-        typer.Argument(help="Rule code or name, e.g. SZ001 or kv-offloading-size-per-rank."),
+        typer.Argument(
+            help="Rule code or name, e.g. SZ001 or kv-offloading-size-per-rank.",
+            autocompletion=complete_rule,
+        ),
     ] = None,
     all_rules: Annotated[bool, typer.Option("--all", help="Every rule.")] = False,
     output_format: Annotated[
-        RuleFormat, typer.Option("--output-format", help="text, json or markdown.")
+        RuleFormat,
+        typer.Option(
+            "--output-format", envvar="KVTOOL_OUTPUT_FORMAT", help="text, json or markdown."
+        ),
     ] = RuleFormat.text,
+    output_file: OutputFileOption = None,
+    quiet: QuietOption = False,
+    color: ColorOption = ColorMode.auto,
 ) -> None:
     """Explain an audit rule (what, why, example, fix, releases, references)."""
-    from kvtool.audit import ruledocs
     from kvtool.audit.registry import registry
+    from kvtool.audit.render.kind import RULE, RuleSelection
     from kvtool.errors import KvtoolError
+    from kvtool.output.kinds import emit
+    from kvtool.output.streams import Output
 
     if all_rules == (code is not None):
         raise KvtoolError("rule: give one rule code or name, or --all")
     if all_rules:
-        if output_format is RuleFormat.json:
-            sys.stdout.write(ruledocs.as_json())
-        elif output_format is RuleFormat.markdown:
-            sys.stdout.write(ruledocs.markdown())
-        else:
-            sys.stdout.write("".join(f"{r.code} {r.name}: {r.summary}\n" for r in registry))
-        return
-    assert code is not None
-    found = registry.get(code)
-    if found is None:
-        raise KvtoolError(f"rule: {code!r} is not a rule code or name (see `kvtool rule --all`)")
-    if output_format is RuleFormat.json:
-        import json
-
-        sys.stdout.write(json.dumps(found.meta.as_dict(), indent=2) + "\n")
-    elif output_format is RuleFormat.markdown:
-        sys.stdout.write(ruledocs.rule_markdown(found).rstrip() + "\n")
+        selection = RuleSelection(tuple(registry), detailed=False)
     else:
-        sys.stdout.write(ruledocs.rule_text(found))
+        assert code is not None
+        found = registry.get(code)
+        if found is None:
+            raise KvtoolError(
+                f"rule: {code!r} is not a rule code or name (see `kvtool rule --all`)"
+            )
+        selection = RuleSelection((found,), detailed=True)
+    emit(RULE, selection, output_format.value, Output(output_file, quiet, color))
 
 
 def register(app: typer.Typer) -> None:

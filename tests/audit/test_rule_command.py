@@ -24,7 +24,9 @@ def test_rule_by_code_and_by_name_prints_every_section(kvtool_cli: Cli) -> None:
 
 
 def test_rule_all_as_json_lists_every_rule_with_metadata(kvtool_cli: Cli) -> None:
-    rules = json.loads(kvtool_cli("rule", "--all", "--output-format", "json").stdout)
+    document = json.loads(kvtool_cli("rule", "--all", "--output-format", "json").stdout)
+    assert document["schema_version"] == 1
+    rules = document["rules"]
     assert [r["code"] for r in rules] == [r.code for r in registry]
     assert all(r["references"] and r["sections"]["Why"] for r in rules)
 
