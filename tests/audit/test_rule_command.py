@@ -21,7 +21,9 @@ def test_rule_by_code_and_by_name_prints_every_section(kvtool_cli: Cli) -> None:
     assert by_code.exit_code == 0 and by_code.stdout == by_name.stdout
     for section in ("What", "Why", "Example", "Fix", "Releases", "References"):
         assert f"\n{section}\n" in by_code.stdout
-    assert by_code.stdout.startswith("SZ001 kv-offloading-size-per-rank (warning; fix: unsafe)")
+    assert by_code.stdout.startswith(
+        "SZ001 kv-offloading-size-per-rank (warning; fix: unsafe or display; since kvtool 0.1.0)"
+    )
 
 
 def test_rule_all_as_json_lists_every_rule_with_metadata(kvtool_cli: Cli) -> None:

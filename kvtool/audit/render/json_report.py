@@ -108,7 +108,7 @@ def _finding(finding: Finding) -> JsonFinding:
         fix=fix,
         invocation=finding.invocation,
         docs=docs_anchor(finding.code, finding.name),
-        references=list(rule.references) if rule else [],
+        references=[ref.url for ref in rule.references] if rule else [],
         evidence=finding.evidence,
     )
 
