@@ -33,11 +33,11 @@ HORIZON = "lmcache.mp.lazy_offload_horizon_steps"
 MAX_DRAIN = "lmcache.mp.lazy_offload_max_drain_per_step"
 DEFERRAL = "lmcache.mp.lazy_offload_max_deferral_seconds"
 
-# LMCache 0.5.6 defaults (lazy-offload.md §2 knobs; §3 policy table).
+# LMCache 0.5.6 defaults (lazy_offload_policy/fifo.py and eviction_aware.py).
 DEFAULT_POLICY = "EVICTION_AWARE"
 DEFAULT_FIFO_THRESHOLD = 100
 # Published FIFO runs lost every store to eviction at threshold 100 and still lost to
-# EVICTION_AWARE at threshold 10 (lazy-offload.md §8 A and B); below this it can drain in time.
+# EVICTION_AWARE at threshold 10 (LMCache PR #4847's measurements); below this it can drain in time.
 FIFO_THRESHOLD_NEVER_DRAINS = 10
 
 
