@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from kvtool.output.completion import complete_rule
+from kvtool.output.completion import complete_rule, complete_version
 from kvtool.output.options import ColorMode, ColorOption, OutputFileOption, QuietOption
 
 if TYPE_CHECKING:
@@ -89,7 +89,9 @@ def audit(
     vllm_version: Annotated[
         str | None,
         typer.Option(
-            "--vllm-version", help="Target vLLM release (default: image tag, then newest table)."
+            "--vllm-version",
+            help="Target vLLM release (default: image tag, then newest table).",
+            autocompletion=complete_version,
         ),
     ] = None,
     input_format: Annotated[
@@ -119,12 +121,18 @@ def audit(
     select: Annotated[
         list[str] | None,
         typer.Option(
-            "--select", help="Only these rules (codes, names, prefixes, ALL); repeatable."
+            "--select",
+            help="Only these rules (codes, names, prefixes, ALL); repeatable.",
+            autocompletion=complete_rule,
         ),
     ] = None,
     ignore: Annotated[
         list[str] | None,
-        typer.Option("--ignore", help="Skip these rules (codes, names or prefixes); repeatable."),
+        typer.Option(
+            "--ignore",
+            help="Skip these rules (codes, names or prefixes); repeatable.",
+            autocompletion=complete_rule,
+        ),
     ] = None,
     no_suppressions: Annotated[
         bool, typer.Option("--no-suppressions", help="Ignore inline and annotation suppressions.")
