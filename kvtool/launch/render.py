@@ -34,8 +34,9 @@ class LaunchDocument(BaseModel):
 
 
 def _files_text(result: LaunchResult, console: Console) -> None:
+    # Byte for byte: rich would expand tabs, and a config file is not for rich to touch.
     for text in result.files.values():
-        console.out(text, end="", highlight=False)
+        console.file.write(text)
 
 
 def _launch_document(result: LaunchResult) -> dict[str, Any]:

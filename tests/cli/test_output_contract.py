@@ -175,3 +175,13 @@ def test_bad_option_values_are_one_line_and_exit_2(kvtool_cli: Cli, args: list[s
     assert result.exit_code == 2
     assert result.stderr.startswith("kvtool: error: ")
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_launch_text_is_the_config_byte_for_byte(kvtool_cli: Cli, tmp_path: Path) -> None:
+    args = ["launch", "native-cpu-offload", "--model", LAUNCH_MODEL, "--host-ram-gib", "64",
+            "--vllm-version", available_versions()[-1], "--env", "NOTE=a\tb", "-q"]
+    printed = kvtool_cli(*args)
+    assert kvtool_cli(*args, "-d", str(tmp_path / "out")).exit_code == 0
+    written = "".join(p.read_text() for p in sorted((tmp_path / "out").iterdir()))
+    assert "\t" in printed.stdout  # a tab stays a tab (rich would expand it)
+    assert printed.stdout == written

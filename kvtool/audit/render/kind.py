@@ -45,11 +45,12 @@ class _RuleDocument(msgspec.Struct, frozen=True):
 
 
 def _rule_text(selection: RuleSelection, console: Console) -> None:
+    # Plain text as written (rich would expand tabs and read nothing else in it).
     for rule in selection.rules:
         if selection.detailed:
-            console.out(ruledocs.rule_text(rule), end="", highlight=False)
+            console.file.write(ruledocs.rule_text(rule))
         else:
-            console.out(f"{rule.code} {rule.name}: {rule.meta.summary}", highlight=False)
+            console.file.write(f"{rule.code} {rule.name}: {rule.meta.summary}\n")
 
 
 def _rule_markdown(selection: RuleSelection) -> str:
