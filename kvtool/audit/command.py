@@ -257,9 +257,7 @@ def rule(
     all_rules: Annotated[bool, typer.Option("--all", help="Every rule.")] = False,
     output_format: Annotated[
         RuleFormat,
-        typer.Option(
-            "--output-format", envvar="KVTOOL_OUTPUT_FORMAT", help="text, json or markdown."
-        ),
+        typer.Option("--output-format", help="text, json or markdown."),
     ] = RuleFormat.text,
     output_file: OutputFileOption = None,
     quiet: QuietOption = False,

@@ -28,7 +28,6 @@ OutputFormatOption = Annotated[
     TextOrJson,
     typer.Option(
         "--output-format",
-        envvar="KVTOOL_OUTPUT_FORMAT",
         help="Report format: text, or json (with schema_version; schemas in docs/schemas/).",
     ),
 ]
