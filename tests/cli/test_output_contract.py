@@ -112,14 +112,14 @@ def test_piped_text_keeps_long_paths_whole(kvtool_cli: Cli, tmp_path: Path,
     assert any(line.startswith(f"{deep / 'serve.sh'}:2:") for line in result.stdout.splitlines())
 
 
-def _on_a_terminal(args: list[str], env: dict[str, str]) -> bytes:
+def _on_a_terminal(args: list[str], env: dict[str, str], cwd: Path = REPO_ROOT) -> bytes:
     """What ``kvtool ARGS`` writes to stdout when stdout is a pseudo-terminal."""
     leader, follower = pty.openpty()
     child_env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
     child_env.update({"TERM": "xterm-256color", "COLUMNS": "120", **env})
     process = subprocess.Popen(
         [sys.executable, "-c", "from kvtool.cli import main; main()", *args],
-        stdout=follower, stderr=subprocess.DEVNULL, env=child_env, cwd=REPO_ROOT,
+        stdout=follower, stderr=subprocess.DEVNULL, env=child_env, cwd=cwd,
     )
     os.close(follower)
     chunks: list[bytes] = []
@@ -142,13 +142,19 @@ def _on_a_terminal(args: list[str], env: dict[str, str]) -> bytes:
 SIZE_ARGS = ["size", "--model", "llama-3.1-8b", "--sessions", "4"]
 
 
-def test_no_color_on_a_terminal_emits_no_escape_codes() -> None:
-    coloured = _on_a_terminal(SIZE_ARGS, {})
-    assert b"\x1b[" in coloured  # the control: a terminal gets bold headers by default
-    plain = _on_a_terminal(SIZE_ARGS, {"NO_COLOR": "1"})
-    assert b"KV bytes/token" in plain
+def test_a_terminal_gets_colour_by_default() -> None:
+    """The control for the NO_COLOR checks: without it a terminal gets escape codes."""
+    assert b"\x1b[" in _on_a_terminal(SIZE_ARGS, {})
+
+
+@pytest.mark.parametrize("kind", sorted(REPORT_KINDS))
+def test_no_color_on_a_terminal_emits_no_escape_codes(
+    kind: str, inputs: dict[str, list[str]], tmp_path: Path
+) -> None:
+    plain = _on_a_terminal(inputs[kind], {"NO_COLOR": "1"}, cwd=tmp_path)
+    assert plain.strip()
     assert b"\x1b" not in plain
-    assert b"\x1b" not in _on_a_terminal([*SIZE_ARGS, "--color", "never"], {})
+    assert b"\x1b" not in _on_a_terminal([*inputs[kind], "--color", "never"], {}, cwd=tmp_path)
 
 
 def test_force_color_and_color_always_colour_a_pipe(kvtool_cli: Cli,
