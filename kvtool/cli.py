@@ -18,6 +18,7 @@ import typer
 from kvtool import __version__
 from kvtool.console import stderr
 from kvtool.errors import KvtoolError
+from kvtool.output.errors import Abort, ClickException, usage_error_line
 
 # Command name -> the module whose register() adds it (audit also adds rule).
 COMMAND_MODULES = {
@@ -75,17 +76,22 @@ def build_app(args: list[str]) -> typer.Typer:
 def run(args: list[str]) -> int:
     """Run the CLI on ``args`` and return the exit code (0 ok, 1 findings, 2 bad input)."""
     try:
-        build_app(args)(args=args, prog_name="kvtool", standalone_mode=True)
+        code = build_app(args)(args=args, prog_name="kvtool", standalone_mode=False)
     except SystemExit as exit_:
         code = exit_.code
         return code if isinstance(code, int) else (0 if code is None else 2)
+    except ClickException as exc:  # the parser's errors, one line each like ours
+        stderr.print(f"kvtool: error: {usage_error_line(exc)}", markup=False, soft_wrap=True)
+        return exc.exit_code
+    except Abort:  # Ctrl-C
+        return 130
     except KvtoolError as exc:
         stderr.print(f"kvtool: error: {exc}", markup=False, highlight=False, soft_wrap=True)
         return 2
     except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
         stderr.print(f"kvtool: error: {exc.strerror}: {exc.filename}", markup=False, soft_wrap=True)
         return 2
-    return 0
+    return code if isinstance(code, int) else 0
 
 
 def main() -> None:

@@ -1,7 +1,8 @@
-"""The one place human output is written: a rich console on stderr.
+"""The CLI root's console for errors on stderr (``kvtool: error: ...``).
 
-Machine formats (JSON, SARIF, emitted configs) go to stdout through
-:func:`typer.echo` or ``sys.stdout`` so they can be piped.
+Commands write through :mod:`kvtool.output` instead: the report to stdout or
+``-o/--output-file``, chatter on stderr under ``-q`` and ``--color``. Errors are printed
+without markup, so they carry no escape codes whatever the terminal.
 """
 
 from rich.console import Console

@@ -1,22 +1,19 @@
 """Write the audit's generated docs (``--check``: exit 1 if one is stale).
 
-docs/rules.md comes from the rule registry, docs/audit-report.schema.json (the JSON
-Schema of ``--output-format json``) from the report's record types, docs/audit-inputs.md
-from the input reader registry.
+docs/rules.md comes from the rule registry, docs/audit-inputs.md from the input reader
+registry (the JSON Schemas of every command's documents come from scripts/gen_schemas.py).
 
-python scripts/gen_rule_docs.py          # rewrite both
+python scripts/gen_rule_docs.py          # rewrite it
 python scripts/gen_rule_docs.py --check  # CI: fail when a committed file differs
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from kvtool.audit.inputs.registry import describe as describe_inputs
-from kvtool.audit.render.json_report import json_schema
 from kvtool.audit.ruledocs import markdown
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -26,7 +23,6 @@ def generated() -> dict[Path, str]:
     """Each generated file and the text it should hold."""
     return {
         DOCS / "rules.md": markdown(),
-        DOCS / "audit-report.schema.json": json.dumps(json_schema(), indent=2) + "\n",
         DOCS / "audit-inputs.md": describe_inputs(),
     }
 

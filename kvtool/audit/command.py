@@ -14,10 +14,14 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from kvtool.output.completion import complete_rule, complete_version
+from kvtool.output.options import ColorMode, ColorOption, OutputFileOption, QuietOption
+
 if TYPE_CHECKING:
     from kvtool.audit.engine import AuditReport
     from kvtool.audit.inputs import InputSet
     from kvtool.audit.live import LiveServer
+    from kvtool.output.streams import Output
 
 
 class OutputFormat(str, Enum):
@@ -90,37 +94,6 @@ def _read(
     return found
 
 
-def _emit(text: str, output_file: Path | None) -> None:
-    if output_file is None:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    else:
-        output_file.write_text(text, encoding="utf-8")
-
-
-def _render(report: "AuditReport", output_format: OutputFormat, output_file: Path | None) -> None:
-    if output_format is OutputFormat.text:
-        from rich.console import Console
-
-        from kvtool.audit.render.text import print_report
-
-        if output_file is None:
-            print_report(report, Console(file=sys.stdout, highlight=False))
-        else:
-            with output_file.open("w", encoding="utf-8") as handle:
-                print_report(
-                    report, Console(file=handle, no_color=True, highlight=False, width=200)
-                )
-        return
-    if output_format is OutputFormat.json:
-        from kvtool.audit.render.json_report import render
-    elif output_format is OutputFormat.sarif:
-        from kvtool.audit.render.sarif import render
-    else:
-        from kvtool.audit.render.github import render
-    _emit(render(report), output_file)
-
-
 def audit(
     paths: Annotated[
         list[str] | None,
@@ -135,7 +108,9 @@ def audit(
     vllm_version: Annotated[
         str | None,
         typer.Option(
-            "--vllm-version", help="Target vLLM release (default: image tag, then newest table)."
+            "--vllm-version",
+            help="Target vLLM release (default: image tag, then newest table).",
+            autocompletion=complete_version,
         ),
     ] = None,
     input_format: Annotated[
@@ -161,10 +136,9 @@ def audit(
         OutputFormat,
         typer.Option("--output-format", envvar="KVTOOL_OUTPUT_FORMAT", help="Report format."),
     ] = OutputFormat.text,
-    output_file: Annotated[
-        Path | None,
-        typer.Option("-o", "--output-file", help="Write the report here instead of stdout."),
-    ] = None,
+    output_file: OutputFileOption = None,
+    quiet: QuietOption = False,
+    color: ColorOption = ColorMode.auto,
     fail_on: Annotated[
         FailOn | None,
         typer.Option(
@@ -178,12 +152,18 @@ def audit(
     select: Annotated[
         list[str] | None,
         typer.Option(
-            "--select", help="Only these rules (codes, names, prefixes, ALL); repeatable."
+            "--select",
+            help="Only these rules (codes, names, prefixes, ALL); repeatable.",
+            autocompletion=complete_rule,
         ),
     ] = None,
     ignore: Annotated[
         list[str] | None,
-        typer.Option("--ignore", help="Skip these rules (codes, names or prefixes); repeatable."),
+        typer.Option(
+            "--ignore",
+            help="Skip these rules (codes, names or prefixes); repeatable.",
+            autocompletion=complete_rule,
+        ),
     ] = None,
     no_suppressions: Annotated[
         bool, typer.Option("--no-suppressions", help="Ignore inline and annotation suppressions.")
@@ -233,13 +213,17 @@ def audit(
     from kvtool.audit.engine import Auditor
     from kvtool.audit.model import Severity
     from kvtool.audit.normalize import normalize
+    from kvtool.audit.render.kind import AUDIT
     from kvtool.audit.settings import apply_cli, load_settings
     from kvtool.audit.tables import ShippedTables
-    from kvtool.console import stderr
+    from kvtool.output.kinds import emit
+    from kvtool.output.streams import Output
+
+    out = Output(output_file=output_file, quiet=quiet, color=color)
 
     live = None
     if url is not None:
-        live = _read_live(url, header or [], paths or [], fix or diff)
+        live = _read_live(url, header or [], paths or [], fix or diff, out)
     settings = apply_cli(
         load_settings(Path.cwd()),
         vllm_version=vllm_version or (live.version if live else None),
@@ -280,13 +264,13 @@ def audit(
     if verbose:
         for skipped in inputs.skipped:
             if not skipped.problem:
-                stderr.print(f"kvtool: skipped {skipped.file}: {skipped.reason}", markup=False)
+                out.chatter.print(f"kvtool: skipped {skipped.file}: {skipped.reason}", markup=False)
     if not invocations and not any(s.problem for s in inputs.skipped):
-        stderr.print(
+        out.warnings.print(
             "kvtool: warning: no vLLM server found in the input", markup=False, soft_wrap=True
         )
     for warning in sorted({i.target.warning for i in report.invocations if i.target.warning}):
-        stderr.print(f"kvtool: warning: {warning}", markup=False, soft_wrap=True)
+        out.warnings.print(f"kvtool: warning: {warning}", markup=False, soft_wrap=True)
     if fix or diff:
         from kvtool.audit.fixing import apply_fixes
 
@@ -295,21 +279,23 @@ def audit(
         if diff:
             sys.stdout.write(run.diff)
         elif run.diff:  # --fix: stdout keeps only the report, a machine format may follow
-            stderr.print(run.diff, markup=False, highlight=False, soft_wrap=True, end="")
-        stderr.print(run.summary, markup=False, soft_wrap=True)
+            out.chatter.print(run.diff, markup=False, highlight=False, soft_wrap=True, end="")
+        out.chatter.print(run.summary, markup=False, soft_wrap=True)
         if fix:
             report = without_fixed(report, run.fixed_codes)
     if not diff:
-        _render(report, output_format, output_file)
+        emit(AUDIT, report, output_format.value, out)
     from kvtool.audit.render.text import summary
 
     if output_format is OutputFormat.text:
-        stderr.print(summary(report), markup=False, soft_wrap=True)
+        out.chatter.print(summary(report), markup=False, soft_wrap=True)
     if not exit_zero and (report.fails(settings.fail_on) or report.unreadable):
         raise typer.Exit(1)
 
 
-def _read_live(url: str, header: list[str], paths: list[str], fixing: bool) -> "LiveServer":
+def _read_live(
+    url: str, header: list[str], paths: list[str], fixing: bool, out: "Output"
+) -> "LiveServer":
     import os
 
     from kvtool.audit.live import read_live, request_headers
@@ -317,11 +303,9 @@ def _read_live(url: str, header: list[str], paths: list[str], fixing: bool) -> "
 
     if paths or fixing:
         raise KvtoolError("audit: --url audits a running server: no files, --fix or --diff")
-    from kvtool.console import stderr
-
     live = read_live(url, request_headers(header, os.environ))
     for note in live.invocation.notes:  # what was read, for a text report that omits notes
-        stderr.print(f"kvtool: {note}", markup=False, highlight=False, soft_wrap=True)
+        out.chatter.print(f"kvtool: {note}", markup=False, highlight=False, soft_wrap=True)
     return live
 
 
@@ -346,40 +330,40 @@ def without_fixed(
 def rule(
     code: Annotated[
         str | None,
-        typer.Argument(help="Rule code or name, e.g. SZ001 or kv-offloading-size-per-rank."),
+        typer.Argument(
+            help="Rule code or name, e.g. SZ001 or kv-offloading-size-per-rank.",
+            autocompletion=complete_rule,
+        ),
     ] = None,
     all_rules: Annotated[bool, typer.Option("--all", help="Every rule.")] = False,
     output_format: Annotated[
-        RuleFormat, typer.Option("--output-format", help="text, json or markdown.")
+        RuleFormat,
+        typer.Option("--output-format", help="text, json or markdown."),
     ] = RuleFormat.text,
+    output_file: OutputFileOption = None,
+    quiet: QuietOption = False,
+    color: ColorOption = ColorMode.auto,
 ) -> None:
     """Explain an audit rule (what, why, example, fix, releases, references)."""
-    from kvtool.audit import ruledocs
     from kvtool.audit.registry import registry
+    from kvtool.audit.render.kind import RULE, RuleSelection
     from kvtool.errors import KvtoolError
+    from kvtool.output.kinds import emit
+    from kvtool.output.streams import Output
 
     if all_rules == (code is not None):
         raise KvtoolError("rule: give one rule code or name, or --all")
     if all_rules:
-        if output_format is RuleFormat.json:
-            sys.stdout.write(ruledocs.as_json())
-        elif output_format is RuleFormat.markdown:
-            sys.stdout.write(ruledocs.markdown())
-        else:
-            sys.stdout.write("".join(f"{r.code} {r.name}: {r.summary}\n" for r in registry))
-        return
-    assert code is not None
-    found = registry.get(code)
-    if found is None:
-        raise KvtoolError(f"rule: {code!r} is not a rule code or name (see `kvtool rule --all`)")
-    if output_format is RuleFormat.json:
-        import json
-
-        sys.stdout.write(json.dumps(found.meta.as_dict(), indent=2) + "\n")
-    elif output_format is RuleFormat.markdown:
-        sys.stdout.write(ruledocs.rule_markdown(found).rstrip() + "\n")
+        selection = RuleSelection(tuple(registry), detailed=False)
     else:
-        sys.stdout.write(ruledocs.rule_text(found))
+        assert code is not None
+        found = registry.get(code)
+        if found is None:
+            raise KvtoolError(
+                f"rule: {code!r} is not a rule code or name (see `kvtool rule --all`)"
+            )
+        selection = RuleSelection((found,), detailed=True)
+    emit(RULE, selection, output_format.value, Output(output_file, quiet, color))
 
 
 def register(app: typer.Typer) -> None:

@@ -1,6 +1,6 @@
 """Normalise an invocation the way ``vllm serve``'s parser does at one release.
 
-vLLM parses serve arguments in two stages (shared/reference/version-gates.md §6):
+vLLM parses serve arguments in two stages (vllm/engine/arg_utils.py):
 
 1. ``FlexibleArgumentParser.parse_args`` rewrites argv: ``--model M`` moves to the
    positional model; ``--config FILE`` (the two-word form only) is replaced by the

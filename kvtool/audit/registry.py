@@ -1,10 +1,14 @@
 """The rule registry: every audit rule is one class, registered by a decorator.
 
-A rule class carries its identity (``code``, kebab-case ``name``), its default
-severity, a one-line ``summary``, how its fixes may be applied and its references.
-Its docstring, split into the sections What / Why / Example / Fix / Releases /
-References, is what ``kvtool rule CODE`` prints, what SARIF's rule metadata and
+A rule class carries its identity (``code``, kebab-case ``name``), the kvtool release
+that introduced it (``since``), its default severity and any other severity its
+findings may take, a one-line ``summary``, how its fixes may be applied and its
+references (public URLs, :mod:`kvtool.audit.references`). Its docstring, split into the
+sections What / Why / Example / Fix / Releases, plus a References section made from
+``references``, is what ``kvtool rule CODE`` prints, what SARIF's rule metadata and
 ``docs/rules.md`` are built from: one source for every view of a rule.
+:meth:`Rule.finding` refuses a severity or fix applicability the metadata does not
+declare, so what ``kvtool rule`` says is what the audit reports.
 
 Invariants the registry enforces at import time (a broken rule never ships):
 codes match ``<family><3 digits>`` with a known family, names are kebab-case,
@@ -23,6 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 import msgspec
 
 from kvtool.audit.model import Finding, Fix, Location, Severity
+from kvtool.audit.references import Reference
 
 if TYPE_CHECKING:
     from kvtool.audit.context import RuleContext
@@ -37,11 +42,14 @@ FAMILIES: dict[str, str] = {
     "KV": "suppressions and other meta findings",
 }
 
-DOC_SECTIONS: tuple[str, ...] = ("What", "Why", "Example", "Fix", "Releases", "References")
+# Sections written in the docstring; References is built from the rule's ``references``.
+DOC_SECTIONS: tuple[str, ...] = ("What", "Why", "Example", "Fix", "Releases")
+REFERENCES_SECTION = "References"
 
 FixApplicability = Literal["safe", "unsafe", "display", "none"]
 FIX_APPLICABILITIES: tuple[str, ...] = ("safe", "unsafe", "display", "none")
 
+_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
 _CODE = re.compile(r"^(?P<family>[A-Z]{2})\d{3}$")
 _NAME = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 # A section heading is the section's name alone on a line, underlined with dashes.
@@ -57,10 +65,13 @@ class RuleMeta(msgspec.Struct, frozen=True):
     code: str
     name: str
     family: str
+    since: str
     default_severity: Severity
+    severities: tuple[Severity, ...]
     summary: str
     fix_applicability: FixApplicability
-    references: tuple[str, ...]
+    fix_applicabilities: tuple[FixApplicability, ...]
+    references: tuple[Reference, ...]
     sections: dict[str, str]
 
     def __post_init__(self) -> None:
@@ -71,23 +82,45 @@ class RuleMeta(msgspec.Struct, frozen=True):
             )
         if not _NAME.match(self.name):
             raise ValueError(f"name {self.name!r} is not kebab-case")
+        if not _VERSION.match(self.since):
+            raise ValueError(f"since {self.since!r} is not the kvtool release X.Y.Z")
         if not isinstance(self.default_severity, Severity):
             raise ValueError(f"default_severity {self.default_severity!r} is not a Severity")
+        if self.severities[:1] != (self.default_severity,):
+            raise ValueError("severities start with default_severity")
         if not self.summary.strip() or "\n" in self.summary:
             raise ValueError("summary must be one non-empty line")
         if self.fix_applicability not in FIX_APPLICABILITIES:
             raise ValueError(
                 f"fix_applicability {self.fix_applicability!r} is not one of {FIX_APPLICABILITIES}"
             )
-        if not self.references or any(not ref.strip() for ref in self.references):
-            raise ValueError("a rule cites at least one non-empty reference")
+        if any(a not in FIX_APPLICABILITIES for a in self.fix_applicabilities):
+            raise ValueError(f"fix_applicabilities {self.fix_applicabilities!r}")
+        if not self.references or not all(isinstance(r, Reference) for r in self.references):
+            raise ValueError("a rule cites at least one Reference (kvtool.audit.references)")
         missing = [s for s in DOC_SECTIONS if not self.sections.get(s, "").strip()]
         if missing:
             raise ValueError(f"docstring lacks sections {missing} (each: title, dashes, text)")
+        if list(self.sections) != [*DOC_SECTIONS, REFERENCES_SECTION]:
+            raise ValueError(
+                f"docstring sections {list(self.sections)}: write {list(DOC_SECTIONS)} "
+                "in that order (References come from the references attribute)"
+            )
+
+    @property
+    def severity_text(self) -> str:
+        """``warning`` or ``warning or info``: what the rule's findings may be."""
+        return " or ".join(s.value for s in self.severities)
+
+    @property
+    def fix_text(self) -> str:
+        """``safe`` or ``safe or unsafe``: how the rule's fixes may be applied."""
+        return " or ".join(self.fix_applicabilities)
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON-ready form (severity as its name)."""
-        return {**msgspec.structs.asdict(self), "default_severity": self.default_severity.value}
+        """JSON-ready form (severities as their names, references as url/note objects)."""
+        data: dict[str, Any] = msgspec.to_builtins(self)
+        return data
 
 
 def parse_sections(docstring: str) -> dict[str, str]:
@@ -114,7 +147,13 @@ class Rule:
     default_severity: ClassVar[Severity]
     summary: ClassVar[str]
     fix_applicability: ClassVar[FixApplicability] = "none"
-    references: ClassVar[tuple[str, ...]]
+    # Other severities and fix applicabilities a finding of this rule may carry.
+    other_severities: ClassVar[tuple[Severity, ...]] = ()
+    other_fix_applicabilities: ClassVar[tuple[FixApplicability, ...]] = ()
+    references: ClassVar[tuple[Reference, ...]]
+    since: ClassVar[str]
+    # A security rule: SARIF tags it and gives it a security-severity for code scanning.
+    security: ClassVar[bool] = False
     meta: ClassVar[RuleMeta]
 
     def finding(
@@ -127,11 +166,20 @@ class Rule:
         severity: Severity | None = None,
         **evidence: Any,
     ) -> Finding:
-        """A finding stamped with this rule's identity (``severity`` overrides the default)."""
+        """A finding stamped with this rule's identity (``severity`` overrides the default).
+
+        Raises ``ValueError`` for a severity or fix applicability the rule's metadata
+        does not declare (a programming error: the docs would say otherwise).
+        """
+        chosen = severity or self.default_severity
+        if chosen not in self.meta.severities:
+            raise ValueError(f"{self.code}: severity {chosen.value} is not declared")
+        if fix is not None and fix.applicability not in self.meta.fix_applicabilities:
+            raise ValueError(f"{self.code}: fix applicability {fix.applicability} is not declared")
         return Finding(
             code=self.code,
             name=self.name,
-            severity=severity or self.default_severity,
+            severity=chosen,
             message=message,
             flag=flag,
             location=location,
@@ -170,15 +218,27 @@ class RuleRegistry:
     def register(self, cls: R) -> R:
         """Class decorator: validate ``cls``'s metadata and add one instance of it."""
         try:
+            references = tuple(cls.references)
+            sections = parse_sections(cls.__doc__ or "")
+            if REFERENCES_SECTION in sections:
+                raise ValueError(
+                    "the docstring lists references: keep them in the references attribute"
+                )
+            sections[REFERENCES_SECTION] = "\n".join(f"- {r.text()}" for r in references)
             meta = RuleMeta(
                 code=cls.code,
                 name=cls.name,
                 family=cls.code[:2],
+                since=cls.since,
                 default_severity=cls.default_severity,
+                severities=(cls.default_severity, *cls.other_severities),
                 summary=cls.summary,
                 fix_applicability=cls.fix_applicability,
-                references=tuple(cls.references),
-                sections=parse_sections(cls.__doc__ or ""),
+                fix_applicabilities=tuple(
+                    dict.fromkeys((cls.fix_applicability, *cls.other_fix_applicabilities))
+                ),
+                references=references,
+                sections=sections,
             )
         except (AttributeError, ValueError) as exc:
             raise RegistryError(f"rule class {cls.__name__}: {exc}") from exc

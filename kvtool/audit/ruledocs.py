@@ -1,15 +1,14 @@
-"""Rule documentation from the registry: ``kvtool rule``, ``docs/rules.md`` and JSON.
+"""Rule documentation from the registry: ``kvtool rule``, ``docs/rules.md`` and SARIF help.
 
-One source (each rule's class attributes and docstring) for every view, so the
-docs, SARIF metadata and CLI help never disagree.
+One source (each rule's class attributes, docstring and references) for every view, so
+the docs, SARIF metadata and CLI help never disagree. docs/rules.md also ships in the
+wheel (``kvtool/_data/docs/rules.md``) and :func:`markdown` regenerates it.
 """
 
 from __future__ import annotations
 
-import json
-
 from kvtool.audit import rules as _rules  # noqa: F401  (registers every rule)
-from kvtool.audit.registry import FAMILIES, Rule, registry
+from kvtool.audit.registry import FAMILIES, REFERENCES_SECTION, Rule, registry
 
 DOCS_HEADER = """\
 # kvtool audit rules
@@ -19,8 +18,9 @@ Generated from the rule registry by `scripts/gen_rule_docs.py`; do not edit by h
 (`--select`, `--ignore`, settings, `# kvtool: ignore[...]`).
 
 Severity: **error** = vLLM refuses to start or misbehaves; **warning** = probably wrong;
-**info** = advice. Fix: **safe** fixes are applied by `--fix`; **unsafe** fixes need a
-human check; **display** fixes are only described.
+**info** = advice ("warning or info": the finding says which). Fix: **safe** fixes are
+applied by `--fix`; **unsafe** fixes need a human check; **display** fixes are only
+described. Since: the kvtool release that introduced the rule.
 """
 
 
@@ -28,7 +28,8 @@ def rule_text(rule: Rule) -> str:
     """What ``kvtool rule CODE`` prints: identity line, then every docstring section."""
     meta = rule.meta
     lines = [
-        f"{meta.code} {meta.name} ({meta.default_severity.value}; fix: {meta.fix_applicability})",
+        f"{meta.code} {meta.name} ({meta.severity_text}; fix: {meta.fix_text}; "
+        f"since kvtool {meta.since})",
         "",
         meta.summary,
         "",
@@ -51,13 +52,12 @@ def markdown() -> str:
         if not members:
             continue
         out.append(f"\n## {family}: {description}\n")
-        out.append("| Code | Name | Severity | Fix | Summary |")
-        out.append("|---|---|---|---|---|")
+        out.append("| Code | Name | Severity | Fix | Since | Summary |")
+        out.append("|---|---|---|---|---|---|")
         for meta in members:
             out.append(
                 f"| [{meta.code}](#{anchor(meta.code, meta.name)}) | {meta.name} | "
-                f"{meta.default_severity.value} | "
-                f"{meta.fix_applicability} | {meta.summary} |"
+                f"{meta.severity_text} | {meta.fix_text} | {meta.since} | {meta.summary} |"
             )
     out.extend(rule_markdown(rule) for rule in registry)
     return "\n".join(out).rstrip() + "\n"
@@ -69,14 +69,17 @@ def rule_markdown(rule: Rule) -> str:
     meta = rule.meta
     out = [
         f"### {meta.code} {meta.name}\n",
-        f"Severity **{meta.default_severity.value}** · fix **{meta.fix_applicability}** · "
-        f"{meta.summary}\n",
+        f"Severity **{meta.severity_text}** · fix **{meta.fix_text}** · "
+        f"since kvtool {meta.since} · {meta.summary}\n",
     ]
-    for title, body in meta.sections.items():
+    for title, body in sections_markdown(rule).items():
         out.append(f"**{title}.** {body}\n" if "\n" not in body else f"**{title}.**\n\n{body}\n")
     return "\n".join(out)
 
 
-def as_json() -> str:
-    """Every rule's metadata as a JSON list (``kvtool rule --all --output-format json``)."""
-    return json.dumps([rule.meta.as_dict() for rule in registry], indent=2) + "\n"
+def sections_markdown(rule: Rule) -> dict[str, str]:
+    """The docstring sections, with the references as markdown links."""
+    meta = rule.meta
+    sections = dict(meta.sections)
+    sections[REFERENCES_SECTION] = "\n".join(f"- {ref.markdown()}" for ref in meta.references)
+    return sections

@@ -4,7 +4,7 @@
 protect and unprotect blocks, and walk the free queue from its eviction head.
 The vLLM adapter implements it over ``vllm.v1.core.block_pool.BlockPool``;
 :class:`InMemoryBlockPool` implements it for tests and benchmarks and
-reproduces vLLM's free-queue behaviour (shared/reference/vllm-on-cpu.md §3.6):
+reproduces vLLM's free-queue behaviour (FreeKVCacheBlockQueue, https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/v1/core/kv_cache_utils.py):
 
 - allocation pops blocks from the queue head and clears the hash of a block
   that is handed out again (its old content is being overwritten);

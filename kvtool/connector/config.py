@@ -24,8 +24,8 @@ connectors (MultiConnector shares one extra config) and are ignored. Unknown
 - ``kvtool.shutdown`` (``drain``): at shutdown ``drain`` buffered blocks or
   ``drop`` them (counted either way).
 
-The horizon default and the FIFO defaults are LMCache 0.5.6's (lazy-offload.md
-§2, §3, §8.E) so results compare like for like.
+The horizon default and the FIFO defaults are LMCache 0.5.6's
+(lmcache/integration/vllm/lazy_offload_policy/ at v0.5.6) so results compare like for like.
 """
 
 from __future__ import annotations

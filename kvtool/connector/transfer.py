@@ -2,7 +2,7 @@
 
 A block is opaque bytes: for every registered KV tensor, the slice at one block
 index, whatever the attention backend packs inside it (on CPU, K and V share
-the last dimension: vllm-on-cpu.md §3.4). Each tensor is viewed as one or more
+the last dimension). Each tensor is viewed as one or more
 *segments*, 2-D ``uint8`` views ``[num_blocks, bytes]``; the host arena holds,
 per segment, ``[num_slots, bytes]``, so one slot is one block of every layer.
 

@@ -11,8 +11,8 @@ Load it with::
 block is validated by its prefix-cache hash.
 
 The adapter translates vLLM's ``KVConnectorBase_V1`` hooks into calls on the
-engine-agnostic core and back (hook order: shared/reference/vllm-on-cpu.md
-§3.3, lazy-offload.md §1.4):
+engine-agnostic core and back (hook order: vllm/v1/core/sched/scheduler.py and
+vllm/v1/worker/kv_connector_model_runner_mixin.py at v0.32.0):
 
 - scheduler (EngineCore process): ``bind_gpu_block_pool`` builds the
   :class:`~kvtool.connector.manager.LazyOffloadManager` over a view of vLLM's
@@ -46,7 +46,7 @@ from packaging.version import InvalidVersion, Version
 from kvtool.errors import KvtoolError
 
 # The hook signatures, SchedulerOutput fields and BlockPool internals this
-# adapter relies on were read from vLLM 0.32.0 (vllm-on-cpu.md §3.5, §3.6, §4);
+# adapter relies on were read from vLLM 0.32.0 (vllm/v1/core/block_pool.py and kv_cache_utils.py);
 # 0.33 keeps them. Other series move or rename them, so refuse early and clearly.
 SUPPORTED_SERIES: tuple[tuple[int, int], ...] = ((0, 32), (0, 33))
 
@@ -268,7 +268,7 @@ class VllmBlockPoolView:
 
     def iter_eviction_order(self) -> Iterator[int]:
         # Walks FreeKVCacheBlockQueue's linked list itself (fake head and tail
-        # nodes, vllm-on-cpu.md §3.6) rather than through iter_blocks_after: one
+        # nodes of FreeKVCacheBlockQueue) rather than through iter_blocks_after: one
         # generator layer instead of two, on EVICTION_AWARE's per-step path.
         queue = self._pool.free_block_queue
         tail = queue.fake_free_list_tail

@@ -8,17 +8,20 @@ from typing import Annotated
 import typer
 
 from kvtool.image.connectors import Connector
+from kvtool.output.options import (
+    ColorMode,
+    ColorOption,
+    OutputFileOption,
+    OutputFormatOption,
+    QuietOption,
+    TextOrJson,
+)
 
 
 class Check(str, Enum):
     build_flag = "build-flag"
     runtime = "runtime"
     all = "all"
-
-
-class OutputFormat(str, Enum):
-    text = "text"
-    json = "json"
 
 
 def inspect_image(
@@ -86,22 +89,26 @@ def inspect_image(
     max_config_bytes: Annotated[
         int, typer.Option(help="Refuse config blobs larger than this.", min=1024)
     ] = 8 * 1024 * 1024,
-    output_format: Annotated[
-        OutputFormat, typer.Option("--output-format", help="text (stderr) or json (stdout).")
-    ] = OutputFormat.text,
+    output_format: OutputFormatOption = TextOrJson.text,
+    output_file: OutputFileOption = None,
+    quiet: QuietOption = False,
+    color: ColorOption = ColorMode.auto,
 ) -> None:
     """Verdict per KV connector: bundled, not-bundled, broken or unknown.
 
     Exit 0 when every requested connector is bundled, 1 when one is not bundled,
     broken or inconclusive, 2 when a step could not run (auth, network, engine).
     """
-    from kvtool.console import stderr
     from kvtool.errors import KvtoolError
     from kvtool.image.auth import Credentials
     from kvtool.image.inspect import InspectRequest, ReadOptions, inspect
     from kvtool.image.manifest import Platform
-    from kvtool.image.render import render_text, to_json
+    from kvtool.image.render import INSPECT_IMAGE
     from kvtool.image.runtime import ContainerLimits
+    from kvtool.output.kinds import emit
+    from kvtool.output.streams import Output
+
+    out = Output(output_file=output_file, quiet=quiet, color=color)
 
     if (username is None) != (not password_stdin):
         raise KvtoolError("--username and --password-stdin go together")
@@ -132,15 +139,12 @@ def inspect_image(
             memory=probe_memory, timeout_s=probe_timeout, gpus=gpus, python=probe_python
         ),
     )
-    with stderr.status("inspecting", spinner="dots") as status:
+    with out.chatter.status("inspecting", spinner="dots") as status:
         report = inspect(request, progress=lambda text: status.update(text))
-    if output_format is OutputFormat.json:
-        typer.echo(to_json(report))
-    else:
-        render_text(report, stderr)
+    emit(INSPECT_IMAGE, report, output_format.value, out)
     for step in (report.build_flag_step, report.runtime_step):
         if step.status == "failed":
-            stderr.print(f"kvtool: error: {step.reason}", markup=False, soft_wrap=True)
+            out.warnings.print(f"kvtool: error: {step.reason}", markup=False, soft_wrap=True)
     raise typer.Exit(report.exit_code)
 
 

@@ -40,7 +40,7 @@ FlagValue = Literal["true", "false", "unknown"]
 
 def deciding_line(evidence: list[HistoryEvidence]) -> HistoryEvidence | None:
     """The line the build flag is read from: the last RUN prefix, else the last ARG line
-    with a value (shared/reference/image-inspection-and-audit-ux.md explains why)."""
+    with a value."""
     runs = [e for e in evidence if e.kind == "run"]
     if runs:
         return runs[-1]

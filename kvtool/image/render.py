@@ -1,12 +1,15 @@
-"""Render an :class:`InspectionReport` as text (rich, stderr) or JSON (stdout)."""
+"""Render an :class:`InspectionReport` as text or JSON (see :mod:`kvtool.output`)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from kvtool.image.model import InspectionReport, StepOutcome, Verdict
+from kvtool.output.kinds import ReportKind
 
 VERDICT_STYLE = {
     Verdict.bundled: "bold green",
@@ -16,8 +19,9 @@ VERDICT_STYLE = {
 }
 
 
-def to_json(report: InspectionReport) -> str:
-    return report.model_dump_json(indent=2)
+def _document(report: InspectionReport) -> dict[str, Any]:
+    data: dict[str, Any] = report.model_dump(mode="json")
+    return data
 
 
 def _step(outcome: StepOutcome) -> str:
@@ -76,3 +80,13 @@ def render_text(report: InspectionReport, console: Console) -> None:
             escape(why),
         )
     console.print(table)
+
+
+INSPECT_IMAGE: ReportKind[InspectionReport] = ReportKind(
+    name="inspect-image",
+    title="kvtool inspect-image JSON report",
+    schema_version=1,
+    text=render_text,
+    document=_document,
+    schema=lambda: InspectionReport.model_json_schema(mode="serialization"),
+)

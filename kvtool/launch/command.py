@@ -5,6 +5,21 @@ from typing import Annotated
 
 import typer
 
+from kvtool.output.completion import (
+    complete_model,
+    complete_recipe,
+    complete_target,
+    complete_version,
+)
+from kvtool.output.options import (
+    ColorMode,
+    ColorOption,
+    OutputFileOption,
+    OutputFormatOption,
+    QuietOption,
+    TextOrJson,
+)
+
 _TARGETS = ("shell", "compose", "k8s", "json")
 
 
@@ -20,39 +35,18 @@ def _parse_env(pairs: list[str]) -> tuple[tuple[str, str], ...]:
     return tuple(parsed)
 
 
-def _print_list(as_json: bool) -> None:
-    import json
-    from dataclasses import asdict
+def _write(files: dict[str, str], output_dir: Path, force: bool) -> list[Path]:
+    """Write each file under ``output_dir`` (``-d``); refuse to overwrite without --force."""
+    from kvtool.output.errors import bad_option
 
-    from kvtool.console import stderr
-    from kvtool.launch.service import list_recipes
-
-    summaries = list_recipes()
-    if as_json:
-        typer.echo(json.dumps([asdict(s) for s in summaries], indent=2))
-        return
-    stderr.print("kvtool launch recipes (step: the field guide's decision tree)\n")
-    for s in summaries:
-        step = f"step {s.decision}" if s.decision else "outside the tree"
-        stderr.print(f"[bold]{s.name}[/bold]  ({step}; vLLM {s.supported}; "
-                     f"targets {', '.join(s.targets)})")
-        stderr.print(f"  {s.title}", markup=False)
-        stderr.print(f"  Pick it when: {s.when}\n", markup=False)
-
-
-def _write(files: dict[str, str], output_dir: Path | None, force: bool) -> list[Path]:
-    from kvtool.errors import KvtoolError
-
-    if output_dir is None:
-        for text in files.values():
-            typer.echo(text, nl=False)
-        return []
     if output_dir.exists() and not output_dir.is_dir():
-        raise KvtoolError(f"-o {output_dir}: exists and is not a directory")
+        raise bad_option("--output-dir", str(output_dir), "exists and is not a directory")
     paths = [output_dir / name for name in files]
     clashes = [str(p) for p in paths if p.exists()]
     if clashes and not force:
-        raise KvtoolError(f"-o {output_dir}: would overwrite {', '.join(clashes)}; pass --force")
+        raise bad_option(
+            "--output-dir", str(output_dir), f"would overwrite {', '.join(clashes)}; pass --force"
+        )
     output_dir.mkdir(parents=True, exist_ok=True)
     for path, text in zip(paths, files.values(), strict=True):
         path.write_text(text, encoding="utf-8")
@@ -63,7 +57,10 @@ def _write(files: dict[str, str], output_dir: Path | None, force: bool) -> list[
 
 def launch(
     recipe: Annotated[
-        str | None, typer.Argument(help="Recipe name; `kvtool launch --list` shows them.")
+        str | None,
+        typer.Argument(
+            help="Recipe name; `kvtool launch --list` shows them.", autocompletion=complete_recipe
+        ),
     ] = None,
     serve_args: Annotated[
         list[str] | None,
@@ -72,10 +69,17 @@ def launch(
     list_: Annotated[
         bool, typer.Option("--list", help="Describe every recipe and when to pick it.")
     ] = False,
-    model: Annotated[str | None, typer.Option(help="Model vLLM serves (name or path).")] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(help="Model vLLM serves (name or path).", autocompletion=complete_model),
+    ] = None,
     tp: Annotated[int, typer.Option(help="Tensor-parallel size per engine.")] = 1,
     vllm_version: Annotated[
-        str | None, typer.Option(help="Target vLLM release (default: the newest table).")
+        str | None,
+        typer.Option(
+            help="Target vLLM release (default: the newest table).",
+            autocompletion=complete_version,
+        ),
     ] = None,
     host_ram_gib: Annotated[
         float | None, typer.Option(help="Host RAM available to the engine's host, GiB.")
@@ -88,13 +92,22 @@ def launch(
     ] = None,
     sizing_model: Annotated[
         str | None,
-        typer.Option(help="Catalog name or config.json for sizing, when --model is not one."),
+        typer.Option(
+            help="Catalog name or config.json for sizing, when --model is not one.",
+            autocompletion=complete_model,
+        ),
     ] = None,
-    target: Annotated[str, typer.Option(help="shell | compose | k8s | json")] = "shell",
+    target: Annotated[
+        str,
+        typer.Option(help="shell | compose | k8s | json", autocompletion=complete_target),
+    ] = "shell",
     output_dir: Annotated[
-        Path | None, typer.Option("-o", "--output-dir", help="Write files here, not stdout.")
+        Path | None,
+        typer.Option(
+            "-d", "--output-dir", help="Write each config file into this folder, not stdout."
+        ),
     ] = None,
-    force: Annotated[bool, typer.Option("--force", help="Overwrite files in -o DIR.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite files in -d DIR.")] = False,
     entrypoint: Annotated[
         str,
         typer.Option(help="cli: `vllm serve`; module: `python -m vllm.entrypoints.openai...`."),
@@ -127,26 +140,35 @@ def launch(
             help="Emit a config for a release with a published vulnerability.",
         ),
     ] = False,
+    output_format: OutputFormatOption = TextOrJson.text,
+    output_file: OutputFileOption = None,
+    quiet: QuietOption = False,
+    color: ColorOption = ColorMode.auto,
 ) -> None:
     """Emit a launch config for an offload setup: shell, compose, Kubernetes or JSON."""
     from pydantic import ValidationError
 
-    from kvtool.console import stderr
     from kvtool.errors import KvtoolError
     from kvtool.launch.plan import LaunchOptions
+    from kvtool.launch.render import LAUNCH, LAUNCH_LIST
     from kvtool.launch.service import launch as run_launch
+    from kvtool.launch.service import list_recipes
+    from kvtool.output.errors import bad_option, check_choice
+    from kvtool.output.kinds import emit
+    from kvtool.output.streams import Output
 
-    if target not in _TARGETS:
-        raise KvtoolError(f"--target {target!r}: use one of {', '.join(_TARGETS)}")
+    out = Output(output_file=output_file, quiet=quiet, color=color)
+    check_choice("--target", target, _TARGETS)
     if list_:
-        _print_list(as_json=target == "json")
+        emit(LAUNCH_LIST, list_recipes(), output_format.value, out)
         return
     if recipe is None:
         raise KvtoolError("name a recipe (kvtool launch --list shows them)")
     if model is None:
         raise KvtoolError("--model is required")
-    if entrypoint not in ("cli", "module"):
-        raise KvtoolError(f"--entrypoint {entrypoint!r}: use cli or module")
+    check_choice("--entrypoint", entrypoint, ("cli", "module"))
+    if output_dir is not None and output_file is not None:
+        raise KvtoolError("give --output-dir (one file each) or --output-file (one report)")
     try:
         options = LaunchOptions(
             model=model,
@@ -168,7 +190,7 @@ def launch(
     except ValidationError as exc:
         first = exc.errors()[0]
         flag = "--" + str(first["loc"][0]).replace("_", "-") if first["loc"] else "input"
-        raise KvtoolError(f"{flag} {first.get('input')!r}: {first['msg']}") from None
+        raise bad_option(flag, first.get("input"), first["msg"]) from None
     result = run_launch(
         recipe,
         options,
@@ -180,15 +202,18 @@ def launch(
     )
     plan = result.plan
     if result.release_note:
-        stderr.print(f"kvtool launch: {result.release_note}", markup=False)
+        out.chatter.print(f"kvtool launch: {result.release_note}", markup=False, soft_wrap=True)
     for warning in plan.warnings:
-        stderr.print(f"kvtool launch: warning: {warning}", markup=False)
-    written = _write(result.files, output_dir, force)
-    for path in written:
-        stderr.print(f"kvtool launch: wrote {path}", markup=False)
-    stderr.print(
+        out.warnings.print(f"kvtool launch: warning: {warning}", markup=False, soft_wrap=True)
+    if output_dir is None:
+        emit(LAUNCH, result, output_format.value, out)
+    else:
+        for path in _write(result.files, output_dir, force):
+            out.chatter.print(f"kvtool launch: wrote {path}", markup=False, soft_wrap=True)
+    out.chatter.print(
         f"kvtool launch: {plan.recipe} for vLLM {plan.vllm_version}, target {target}",
         markup=False,
+        soft_wrap=True,
     )
 
 

@@ -34,8 +34,8 @@ API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 
 CONTAINER_OVERHEAD_GIB = 5.0
 CONTAINER_LIMIT_FACTOR = 1.5
-"""sizing.md §2.8 (LMCache operator design, RFC #2693): request = ceil(pinned + 5) GiB,
-limit = ceil(request x 1.5) GiB."""
+"""The LMCache operator design (https://github.com/LMCache/LMCache/issues/2693):
+request = ceil(pinned + 5) GiB, limit = ceil(request x 1.5) GiB."""
 
 
 class _Frozen(BaseModel):
@@ -154,7 +154,7 @@ def _env(
 def memory_request_and_limit(pinned_gib: float) -> tuple[int, int]:
     """Container memory request and limit in GiB for ``pinned_gib`` of pinned host memory.
 
-    The LMCache operator design's rule (sizing.md §2.8, golden L1 60 -> 65Gi / 98Gi):
+    The LMCache operator design's rule (golden L1 60 -> 65Gi / 98Gi):
     request = ceil(pinned + 5), limit = ceil(request * 1.5). The 5 GiB is the
     process's own working memory beside the pinned pool; the 1.5 leaves room for
     allocation bursts without an OOM kill.

@@ -55,7 +55,7 @@ class ProcessTemplate(_Frozen):
     health_path: str
     ports: dict[str, str] = Field(default_factory=dict)  # other named ports
     # Parameter whose GiB value this process pins in host memory: its container's
-    # memory request and limit are sized from it (sizing.md §2.8).
+    # memory request and limit are sized from it (LMCache operator design).
     pinned_memory: str | None = None
     # Host directories the process writes (a filesystem tier): mounted into containers.
     host_paths: tuple[str, ...] = ()

@@ -91,6 +91,7 @@ def resolve_release(version: str | None) -> tuple[ReleaseFacts, str | None]:
 @dataclass(frozen=True)
 class LaunchResult:
     plan: LaunchPlan
+    target: str
     files: dict[str, str]
     release_note: str | None
 
@@ -117,4 +118,6 @@ def launch(
         utilization=utilization,
     )
     plan = build_plan(recipe, options, facts, sizes)
-    return LaunchResult(plan=plan, files=render(plan, options.target), release_note=note)
+    return LaunchResult(
+        plan=plan, target=options.target, files=render(plan, options.target), release_note=note
+    )

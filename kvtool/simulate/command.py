@@ -5,6 +5,16 @@ from typing import Annotated
 
 import typer
 
+from kvtool.output.completion import complete_model
+from kvtool.output.options import (
+    ColorMode,
+    ColorOption,
+    OutputFileOption,
+    OutputFormatOption,
+    QuietOption,
+    TextOrJson,
+)
+
 _POLICIES = ("eager", "fifo", "eviction_aware")
 # Options of the built-in prefix-repetition workload (used when no --trace is given):
 # flag -> (prefix_repetition() argument, default named in the help text).
@@ -65,7 +75,11 @@ def simulate(
     max_batched_tokens: Annotated[int, typer.Option(help="Tokens per step.")] = 2048,
     host_blocks: Annotated[int, typer.Option(help="Host store size in blocks.")] = 4096,
     model: Annotated[
-        str, typer.Option(help="Model for block bytes (catalog name or config.json).")
+        str,
+        typer.Option(
+            help="Model for block bytes (catalog name or config.json).",
+            autocompletion=complete_model,
+        ),
     ] = "llama-3.1-8b",
     block_bytes: Annotated[
         int | None, typer.Option(help="Bytes per block (default: from --model).")
@@ -77,26 +91,27 @@ def simulate(
         list[str] | None,
         typer.Option("--set", help="Sweep a knob: kvtool.fifo.threshold=1,10,100 (repeat)."),
     ] = None,
-    output_format: Annotated[str, typer.Option(help="text | json")] = "text",
+    output_format: OutputFormatOption = TextOrJson.text,
+    output_file: OutputFileOption = None,
+    quiet: QuietOption = False,
+    color: ColorOption = ColorMode.auto,
 ) -> None:
     """Blocks stored before eviction and bytes written, per drain policy and knob setting."""
-    import json
-
     from pydantic import ValidationError
 
     from kvtool.connector.config import PolicyName
-    from kvtool.console import stderr
     from kvtool.errors import KvtoolError
+    from kvtool.output.errors import bad_option, check_choice
+    from kvtool.output.kinds import emit
+    from kvtool.output.streams import Output
     from kvtool.simulate.engine import EngineSettings
-    from kvtool.simulate.render import render_text, results_json
+    from kvtool.simulate.render import SIMULATE, Sweep
     from kvtool.simulate.sweep import settings_for, sweep
     from kvtool.simulate.workload import prefix_repetition, read_trace
 
-    if output_format not in ("text", "json"):
-        raise KvtoolError(f"--output-format {output_format!r}: use text or json")
-    unknown = [p for p in policy or () if p not in _POLICIES]
-    if unknown:
-        raise KvtoolError(f"--policy {unknown[0]!r}: use one of {', '.join(_POLICIES)}")
+    out = Output(output_file=output_file, quiet=quiet, color=color)
+    for name in policy or ():
+        check_choice("--policy", name, _POLICIES)
     policies = [PolicyName(p) for p in (policy or _POLICIES)]
     workload = {
         "--num-prefixes": num_prefixes,
@@ -129,17 +144,14 @@ def simulate(
     except ValidationError as exc:
         first = exc.errors()[0]
         field = str(first["loc"][0]).replace("num_gpu_blocks", "gpu_blocks").replace("_", "-")
-        raise KvtoolError(f"--{field} {first.get('input')!r}: {first['msg']}") from None
+        raise bad_option(f"--{field}", first.get("input"), first["msg"]) from None
     configs = settings_for(policies, _knobs(set_ or []))
-    with stderr.status("simulating") as status:
+    with out.chatter.status("simulating") as status:
         results = sweep(
             requests, engine, configs,
             progress=lambda i, c: status.update(f"simulating {i + 1}/{len(configs)}: {c}"),
         )
-    if output_format == "json":
-        typer.echo(json.dumps(results_json(engine, results), indent=2))
-    else:
-        render_text(engine, results)
+    emit(SIMULATE, Sweep(engine, results), output_format.value, out)
 
 
 def register(app: typer.Typer) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from kvtool.connector.blockpool import InMemoryBlockPool
 from kvtool.connector.config import ConnectorConfig
@@ -65,6 +65,7 @@ class SimResult(BaseModel):
     blocks_loaded: int
     stats: dict[str, int]
 
+    @computed_field  # type: ignore[prop-decorator]  # in model_dump and the JSON schema
     @property
     def external_hit_rate(self) -> float:
         return self.external_hit_tokens / self.prompt_tokens if self.prompt_tokens else 0.0

@@ -1,4 +1,4 @@
-"""Pure sizing formulas (sizing.md §4.2), each a small function of plain numbers.
+"""Pure sizing formulas, each a small function of plain numbers.
 
 These are the helpers other commands reuse (``kvtool audit`` sizing rules, ``kvtool
 launch``): TP-total vs per-rank conversions, KAITO's L1 formula, the native offload
@@ -50,7 +50,7 @@ def kaito_l1_gib(available_gib: float, utilization: float, tp: int) -> float:
     """KAITO's LMCache L1 size: available host RAM x utilization / TP (F4).
 
     The /TP is KAITO's; with one MP server per pod holding every rank's shard it shrinks
-    the pod's tier TP-fold (sizing.md §0 item 2). ``str()`` of the result is KAITO's argv.
+    the pod's tier TP-fold. ``str()`` of the result is KAITO's argv.
     """
     return available_gib * utilization / tp
 

@@ -5,10 +5,15 @@ from typing import Annotated
 
 import typer
 
-
-class OutputFormat(str, Enum):
-    text = "text"
-    json = "json"
+from kvtool.output.completion import complete_model
+from kvtool.output.options import (
+    ColorMode,
+    ColorOption,
+    OutputFileOption,
+    OutputFormatOption,
+    QuietOption,
+    TextOrJson,
+)
 
 
 class Emit(str, Enum):
@@ -23,7 +28,12 @@ def register(app: typer.Typer) -> None:
     def size(
         model: Annotated[
             str,
-            typer.Option("--model", "-m", help="config.json, model directory, or catalog name."),
+            typer.Option(
+                "--model",
+                "-m",
+                help="config.json, model directory, or catalog name.",
+                autocompletion=complete_model,
+            ),
         ],
         tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel size.")] = 1,
         pp: Annotated[int, typer.Option("--pp", help="Pipeline-parallel size.")] = 1,
@@ -92,18 +102,20 @@ def register(app: typer.Typer) -> None:
         emit: Annotated[
             Emit | None, typer.Option("--emit", help="Print lines to paste: flags or env.")
         ] = None,
-        output_format: Annotated[
-            OutputFormat, typer.Option("--output-format", help="text or json.")
-        ] = OutputFormat.text,
+        output_format: OutputFormatOption = TextOrJson.text,
+        output_file: OutputFileOption = None,
+        quiet: QuietOption = False,
+        color: ColorOption = ColorMode.auto,
         explain: Annotated[
             bool, typer.Option("--explain", help="Show the arithmetic line by line.")
         ] = False,
     ) -> None:
         """KV-cache bytes per token and offload tier sizes, with the arithmetic shown."""
-        from kvtool.console import stderr
+        from kvtool.output.kinds import emit as emit_report
+        from kvtool.output.streams import Output
         from kvtool.sizing.catalog import load_model_spec
         from kvtool.sizing.deployment import make_deployment
-        from kvtool.sizing.render import emit_lines, render_json, render_text
+        from kvtool.sizing.render import SIZE, SizingView, emit_lines
         from kvtool.sizing.report import compute
 
         deployment = make_deployment(
@@ -129,11 +141,8 @@ def register(app: typer.Typer) -> None:
             mla_dedup=not no_mla_dedup,
         )
         report = compute(load_model_spec(model), deployment)
+        out = Output(output_file=output_file, quiet=quiet, color=color)
         if emit is not None:
-            for line in emit_lines(report, emit.value):
-                typer.echo(line)
+            out.write("".join(line + "\n" for line in emit_lines(report, emit.value)))
             return
-        if output_format is OutputFormat.json:
-            typer.echo(render_json(report, explain))
-            return
-        render_text(report, stderr, explain)
+        emit_report(SIZE, SizingView(report, explain), output_format.value, out)

@@ -1,18 +1,20 @@
-"""Render a :class:`SizingReport`: a rich table (stderr), the arithmetic, JSON, paste-ready lines.
+"""Render a :class:`SizingReport`: a rich table, the arithmetic, JSON, paste-ready lines.
 
-Human output goes to the stderr console; JSON and ``--emit`` lines go to stdout so they
-can be piped. Rendering never computes a figure: everything comes from the report.
+The report (text or JSON) and ``--emit`` lines go to stdout or ``-o``; see
+:mod:`kvtool.output`. Rendering never computes a figure: everything comes from the report.
 """
 
 from __future__ import annotations
 
-import json
+from dataclasses import dataclass
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from kvtool.errors import KvtoolError
+from kvtool.output.kinds import ReportKind
 from kvtool.sizing import arithmetic as ar
 from kvtool.sizing.facts import sizing_facts
 from kvtool.sizing.results import SizingReport
@@ -58,7 +60,9 @@ def render_text(report: SizingReport, console: Console, explain: bool) -> None:
         f"{r.model} ({r.architecture}, {r.architecture_class}) - tp {r.tp}, pp {r.pp}, "
         f"dcp {r.dcp}, kv {r.kv_cache_dtype} ({r.kv_dtype_bytes} B), block {r.block_size}"
     )
-    table = Table(title=title, show_header=True, header_style="bold")
+    # The title is its own line: a table title wraps at the table's width.
+    console.print(f"[bold]{escape(title)}[/bold]", soft_wrap=True)
+    table = Table(show_header=True, header_style="bold")
     table.add_column("figure")
     table.add_column("value", justify="right")
     rows: list[tuple[str, str] | None] = [
@@ -138,11 +142,36 @@ def render_text(report: SizingReport, console: Console, explain: bool) -> None:
         console.print(f"[dim]assumed: {escape(note)}[/dim]", soft_wrap=True)
 
 
-def render_json(report: SizingReport, explain: bool) -> str:
-    data = report.model_dump(mode="json")
-    if not explain:
+@dataclass(frozen=True)
+class SizingView:
+    """A report as ``kvtool size`` shows it: with the arithmetic under ``--explain``."""
+
+    report: SizingReport
+    explain: bool
+
+
+def _document(view: SizingView) -> dict[str, Any]:
+    data: dict[str, Any] = view.report.model_dump(mode="json")
+    if not view.explain:
         data.pop("explain")
-    return json.dumps(data, indent=2)
+    return data
+
+
+def _schema() -> dict[str, Any]:
+    schema = SizingReport.model_json_schema(mode="serialization")
+    # The arithmetic lines appear only under --explain.
+    schema["required"] = [name for name in schema.get("required", []) if name != "explain"]
+    return schema
+
+
+SIZE: ReportKind[SizingView] = ReportKind(
+    name="size",
+    title="kvtool size JSON report",
+    schema_version=1,
+    text=lambda view, console: render_text(view.report, console, view.explain),
+    document=_document,
+    schema=_schema,
+)
 
 
 def emit_lines(report: SizingReport, what: str) -> list[str]:

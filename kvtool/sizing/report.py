@@ -1,6 +1,6 @@
 """``compute(spec, deployment) -> SizingReport``: every figure ``kvtool size`` prints.
 
-The arithmetic follows sizing.md §3-§4 (formulas F1-F11) in small steps, one per tier.
+The arithmetic goes in small steps, one per tier.
 Each step records :class:`ExplainLine` entries with the formula and the numbers put into
 it, so ``--explain`` shows the computation that produced the table, not a second copy.
 """
@@ -130,7 +130,7 @@ def _attention_bytes(spec: ModelSpec, dep: Deployment, b: int, t: _Trace) -> tup
 
 
 def _state_bytes(spec: ModelSpec, dep: Deployment, model_dtype: str, t: _Trace) -> int:
-    """Recurrent state bytes per sequence on one TP rank (Mamba / GDN, sizing.md §3.1.5)."""
+    """Recurrent state bytes per sequence on one TP rank (Mamba / GDN)."""
     conv_b = model_dtype_bytes(model_dtype, "model dtype")
     ssm_dtype = dep.mamba_ssm_dtype or spec.ssm_state_dtype or model_dtype
     ssm_b = model_dtype_bytes(ssm_dtype, "SSM state dtype")

@@ -5,6 +5,15 @@ from typing import Annotated
 
 import typer
 
+from kvtool.output.options import (
+    ColorMode,
+    ColorOption,
+    OutputFileOption,
+    OutputFormatOption,
+    QuietOption,
+    TextOrJson,
+)
+
 
 def _read(path: Path, what: str) -> str:
     from kvtool.errors import KvtoolError
@@ -27,28 +36,32 @@ def verify(
     before: Annotated[Path | None, typer.Option(help="Earlier /metrics snapshot file.")] = None,
     after: Annotated[Path | None, typer.Option(help="Later /metrics snapshot file.")] = None,
     log: Annotated[Path | None, typer.Option(help="The engine's log, for root causes.")] = None,
-    output_format: Annotated[str, typer.Option(help="text | json")] = "text",
+    output_format: OutputFormatOption = TextOrJson.text,
+    output_file: OutputFileOption = None,
+    quiet: QuietOption = False,
+    color: ColorOption = ColorMode.auto,
 ) -> None:
     """Diff two /metrics snapshots and name why the offload tier serves no hits."""
     import time
 
-    from kvtool.console import stderr
     from kvtool.errors import KvtoolError
+    from kvtool.output.errors import bad_option
+    from kvtool.output.kinds import emit
+    from kvtool.output.streams import Output
     from kvtool.verify.diagnose import diagnose
     from kvtool.verify.prometheus import parse
-    from kvtool.verify.render import render_text
+    from kvtool.verify.render import VERIFY
 
-    if output_format not in ("text", "json"):
-        raise KvtoolError(f"--output-format {output_format!r}: use text or json")
+    out = Output(output_file=output_file, quiet=quiet, color=color)
     if metrics_url is not None and (before is not None or after is not None):
         raise KvtoolError("give --metrics-url or --before/--after, not both")
     if metrics_url is not None:
         from kvtool.verify.scrape import scrape
 
         if interval <= 0:
-            raise KvtoolError(f"--interval {interval:g}: must be > 0 seconds")
+            raise bad_option("--interval", interval, "must be > 0 seconds")
         first = scrape(metrics_url)
-        with stderr.status(f"waiting {interval:g} s for traffic before the second scrape"):
+        with out.chatter.status(f"waiting {interval:g} s for traffic before the second scrape"):
             time.sleep(interval)
         second = scrape(metrics_url)
     elif before is not None and after is not None:
@@ -57,10 +70,7 @@ def verify(
     else:
         raise KvtoolError("give --metrics-url URL, or both --before FILE and --after FILE")
     report = diagnose(first, second, _read(log, "--log") if log is not None else None)
-    if output_format == "json":
-        typer.echo(report.model_dump_json(indent=2))
-    else:
-        render_text(report)
+    emit(VERIFY, report, output_format.value, out)
     if not report.ok:
         raise typer.Exit(1)
 

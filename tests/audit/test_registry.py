@@ -8,7 +8,15 @@ import pytest
 
 from kvtool.audit import rules as _rules  # noqa: F401  (registers every rule)
 from kvtool.audit.model import Severity
-from kvtool.audit.registry import DOC_SECTIONS, RegistryError, Rule, RuleRegistry, registry
+from kvtool.audit.references import Reference
+from kvtool.audit.registry import (
+    DOC_SECTIONS,
+    REFERENCES_SECTION,
+    RegistryError,
+    Rule,
+    RuleRegistry,
+    registry,
+)
 
 DOC = """Example rule.
 
@@ -31,18 +39,16 @@ f
 Releases
 --------
 r
-
-References
-----------
-- x
 """
 
 
 def test_every_rule_has_all_doc_sections_references_and_a_one_line_summary() -> None:
     assert len(registry) >= 40
     for rule in registry:
-        assert list(rule.meta.sections) == list(DOC_SECTIONS), rule.code
+        assert list(rule.meta.sections) == [*DOC_SECTIONS, REFERENCES_SECTION], rule.code
         assert rule.meta.references, rule.code
+        for reference in rule.meta.references:  # one source: the section lists the attribute
+            assert reference.url in rule.meta.sections[REFERENCES_SECTION], rule.code
         assert "\n" not in rule.meta.summary
 
 
@@ -67,7 +73,10 @@ def test_selectors_accept_codes_names_prefixes_and_all() -> None:
 
 def _rule(code: str, name: str, doc: str = DOC) -> type[Rule]:
     class Example(Rule):
-        references: ClassVar[tuple[str, ...]] = ("somewhere",)
+        references: ClassVar[tuple[Reference, ...]] = (
+            Reference("https://github.com/vllm-project/vllm/pull/1", "an example"),
+        )
+        since = "0.1.0"
 
     Example.code = code
     Example.name = name
@@ -90,3 +99,23 @@ def test_registry_refuses_duplicates_bad_codes_and_missing_sections() -> None:
         fresh.register(_rule("VG902", "Not_Kebab"))
     with pytest.raises(RegistryError, match="Releases"):
         fresh.register(_rule("VG903", "no-releases", DOC.replace("Releases\n--------\nr\n", "")))
+    with pytest.raises(RegistryError, match="references attribute"):
+        fresh.register(_rule("VG904", "doc-references", DOC + "\nReferences\n----------\n- x\n"))
+
+
+def test_a_finding_outside_the_declared_severities_or_fixes_is_refused() -> None:
+    fresh = RuleRegistry()
+    example = fresh.register(_rule("VG905", "declared-rule"))()
+    assert example.finding("m").severity is Severity.warning
+    with pytest.raises(ValueError, match="severity error is not declared"):
+        example.finding("m", severity=Severity.error)
+
+
+def test_rule_text_states_every_severity_and_fix_its_findings_may_have() -> None:
+    from kvtool.audit.ruledocs import rule_text
+
+    rule = registry.get("CN010")
+    assert rule is not None
+    assert rule_text(rule).startswith(
+        f"CN010 {rule.name} (warning or info; fix: safe or unsafe; since kvtool {rule.since})"
+    )

@@ -149,7 +149,9 @@ def test_release_below_the_security_floor_needs_an_explicit_opt_in(kvtool_cli: A
         assert allowed.exit_code == 0
         warning = "# Warning: vLLM 0.21.0 is below the security floor: CVE-2026-48746"
         assert warning in allowed.stdout, target
-    listed = json.loads(kvtool_cli("launch", "--list", "--target", "json").stdout)
+    document = json.loads(kvtool_cli("launch", "--list", "--output-format", "json").stdout)
+    assert document["schema_version"] == 1
+    listed = document["recipes"]
     native = next(e for e in listed if e["name"] == "native-cpu-offload")
     assert native["supported_versions"][0] == "0.22.0"
 
@@ -207,7 +209,7 @@ def test_bad_input_exits_2_with_one_line(kvtool_cli: Any, args: list[str], messa
 
 def test_output_dir_is_never_overwritten_without_force(kvtool_cli: Any, tmp_path: Path) -> None:
     args = ("launch", "native-cpu-offload", "--model", MODEL, "--host-ram-gib", "64",
-            "--vllm-version", "0.32.0", "-o", str(tmp_path))
+            "--vllm-version", "0.32.0", "-d", str(tmp_path))
     assert kvtool_cli(*args).exit_code == 0
     script = tmp_path / "launch.sh"
     assert script.stat().st_mode & 0o111
@@ -232,7 +234,9 @@ def test_extra_serve_args_and_env_reach_the_engine(kvtool_cli: Any) -> None:
 def test_list_describes_every_recipe_with_its_releases(kvtool_cli: Any) -> None:
     human = kvtool_cli("launch", "--list")
     assert human.exit_code == 0
-    listed = json.loads(kvtool_cli("launch", "--list", "--target", "json").stdout)
+    document = json.loads(kvtool_cli("launch", "--list", "--output-format", "json").stdout)
+    assert document["schema_version"] == 1
+    listed = document["recipes"]
     names = {entry["name"] for entry in listed}
     assert {
         "native-cpu-offload", "native-multi-tier-fs", "lmcache-mp",
@@ -241,7 +245,7 @@ def test_list_describes_every_recipe_with_its_releases(kvtool_cli: Any) -> None:
         "nixl-disagg", "multiconnector-nixl-offload", "kaito-configmap",
     } <= names
     for entry in listed:
-        assert entry["name"] in human.stderr
+        assert entry["name"] in human.stdout
         assert entry["supported_versions"], entry["name"]
         assert entry["when"]
     tiered = next(e for e in listed if e["name"] == "native-multi-tier-fs")

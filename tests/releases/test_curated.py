@@ -42,7 +42,9 @@ def test_every_curated_row_cites_a_source() -> None:
     for table in tables:
         assert table, "curated table is empty"
         for row in table:
-            assert re.search(r"(https?://|#\d+|§|wheel|shared/(seeds|reference)/)", row.source), row
+            if getattr(row, "verified", True) is False and "unverified" in row.source:
+                continue  # a pin no public source shows, marked as such
+            assert re.search(r"(https://|#\d+|wheel)", row.source), row
 
 
 def test_known_bug_ids_are_repository_issue_references() -> None:

@@ -123,7 +123,7 @@ def test_workload_options_with_a_trace_are_refused(kvtool_cli: Any, tmp_path: Pa
 def test_text_output_is_a_table(kvtool_cli: Any) -> None:
     result = kvtool_cli("simulate", "--num-requests", "20", "--policy", "fifo")
     assert result.exit_code == 0
-    assert "fifo" in result.stderr and "eviction" in result.stderr
+    assert "fifo" in result.stdout and "eviction" in result.stdout
 
 
 @pytest.mark.parametrize(

@@ -45,14 +45,14 @@ def test_json_explain_lists_the_arithmetic(kvtool_cli) -> None:  # type: ignore[
     assert any("kv_lora_rank + qk_rope_head_dim = 576" in line["formula"] for line in lines)
 
 
-def test_text_table_and_explain_go_to_stderr(kvtool_cli) -> None:  # type: ignore[no-untyped-def]
+def test_text_table_and_explain_go_to_stdout(kvtool_cli) -> None:  # type: ignore[no-untyped-def]
     result = kvtool_cli("size", "--model", "gemma-3-12b", "--cpu-tier-gib", "100", "--explain")
     assert result.exit_code == 0
-    assert result.stdout == ""
-    assert "393,216" in result.stderr  # G-B6, all layers
-    assert "65,536" in result.stderr  # G-B6, full-attention layers only
-    assert "Arithmetic" in result.stderr
-    assert "[sliding-window-offload]" in result.stderr
+    assert result.stderr == ""
+    assert "393,216" in result.stdout  # G-B6, all layers
+    assert "65,536" in result.stdout  # G-B6, full-attention layers only
+    assert "Arithmetic" in result.stdout
+    assert "[sliding-window-offload]" in result.stdout
 
 
 def test_local_file_directory_and_catalog_agree(kvtool_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -325,9 +325,9 @@ def test_text_report_names_the_cause(kvtool_cli: Any, tmp_path: Path) -> None:
     result = kvtool_cli("verify", "--before", str(tmp_path / "a.prom"),
                         "--after", str(tmp_path / "b.prom"))
     assert result.exit_code == 1
-    assert "served no hits" in result.stderr
-    assert "nothing-stored" in result.stderr
-    assert result.stdout == ""
+    assert "served no hits" in result.stdout
+    assert "nothing-stored" in result.stdout
+    assert result.stderr == ""
 
 
 def test_real_vllm_0_32_snapshots_show_external_hits(kvtool_cli: Any) -> None:

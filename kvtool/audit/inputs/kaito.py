@@ -4,7 +4,7 @@ KAITO passes the keys of its ``vllm:`` section to vLLM as flags (dashed names, a
 in its shipped ``inference-params-template``), beneath the arguments it generates
 itself, so they behave like ``--config`` items. Other top-level keys are KAITO's
 own settings (``kv_cache_cpu_memory_utilization``, ``max_probe_steps``), kept in
-``Invocation.settings`` for the sizing rules (shared/reference/sizing.md §1).
+``Invocation.settings`` for the sizing rules.
 """
 
 from __future__ import annotations

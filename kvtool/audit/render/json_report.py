@@ -14,7 +14,7 @@ Schema version 1::
 
 ``source`` is one of flag, settings, image, newest. ``replacement_args`` are the words
 that replace the finding's tokens (null when the fix removes or cannot be applied).
-The JSON Schema generated from these records is docs/audit-report.schema.json.
+The JSON Schema generated from these records is docs/schemas/audit.schema.json.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from kvtool.audit.engine import AuditReport, Target, TargetSource
 from kvtool.audit.model import Finding, InputKind, Location, Severity
 from kvtool.audit.registry import registry
 from kvtool.audit.ruledocs import anchor
+from kvtool.project import repository_file_url
 
 SCHEMA_VERSION = 1
 
@@ -88,9 +89,12 @@ class JsonReport(_Out, frozen=True, kw_only=True):
     skipped: list[JsonSkipped] = []
 
 
+RULE_DOCS = "docs/rules.md"
+
+
 def docs_anchor(code: str, name: str) -> str:
-    """The finding's section in the generated rule docs."""
-    return f"docs/rules.md#{anchor(code, name)}"
+    """The public URL of the finding's section in the generated rule docs."""
+    return repository_file_url(RULE_DOCS, anchor(code, name))
 
 
 def _finding(finding: Finding) -> JsonFinding:
@@ -112,7 +116,7 @@ def _finding(finding: Finding) -> JsonFinding:
         fix=fix,
         invocation=finding.invocation,
         docs=docs_anchor(finding.code, finding.name),
-        references=list(rule.references) if rule else [],
+        references=[ref.url for ref in rule.references] if rule else [],
         evidence=finding.evidence,
     )
 
@@ -143,16 +147,6 @@ def build(report: AuditReport) -> JsonReport:
             JsonSkipped(file=s.file, reason=s.reason, problem=s.problem) for s in report.skipped
         ],
     )
-
-
-def json_schema() -> dict[str, Any]:
-    """JSON Schema (2020-12) of the report, as committed in docs/audit-report.schema.json."""
-    schema: dict[str, Any] = {
-        "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "title": f"kvtool audit JSON report, schema_version {SCHEMA_VERSION}",
-        **msgspec.json.schema(JsonReport),
-    }
-    return schema
 
 
 def render(report: AuditReport) -> str:

@@ -1,12 +1,17 @@
 """SARIF 2.1.0 (``--output-format sarif``) for GitHub code scanning and other viewers.
 
-Rule metadata comes from the registry (one ``reportingDescriptor`` per rule, the
-docstring as help text). A finding without a file (bare argv) is emitted without a
-location; GitHub code scanning cannot annotate such a result.
+Rule metadata comes from the registry (one ``reportingDescriptor`` per rule: the
+docstring as help text and markdown, ``helpUri`` its section of docs/rules.md, the
+references and the release that introduced it). Security rules carry the ``security``
+tag and ``security-severity`` GitHub code scanning ranks alerts by. Each result has a
+``partialFingerprints`` entry that survives lines moving, so code scanning keeps one
+alert per problem across pushes. A finding without a file (bare argv) is emitted
+without a location; GitHub code scanning cannot annotate such a result.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -15,31 +20,70 @@ from urllib.parse import quote
 from kvtool import __version__
 from kvtool.audit.engine import AuditReport
 from kvtool.audit.model import Finding, Severity
-from kvtool.audit.registry import registry
+from kvtool.audit.registry import Rule, registry
+from kvtool.audit.render.json_report import docs_anchor
+from kvtool.audit.ruledocs import sections_markdown
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 LEVELS = {Severity.error: "error", Severity.warning: "warning", Severity.info: "note"}
+# GitHub's security-severity scale: 9.0+ critical, 7.0+ high, 4.0+ medium, above 0 low.
+SECURITY_SEVERITY = {"critical": "9.0", "high": "7.0", "moderate": "4.0", "low": "0.1"}
+FINGERPRINT_KEY = "kvtoolFinding/v1"
+
+
+def security_severity() -> str:
+    """The security-severity of the security rules: the worst curated advisory's rating
+    (an advisory without a rating counts as high)."""
+    from kvtool.releases.curated import security_floor
+
+    ratings = [a.severity or "high" for a in security_floor()]
+    order = list(SECURITY_SEVERITY)
+    worst = min(ratings, key=order.index, default="high")
+    return SECURITY_SEVERITY[worst]
+
+
+def _descriptor(rule: Rule) -> dict[str, Any]:
+    meta = rule.meta
+    sections = sections_markdown(rule)
+    help_text = "\n\n".join(f"{title}\n{meta.sections[title]}" for title in meta.sections)
+    help_markdown = "\n\n".join(f"**{title}**\n\n{body}" for title, body in sections.items())
+    properties: dict[str, Any] = {
+        "references": [ref.url for ref in meta.references],
+        "fix": meta.fix_text,
+        "since": meta.since,
+        "tags": [meta.family],
+    }
+    if rule.security:
+        properties["tags"].append("security")
+        properties["security-severity"] = security_severity()
+    return {
+        "id": meta.code,
+        "name": meta.name,
+        "shortDescription": {"text": meta.summary},
+        "fullDescription": {"text": meta.sections.get("What", meta.summary)},
+        "helpUri": docs_anchor(meta.code, meta.name),
+        "help": {"text": help_text, "markdown": help_markdown},
+        "defaultConfiguration": {"level": LEVELS[meta.default_severity]},
+        "properties": properties,
+    }
 
 
 def _rules() -> tuple[list[dict[str, Any]], dict[str, int]]:
     descriptors: list[dict[str, Any]] = []
     index: dict[str, int] = {}
     for position, rule in enumerate(registry):
-        meta = rule.meta
-        help_text = "\n\n".join(f"{title}\n{meta.sections[title]}" for title in meta.sections)
-        descriptors.append(
-            {
-                "id": meta.code,
-                "name": meta.name,
-                "shortDescription": {"text": meta.summary},
-                "fullDescription": {"text": meta.sections.get("What", meta.summary)},
-                "help": {"text": help_text},
-                "defaultConfiguration": {"level": LEVELS[meta.default_severity]},
-                "properties": {"references": list(meta.references), "fix": meta.fix_applicability},
-            }
-        )
-        index[meta.code] = position
+        descriptors.append(_descriptor(rule))
+        index[rule.code] = position
     return descriptors, index
+
+
+def fingerprint(finding: Finding) -> str:
+    """What identifies a finding across pushes: the rule, the file, the flag and the
+    invocation, not the line (which moves when lines are added above it)."""
+    loc = finding.location
+    file = (loc.file or "") if loc else ""
+    parts = (finding.code, file, finding.flag or "", finding.invocation or "")
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
 
 
 def _result(finding: Finding, rule_index: dict[str, int]) -> dict[str, Any]:
@@ -47,6 +91,7 @@ def _result(finding: Finding, rule_index: dict[str, int]) -> dict[str, Any]:
         "ruleId": finding.code,
         "level": LEVELS[finding.severity],
         "message": {"text": finding.message},
+        "partialFingerprints": {FINGERPRINT_KEY: fingerprint(finding)},
         "properties": {
             "name": finding.name,
             "flag": finding.flag,

@@ -17,12 +17,20 @@ from kvtool.audit.context import (
     RuleContext,
 )
 from kvtool.audit.model import Finding, Fix, Severity
+from kvtool.audit.references import (
+    CACHE_CONFIG_032,
+    CONNECTOR_FACTORY_032,
+    HMA_DEFAULT_PR,
+    LMCACHE_MP_BACKEND_PR,
+    OFFLOADING_SCHEDULER_032,
+    VLLM_CONFIG_032,
+    lmcache_issue,
+    vllm_pr,
+    vllm_source,
+)
 from kvtool.audit.registry import ConfigRule, register
 from kvtool.audit.rules._common import conditional_note, removal_fix, replacement_fix
 
-VG_REF = "shared/reference/version-gates.md"
-UX_REF = "shared/reference/image-inspection-and-audit-ux.md"
-FIELD_GUIDE = "shared/seeds/004_6693fa353686f930.txt"
 DISABLE_HMA = "--disable-hybrid-kv-cache-manager"
 HMA_FACTORY_ERROR = (
     "ValueError: Connector {name} does not support HMA but HMA is enabled. "
@@ -90,11 +98,6 @@ class RedundantDisableHybridKvCacheManager(ConfigRule):
     --------
     SupportsHMA per connector from the release tables; decision mode per release from
     `rules/curated/semantics.toml` (`hma.decision`).
-
-    References
-    ----------
-    - shared/reference/version-gates.md §2 row 9 and §4 "How HMA was decided over time"
-    - https://github.com/vllm-project/vllm/pull/41847
     """
 
     code = "CN010"
@@ -102,7 +105,17 @@ class RedundantDisableHybridKvCacheManager(ConfigRule):
     default_severity = Severity.warning
     summary = "--disable-hybrid-kv-cache-manager with a connector that supports HMA"
     fix_applicability = "safe"
-    references = (f"{VG_REF} §2 row 9", "https://github.com/vllm-project/vllm/pull/41847")
+    references = (
+        HMA_DEFAULT_PR,
+        vllm_source(
+            "0.22.0", "vllm/config/vllm.py",
+            "VllmConfig at 0.22.0: HMA turned off only for connectors lacking SupportsHMA",
+        ),
+        CONNECTOR_FACTORY_032,
+    )
+    since = "0.1.0"
+    other_severities = (Severity.info,)
+    other_fix_applicabilities = ("unsafe",)
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opt = ctx.option(DISABLE_HMA)
@@ -172,18 +185,18 @@ class NonHmaConnectorOnHybridModel(ConfigRule):
     SupportsHMA per connector from the release tables; "Mamba needs HMA" from
     `hma.hybrid_ssm_requires_hma` in `rules/curated/semantics.toml`.
     Only checked when the model is known (catalog or local config.json).
-
-    References
-    ----------
-    - shared/reference/version-gates.md §5 item 9
-    - https://github.com/LMCache/LMCache/issues/3106
     """
 
     code = "CN011"
     name = "non-hma-connector-on-hybrid-model"
     default_severity = Severity.error
     summary = "connector without HMA support serving a hybrid model"
-    references = (f"{VG_REF} §5 item 9", "https://github.com/LMCache/LMCache/issues/3106")
+    references = (
+        lmcache_issue(3106, "LMCacheConnectorV1 cannot serve hybrid-attention models"),
+        CONNECTOR_FACTORY_032,
+    )
+    since = "0.1.0"
+    other_severities = (Severity.warning,)
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         non_hma = ctx.non_hma_connectors()
@@ -239,10 +252,6 @@ class HmaForcedWithNonHmaConnector(ConfigRule):
     --------
     SupportsHMA from the release tables; decision order from `hma.decision` in
     `rules/curated/semantics.toml`.
-
-    References
-    ----------
-    - shared/reference/version-gates.md §2 row 24 and §4 row 24
     """
 
     code = "CN012"
@@ -250,7 +259,14 @@ class HmaForcedWithNonHmaConnector(ConfigRule):
     default_severity = Severity.error
     summary = "HMA stays on with a connector that lacks SupportsHMA: startup fails"
     fix_applicability = "display"
-    references = (f"{VG_REF} §2 row 24",)
+    references = (
+        CONNECTOR_FACTORY_032,
+        vllm_source(
+            "0.21.0", "vllm/distributed/kv_transfer/kv_connector/v1/offloading_connector.py",
+            "OffloadingConnector subclasses SupportsHMA from 0.21.0",
+        ),
+    )
+    since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         outcome = hma_outcome(ctx)
@@ -302,17 +318,20 @@ class NonHmaConnectorDisablesHma(ConfigRule):
     Releases
     --------
     0.22.0 and later (`hma.decision` in `rules/curated/semantics.toml`: per-connector mode).
-
-    References
-    ----------
-    - shared/reference/version-gates.md §2 rows 9 and 25
     """
 
     code = "CN013"
     name = "non-hma-connector-disables-hma"
     default_severity = Severity.info
     summary = "vLLM turns HMA off because the connector lacks SupportsHMA"
-    references = (f"{VG_REF} §2 rows 9 and 25",)
+    references = (
+        vllm_source(
+            "0.22.0", "vllm/config/vllm.py",
+            "VllmConfig at 0.22.0: the auto-disable warning names the connector",
+        ),
+        VLLM_CONFIG_032,
+    )
+    since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         outcome = hma_outcome(ctx)
@@ -356,10 +375,6 @@ class KvOffloadingSizeWithoutBackend(ConfigRule):
     Releases
     --------
     `kv_offloading.size_alone_noop` in `rules/curated/semantics.toml` (0.11.1-0.13.x).
-
-    References
-    ----------
-    - shared/reference/version-gates.md §4 row 2 and §5 item 1
     """
 
     code = "CN001"
@@ -367,7 +382,14 @@ class KvOffloadingSizeWithoutBackend(ConfigRule):
     default_severity = Severity.error
     summary = "--kv-offloading-size alone is ignored at the target release"
     fix_applicability = "display"
-    references = (f"{VG_REF} §4 row 2",)
+    references = (
+        vllm_source(
+            "0.13.0", "vllm/config/cache.py",
+            "CacheConfig at 0.13.0: kv_offloading_backend still defaults to None",
+        ),
+        VLLM_CONFIG_032,
+    )
+    since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         size = ctx.option(KV_OFFLOADING_SIZE)
@@ -412,17 +434,14 @@ class KvOffloadingSizeOverwritesKvTransferConfig(ConfigRule):
     Releases
     --------
     `kv_offloading.overwrites_kv_transfer_config` in `rules/curated/semantics.toml`.
-
-    References
-    ----------
-    - shared/reference/version-gates.md §5 item 2
     """
 
     code = "CN002"
     name = "kv-offloading-size-overwrites-kv-transfer-config"
     default_severity = Severity.error
     summary = "--kv-offloading-* silently replaces the connector in --kv-transfer-config"
-    references = (f"{VG_REF} §5 item 2",)
+    references = (VLLM_CONFIG_032,)
+    since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         mapping = ctx.backend_mapping
@@ -474,18 +493,14 @@ class KvOffloadingSizeIgnoredWithLmcacheBackend(ConfigRule):
     Releases
     --------
     `rules/curated/backend_connector.toml` rows with `size_scope: ignored`.
-
-    References
-    ----------
-    - shared/reference/version-gates.md §4 row 27 and §5 item 1
-    - shared/reference/sizing.md §0 item 3
     """
 
     code = "CN005"
     name = "kv-offloading-size-ignored-with-lmcache-backend"
     default_severity = Severity.warning
     summary = "--kv-offloading-size does not size the LMCache MP backend"
-    references = (f"{VG_REF} §4 row 27", "shared/reference/sizing.md §0 item 3")
+    references = (LMCACHE_MP_BACKEND_PR, VLLM_CONFIG_032)
+    since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         mapping = ctx.backend_mapping
@@ -531,18 +546,17 @@ class LmcacheWithoutPythonhashseed(ConfigRule):
     Releases
     --------
     Every release with LMCache connectors.
-
-    References
-    ----------
-    - shared/reference/image-inspection-and-audit-ux.md §F item 7
-    - https://github.com/LMCache/LMCache/issues/1739
     """
 
     code = "CN020"
     name = "lmcache-without-pythonhashseed"
     default_severity = Severity.warning
     summary = "LMCache connector with TP/PP > 1 or P/D and no PYTHONHASHSEED"
-    references = (f"{UX_REF} §F item 7", "https://github.com/LMCache/LMCache/issues/1739")
+    references = (
+        lmcache_issue(1739, "0% hit rate when TP workers hash with different seeds"),
+        lmcache_issue(2979, "PYTHONHASHSEED unset gives mismatched prefix hashes"),
+    )
+    since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         conn = ctx.connector
@@ -588,17 +602,20 @@ class P2pTierWithoutPythonhashseed(ConfigRule):
     Releases
     --------
     `p2p.pythonhashseed_required` in `rules/curated/semantics.toml`.
-
-    References
-    ----------
-    - shared/reference/version-gates.md §2 row 12
     """
 
     code = "CN021"
     name = "p2p-tier-without-pythonhashseed"
     default_severity = Severity.error
     summary = "native p2p tier without PYTHONHASHSEED where vLLM requires it"
-    references = (f"{VG_REF} §2 row 12",)
+    references = (
+        vllm_source(
+            "0.27.0", "vllm/v1/kv_offload/tiering/p2p/manager.py",
+            "the p2p tier at 0.27.0 refuses to start without PYTHONHASHSEED",
+        ),
+        vllm_pr(51875, "the p2p tier's PYTHONHASHSEED requirement lifted (0.29.0)"),
+    )
+    since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         tiers = ctx.extra_config.get("secondary_tiers")
@@ -645,11 +662,6 @@ class OffloadWithoutPrefixCaching(ConfigRule):
     Releases
     --------
     Every release with KV offload.
-
-    References
-    ----------
-    - shared/seeds/004_6693fa353686f930.txt ("Offload doesn't help", item 3)
-    - shared/reference/image-inspection-and-audit-ux.md §F item 8
     """
 
     code = "CN030"
@@ -657,7 +669,8 @@ class OffloadWithoutPrefixCaching(ConfigRule):
     default_severity = Severity.error
     summary = "KV offload configured with prefix caching off"
     fix_applicability = "unsafe"
-    references = (f"{FIELD_GUIDE} (Offload doesn't help, item 3)", f"{UX_REF} §F item 8")
+    references = (CACHE_CONFIG_032, OFFLOADING_SCHEDULER_032)
+    since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         connector = _offloading(ctx)
@@ -700,17 +713,20 @@ class Fp8KvCacheWithoutScales(ConfigRule):
     Releases
     --------
     Every release; `--calculate-kv-scales` presence from the release tables.
-
-    References
-    ----------
-    - shared/reference/version-gates.md §2 row 5 and §4 row 37
     """
 
     code = "CN031"
     name = "fp8-kv-cache-without-scales"
     default_severity = Severity.info
     summary = "FP8 KV cache: scale 1.0 unless the checkpoint ships k/v scales"
-    references = (f"{VG_REF} §4 row 37", f"{VG_REF} §2 row 5")
+    references = (
+        vllm_source(
+            "0.27.1", "vllm/config/cache.py",
+            "calculate_kv_scales at 0.27.1: without checkpoint scales they default to 1.0",
+        ),
+        vllm_pr(49389, "--calculate-kv-scales removed (0.28.0)"),
+    )
+    since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opt = ctx.option("--kv-cache-dtype")
@@ -753,10 +769,6 @@ class EnforceEagerWithOffload(ConfigRule):
     Releases
     --------
     Every release.
-
-    References
-    ----------
-    - shared/seeds/004_6693fa353686f930.txt ("Other long-context knobs")
     """
 
     code = "CN032"
@@ -764,7 +776,13 @@ class EnforceEagerWithOffload(ConfigRule):
     default_severity = Severity.warning
     summary = "--enforce-eager disables CUDA graphs on an offload deployment"
     fix_applicability = "unsafe"
-    references = (f"{FIELD_GUIDE} (Other long-context knobs)",)
+    references = (
+        vllm_source(
+            "0.32.0", "vllm/config/model.py",
+            "ModelConfig at 0.32.0: enforce_eager turns CUDA graphs off",
+        ),
+    )
+    since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opt = ctx.option("--enforce-eager")
@@ -807,10 +825,6 @@ class RetentionIntervalNotBlockMultiple(ConfigRule):
     --------
     `retention_interval_block_multiple` in `rules/audit/semantics.toml` (the flag exists
     from 0.29.0).
-
-    References
-    ----------
-    - shared/reference/version-gates.md §4 rows 32 and 35
     """
 
     code = "CN033"
@@ -818,7 +832,14 @@ class RetentionIntervalNotBlockMultiple(ConfigRule):
     default_severity = Severity.error
     summary = "--prefix-cache-retention-interval is not a multiple of --block-size"
     fix_applicability = "display"
-    references = (f"{VG_REF} §4 rows 32 and 35",)
+    references = (
+        vllm_source(
+            "0.30.0", "vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py",
+            "the offload scheduler at 0.30.0: the retention interval must be a chunk multiple",
+        ),
+        CACHE_CONFIG_032,
+    )
+    since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         interval_opt = ctx.option("--prefix-cache-retention-interval")
@@ -866,10 +887,6 @@ class MambaCacheModeAllForcesMrv1(ConfigRule):
     --------
     `mamba_cache_mode.all_forces_mrv1` in `rules/curated/semantics.toml`; the rejection on
     later releases is `invalid-choice` (VG005).
-
-    References
-    ----------
-    - shared/reference/version-gates.md §4 rows 30 and 31
     """
 
     code = "CN034"
@@ -877,7 +894,12 @@ class MambaCacheModeAllForcesMrv1(ConfigRule):
     default_severity = Severity.warning
     summary = "--mamba-cache-mode all warns and forces Model Runner V1"
     fix_applicability = "safe"
-    references = (f"{VG_REF} §4 rows 30 and 31",)
+    references = (
+        vllm_pr(55041, "--mamba-cache-mode all deprecated; it forces the V1 model runner"),
+        vllm_pr(58997, "--mamba-cache-mode all removed (0.32.0)"),
+    )
+    since = "0.1.0"
+    other_fix_applicabilities = ("display",)
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opt = ctx.option("--mamba-cache-mode")
@@ -930,17 +952,19 @@ class FastsafetensorsNoGdsWithTp(ConfigRule):
     Releases
     --------
     `load_format.fastsafetensors_nogds_tp` in `rules/curated/semantics.toml`.
-
-    References
-    ----------
-    - shared/reference/version-gates.md §2 row 41 and §4 row 41
     """
 
     code = "CN035"
     name = "fastsafetensors-no-gds-with-tp"
     default_severity = Severity.info
     summary = "--load-format fastsafetensors does not use GDS with TP > 1"
-    references = (f"{VG_REF} §2 row 41",)
+    references = (
+        vllm_source(
+            "0.32.0", "vllm/model_executor/model_loader/weight_utils.py",
+            "the fastsafetensors loader at 0.32.0 sets nogds=True when TP > 1",
+        ),
+    )
+    since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opt = ctx.option("--load-format")

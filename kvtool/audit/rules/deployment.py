@@ -8,10 +8,13 @@ from collections.abc import Iterable
 
 from kvtool.audit.context import RuleContext, vtuple
 from kvtool.audit.model import Finding, Severity
+from kvtool.audit.references import (
+    lmcache_issue,
+    vllm_advisory,
+    vllm_issue,
+)
 from kvtool.audit.registry import ConfigRule, register
 from kvtool.releases.curated import KnownBug
-
-FIELD_GUIDE = "shared/seeds/004_6693fa353686f930.txt"
 
 
 @register
@@ -39,10 +42,6 @@ class BelowSecurityFloor(ConfigRule):
     Releases
     --------
     Curated: `rules/curated/security.toml` (affected range and fixed release per advisory).
-
-    References
-    ----------
-    - shared/seeds/004_6693fa353686f930.txt ("Is the tag safe to run?")
     """
 
     code = "SC001"
@@ -50,7 +49,12 @@ class BelowSecurityFloor(ConfigRule):
     default_severity = Severity.error
     summary = "target vLLM release has a published vulnerability fixed later"
     fix_applicability = "display"
-    references = (f"{FIELD_GUIDE} (Is the tag safe to run?)",)
+    references = (
+        vllm_advisory("GHSA-94f4-hr76-p5j6", "CVE-2026-48746, fixed in 0.22.0"),
+        vllm_advisory("GHSA-4r2x-xpjr-7cvv", "CVE-2026-22778, fixed in 0.14.1"),
+    )
+    since = "0.1.0"
+    security = True
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         hits = ctx.semantics.advisories_at(ctx.version)
@@ -110,11 +114,6 @@ class KnownBugMatches(ConfigRule):
     --------
     Curated: `rules/curated/known_bugs.toml`; rows are rechecked like the field guide's
     "Known bugs" table.
-
-    References
-    ----------
-    - shared/seeds/004_6693fa353686f930.txt ("Known bugs to check before recommending offload")
-    - shared/reference/image-inspection-and-audit-ux.md §F item 10
     """
 
     code = "SC002"
@@ -123,9 +122,11 @@ class KnownBugMatches(ConfigRule):
     summary = "a known bug matches this release and config"
     fix_applicability = "display"
     references = (
-        f"{FIELD_GUIDE} (Known bugs)",
-        "shared/reference/image-inspection-and-audit-ux.md §F item 10",
+        lmcache_issue(2942, "LocalCPUBackend.allocate() deadlocks when the buffer fills"),
+        lmcache_issue(2502, "LocalDiskBackend crashes vLLM under allocation bursts"),
+        vllm_issue(54831, "GLM-5.3's DSA indexer cache fails offload hash alignment"),
     )
+    since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         for bug in ctx.semantics.bugs_at(ctx.version):

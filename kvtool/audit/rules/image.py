@@ -13,14 +13,16 @@ from typing import TYPE_CHECKING, Any
 
 from kvtool.audit.context import RuleContext
 from kvtool.audit.model import Finding, Severity
+from kvtool.audit.references import (
+    vllm_issue,
+    vllm_source,
+)
 from kvtool.audit.registry import ConfigRule, register
 
 if TYPE_CHECKING:
     from kvtool.image.model import ConnectorVerdict
 
 IMAGE_VERDICTS = "image_verdicts"  # the ctx.extras key the engine fills
-UX_REF = "shared/reference/image-inspection-and-audit-ux.md"
-FIELD_GUIDE = "shared/seeds/004_6693fa353686f930.txt"
 
 
 def image_verdicts(ctx: RuleContext) -> Mapping[str, ConnectorVerdict]:
@@ -62,12 +64,6 @@ class ConnectorNotBundledInImage(ConfigRule):
     Releases
     --------
     Independent of the vLLM release: the verdict is about the image's contents.
-
-    References
-    ----------
-    - shared/reference/image-inspection-and-audit-ux.md §F items 5 and 6
-    - shared/seeds/004_6693fa353686f930.txt "Two-step bundling verification"
-    - https://github.com/vllm-project/vllm/issues/39923
     """
 
     code = "IM001"
@@ -75,10 +71,13 @@ class ConnectorNotBundledInImage(ConfigRule):
     default_severity = Severity.error
     summary = "a KV connector in the serve args needs a package the image lacks or cannot import"
     references = (
-        f"{UX_REF} §F items 5 and 6",
-        f"{FIELD_GUIDE} Two-step bundling verification",
-        "https://github.com/vllm-project/vllm/issues/39923",
+        vllm_issue(39923, "an image's NIXL wheel built for another CUDA major broke every command"),
+        vllm_source(
+            "0.32.0", "docker/Dockerfile",
+            "vLLM's Dockerfile at 0.32.0: INSTALL_KV_CONNECTORS decides the connector wheels",
+        ),
     )
+    since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         verdicts = image_verdicts(ctx)

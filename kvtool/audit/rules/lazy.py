@@ -1,7 +1,8 @@
 """LZ: lazy offload keys (``lmcache.mp.*``) in ``kv_connector_extra_config``.
 
-The keys, defaults and ranges are LMCache 0.5.6's (shared/reference/lazy-offload.md
-§2-§3); the known key list and policy names live in ``rules/audit/semantics.toml``.
+The keys, defaults and ranges are LMCache 0.5.6's (its ``lmcache_mp_connector.py`` and
+``lazy_offload_policy/``, cited in :mod:`kvtool.audit.references`); the known key list
+and policy names live in ``rules/audit/semantics.toml``.
 """
 
 from __future__ import annotations
@@ -12,10 +13,17 @@ from typing import Any
 
 from kvtool.audit.context import KV_TRANSFER_CONFIG, RuleContext
 from kvtool.audit.model import Finding, Severity
+from kvtool.audit.references import (
+    EVICTION_AWARE_PR,
+    LAZY_EVICTION_AWARE,
+    LAZY_FIFO,
+    LAZY_MANAGER,
+    LAZY_POLICIES,
+    LMCACHE_MP_CONNECTOR,
+)
 from kvtool.audit.registry import ConfigRule, register
 from kvtool.audit.rules._common import did_you_mean
 
-LAZY_REF = "shared/reference/lazy-offload.md"
 PREFIX = "lmcache.mp."
 LAZY = "lmcache.mp.lazy_offload"
 POLICY = "lmcache.mp.lazy_offload_policy"
@@ -25,11 +33,11 @@ HORIZON = "lmcache.mp.lazy_offload_horizon_steps"
 MAX_DRAIN = "lmcache.mp.lazy_offload_max_drain_per_step"
 DEFERRAL = "lmcache.mp.lazy_offload_max_deferral_seconds"
 
-# LMCache 0.5.6 defaults (lazy-offload.md §2 knobs; §3 policy table).
+# LMCache 0.5.6 defaults (lazy_offload_policy/fifo.py and eviction_aware.py).
 DEFAULT_POLICY = "EVICTION_AWARE"
 DEFAULT_FIFO_THRESHOLD = 100
 # Published FIFO runs lost every store to eviction at threshold 100 and still lost to
-# EVICTION_AWARE at threshold 10 (lazy-offload.md §8 A and B); below this it can drain in time.
+# EVICTION_AWARE at threshold 10 (LMCache PR #4847's measurements); below this it can drain in time.
 FIFO_THRESHOLD_NEVER_DRAINS = 10
 
 
@@ -95,11 +103,6 @@ class UnknownLmcacheMpKey(ConfigRule):
     Releases
     --------
     LMCache 0.5.6 key set (`rules/audit/semantics.toml`, `[lmcache_mp]`).
-
-    References
-    ----------
-    - shared/reference/sizing.md §2.5
-    - shared/reference/lazy-offload.md §2 and §3
     """
 
     code = "LZ001"
@@ -107,7 +110,8 @@ class UnknownLmcacheMpKey(ConfigRule):
     default_severity = Severity.warning
     summary = "lmcache.mp.* key not read by LMCacheMPConnector"
     fix_applicability = "display"
-    references = ("shared/reference/sizing.md §2.5", f"{LAZY_REF} §2-§3")
+    references = (LMCACHE_MP_CONNECTOR, EVICTION_AWARE_PR)
+    since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         known = ctx.semantics.lmcache_mp_keys
@@ -146,17 +150,14 @@ class UnknownLazyOffloadPolicy(ConfigRule):
     Releases
     --------
     LMCache 0.5.6 policy names.
-
-    References
-    ----------
-    - shared/reference/lazy-offload.md §2 ("Validation errors")
     """
 
     code = "LZ002"
     name = "unknown-lazy-offload-policy"
     default_severity = Severity.error
     summary = "lazy offload policy name LMCache does not know"
-    references = (f"{LAZY_REF} §2",)
+    references = (LAZY_POLICIES,)
+    since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         if POLICY not in ctx.extra_config:
@@ -200,17 +201,15 @@ class FifoKnobNotPositive(ConfigRule):
     Releases
     --------
     LMCache 0.5.6 FIFO policy.
-
-    References
-    ----------
-    - shared/reference/lazy-offload.md §2 (knobs) and §6 item 7
     """
 
     code = "LZ003"
     name = "fifo-knob-not-positive"
     default_severity = Severity.warning
     summary = "FIFO threshold or select count is not a positive integer"
-    references = (f"{LAZY_REF} §2", f"{LAZY_REF} §6 item 7")
+    references = (LAZY_FIFO, LMCACHE_MP_CONNECTOR)
+    since = "0.1.0"
+    other_severities = (Severity.error,)
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         if _policy(ctx) != "FIFO":
@@ -266,17 +265,14 @@ class EvictionAwareKnobOutOfRange(ConfigRule):
     Releases
     --------
     LMCache 0.5.6 EVICTION_AWARE policy.
-
-    References
-    ----------
-    - shared/reference/lazy-offload.md §3 (knobs table) and §5 (ValueError texts)
     """
 
     code = "LZ004"
     name = "eviction-aware-knob-out-of-range"
     default_severity = Severity.error
     summary = "EVICTION_AWARE knob outside the range LMCache accepts"
-    references = (f"{LAZY_REF} §3",)
+    references = (LAZY_EVICTION_AWARE,)
+    since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         if _policy(ctx) != "EVICTION_AWARE":
@@ -329,17 +325,14 @@ class LazyOffloadWithoutPrefixCaching(ConfigRule):
     Releases
     --------
     LMCache 0.5.6 with vLLM 0.32.
-
-    References
-    ----------
-    - shared/reference/lazy-offload.md §1.4 step 1 and §4 item 1
     """
 
     code = "LZ005"
     name = "lazy-offload-without-prefix-caching"
     default_severity = Severity.error
     summary = "lazy offload needs prefix caching"
-    references = (f"{LAZY_REF} §4 item 1",)
+    references = (LAZY_MANAGER,)
+    since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         if not _lazy_on(ctx) or not ctx.prefix_caching_off:
@@ -377,17 +370,14 @@ class FifoNeverDrainsBeforeEviction(ConfigRule):
     Releases
     --------
     LMCache 0.5.6 FIFO policy.
-
-    References
-    ----------
-    - shared/reference/lazy-offload.md §2 ("Why default FIFO misbehaves"), §6 item 1 and §8
     """
 
     code = "LZ006"
     name = "fifo-never-drains-before-eviction"
     default_severity = Severity.warning
     summary = "FIFO lazy offload threshold too high to drain before eviction"
-    references = (f"{LAZY_REF} §2", f"{LAZY_REF} §8")
+    references = (LAZY_FIFO, EVICTION_AWARE_PR)
+    since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         if not _lazy_on(ctx) or _policy(ctx) != "FIFO":
@@ -429,17 +419,14 @@ class LazyOffloadValueIsString(ConfigRule):
     Releases
     --------
     LMCache 0.5.6.
-
-    References
-    ----------
-    - shared/reference/lazy-offload.md §6 item 7
     """
 
     code = "LZ007"
     name = "lazy-offload-value-is-string"
     default_severity = Severity.warning
     summary = "lmcache.mp.lazy_offload given as a string is always on"
-    references = (f"{LAZY_REF} §6 item 7",)
+    references = (LMCACHE_MP_CONNECTOR,)
+    since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         value = ctx.extra_config.get(LAZY)
@@ -479,18 +466,14 @@ class LazyOffloadKnobsIgnored(ConfigRule):
     Releases
     --------
     LMCache 0.5.6.
-
-    References
-    ----------
-    - shared/reference/lazy-offload.md §3 ("FIFO's threshold and select_count are ignored by EA")
-    - shared/reference/lazy-offload.md §1.1 ("Which connector class is loaded")
     """
 
     code = "LZ008"
     name = "lazy-offload-knobs-ignored"
     default_severity = Severity.info
     summary = "lazy offload knobs that have no effect"
-    references = (f"{LAZY_REF} §3", f"{LAZY_REF} §1.1")
+    references = (LAZY_EVICTION_AWARE, LMCACHE_MP_CONNECTOR)
+    since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         keys = _lmcache_keys(ctx)

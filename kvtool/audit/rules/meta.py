@@ -8,9 +8,11 @@ suppressions matched something.
 from __future__ import annotations
 
 from kvtool.audit.model import Severity
+from kvtool.audit.references import (
+    RUFF_SUPPRESSION,
+    Reference,
+)
 from kvtool.audit.registry import Rule, register
-
-UX_REF = "shared/reference/image-inspection-and-audit-ux.md"
 
 
 @register
@@ -39,17 +41,17 @@ class UnusedSuppression(Rule):
     Releases
     --------
     Independent of the vLLM release.
-
-    References
-    ----------
-    - shared/reference/image-inspection-and-audit-ux.md §E.2 ("Suppression")
     """
 
     code = "KV000"
     name = "unused-suppression"
     default_severity = Severity.warning
     summary = "suppression that matched no finding"
-    references = (f"{UX_REF} §E.2",)
+    references = (
+        RUFF_SUPPRESSION,
+        Reference("https://docs.astral.sh/ruff/rules/unused-noqa/", "ruff's RUF100 unused-noqa"),
+    )
+    since = "0.1.0"
 
 
 @register
@@ -77,17 +79,14 @@ class SuppressionWithoutReason(Rule):
     Releases
     --------
     Independent of the vLLM release.
-
-    References
-    ----------
-    - shared/reference/image-inspection-and-audit-ux.md §E.2 ("Reasons required")
     """
 
     code = "KV001"
     name = "suppression-without-reason"
     default_severity = Severity.warning
     summary = "suppression without a reason"
-    references = (f"{UX_REF} §E.2",)
+    references = (RUFF_SUPPRESSION,)
+    since = "0.1.0"
 
 
 @register
@@ -113,14 +112,11 @@ class UnknownRuleInSuppression(Rule):
     Releases
     --------
     Independent of the vLLM release.
-
-    References
-    ----------
-    - shared/reference/image-inspection-and-audit-ux.md §E.2
     """
 
     code = "KV002"
     name = "unknown-rule-in-suppression"
     default_severity = Severity.warning
     summary = "suppression names no known rule"
-    references = (f"{UX_REF} §E.2",)
+    references = (RUFF_SUPPRESSION,)
+    since = "0.1.0"

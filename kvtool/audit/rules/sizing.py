@@ -10,12 +10,19 @@ from collections.abc import Iterable
 
 from kvtool.audit.context import KV_OFFLOADING_SIZE, RuleContext
 from kvtool.audit.model import Finding, Fix, Severity
+from kvtool.audit.references import (
+    CACHE_CONFIG_032,
+    LMCACHE_MP_BACKEND_PR,
+    lmcache_issue,
+    lmcache_source,
+    vllm_issue,
+    vllm_pr,
+    vllm_source,
+)
 from kvtool.audit.registry import ConfigRule, register
 from kvtool.audit.rules._common import conditional_note, replacement_fix
 from kvtool.sizing.arithmetic import per_rank_gib, total_from_per_rank_gib
 
-SIZING_REF = "shared/reference/sizing.md"
-FIELD_GUIDE = "shared/seeds/004_6693fa353686f930.txt"
 LMCACHE_CPU_SIZE = "LMCACHE_MAX_LOCAL_CPU_SIZE"
 
 # The largest HBM of one GPU this tool targets: H200, 141 GB (NVIDIA H200 datasheet).
@@ -70,11 +77,6 @@ class KvOffloadingSizePerRank(ConfigRule):
     Releases
     --------
     Every release with `--kv-offloading-size` (native backend sizes are totals on all of them).
-
-    References
-    ----------
-    - shared/reference/sizing.md §4.2 F3 and §5 row 1
-    - shared/reference/version-gates.md §4 row 26
     """
 
     code = "SZ001"
@@ -82,7 +84,12 @@ class KvOffloadingSizePerRank(ConfigRule):
     default_severity = Severity.warning
     summary = "--kv-offloading-size looks sized per GPU, but it is the TP-wide total"
     fix_applicability = "unsafe"
-    references = (f"{SIZING_REF} §4.2 F3", "shared/reference/version-gates.md §4 row 26")
+    references = (
+        vllm_pr(24498, "--kv-offloading-size is one instance-wide budget, no per-rank split"),
+        CACHE_CONFIG_032,
+    )
+    since = "0.1.0"
+    other_fix_applicabilities = ("display",)
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opt = ctx.option(KV_OFFLOADING_SIZE)
@@ -143,11 +150,6 @@ class LmcacheCpuSizeTimesTpExceedsHostRam(ConfigRule):
     Releases
     --------
     Every release with `LMCacheConnectorV1`. Needs `--host-ram-gib` (or `host-ram-gib` in settings).
-
-    References
-    ----------
-    - shared/reference/sizing.md §2.4 and §5 row 1
-    - https://github.com/LMCache/LMCache/issues/2901
     """
 
     code = "SZ002"
@@ -155,7 +157,11 @@ class LmcacheCpuSizeTimesTpExceedsHostRam(ConfigRule):
     default_severity = Severity.error
     summary = "per-rank LMCACHE_MAX_LOCAL_CPU_SIZE x TP x PP exceeds host RAM"
     fix_applicability = "display"
-    references = (f"{SIZING_REF} §2.4", "https://github.com/LMCache/LMCache/issues/2901")
+    references = (
+        lmcache_issue(2901, "LMCACHE_MAX_LOCAL_CPU_SIZE is allocated by every rank"),
+        lmcache_source("lmcache/v1/config.py", "LMCache's max_local_cpu_size setting"),
+    )
+    since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         per_rank = _lmcache_cpu_size(ctx)
@@ -208,18 +214,20 @@ class LmcacheSizeDisagreesWithKvOffloadingSize(ConfigRule):
     Releases
     --------
     `rules/curated/backend_connector.toml` rows with `replaces_extra_config: true`.
-
-    References
-    ----------
-    - shared/reference/version-gates.md §4 row 27
-    - shared/reference/sizing.md §2.4 and §0 item 3
     """
 
     code = "SZ003"
     name = "lmcache-size-disagrees-with-kv-offloading-size"
     default_severity = Severity.warning
     summary = "LMCACHE_MAX_LOCAL_CPU_SIZE disagrees with the per-rank share of --kv-offloading-size"
-    references = ("shared/reference/version-gates.md §4 row 27", f"{SIZING_REF} §2.4")
+    references = (
+        vllm_source(
+            "0.22.0", "vllm/config/vllm.py",
+            "VllmConfig at 0.22.0: lmcache.max_local_cpu_size = size / (TP x PP) per rank",
+        ),
+        LMCACHE_MP_BACKEND_PR,
+    )
+    since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         mapping = ctx.backend_mapping
@@ -267,11 +275,6 @@ class OffloadPoolExceedsHostRam(ConfigRule):
     Releases
     --------
     Every release with `--kv-offloading-size`. Needs `--host-ram-gib`.
-
-    References
-    ----------
-    - shared/reference/image-inspection-and-audit-ux.md §F item 2
-    - https://github.com/vllm-project/vllm/issues/53042
     """
 
     code = "SZ004"
@@ -280,9 +283,9 @@ class OffloadPoolExceedsHostRam(ConfigRule):
     summary = "native --kv-offloading-size exceeds the host's RAM"
     fix_applicability = "display"
     references = (
-        "shared/reference/image-inspection-and-audit-ux.md §F item 2",
-        "https://github.com/vllm-project/vllm/issues/53042",
+        vllm_issue(53042, "--kv-offloading-size N maps about 1.92 x N of shared memory"),
     )
+    since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opt = ctx.option(KV_OFFLOADING_SIZE)
@@ -331,17 +334,19 @@ class LmcacheCpuSizeIgnoredByMpServer(ConfigRule):
     Releases
     --------
     Every release with LMCacheMPConnector.
-
-    References
-    ----------
-    - shared/reference/sizing.md §4.4 item 1 and §0 item 3
     """
 
     code = "SZ005"
     name = "lmcache-cpu-size-ignored-by-mp-server"
     default_severity = Severity.warning
     summary = "LMCACHE_MAX_LOCAL_CPU_SIZE does nothing with LMCacheMPConnector"
-    references = (f"{SIZING_REF} §4.4 item 1",)
+    references = (
+        lmcache_source(
+            "lmcache/cli/commands/server.py", "the LMCache MP server's --l1-size-gb option"
+        ),
+        LMCACHE_MP_BACKEND_PR,
+    )
+    since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         env = ctx.env(LMCACHE_CPU_SIZE)
@@ -382,11 +387,6 @@ class CpuOffloadGbIsWeightOffload(ConfigRule):
     Releases
     --------
     Every release.
-
-    References
-    ----------
-    - shared/reference/version-gates.md §4 row 42
-    - https://github.com/vllm-project/vllm/issues/23087
     """
 
     code = "SZ010"
@@ -395,9 +395,10 @@ class CpuOffloadGbIsWeightOffload(ConfigRule):
     summary = "--cpu-offload-gb offloads weights, not KV cache"
     fix_applicability = "display"
     references = (
-        "shared/reference/version-gates.md §4 row 42",
-        "https://github.com/vllm-project/vllm/issues/23087",
+        vllm_issue(23087, "--cpu-offload-gb offloads weights, not the KV cache"),
+        vllm_source("0.32.0", "vllm/config/offload.py", "OffloadConfig at 0.32.0 (weights)"),
     )
+    since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opt = ctx.option("--cpu-offload-gb")

@@ -11,11 +11,19 @@ from typing import TypeGuard
 from kvtool.audit.context import KV_TRANSFER_CONFIG, RuleContext, vtuple
 from kvtool.audit.model import Finding, Fix, ServeOption, Severity
 from kvtool.audit.numeric import rejection
+from kvtool.audit.references import (
+    ARG_UTILS_032,
+    CONNECTOR_FACTORY_032,
+    ENVS_032,
+    KV_TRANSFER_CONFIG_032,
+    Reference,
+    vllm_pr,
+    vllm_source,
+)
 from kvtool.audit.registry import ConfigRule, register
 from kvtool.audit.rules._common import conditional_note, did_you_mean, removal_fix, replacement_fix
 from kvtool.releases.model import Gate
 
-VERSION_GATES_REF = "shared/reference/version-gates.md"
 # Curated replacements (rules/curated/replacements.toml) that start like this say the flag can go,
 # so deleting it is the safe fix; any other replacement needs a human to migrate the setting.
 DROP_PREFIX = "drop the flag"
@@ -82,17 +90,14 @@ class ArgumentParseError(ConfigRule):
     Releases
     --------
     Every release; the parser rules (abbreviations, `--no-` forms, JSON flags) are read per release.
-
-    References
-    ----------
-    - shared/reference/version-gates.md §6 ("Aliases and spellings", "JSON-valued flags")
     """
 
     code = "VG000"
     name = "argument-parse-error"
     default_severity = Severity.error
     summary = "vLLM's argument parser would reject this command line"
-    references = (f"{VERSION_GATES_REF} §6",)
+    references = (ARG_UTILS_032,)
+    since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         for problem in ctx.config.problems:
@@ -125,10 +130,6 @@ class UnknownFlag(ConfigRule):
     Releases
     --------
     Data-driven from `rules/releases/<version>.json` and `index.json` (first_seen).
-
-    References
-    ----------
-    - shared/reference/version-gates.md §4 (KV flag presence matrix)
     """
 
     code = "VG001"
@@ -136,7 +137,8 @@ class UnknownFlag(ConfigRule):
     default_severity = Severity.error
     summary = "flag not known at the target vLLM release"
     fix_applicability = "display"
-    references = (f"{VERSION_GATES_REF} §4",)
+    references = (ARG_UTILS_032,)
+    since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         for opt, canonical in _unknown_options(ctx):
@@ -185,10 +187,6 @@ class RemovedFlag(ConfigRule):
     Releases
     --------
     Data-driven: `gone_at` in `rules/releases/index.json`.
-
-    References
-    ----------
-    - shared/reference/version-gates.md §4 rows 3-5 and §5 item 5
     """
 
     code = "VG002"
@@ -196,7 +194,9 @@ class RemovedFlag(ConfigRule):
     default_severity = Severity.error
     summary = "flag removed at or before the target vLLM release"
     fix_applicability = "safe"
-    references = (f"{VERSION_GATES_REF} §4", f"{VERSION_GATES_REF} §5")
+    references = (vllm_pr(49389, "--calculate-kv-scales removed (0.28.0)"), ARG_UTILS_032)
+    since = "0.1.0"
+    other_fix_applicabilities = ("display",)
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         for opt, canonical in _unknown_options(ctx):
@@ -251,17 +251,20 @@ class DeprecatedFlag(ConfigRule):
     Releases
     --------
     Data-driven: `deprecated` per flag in `rules/releases/<version>.json`.
-
-    References
-    ----------
-    - shared/reference/version-gates.md §2 row 4 and §6 ("Deprecations come in five styles")
     """
 
     code = "VG003"
     name = "deprecated-flag"
     default_severity = Severity.warning
     summary = "flag deprecated at the target vLLM release"
-    references = (f"{VERSION_GATES_REF} §2", f"{VERSION_GATES_REF} §6")
+    references = (
+        vllm_source(
+            "0.19.0", "vllm/config/cache.py",
+            "CacheConfig at 0.19.0: calculate_kv_scales deprecated",
+        ),
+        ARG_UTILS_032,
+    )
+    since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         for opt in ctx.config.options:
@@ -303,10 +306,6 @@ class InvalidChoice(ConfigRule):
     --------
     Data-driven: `choices` per flag in `rules/releases/<version>.json`. Flags whose type also
     admits free strings (`--load-format`, `--kv-cache-dtype` in 0.33.0) are not enforced.
-
-    References
-    ----------
-    - shared/reference/version-gates.md §4 row 29 and "Accepted values of enum-like flags"
     """
 
     code = "VG005"
@@ -314,7 +313,12 @@ class InvalidChoice(ConfigRule):
     default_severity = Severity.error
     summary = "value not among the choices the target release accepts"
     fix_applicability = "safe"
-    references = (f"{VERSION_GATES_REF} §4",)
+    references = (
+        vllm_pr(58997, "--mamba-cache-mode all removed from the choices (0.32.0)"),
+        ARG_UTILS_032,
+    )
+    since = "0.1.0"
+    other_fix_applicabilities = ("display",)
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         for opt in ctx.config.options:
@@ -387,19 +391,19 @@ class InvalidNumber(ConfigRule):
     Data-driven: `value_type` and `accepts_none` per flag and `human_int_suffixes` per
     release in `rules/releases/<version>.json`, read from `_compute_kwargs` and explicit
     `type=` arguments. Values from an unresolved shell variable are not judged.
-
-    References
-    ----------
-    - shared/reference/version-gates.md §6 (the `_compute_kwargs` decision chain)
-    - vllm/engine/arg_utils.py `_compute_kwargs`; `human_readable_int` in the same file,
-      in later releases vllm/utils/argparse_utils.py
     """
 
     code = "VG006"
     name = "invalid-number"
     default_severity = Severity.error
     summary = "numeric flag value the target release's parser rejects"
-    references = (f"{VERSION_GATES_REF} §6",)
+    references = (
+        ARG_UTILS_032,
+        vllm_source(
+            "0.32.0", "vllm/utils/argparse_utils.py", "vLLM's argparse helpers at 0.32.0"
+        ),
+    )
+    since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         for opt in ctx.config.options:
@@ -463,17 +467,14 @@ class UnknownEnvVar(ConfigRule):
     Releases
     --------
     Data-driven: `env_vars` per release and `first_seen` in the index.
-
-    References
-    ----------
-    - shared/reference/version-gates.md §4 row 40 and §5 item 7
     """
 
     code = "VG010"
     name = "unknown-env-var"
     default_severity = Severity.warning
     summary = "VLLM_* environment variable not read by the target release"
-    references = (f"{VERSION_GATES_REF} §4 row 40", f"{VERSION_GATES_REF} §5")
+    references = (ENVS_032,)
+    since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         known = ctx.env_var_facts
@@ -519,17 +520,20 @@ class RemovedEnvVar(ConfigRule):
     Releases
     --------
     Data-driven: `gone_at` and `replacement` for env vars in `rules/releases/index.json`.
-
-    References
-    ----------
-    - shared/reference/version-gates.md §4 row 33 and §5 item 7
     """
 
     code = "VG011"
     name = "removed-env-var"
     default_severity = Severity.warning
     summary = "VLLM_* environment variable removed at or before the target release"
-    references = (f"{VERSION_GATES_REF} §4 row 33", f"{VERSION_GATES_REF} §5")
+    references = (
+        vllm_source(
+            "0.29.0", "vllm/envs.py",
+            "vllm/envs.py at 0.29.0, the last with VLLM_PREFIX_CACHE_RETENTION_INTERVAL",
+        ),
+        ENVS_032,
+    )
+    since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         known = ctx.env_var_facts
@@ -575,17 +579,19 @@ class DeprecatedEnvVar(ConfigRule):
     Releases
     --------
     Data-driven: `deprecated` and `replacement` per env var in `rules/releases/<version>.json`.
-
-    References
-    ----------
-    - shared/reference/version-gates.md §4 row 33
     """
 
     code = "VG012"
     name = "deprecated-env-var"
     default_severity = Severity.warning
     summary = "VLLM_* environment variable deprecated at the target release"
-    references = (f"{VERSION_GATES_REF} §4 row 33",)
+    references = (
+        vllm_source(
+            "0.29.0", "vllm/envs.py",
+            "vllm/envs.py at 0.29.0: deprecated env vars read with a warning",
+        ),
+    )
+    since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         for name in _vllm_env(ctx):
@@ -641,10 +647,6 @@ class UnknownConnector(ConfigRule):
     Releases
     --------
     Data-driven: `connectors` per release and `first_seen` in the index.
-
-    References
-    ----------
-    - shared/reference/version-gates.md §4 "SupportsHMA across versions" (registration per release)
     """
 
     code = "VG020"
@@ -652,7 +654,8 @@ class UnknownConnector(ConfigRule):
     default_severity = Severity.error
     summary = "KV connector not registered at the target vLLM release"
     fix_applicability = "display"
-    references = (f"{VERSION_GATES_REF} §4",)
+    references = (CONNECTOR_FACTORY_032,)
+    since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         if not _transfer_config_is_used(ctx):
@@ -705,17 +708,14 @@ class RemovedConnector(ConfigRule):
     Releases
     --------
     Data-driven: `gone_at` and `replacement` for connectors in `rules/releases/index.json`.
-
-    References
-    ----------
-    - shared/reference/version-gates.md §4 row 10
     """
 
     code = "VG021"
     name = "removed-connector"
     default_severity = Severity.error
     summary = "KV connector removed at or before the target vLLM release"
-    references = (f"{VERSION_GATES_REF} §4 row 10",)
+    references = (vllm_pr(44854, "P2pNcclConnector removed (0.24.0)"), CONNECTOR_FACTORY_032)
+    since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         if not _transfer_config_is_used(ctx):
@@ -762,17 +762,14 @@ class UnknownKvTransferConfigKey(ConfigRule):
     Releases
     --------
     Data-driven: `kv_transfer_config_fields` and `kv_transfer_config_forbids_extra` per release.
-
-    References
-    ----------
-    - shared/reference/version-gates.md §5 item 4 and "KVTransferConfig fields by version"
     """
 
     code = "VG030"
     name = "unknown-kv-transfer-config-key"
     default_severity = Severity.error
     summary = "--kv-transfer-config key rejected by the target vLLM release"
-    references = (f"{VERSION_GATES_REF} §5",)
+    references = (KV_TRANSFER_CONFIG_032,)
+    since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         if (
@@ -877,11 +874,6 @@ class KvTransferConfigValueType(ConfigRule):
     `kv_transfer_config_forbids_extra` is true. Lax-mode conversions pydantic performs
     (`"14579"` for an int, `"true"` for a bool) are accepted; annotations kvtool cannot judge
     are skipped rather than guessed.
-
-    References
-    ----------
-    - shared/reference/version-gates.md "KVTransferConfig fields by version"
-    - https://docs.pydantic.dev/latest/concepts/conversion_table/
     """
 
     code = "VG032"
@@ -889,9 +881,13 @@ class KvTransferConfigValueType(ConfigRule):
     default_severity = Severity.error
     summary = "--kv-transfer-config value of the wrong type for the target vLLM release"
     references = (
-        f"{VERSION_GATES_REF} §5",
-        "https://docs.pydantic.dev/latest/concepts/conversion_table/",
+        KV_TRANSFER_CONFIG_032,
+        Reference(
+            "https://docs.pydantic.dev/latest/concepts/conversion_table/",
+            "pydantic's conversion table (how the config's values are coerced)",
+        ),
     )
+    since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         if not ctx.facts.kv_transfer_config_forbids_extra:
@@ -943,17 +939,18 @@ class UnknownOffloadTier(ConfigRule):
     Releases
     --------
     Data-driven: `offload_specs` and `offload_tiers` per release.
-
-    References
-    ----------
-    - shared/reference/version-gates.md §2 row 7 and §5 item 3
     """
 
     code = "VG031"
     name = "unknown-offload-tier"
     default_severity = Severity.error
     summary = "offload spec or tier type not registered at the target vLLM release"
-    references = (f"{VERSION_GATES_REF} §2 row 7", f"{VERSION_GATES_REF} §5")
+    references = (
+        vllm_pr(40020, "the multi-tier offloading framework (0.22.0)"),
+        vllm_pr(41735, "the Python filesystem tier (fs_python on 0.22.x)"),
+        vllm_pr(41968, "the object-store tier (0.23.0)"),
+    )
+    since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         extra = ctx.extra_config

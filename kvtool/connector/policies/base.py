@@ -4,7 +4,8 @@ A policy never protects, submits or drops anything. Each scheduler step the
 manager calls :meth:`DrainPolicy.decide` with the step's signals, a read-only
 view of what is buffered and the engine's eviction order, and gets back a list
 of :class:`Release` decisions that it then carries out (protect, re-check the
-hashes, submit). Design notes: shared/reference/lazy-offload.md §2-§3 and §6.
+hashes, submit). LMCache's policies:
+https://github.com/LMCache/LMCache/tree/v0.5.6/lmcache/integration/vllm/lazy_offload_policy
 """
 
 from __future__ import annotations

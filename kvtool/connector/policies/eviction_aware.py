@@ -1,6 +1,6 @@
 """EVICTION_AWARE: release a request's blocks just before the engine would recycle them.
 
-Pure policy: it decides, the manager acts (design: lazy-offload.md §3, §6.3).
+Pure policy: it decides, the manager acts (LMCache's: https://github.com/LMCache/LMCache/blob/v0.5.6/lmcache/integration/vllm/lazy_offload_policy/eviction_aware.py).
 Each step it reads the head of the engine's free queue (the danger window)
 up to ``depth`` blocks that it will not release, where ``depth`` is the
 predicted block consumption over ``horizon_steps`` steps, and looks each one
@@ -110,7 +110,7 @@ class EvictionAwarePolicy(DrainPolicy):
         # Positions are counted after the blocks released now leave the queue:
         # protecting them moves every block behind them towards the head, so a
         # block just outside a plain window would be recycled before the next
-        # step (the pin cascade of lazy-offload.md §6.11). The walk stops after
+        # step (the pin cascade). The walk stops after
         # ``depth`` other blocks or once the released blocks fill the budget.
         if depth > 0 and budget > 0:
             index = pending.block_index()

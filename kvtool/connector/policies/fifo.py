@@ -1,6 +1,6 @@
 """FIFO: release finished requests in admission order once enough are ready.
 
-Semantics (LMCache's documented FIFO, shared/seeds/000 and lazy-offload.md §2):
+Semantics (LMCache's FIFO, https://github.com/LMCache/LMCache/blob/v0.5.6/lmcache/integration/vllm/lazy_offload_policy/fifo.py):
 
 - a request is *ready* while it is finished and still buffers blocks; the
   ready count is recomputed, not a counter, so released requests leave it;

@@ -2,11 +2,11 @@
 
 One Deployment and one Service per engine. A sidecar (the LMCache server) is a native
 sidecar: an init container with ``restartPolicy: Always`` and a startup probe, so the
-engine starts only once the server answers; this needs Kubernetes 1.29 or newer
-(on by default there; GA in 1.33). Probes follow KAITO's engine probes (sizing.md
-§1.6): a startup probe on ``/health`` allowing 30 minutes for weights to load, then
-liveness and readiness. Containers that pin host memory request and limit memory per
-sizing.md §2.8. The KAITO recipe renders KAITO's ConfigMap and a Workspace instead.
+engine starts only once the server answers; this needs Kubernetes 1.29 or newer (on by
+default there; GA in 1.33). Probes follow KAITO's engine probes: a startup probe on
+``/health`` allowing 30 minutes for weights to load, then liveness and readiness.
+Containers that pin host memory request and limit memory per the LMCache operator
+design. The KAITO recipe renders KAITO's ConfigMap and a Workspace instead.
 """
 
 from __future__ import annotations

@@ -1,0 +1,105 @@
+"""Consoles for the report (stdout or ``-o``) and for chatter (stderr), per the contract.
+
+Colour: ``never`` (or ``NO_COLOR`` under ``auto``) builds consoles without a colour
+system, which is what makes rich emit no escape code at all (its own ``no_color`` keeps
+bold and dim). ``always`` (or ``FORCE_COLOR`` under ``auto``) forces a terminal.
+Width: a stream that is not a terminal gets :data:`UNBOUNDED_WIDTH`, so rich neither
+wraps nor cuts a table cell, a path or a URL.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from rich.console import Console
+
+from kvtool.output.options import ColorMode
+
+# Wide enough for any line kvtool prints; rich pads nothing to it (tables do not expand).
+UNBOUNDED_WIDTH = 100_000
+
+
+def _env_set(name: str) -> bool:
+    """NO_COLOR and FORCE_COLOR count when set to a non-empty value (no-color.org)."""
+    return bool(os.environ.get(name))
+
+
+def wants_color(mode: ColorMode, stream: IO[str]) -> bool | None:
+    """True: force escapes; False: none; None: let rich decide from the terminal."""
+    if mode is ColorMode.never:
+        return False
+    if mode is ColorMode.always:
+        return True
+    if _env_set("NO_COLOR"):
+        return False
+    if _env_set("FORCE_COLOR"):
+        return True
+    return None
+
+
+def _isatty(stream: IO[str]) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def make_console(stream: IO[str] | None, mode: ColorMode, *, stderr: bool = False,
+                 quiet: bool = False) -> Console:
+    """A console on ``stream`` (None: the live sys.stdout or sys.stderr) under ``mode``."""
+    live = stream if stream is not None else (sys.stderr if stderr else sys.stdout)
+    color = wants_color(mode, live)
+    kwargs: dict[str, Any] = {"highlight": False, "quiet": quiet}
+    if color is False:
+        kwargs["color_system"] = None
+    elif color is True:
+        kwargs["force_terminal"] = True
+    if color is not True and not _isatty(live):
+        kwargs["width"] = UNBOUNDED_WIDTH
+    if stream is not None:
+        kwargs["file"] = stream
+    else:
+        kwargs["stderr"] = stderr
+    return Console(**kwargs)
+
+
+@dataclass(frozen=True)
+class Output:
+    """Where a command's report and chatter go; built from the shared options."""
+
+    output_file: Path | None = None
+    quiet: bool = False
+    color: ColorMode = ColorMode.auto
+
+    @property
+    def chatter(self) -> Console:
+        """Progress and notes on stderr; silent under ``--quiet``."""
+        return make_console(None, self.color, stderr=True, quiet=self.quiet)
+
+    @property
+    def warnings(self) -> Console:
+        """Warnings on stderr, shown even under ``--quiet``."""
+        return make_console(None, self.color, stderr=True)
+
+    @contextmanager
+    def report_console(self) -> Iterator[Console]:
+        """A console for a text report: stdout, or the ``-o`` file (never coloured)."""
+        if self.output_file is None:
+            yield make_console(None, self.color)
+            return
+        with self.output_file.open("w", encoding="utf-8") as handle:
+            yield make_console(handle, ColorMode.never)
+
+    def write(self, text: str) -> None:
+        """Write a machine document (JSON, SARIF, ...) to stdout or the ``-o`` file."""
+        if self.output_file is None:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        else:
+            self.output_file.write_text(text, encoding="utf-8")

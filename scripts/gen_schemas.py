@@ -1,0 +1,54 @@
+"""Write the JSON Schema of every command's JSON document (``--check``: exit 1 if stale).
+
+One file per report kind in kvtool.output.kinds.REPORT_KINDS:
+docs/schemas/<kind>.schema.json, generated from the records each command renders.
+
+python scripts/gen_schemas.py          # rewrite them
+python scripts/gen_schemas.py --check  # CI: fail when a committed file differs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from kvtool.output.kinds import REPORT_KINDS, document_schema, report_kind
+
+SCHEMAS = Path(__file__).resolve().parent.parent / "docs" / "schemas"
+
+
+def schema_path(kind: str) -> Path:
+    return SCHEMAS / f"{kind}.schema.json"
+
+
+def generated() -> dict[Path, str]:
+    """Each schema file and the text it should hold."""
+    return {
+        schema_path(name): json.dumps(document_schema(report_kind(name)), indent=2) + "\n"
+        for name in REPORT_KINDS
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="only compare, do not write")
+    args = parser.parse_args(argv)
+    stale = 0
+    SCHEMAS.mkdir(parents=True, exist_ok=True)
+    for path, text in generated().items():
+        current = path.read_text(encoding="utf-8") if path.exists() else ""
+        if current == text:
+            continue
+        if args.check:
+            print(f"{path} is out of date: run python scripts/gen_schemas.py", file=sys.stderr)
+            stale += 1
+        else:
+            path.write_text(text, encoding="utf-8")
+            print(f"wrote {path}", file=sys.stderr)
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
