@@ -69,13 +69,15 @@ class ChoiceMigration(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     source: str
 
 
-HmaMode = Literal["transfer-config-disables", "per-connector"]
+HmaMode = Literal["transfer-config-forces-off", "transfer-config-disables", "per-connector"]
 # ``hma.decision`` values of rules/curated/semantics.toml -> how the audit models them.
-# Early releases turned HMA off for any --kv-transfer-config (and made --kv-offloading-*
-# a connector only after the decision); later ones decide per connector. Which releases
-# are which is in the table rows, not here.
+# Up to 0.12 the flag was a plain bool and any --kv-transfer-config overwrote it with True,
+# whatever the user passed ("transfer-config-forces-off"); 0.13-0.21 made it tri-state, so
+# only an unset flag is turned off ("transfer-config-disables"). In both, --kv-offloading-*
+# became a connector only after the decision. Later releases decide per connector. Which
+# releases are which is in the table rows, not here.
 _HMA_MODES: dict[str, HmaMode] = {
-    "forced_off_with_connector": "transfer-config-disables",
+    "forced_off_with_connector": "transfer-config-forces-off",
     "off_with_any_connector": "transfer-config-disables",
     "auto_off_for_non_hma_connector": "per-connector",
 }
@@ -95,6 +97,9 @@ class Semantics:
     backend_connectors: tuple[BackendConnectorRow, ...]
     retention_interval_block_multiple: Span
     offload_connectors: tuple[str, ...]
+    # Offload connectors that find KV again through vLLM's prefix-cache block hashes, so
+    # they hit nothing with prefix caching off (LMCache's connectors hash tokens themselves).
+    prefix_cache_connectors: tuple[str, ...]
     lmcache_connectors: tuple[str, ...]
     lmcache_mp_keys: tuple[str, ...]
     lazy_offload_policies: tuple[str, ...]

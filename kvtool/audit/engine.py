@@ -194,11 +194,13 @@ class Auditor:
         self._suppressions: dict[tuple[object, ...], _SuppressionUse] = {}
         self._meta: list[tuple[Finding, str | None]] = []
         self._selections: dict[str | None, Selection] = {}
+        self._reported_for_release: set[tuple[str, str]] = set()  # (code, release)
 
     def run(self, invocations: Sequence[Invocation]) -> AuditReport:
         """One report; suppression bookkeeping starts afresh, so runs are independent."""
         self._suppressions = {}
         self._meta = []
+        self._reported_for_release = set()
         report = AuditReport()
         for invocation in invocations:
             report.invocations.append(self._audit_one(invocation, report))
@@ -236,6 +238,7 @@ class Auditor:
         findings = [
             msgspec.structs.replace(f, invocation=invocation.label, location=f.location or fallback)
             for f in check_config(ctx, selection, self.rules)
+            if self._first_for_release(f, target.vllm_version)
         ]
         if self.use_suppressions:
             findings = self._suppress(invocation, findings, report)
@@ -247,6 +250,17 @@ class Auditor:
             findings=findings,
             notes=list(invocation.notes),
         )
+
+    def _first_for_release(self, finding: Finding, version: str) -> bool:
+        """False for a repeat of a once-per-release rule's finding already reported this run."""
+        rule = self.rules.get(finding.code)
+        if rule is None or not rule.once_per_release:
+            return True
+        key = (finding.code, version)
+        if key in self._reported_for_release:
+            return False
+        self._reported_for_release.add(key)
+        return True
 
     def _suppress(
         self, invocation: Invocation, findings: list[Finding], report: AuditReport

@@ -116,6 +116,9 @@ class Rule:
     fix_applicability: ClassVar[FixApplicability] = "none"
     references: ClassVar[tuple[str, ...]]
     meta: ClassVar[RuleMeta]
+    # True for findings about the target release itself rather than the config (the
+    # security floor): the engine reports them once per run and release, not per invocation.
+    once_per_release: ClassVar[bool] = False
 
     def finding(
         self,

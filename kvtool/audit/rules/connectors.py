@@ -43,18 +43,26 @@ def hma_outcome(ctx: RuleContext, *, ignore_flag: bool = False) -> HmaOutcome:
     """Imitate vLLM's HMA decision on a GPU platform (CPU platforms always turn HMA off).
 
     ``ignore_flag``: the decision vLLM would take without ``--disable-hybrid-kv-cache-manager``.
+    The release's decision mode (``hma.decision`` in rules/curated/semantics.toml) says
+    whether a ``--kv-transfer-config`` overrides the flag (up to 0.12), turns HMA off only
+    when the flag is unset (0.13-0.21), or SupportsHMA decides (0.22 on).
     """
     non_hma = tuple(ctx.non_hma_connectors())
     flag = None if ignore_flag else ctx.bool_option(DISABLE_HMA)
     conn = ctx.connector
+    mode = ctx.semantics.hma_mode(ctx.version)
+    from_transfer_config = conn is not None and conn.via == "kv-transfer-config"
+    if mode == "transfer-config-forces-off" and from_transfer_config:
+        # The plain-bool flag is overwritten with True whatever the user passed.
+        return HmaOutcome(False, "transfer-config", non_hma)
     if flag is True:
         return HmaOutcome(False, "flag", non_hma)
     if flag is False:
         return HmaOutcome(True, "forced-on", non_hma)
     if conn is None:
         return HmaOutcome(True, "no-connector", non_hma)
-    if ctx.semantics.hma_mode(ctx.version) == "transfer-config-disables":
-        if conn.via == "kv-transfer-config":
+    if mode in ("transfer-config-forces-off", "transfer-config-disables"):
+        if from_transfer_config:
             return HmaOutcome(False, "transfer-config", non_hma)
         # --kv-offloading-* became a connector after the HMA decision: HMA stayed on.
         return HmaOutcome(True, "forced-on", non_hma)
@@ -623,16 +631,20 @@ def _offloading(ctx: RuleContext) -> str | None:
 
 @register
 class OffloadWithoutPrefixCaching(ConfigRule):
-    """Reports KV offload with prefix caching turned off.
+    """Reports native KV offload with prefix caching turned off.
 
     What
     ----
-    An offload connector is configured and `--no-enable-prefix-caching` is passed.
+    `OffloadingConnector` or `SimpleCPUOffloadConnector` (alone or as a MultiConnector child)
+    is configured and `--no-enable-prefix-caching` is passed.
 
     Why
     ---
-    Offloaded KV is found again through prefix-cache hashes; with prefix caching off, offload
-    has nothing to hit against and only costs transfer bandwidth.
+    vLLM's native offload finds offloaded KV again through the prefix cache's block hashes;
+    with prefix caching off it has nothing to hit against and only costs transfer bandwidth.
+    LMCache's connectors are not affected: they hash token chunks themselves and the
+    scheduler asks every connector for external hits whether prefix caching is on or off
+    (LMCache's own examples run `--no-enable-prefix-caching`), so they are not reported.
 
     Example
     -------
@@ -644,30 +656,38 @@ class OffloadWithoutPrefixCaching(ConfigRule):
 
     Releases
     --------
-    Every release with KV offload.
+    Every release with native KV offload; which connectors need prefix caching is
+    `offload.prefix_cache_connectors` in `rules/audit/semantics.toml`.
 
     References
     ----------
-    - shared/seeds/004_6693fa353686f930.txt ("Offload doesn't help", item 3)
-    - shared/reference/image-inspection-and-audit-ux.md §F item 8
+    - https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/v1/core/sched/scheduler.py
+    - https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/distributed/kv_transfer/kv_connector/v1/offloading_connector.py
     """
 
     code = "CN030"
     name = "offload-without-prefix-caching"
-    default_severity = Severity.error
-    summary = "KV offload configured with prefix caching off"
+    default_severity = Severity.warning
+    summary = "native KV offload configured with prefix caching off"
     fix_applicability = "unsafe"
-    references = (f"{FIELD_GUIDE} (Offload doesn't help, item 3)", f"{UX_REF} §F item 8")
+    references = (
+        "https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/v1/core/sched/scheduler.py",
+        "https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/distributed/kv_transfer/"
+        "kv_connector/v1/offloading_connector.py",
+    )
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
-        connector = _offloading(ctx)
-        if connector is None or not ctx.prefix_caching_off:
+        if not ctx.prefix_caching_off:
+            return
+        needs = ctx.semantics.prefix_cache_connectors
+        connector = next((n for n in ctx.connector_names if n in needs), None)
+        if connector is None:
             return
         opt = ctx.option("--enable-prefix-caching")
         assert opt is not None  # prefix_caching_off implies the option is present
         yield self.finding(
-            f"`{connector}` offloads KV but prefix caching is off: offloaded blocks can never "
-            "be hit.",
+            f"`{connector}` finds offloaded KV through prefix-cache block hashes, but prefix "
+            "caching is off: offloaded blocks can never be hit.",
             flag="--enable-prefix-caching",
             location=opt.location,
             fix=removal_fix(ctx, opt, f"remove {opt.written}", safe=False),

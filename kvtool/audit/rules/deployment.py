@@ -39,6 +39,8 @@ class BelowSecurityFloor(ConfigRule):
     Releases
     --------
     Curated: `rules/curated/security.toml` (affected range and fixed release per advisory).
+    Reported once per run and target release: the floor is a fact about the release, so
+    ten invocations on one release give one finding (on the first of them).
 
     References
     ----------
@@ -51,6 +53,7 @@ class BelowSecurityFloor(ConfigRule):
     summary = "target vLLM release has a published vulnerability fixed later"
     fix_applicability = "display"
     references = (f"{FIELD_GUIDE} (Is the tag safe to run?)",)
+    once_per_release = True
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         hits = ctx.semantics.advisories_at(ctx.version)
