@@ -16,6 +16,7 @@ from typing import Any, Literal, TypeVar, cast
 import msgspec
 
 from kvtool.audit.model import EnvAssignment, Location, ServeConfig, ServeOption
+from kvtool.models import ModelIdentity
 from kvtool.releases.curated import (
     BackendConnectorRow,
     KnownBug,
@@ -169,12 +170,28 @@ class Semantics:
         return row is not None and row.value == "true"
 
 
-class ModelFacts(msgspec.Struct, frozen=True):
+class ModelFacts(msgspec.Struct, frozen=True, kw_only=True):
     """What the audit knows about the served model, when the model is known."""
 
     name: str
-    hybrid: bool  # more than one KV cache group kind (sliding window, Mamba/SSM, linear attention)
-    mamba: bool  # has Mamba/SSM/linear-attention state layers, which need HMA
+    hybrid: bool  # more than one KV cache group kind (sliding window, chunked, state layers)
+    mamba: bool  # has Mamba/SSM/Gated DeltaNet/linear-attention state layers next to attention
+    sliding_window: bool = False
+    chunked_local: bool = False
+    traits: frozenset[str] = frozenset()  # kvtool.models.TRAITS
+    source: str | None = None  # the config.json or family row the facts were read from
+
+    @classmethod
+    def from_identity(cls, identity: ModelIdentity) -> ModelFacts:
+        return cls(
+            name=identity.name,
+            hybrid=identity.hybrid,
+            mamba=identity.has_state,
+            sliding_window=identity.sliding_window,
+            chunked_local=identity.chunked_local,
+            traits=identity.traits,
+            source=identity.source,
+        )
 
 
 class EffectiveConnector(msgspec.Struct, frozen=True):

@@ -226,9 +226,17 @@ class Auditor:
             index=self.tables.index(),
             semantics=self.tables.semantics(),
             host_ram_gib=self.settings.host_ram_gib,
-            model_lookup=self.tables.model,
+            model_lookup=self._model_lookup,
             extras=self.extras,
         )
+
+    def _model_lookup(self, name: str) -> ModelFacts | None:
+        """The served model's facts: from ``model-config`` when the settings give one."""
+        configured = self.settings.model_config
+        if configured is None:
+            return self.tables.model(name)
+        facts = self.tables.model(configured)
+        return msgspec.structs.replace(facts, name=name) if facts is not None else None
 
     def _audit_one(self, invocation: Invocation, report: AuditReport) -> InvocationReport:
         target = self.target_for(invocation)

@@ -152,68 +152,105 @@ class RedundantDisableHybridKvCacheManager(ConfigRule):
         )
 
 
+UNIFY_ERROR = (
+    "ValueError: Hybrid KV cache manager is disabled but failed to convert the KV cache "
+    "specs to one unified type."
+)
+_HMA_OFF_BECAUSE = {
+    "flag": f"`{DISABLE_HMA}` turns HMA off",
+    "transfer-config": "vLLM {version} turns HMA off for any `--kv-transfer-config`",
+    "non-hma-connector": "vLLM {version} turns HMA off because `{names}` lacks SupportsHMA",
+}
+
+
 @register
-class NonHmaConnectorOnHybridModel(ConfigRule):
-    """Reports a connector without HMA support serving a hybrid model.
+class HybridModelWithHmaOff(ConfigRule):
+    """Reports a hybrid model served with the hybrid KV cache manager (HMA) off.
 
     What
     ----
-    The served model has several KV cache group kinds (sliding window, Mamba/SSM, linear
-    attention) and the connector (or a MultiConnector child) lacks `SupportsHMA`.
+    HMA ends up off (the flag, any `--kv-transfer-config` on releases before 0.22, or a
+    connector or MultiConnector child without `SupportsHMA` from 0.22 on) and the model has
+    more than one KV cache group kind.
 
     Why
     ---
-    Without HMA, hybrid models lose their per-group KV layout. From 0.23.0 vLLM's warning says
-    hybrid SSM models (Jamba, Bamba) require HMA and "will fail at startup without it";
-    `LMCacheConnectorV1` on hybrids is blocked upstream (LMCache#3106).
+    Without HMA vLLM must unify every layer's KV cache spec into one. Sliding-window layers
+    become full-attention layers: the model runs but keeps KV outside the window, so it fits
+    fewer tokens (warning). Mamba, Gated DeltaNet and linear-attention state layers cannot
+    be unified with attention layers: the engine stops at start-up with
+    `ValueError: Hybrid KV cache manager is disabled but failed to convert the KV cache
+    specs to one unified type.` (error, every release; Qwen3.5/3.6, Qwen3-Next, Jamba,
+    Nemotron-H, Granite 4.0-H).
 
     Example
     -------
-    A Qwen3.5 or Jamba model with `{"kv_connector": "LMCacheConnectorV1"}`.
+    `Qwen/Qwen3.5-9B` with `{"kv_connector": "LMCacheConnectorV1"}` (error), or
+    `google/gemma-3-12b-it` with `--disable-hybrid-kv-cache-manager` (warning).
 
     Fix
     ---
-    Use native offload (`--kv-offloading-size`) or `LMCacheMPConnector` with lmcache >= 0.4.7.
+    Keep HMA on: a connector with SupportsHMA (native offload from 0.21.0,
+    `LMCacheMPConnector` with lmcache >= 0.4.7), no `--disable-hybrid-kv-cache-manager`,
+    and on 0.13-0.21 `--no-disable-hybrid-kv-cache-manager` with an HMA connector.
 
     Releases
     --------
-    SupportsHMA per connector from the release tables; "Mamba needs HMA" from
-    `hma.hybrid_ssm_requires_hma` in `rules/curated/semantics.toml`.
-    Only checked when the model is known (catalog or local config.json).
+    HMA decision per release from `hma.decision` in `rules/curated/semantics.toml`,
+    SupportsHMA per connector from the release tables; the model from a config.json or
+    `rules/models/families.toml`. Not checked when the model is unknown.
 
     References
     ----------
-    - shared/reference/version-gates.md §5 item 9
+    - https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/v1/core/kv_cache_utils.py
+    - https://github.com/vllm-project/vllm/blob/v0.12.0/vllm/config/vllm.py
+    - https://github.com/vllm-project/vllm/pull/36636
     - https://github.com/LMCache/LMCache/issues/3106
     """
 
     code = "CN011"
-    name = "non-hma-connector-on-hybrid-model"
+    name = "hybrid-model-with-hma-off"
     default_severity = Severity.error
-    summary = "connector without HMA support serving a hybrid model"
-    references = (f"{VG_REF} §5 item 9", "https://github.com/LMCache/LMCache/issues/3106")
+    summary = "hybrid model with HMA off: state models fail to start, windowed ones lose KV room"
+    references = (
+        "https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/v1/core/kv_cache_utils.py",
+        "https://github.com/vllm-project/vllm/blob/v0.12.0/vllm/config/vllm.py",
+        "https://github.com/vllm-project/vllm/pull/36636",
+        "https://github.com/LMCache/LMCache/issues/3106",
+    )
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
-        non_hma = ctx.non_hma_connectors()
-        if not non_hma:
+        if ctx.connector is None and ctx.bool_option(DISABLE_HMA) is not True:
+            return  # HMA is on (or only a non-GPU platform could turn it off)
+        outcome = hma_outcome(ctx)
+        if outcome.on:
             return
         model = ctx.model  # looked up only now: most configs never need it
         if model is None or not model.hybrid:
             return
-        hard_fail = model.mamba and ctx.semantics.holds("hma.hybrid_ssm_requires_hma", ctx.version)
-        consequence = (
-            "vLLM refuses to start Mamba/SSM hybrids without HMA"
-            if hard_fail
-            else "HMA is turned off, so the model loses its per-group KV layout"
+        because = _HMA_OFF_BECAUSE[outcome.reason].format(
+            version=ctx.version, names=", ".join(outcome.non_hma)
         )
+        if model.mamba:
+            consequence = (
+                "its state layers cannot share one KV cache spec with its attention layers, "
+                f"so startup fails with `{UNIFY_ERROR}`"
+            )
+            severity = Severity.error
+        else:
+            consequence = (
+                "its windowed layers are stored as full attention, so the GPU cache holds "
+                "fewer tokens"
+            )
+            severity = Severity.warning
+        option = ctx.option(DISABLE_HMA) if outcome.reason == "flag" else None
         yield self.finding(
-            f"Model `{model.name}` is a hybrid and `{', '.join(non_hma)}` lacks SupportsHMA "
-            "in vLLM "
-            f"{ctx.version}: {consequence}.",
-            flag=KV_TRANSFER_CONFIG,
-            location=ctx.connector_location,
-            severity=Severity.error if hard_fail else Severity.warning,
-            connectors=non_hma,
+            f"Model `{model.name}` is a hybrid and {because}: {consequence}.",
+            flag=DISABLE_HMA if option is not None else KV_TRANSFER_CONFIG,
+            location=option.location if option is not None else ctx.connector_location,
+            severity=severity,
+            reason=outcome.reason,
+            connectors=list(outcome.non_hma),
         )
 
 
