@@ -399,6 +399,22 @@ class RuleContext:
             if isinstance(child, dict) and isinstance(child.get("kv_connector"), str)
         )
 
+    @cached_property
+    def connector_extra_configs(self) -> tuple[tuple[str, dict[str, Any]], ...]:
+        """``(connector name, the kv_connector_extra_config it reads)`` for the connector
+        from ``--kv-transfer-config`` and, for MultiConnector, each child's own extra config
+        (children never see the parent's keys)."""
+        conn = self.connector
+        if conn is None or conn.via != "kv-transfer-config":
+            return ()
+        pairs: list[tuple[str, dict[str, Any]]] = [(conn.name, self.extra_config)]
+        connectors = self.extra_config.get("connectors")
+        for child in connectors if isinstance(connectors, list) else ():
+            if isinstance(child, dict) and isinstance(child.get("kv_connector"), str):
+                extra = child.get("kv_connector_extra_config")
+                pairs.append((child["kv_connector"], extra if isinstance(extra, dict) else {}))
+        return tuple(pairs)
+
     def supports_hma(self, name: str) -> bool | None:
         """SupportsHMA of ``name`` at this release; None when decided at import time or unknown."""
         fact = self.connector_fact(name)

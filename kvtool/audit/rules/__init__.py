@@ -7,6 +7,7 @@ A new family module is added to the import list below; nothing is discovered imp
 from kvtool.audit.rules import (
     connectors,
     deployment,
+    extra_config,
     image,
     lazy,
     meta,
@@ -15,4 +16,14 @@ from kvtool.audit.rules import (
     versiongates,
 )
 
-FAMILY_MODULES = (versiongates, connectors, models, sizing, lazy, deployment, image, meta)
+FAMILY_MODULES = (
+    versiongates,
+    connectors,
+    models,
+    sizing,
+    lazy,
+    extra_config,
+    deployment,
+    image,
+    meta,
+)

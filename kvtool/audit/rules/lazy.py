@@ -488,7 +488,7 @@ class LazyOffloadKnobsIgnored(ConfigRule):
 
     code = "LZ008"
     name = "lazy-offload-knobs-ignored"
-    default_severity = Severity.info
+    default_severity = Severity.warning  # it runs, but the tuning the operator wants is off
     summary = "lazy offload knobs that have no effect"
     references = (f"{LAZY_REF} §3", f"{LAZY_REF} §1.1")
 

@@ -1,0 +1,159 @@
+"""LZ009-LZ010: ``kv_connector_extra_config`` keys checked against the connector that reads them.
+
+``kvtool.*`` keys are validated by the very schema KvtoolConnector applies at start-up
+(:mod:`kvtool.connector.config`), so the audit refuses what the engine would refuse, with
+the same message. Keys that belong to another connector are ignored where they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from kvtool.audit.context import KV_TRANSFER_CONFIG, RuleContext
+from kvtool.audit.model import Finding, Severity
+from kvtool.audit.registry import ConfigRule, register
+
+KVTOOL_CONNECTOR = "KvtoolConnector"
+KVTOOL_PREFIX = "kvtool."
+# Key prefix -> the connectors that read keys with it (LMCache's in-process connector reads
+# `lmcache.*` overrides; the MP connector reads `lmcache.mp.*`, LZ001/LZ008 check those).
+OWNERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (KVTOOL_PREFIX, (KVTOOL_CONNECTOR,)),
+    ("lmcache.mp.", ("LMCacheMPConnector",)),
+    ("lmcache.", ("LMCacheConnectorV1", "LMCacheMPConnector")),
+)
+# Bare lazy-offload keys: no vLLM connector reads them (LMCache spells them lmcache.mp.*,
+# kvtool spells them kvtool.*), so they are ignored wherever they are written.
+BARE_LAZY = "lazy_offload"
+
+
+def _owners(key: str) -> tuple[str, ...] | None:
+    return next((owners for prefix, owners in OWNERS if key.startswith(prefix)), None)
+
+
+@register
+class KvtoolConnectorConfigRefused(ConfigRule):
+    """Reports a `kvtool.*` key or value that KvtoolConnector refuses at start-up.
+
+    What
+    ----
+    `kv_connector_extra_config` of a `KvtoolConnector` (alone or as a MultiConnector child)
+    has a `kvtool.*` key the connector does not know, or a value out of its range.
+
+    Why
+    ---
+    The connector validates its settings when vLLM constructs it and raises
+    `ConnectorConfigError` (a `ValueError`): the engine does not start. The audit runs the
+    same schema (`kvtool/connector/config.py`), so the message and suggestion are the same.
+
+    Example
+    -------
+    `"kvtool.cpu_bytes": "8GiB"` (the key is `kvtool.host_capacity_bytes`).
+
+    Fix
+    ---
+    Use the key or value the message suggests.
+
+    Releases
+    --------
+    Every release KvtoolConnector supports.
+
+    References
+    ----------
+    - kvtool/connector/config.py
+    """
+
+    code = "LZ009"
+    name = "kvtool-connector-config-refused"
+    default_severity = Severity.error
+    summary = "a kvtool.* extra-config key or value KvtoolConnector refuses at start-up"
+    references = ("kvtool/connector/config.py",)
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        for name, extra in ctx.connector_extra_configs:
+            if name != KVTOOL_CONNECTOR or not any(k.startswith(KVTOOL_PREFIX) for k in extra):
+                continue
+            from kvtool.connector.config import ConnectorConfig, ConnectorConfigError
+
+            try:
+                ConnectorConfig.from_extra_config(extra)
+            except ConnectorConfigError as exc:
+                key = next((k for k in extra if f"{k!r}" in str(exc) or f"{k}=" in str(exc)), None)
+                yield self.finding(
+                    f"KvtoolConnector refuses to start: {exc}",
+                    flag=key or KV_TRANSFER_CONFIG,
+                    location=ctx.location_of(KV_TRANSFER_CONFIG),
+                )
+
+
+@register
+class ExtraConfigKeyOfAnotherConnector(ConfigRule):
+    """Reports an extra-config key that the connector it is given to never reads.
+
+    What
+    ----
+    A `kv_connector_extra_config` key belongs to another connector: `kvtool.*` outside
+    KvtoolConnector, `lmcache.*` outside LMCache's connectors, or a bare `lazy_offload*`
+    key (which no connector reads: LMCache spells it `lmcache.mp.lazy_offload`, kvtool
+    `kvtool.policy`). For MultiConnector each child's own extra config is checked.
+
+    Why
+    ---
+    vLLM passes the dictionary through unchecked, so the setting silently does nothing:
+    `"lazy_offload": true` in an OffloadingConnector keeps offloading eagerly.
+
+    Example
+    -------
+    `{"kv_connector": "OffloadingConnector", "kv_connector_extra_config":
+    {"cpu_bytes_to_use": 1e10, "lazy_offload": true}}`.
+
+    Fix
+    ---
+    Move the key to the connector that reads it, or remove it.
+
+    Releases
+    --------
+    Every release (`lmcache.mp.*` keys at the top level are LZ008's).
+
+    References
+    ----------
+    - https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/v1/kv_offload/factory.py
+    - https://github.com/LMCache/LMCache/blob/v0.5.6/lmcache/integration/vllm/lmcache_mp_connector.py
+    """
+
+    code = "LZ010"
+    name = "extra-config-key-of-another-connector"
+    default_severity = Severity.warning
+    summary = "an extra-config key the connector it is given to never reads"
+    references = (
+        "https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/v1/kv_offload/factory.py",
+        "https://github.com/LMCache/LMCache/blob/v0.5.6/lmcache/integration/vllm/"
+        "lmcache_mp_connector.py",
+    )
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        for index, (name, extra) in enumerate(ctx.connector_extra_configs):
+            for key in extra:
+                message = self._ignored(name, key, top_level=index == 0)
+                if message is not None:
+                    yield self.finding(
+                        message, flag=key, location=ctx.location_of(KV_TRANSFER_CONFIG)
+                    )
+
+    @staticmethod
+    def _ignored(connector: str, key: str, *, top_level: bool) -> str | None:
+        if key == BARE_LAZY or key.startswith(BARE_LAZY + "_"):
+            return (
+                f"`{connector}` does not read `{key}`: lazy offload is "
+                "`lmcache.mp.lazy_offload` (LMCacheMPConnector) or `kvtool.policy` "
+                "(KvtoolConnector); this setting does nothing."
+            )
+        owners: tuple[str, ...] | None = _owners(key)
+        if owners is None or connector in owners:
+            return None
+        if top_level and key.startswith("lmcache.mp."):
+            return None  # LZ008 reports lmcache.mp.* keys given to the wrong connector
+        return (
+            f"`{key}` is read by {' or '.join(owners)}, not by `{connector}`: "
+            "this setting does nothing."
+        )
