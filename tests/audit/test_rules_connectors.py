@@ -131,8 +131,31 @@ def test_cn020_lmcache_with_tp_needs_pythonhashseed() -> None:
     )
     assert "CN020" in codes(run(config("0.32.0", *flags)))
     assert "CN020" not in codes(run(config("0.32.0", *flags, env={"PYTHONHASHSEED": "0"})))
+    # The MP server is another process whatever the TP size (vLLM#42625 was fixed by
+    # PYTHONHASHSEED=0): reported at TP 1 too. Nearest neighbour: the in-process
+    # LMCacheConnectorV1 with a local CPU tier at TP 1 hashes in one process.
     single = ktc(kv_connector="LMCacheMPConnector", kv_role="kv_both")
-    assert "CN020" not in codes(run(config("0.32.0", single)))
+    assert "CN020" in codes(run(config("0.32.0", single)))
+    local = ktc(kv_connector="LMCacheConnectorV1", kv_role="kv_both")
+    assert "CN020" not in codes(run(config("0.32.0", local)))
+    remote = {"LMCACHE_REMOTE_URL": "redis://cache:6379"}
+    assert "CN020" in codes(run(config("0.32.0", local, env=remote)))
+
+
+def test_cn022_shared_native_tier_needs_pythonhashseed_whatever_the_tp() -> None:
+    # vllm v0.32.0 vllm/v1/core/kv_cache_utils.py: NONE_HASH is os.urandom(32) unless
+    # PYTHONHASHSEED is set, so an fs tier another instance reads never hits.
+    extra = {
+        "spec_name": "TieringOffloadingSpec",
+        "secondary_tiers": [{"type": "fs", "path": "/kv"}],
+    }
+    cfg = ktc(
+        kv_connector="OffloadingConnector", kv_role="kv_both", kv_connector_extra_config=extra
+    )
+    assert only(run(config("0.32.0", cfg)), "CN022").severity.value == "warning"
+    assert "CN022" not in codes(run(config("0.32.0", cfg, env={"PYTHONHASHSEED": "0"})))
+    cpu_only = ktc(kv_connector="OffloadingConnector", kv_role="kv_both")
+    assert "CN022" not in codes(run(config("0.32.0", cpu_only)))
 
 
 def test_cn021_p2p_tier_needs_pythonhashseed_on_0_27_0_to_0_28_x_only() -> None:

@@ -551,27 +551,59 @@ def _hashseed_set(ctx: RuleContext) -> bool:
     return ctx.env("PYTHONHASHSEED") is not None
 
 
+NONE_HASH_SOURCE = (
+    "https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/v1/core/kv_cache_utils.py"
+)
+# LMCache settings that send chunks to a store other processes or instances read.
+_LMCACHE_SHARED_ENV = ("LMCACHE_REMOTE_URL", "LMCACHE_ENABLE_P2P", "LMCACHE_ENABLE_CONTROLLER")
+_LMCACHE_SHARED_KEYS = ("lmcache.remote_url", "lmcache.enable_p2p", "lmcache.enable_controller")
+
+
+def _lmcache_sharing(ctx: RuleContext, connector: str) -> str | None:
+    """Why blocks of ``connector`` are shared across processes or instances, or None."""
+    if connector == "LMCacheMPConnector":
+        return "the LMCache MP server is a separate process that outlives engine restarts"
+    role = ctx.kv_transfer_config.get("kv_role")
+    if role in ("kv_producer", "kv_consumer"):
+        return f"kv_role {role} shares blocks between a prefill and a decode instance"
+    if ctx.world > 1:
+        return f"TP x PP = {ctx.world} workers hash in separate processes"
+    for name in _LMCACHE_SHARED_ENV:
+        if ctx.env_value(name) not in (None, "", "False", "false", "0"):
+            return f"`{name}` makes a store other instances read"
+    for key in _LMCACHE_SHARED_KEYS:
+        if ctx.extra_config.get(key) not in (None, "", False):
+            return f"`{key}` makes a store other instances read"
+    return None
+
+
 @register
 class LmcacheWithoutPythonhashseed(ConfigRule):
-    """Reports an LMCache connector with TP > 1 or P/D and no `PYTHONHASHSEED`.
+    """Reports LMCache blocks shared across processes or instances without `PYTHONHASHSEED`.
 
     What
     ----
-    An LMCache connector is used where several processes must agree on chunk hashes (TP > 1,
-    PP > 1, or a producer/consumer `kv_role`) and `PYTHONHASHSEED` is not in the environment.
+    An LMCache connector is used where more than one process or instance must agree on
+    chunk hashes and `PYTHONHASHSEED` is not in the environment: always with
+    `LMCacheMPConnector` (a separate server process, whatever the TP size), and with
+    `LMCacheConnectorV1` when TP x PP > 1, a producer/consumer `kv_role`, or a remote, P2P or
+    controller store.
 
     Why
     ---
-    Workers and instances compute different `NONE_HASH` values and the cache hit rate is 0 %
-    (LMCache #1739, #1658, #2979; vLLM #42625).
+    vLLM seeds the root of every block hash (`NONE_HASH`) from `PYTHONHASHSEED` and uses
+    random bytes when it is unset; LMCache builds its chunk keys on it. Each process or
+    restart then computes different keys and the external hit rate is 0 % (vLLM#42625,
+    LMCache#1095, #1658, #2581).
 
     Example
     -------
-    `--kv-offloading-backend lmcache -tp 4` with no `PYTHONHASHSEED`.
+    `--kv-transfer-config '{"kv_connector":"LMCacheMPConnector","kv_role":"kv_both"}'` with no
+    `PYTHONHASHSEED`, at TP 1.
 
     Fix
     ---
-    Set `PYTHONHASHSEED=0` (any fixed value, the same for every worker and instance).
+    Set `PYTHONHASHSEED=0` (any fixed value, the same for every worker, instance and server).
 
     Releases
     --------
@@ -579,29 +611,107 @@ class LmcacheWithoutPythonhashseed(ConfigRule):
 
     References
     ----------
-    - shared/reference/image-inspection-and-audit-ux.md §F item 7
-    - https://github.com/LMCache/LMCache/issues/1739
+    - https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/v1/core/kv_cache_utils.py
+    - https://github.com/vllm-project/vllm/issues/42625
+    - https://github.com/LMCache/LMCache/issues/1095
+    - https://github.com/LMCache/LMCache/issues/1658
     """
 
     code = "CN020"
     name = "lmcache-without-pythonhashseed"
     default_severity = Severity.warning
-    summary = "LMCache connector with TP/PP > 1 or P/D and no PYTHONHASHSEED"
-    references = (f"{UX_REF} §F item 7", "https://github.com/LMCache/LMCache/issues/1739")
+    summary = "LMCache blocks shared across processes or instances and no PYTHONHASHSEED"
+    references = (
+        NONE_HASH_SOURCE,
+        "https://github.com/vllm-project/vllm/issues/42625",
+        "https://github.com/LMCache/LMCache/issues/1095",
+        "https://github.com/LMCache/LMCache/issues/1658",
+    )
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
-        conn = ctx.connector
-        if conn is None or _hashseed_set(ctx):
+        if ctx.connector is None or _hashseed_set(ctx):
             return
-        lmcache = sorted(set(conn.names) & set(ctx.semantics.lmcache_connectors))
-        role = ctx.kv_transfer_config.get("kv_role")
-        shared = ctx.world > 1 or role in ("kv_producer", "kv_consumer")
-        if not lmcache or not shared:
+        for name in ctx.connector_names:
+            if name not in ctx.semantics.lmcache_connectors:
+                continue
+            why = _lmcache_sharing(ctx, name)
+            if why is None:
+                continue
+            yield self.finding(
+                f"`{name}` without `PYTHONHASHSEED`: {why}, and each process seeds block hashes "
+                "with random bytes, so chunk keys differ and nothing hits.",
+                flag="PYTHONHASHSEED",
+                location=ctx.connector_location,
+                connector=name,
+            )
+            return
+
+
+# Native offload tiers and connectors whose blocks other instances (or the next start) read.
+_SHARED_TIERS = ("fs", "fs_python", "obj", "p2p", "kvcr")
+_SHARED_STORE_CONNECTORS = ("MooncakeStoreConnector", "HF3FSKVConnector", "FlexKVConnectorV1")
+
+
+@register
+class SharedTierWithoutPythonhashseed(ConfigRule):
+    """Reports a shared or persistent KV tier without `PYTHONHASHSEED`.
+
+    What
+    ----
+    Blocks go to a store other instances or the next start read (a native `fs`, `obj`, `p2p`
+    or `kvcr` secondary tier; `MooncakeStoreConnector`, `HF3FSKVConnector`,
+    `FlexKVConnectorV1`) and `PYTHONHASHSEED` is unset, whatever the TP size.
+
+    Why
+    ---
+    Block hashes start from `NONE_HASH`, random bytes unless `PYTHONHASHSEED` is set, so
+    no other instance and no restart finds the stored blocks: the tier fills and never hits.
+
+    Example
+    -------
+    OffloadingConnector with `"secondary_tiers": [{"type": "fs", "path": "/mnt/kv"}]` and no
+    `PYTHONHASHSEED`.
+
+    Fix
+    ---
+    Set the same `PYTHONHASHSEED` on every instance that shares the tier.
+
+    Releases
+    --------
+    Every release with the tier or connector (release tables); the p2p tier's hard start-up
+    check on 0.27-0.28 is CN021.
+
+    References
+    ----------
+    - https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/v1/core/kv_cache_utils.py
+    - https://github.com/LMCache/LMCache/issues/1095
+    """
+
+    code = "CN022"
+    name = "shared-tier-without-pythonhashseed"
+    default_severity = Severity.warning
+    summary = "a KV tier other instances or restarts read, and no PYTHONHASHSEED"
+    references = (NONE_HASH_SOURCE, "https://github.com/LMCache/LMCache/issues/1095")
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        if ctx.connector is None or _hashseed_set(ctx):
+            return
+        shared = [n for n in ctx.connector_names if n in _SHARED_STORE_CONNECTORS]
+        for _, extra in ctx.connector_extra_configs:
+            tiers = extra.get("secondary_tiers")
+            for tier in tiers if isinstance(tiers, list) else ():
+                kind = tier.get("type") if isinstance(tier, dict) else None
+                if kind in _SHARED_TIERS and not (
+                    kind == "p2p"
+                    and ctx.semantics.holds("p2p.pythonhashseed_required", ctx.version)
+                ):
+                    shared.append(f"the {kind} tier")
+        if not shared:
             return
         yield self.finding(
-            f"`{lmcache[0]}` with TP x PP = {ctx.world} and kv_role {role or 'unset'} needs "
-            "the same "
-            "`PYTHONHASHSEED` in every process, or chunk hashes differ and nothing hits.",
+            f"{shared[0]} keeps blocks for other instances or restarts, but without "
+            "`PYTHONHASHSEED` every process seeds block hashes with random bytes: nothing "
+            "stored there is ever found again.",
             flag="PYTHONHASHSEED",
             location=ctx.connector_location,
         )
