@@ -64,6 +64,7 @@ def _diff(committed: ReleaseFacts, derived: ReleaseFacts) -> list[str]:
         "offload_tiers",
         "kv_transfer_config_fields",
         "kv_transfer_config_forbids_extra",
+        "hma",
         "notes",
     ):
         if getattr(committed, attr) != getattr(derived, attr):

@@ -77,6 +77,12 @@ HmaMode = Literal["transfer-config-forces-off", "transfer-config-disables", "per
 # only an unset flag is turned off ("transfer-config-disables"). In both, --kv-offloading-*
 # became a connector only after the decision. Later releases decide per connector. Which
 # releases are which is in the table rows, not here.
+# The generated ``ReleaseFacts.hma.mode`` (read from VllmConfig in the wheel) -> the same.
+_GENERATED_HMA_MODES: dict[str, HmaMode] = {
+    "forces_off": "transfer-config-forces-off",
+    "when_unset": "transfer-config-disables",
+    "per_connector": "per-connector",
+}
 _HMA_MODES: dict[str, HmaMode] = {
     "forced_off_with_connector": "transfer-config-forces-off",
     "off_with_any_connector": "transfer-config-disables",
@@ -162,6 +168,7 @@ class Semantics:
         return self.fact(key, version) is not None
 
     def hma_mode(self, version: str) -> HmaMode | None:
+        """The curated decision mode (used where a release table has no ``hma`` fact)."""
         row = self.fact("hma.decision", version)
         return _HMA_MODES.get(row.value or "") if row is not None else None
 
@@ -234,6 +241,20 @@ class RuleContext:
     @property
     def version(self) -> str:
         return self.facts.version
+
+    @property
+    def hma_mode(self) -> HmaMode | None:
+        """How this release decides HMA for a --kv-transfer-config: the release table's
+        fact read from the wheel, else the curated row."""
+        if self.facts.hma is not None:
+            return _GENERATED_HMA_MODES[self.facts.hma.mode]
+        return self.semantics.hma_mode(self.version)
+
+    @property
+    def hma_warning_names_connector(self) -> bool:
+        if self.facts.hma is not None:
+            return self.facts.hma.warning_names_connector
+        return self.semantics.hma_warning_names_connector(self.version)
 
     def gate(self, kind: GateKind, name: str) -> Gate | None:
         """When ``name`` existed across all release tables; None when no release had it."""

@@ -17,11 +17,12 @@ from kvtool.releases.model import (
 from releasegen import registries
 from releasegen.cliparser import RawOption, ServeParserBuilder
 from releasegen.configfields import detect_kwargs_rules
+from releasegen.hma import hma_decision
 from releasegen.numbers import human_int_suffixes
 from releasegen.source import WheelSource, jsonable
 
 # Bump when the extraction logic changes what a table contains.
-GENERATOR_VERSION = 6
+GENERATOR_VERSION = 7  # 7: the HMA decision (releasegen.hma)
 
 _NO_VALUE_ACTIONS = {
     "store_true",
@@ -105,6 +106,7 @@ def build_release(version: str, wheel: Path, sha256: str) -> ReleaseFacts:
             kv_transfer_config_forbids_extra=bool(transfer and transfer[1]),
             load_formats=tuple(registries.load_formats(source)),
             human_int_suffixes=human_int_suffixes(source),
+            hma=hma_decision(source),
             notes=tuple(notes),
         )
     finally:

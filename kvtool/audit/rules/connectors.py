@@ -43,14 +43,14 @@ def hma_outcome(ctx: RuleContext, *, ignore_flag: bool = False) -> HmaOutcome:
     """Imitate vLLM's HMA decision on a GPU platform (CPU platforms always turn HMA off).
 
     ``ignore_flag``: the decision vLLM would take without ``--disable-hybrid-kv-cache-manager``.
-    The release's decision mode (``hma.decision`` in rules/curated/semantics.toml) says
+    The release's decision mode (``hma`` in the release table, read from VllmConfig) says
     whether a ``--kv-transfer-config`` overrides the flag (up to 0.12), turns HMA off only
     when the flag is unset (0.13-0.21), or SupportsHMA decides (0.22 on).
     """
     non_hma = tuple(ctx.non_hma_connectors())
     flag = None if ignore_flag else ctx.bool_option(DISABLE_HMA)
     conn = ctx.connector
-    mode = ctx.semantics.hma_mode(ctx.version)
+    mode = ctx.hma_mode
     from_transfer_config = conn is not None and conn.via == "kv-transfer-config"
     if mode == "transfer-config-forces-off" and from_transfer_config:
         # The plain-bool flag is overwritten with True whatever the user passed.
@@ -62,7 +62,8 @@ def hma_outcome(ctx: RuleContext, *, ignore_flag: bool = False) -> HmaOutcome:
     if conn is None:
         return HmaOutcome(True, "no-connector", non_hma)
     if mode in ("transfer-config-forces-off", "transfer-config-disables"):
-        if from_transfer_config:
+        converted_first = ctx.facts.hma is not None and ctx.facts.hma.offload_converted_first
+        if from_transfer_config or converted_first:
             return HmaOutcome(False, "transfer-config", non_hma)
         # --kv-offloading-* became a connector after the HMA decision: HMA stayed on.
         return HmaOutcome(True, "forced-on", non_hma)
@@ -365,7 +366,7 @@ class NonHmaConnectorDisablesHma(ConfigRule):
             return
         says = (
             "its startup warning names the connector"
-            if ctx.semantics.hma_warning_names_connector(ctx.version)
+            if ctx.hma_warning_names_connector
             else "its startup warning does not name the connector"
         )
         yield self.finding(
