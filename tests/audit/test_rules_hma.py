@@ -77,3 +77,22 @@ def test_chunked_local_attention_model_notes_vllm_turns_hma_off() -> None:
     assert only(run(config("0.32.0", size, model=scout)), "CN041").severity.value == "info"
     env = {"VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE": "1"}
     assert "CN041" not in codes(run(config("0.32.0", size, model=scout, env=env)))
+
+
+def test_the_threads_qwen36_with_lmcache_v1_on_0_19_1_fail_to_start() -> None:
+    # LMCache/LMCache#3163 (and vllm-project/vllm#42911): vllm 0.19.1, TP 4,
+    # LMCacheConnectorV1, Qwen3.6-27B -> "Hybrid KV cache manager is disabled but failed
+    # to convert the KV cache specs to one unified type".
+    cfg = config(
+        "0.19.1",
+        opt("--tensor-parallel-size", "4"),
+        opt("--enable-prefix-caching"),
+        ktc(kv_connector="LMCacheConnectorV1", kv_role="kv_both"),
+        model="Qwen/Qwen3.6-27B",
+    )
+    finding = only(run(cfg), "CN011")
+    assert finding.severity.value == "error" and finding.evidence["reason"] == "transfer-config"
+    # vllm-project/vllm#42024: NIXL on 0.13-0.21 silently turns HMA off for a windowed
+    # model (any --kv-transfer-config): the engine runs with less room, a warning.
+    nixl = config("0.21.0", ktc(kv_connector="NixlConnector", kv_role="kv_both"), model=GEMMA3)
+    assert only(run(nixl), "CN011").severity.value == "warning"
