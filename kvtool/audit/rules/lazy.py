@@ -94,7 +94,8 @@ class UnknownLmcacheMpKey(ConfigRule):
 
     Releases
     --------
-    LMCache 0.5.6 key set (`rules/audit/semantics.toml`, `[lmcache_mp]`).
+    LMCache 0.5.6 key set (`rules/audit/semantics.toml`, `[lmcache_mp]`) and the
+    `mp_keys` of every release in `rules/lmcache/` (generated from LMCache's wheels).
 
     References
     ----------
@@ -110,8 +111,14 @@ class UnknownLmcacheMpKey(ConfigRule):
     references = ("shared/reference/sizing.md §2.5", f"{LAZY_REF} §2-§3")
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
-        known = ctx.semantics.lmcache_mp_keys
-        for key in _lmcache_keys(ctx):
+        keys = _lmcache_keys(ctx)
+        if not keys:
+            return
+        from kvtool import lmcache
+
+        # The curated 0.5.6 list plus every key the generated LMCache tables read.
+        known = tuple(sorted(set(ctx.semantics.lmcache_mp_keys) | lmcache.known("mp_keys")))
+        for key in keys:
             if key in known or any(key.startswith(k + ".") for k in known):
                 continue
             yield self.finding(

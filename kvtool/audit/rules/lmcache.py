@@ -1,0 +1,200 @@
+"""VG013-VG015: LMCache settings checked against the LMCache releases' own tables.
+
+The names come from ``rules/lmcache/`` (generated from LMCache wheels by
+``scripts/gen_lmcache_tables.py``). The serve config does not name the LMCache release,
+so a name is wrong when no tabled release reads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from kvtool import lmcache
+from kvtool.audit.context import KV_TRANSFER_CONFIG, RuleContext
+from kvtool.audit.model import Finding, Severity
+from kvtool.audit.registry import ConfigRule, register
+from kvtool.audit.rules._common import closest, did_you_mean
+
+ENV_PREFIX = "LMCACHE_"
+LEGACY_PREFIX = "LM_CACHE_"
+KEY_PREFIX = "lmcache."
+CONFIG_SOURCE = "https://github.com/LMCache/LMCache/blob/v0.5.6/lmcache/v1/config.py"
+
+
+def _tabled() -> str:
+    versions = tuple(r.version for r in lmcache.releases())
+    return f"LMCache {lmcache.span(versions)}"
+
+
+@register
+class UnknownLmcacheEnvVar(ConfigRule):
+    """Reports an `LMCACHE_*` environment variable no LMCache release reads.
+
+    What
+    ----
+    An environment variable starts with `LMCACHE_` but none of the tabled LMCache releases
+    reads it (the config names of `lmcache/v1/config.py`, each read as
+    `LMCACHE_<NAME>`, and the variables read directly).
+
+    Why
+    ---
+    LMCache ignores unknown variables: a typo (`LMCACHE_MAX_LOCAL_CPU_SIZES`) leaves the
+    default in force (5 GB of CPU cache), and nothing says so.
+
+    Example
+    -------
+    `LMCACHE_MAX_LOCAL_CPU_SIZES=100` next to `LMCacheConnectorV1`.
+
+    Fix
+    ---
+    Use the suggested name.
+
+    Releases
+    --------
+    `rules/lmcache/<version>.json`, generated from LMCache's wheels.
+
+    References
+    ----------
+    - https://github.com/LMCache/LMCache/blob/v0.5.6/lmcache/v1/config.py
+    """
+
+    code = "VG013"
+    name = "unknown-lmcache-env-var"
+    default_severity = Severity.warning
+    summary = "LMCACHE_* environment variable that no LMCache release reads"
+    references = (CONFIG_SOURCE,)
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        names = [n for n in ctx.config.env if n.startswith(ENV_PREFIX)]
+        if not names:
+            return
+        known = lmcache.known("env_vars")
+        for name in names:
+            if name in known:
+                continue
+            yield self.finding(
+                f"`{name}` is read by no LMCache release ({_tabled()}); it is ignored."
+                + did_you_mean(name, known),
+                flag=name,
+                location=ctx.config.env[name].location,
+            )
+
+
+@register
+class LegacyLmcacheEnvName(ConfigRule):
+    """Reports an `LM_CACHE_*` environment variable (LMCache reads `LMCACHE_*`).
+
+    What
+    ----
+    An environment variable is spelt `LM_CACHE_<NAME>`; LMCache's loader builds
+    `LMCACHE_<NAME>` from each config name and reads nothing else.
+
+    Why
+    ---
+    The setting is ignored; the operator believes it is in force.
+
+    Example
+    -------
+    `LM_CACHE_CHUNK_SIZE=512`.
+
+    Fix
+    ---
+    Rename it to `LMCACHE_<NAME>`.
+
+    Releases
+    --------
+    `rules/lmcache/<version>.json`.
+
+    References
+    ----------
+    - https://github.com/LMCache/LMCache/blob/v0.5.6/lmcache/v1/config.py
+    """
+
+    code = "VG014"
+    name = "legacy-lmcache-env-name"
+    default_severity = Severity.warning
+    summary = "LM_CACHE_* environment variable; LMCache reads LMCACHE_*"
+    references = (CONFIG_SOURCE,)
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        for name, assignment in ctx.config.env.items():
+            if not name.startswith(LEGACY_PREFIX):
+                continue
+            if name in lmcache.known("env_vars"):
+                continue  # a release that really read this spelling
+            modern = ENV_PREFIX + name[len(LEGACY_PREFIX) :]
+            hint = (
+                f" use `{modern}`"
+                if modern in lmcache.known("env_vars")
+                else " no LMCache release reads a matching `LMCACHE_*` name either"
+            )
+            yield self.finding(
+                f"`{name}` is not read by LMCache ({_tabled()}):{hint}.",
+                flag=name,
+                location=assignment.location,
+            )
+
+
+@register
+class UnknownLmcacheExtraConfigKey(ConfigRule):
+    """Reports an `lmcache.<name>` extra-config key that is no LMCache config name.
+
+    What
+    ----
+    `kv_connector_extra_config` of an LMCache connector has an `lmcache.<name>` key
+    (outside `lmcache.mp.*`) whose name is no config item of any tabled LMCache release.
+
+    Why
+    ---
+    LMCache applies `lmcache.*` keys from vLLM's extra config as config overrides and
+    skips names it does not know: the override never happens.
+
+    Example
+    -------
+    `"lmcache.max_local_cpu_sze": 40`.
+
+    Fix
+    ---
+    Use the suggested key.
+
+    Releases
+    --------
+    `rules/lmcache/<version>.json`.
+
+    References
+    ----------
+    - https://github.com/LMCache/LMCache/blob/v0.5.6/lmcache/integration/vllm/vllm_v1_adapter.py
+    - https://github.com/LMCache/LMCache/blob/v0.5.6/lmcache/v1/config.py
+    """
+
+    code = "VG015"
+    name = "unknown-lmcache-extra-config-key"
+    default_severity = Severity.warning
+    summary = "lmcache.* extra-config key that is no LMCache config name"
+    references = (
+        "https://github.com/LMCache/LMCache/blob/v0.5.6/lmcache/integration/vllm/"
+        "vllm_v1_adapter.py",
+        CONFIG_SOURCE,
+    )
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        lmcache_connectors = set(ctx.semantics.lmcache_connectors)
+        for connector, extra in ctx.connector_extra_configs:
+            if connector not in lmcache_connectors:
+                continue
+            names = lmcache.known("config_names") | set().union(
+                *(r.aliases for r in lmcache.releases())
+            )
+            for key in extra:
+                if not key.startswith(KEY_PREFIX) or key.startswith(KEY_PREFIX + "mp."):
+                    continue
+                name = key[len(KEY_PREFIX) :]
+                if name in names:
+                    continue
+                match = closest(name, names)
+                hint = f" Did you mean `{KEY_PREFIX}{match}`?" if match else ""
+                yield self.finding(
+                    f"`{key}` names no LMCache config item ({_tabled()}); it is ignored.{hint}",
+                    flag=key,
+                    location=ctx.location_of(KV_TRANSFER_CONFIG),
+                )
