@@ -228,6 +228,9 @@ class RuleContext:
     model_lookup: Callable[[str], ModelFacts | None] | None = None
     # Facts from outside the config that optional rules read, e.g. inspect-image verdicts.
     extras: Mapping[str, Any] = field(default_factory=dict)
+    # The other engines of the same input file (a prefill/decode pair in one manifest),
+    # for rules about engines that must agree; empty for a lone command.
+    siblings: tuple[RuleContext, ...] = ()
 
     @cached_property
     def model(self) -> ModelFacts | None:

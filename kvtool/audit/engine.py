@@ -7,6 +7,7 @@ settings and tables always give the same report.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
@@ -202,8 +203,20 @@ class Auditor:
         self._meta = []
         self._reported_for_release = set()
         report = AuditReport()
-        for invocation in invocations:
-            report.invocations.append(self._audit_one(invocation, report))
+        prepared = [(inv, self.target_for(inv)) for inv in invocations]
+        contexts = [self.context_for(inv, target) for inv, target in prepared]
+        for (invocation, target), ctx in zip(prepared, contexts, strict=True):
+            # Rules about engines that work together (a prefill/decode pair) see the other
+            # engines of the same input file.
+            siblings = tuple(
+                other
+                for other in contexts
+                if other is not ctx
+                and invocation.file is not None
+                and other.config.invocation.file == invocation.file
+            )
+            ctx = dataclasses.replace(ctx, siblings=siblings)
+            report.invocations.append(self._audit_one(invocation, report, target, ctx))
         self._report_suppressions(report)
         for inv in report.invocations:
             inv.findings.sort(key=_sort_key)
@@ -238,9 +251,9 @@ class Auditor:
         facts = self.tables.model(configured)
         return msgspec.structs.replace(facts, name=name) if facts is not None else None
 
-    def _audit_one(self, invocation: Invocation, report: AuditReport) -> InvocationReport:
-        target = self.target_for(invocation)
-        ctx = self.context_for(invocation, target)
+    def _audit_one(
+        self, invocation: Invocation, report: AuditReport, target: Target, ctx: RuleContext
+    ) -> InvocationReport:
         selection = self._selection(invocation.file)
         fallback = _default_location(invocation)
         findings = [

@@ -7,6 +7,7 @@ A new family module is added to the import list below; nothing is discovered imp
 from kvtool.audit.rules import (
     connectors,
     deployment,
+    disagg,
     extra_config,
     hostmem,
     image,
@@ -29,6 +30,7 @@ FAMILY_MODULES = (
     lazy,
     lmcache,
     extra_config,
+    disagg,
     deployment,
     image,
     meta,
