@@ -33,3 +33,12 @@ def test_unknown_lmcache_extra_key_is_reported_on_lmcache_connectors_only() -> N
     ok = {"lmcache.max_local_cpu_size": 40, "lmcache.chunk_size": 256}
     cfg = ktc(kv_connector="LMCacheConnectorV1", kv_role="kv_both", kv_connector_extra_config=ok)
     assert "VG015" not in codes(run(config("0.32.0", cfg)))
+
+
+def test_a_variable_only_old_releases_read_is_an_info_naming_them() -> None:
+    readers = lmcache.releases_with("env_vars", "LMCACHE_USE_EXPERIMENTAL")
+    newest = lmcache.releases()[-1].version
+    assert readers and newest not in readers  # generated: dropped after 0.3.x
+    env = {"LMCACHE_USE_EXPERIMENTAL": "True"}
+    finding = only(run(config("0.32.0", V1, env=env)), "VG013")
+    assert finding.severity.value == "info" and readers[-1] in finding.message

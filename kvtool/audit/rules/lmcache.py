@@ -39,7 +39,9 @@ class UnknownLmcacheEnvVar(ConfigRule):
     Why
     ---
     LMCache ignores unknown variables: a typo (`LMCACHE_MAX_LOCAL_CPU_SIZES`) leaves the
-    default in force (5 GB of CPU cache), and nothing says so.
+    default in force (5 GB of CPU cache), and nothing says so. A variable only older
+    releases read (`LMCACHE_USE_EXPERIMENTAL`, last read by 0.3.11) is an info naming
+    the releases that read it.
 
     Example
     -------
@@ -69,8 +71,19 @@ class UnknownLmcacheEnvVar(ConfigRule):
         if not names:
             return
         known = lmcache.known("env_vars")
+        newest = lmcache.releases()[-1]
         for name in names:
-            if name in known:
+            if name in newest.env_vars:
+                continue
+            if name in known:  # read by older releases only: say which
+                readers = lmcache.releases_with("env_vars", name)
+                yield self.finding(
+                    f"`{name}` is read only by LMCache {lmcache.span(readers)}; "
+                    f"{newest.version} ignores it.",
+                    flag=name,
+                    location=ctx.config.env[name].location,
+                    severity=Severity.info,
+                )
                 continue
             yield self.finding(
                 f"`{name}` is read by no LMCache release ({_tabled()}); it is ignored."
