@@ -97,8 +97,8 @@ class RedundantDisableHybridKvCacheManager(ConfigRule):
 
     Releases
     --------
-    SupportsHMA per connector from the release tables; decision mode per release from
-    `rules/curated/semantics.toml` (`hma.decision`).
+    SupportsHMA per connector and the HMA decision mode (`hma`, read from
+    `VllmConfig.__post_init__`) from the release tables.
 
     References
     ----------
@@ -197,8 +197,8 @@ class HybridModelWithHmaOff(ConfigRule):
 
     Releases
     --------
-    HMA decision per release from `hma.decision` in `rules/curated/semantics.toml`,
-    SupportsHMA per connector from the release tables; the model from a config.json or
+    The HMA decision (`hma`, read from `VllmConfig.__post_init__`) and SupportsHMA per
+    connector from the release tables; the model from a config.json or
     `rules/models/families.toml`. Not checked when the model is unknown.
 
     References
@@ -283,8 +283,8 @@ class HmaForcedWithNonHmaConnector(ConfigRule):
 
     Releases
     --------
-    SupportsHMA from the release tables; decision order from `hma.decision` in
-    `rules/curated/semantics.toml`.
+    SupportsHMA and the decision order (`hma.offload_converted_first`) from the release
+    tables.
 
     References
     ----------
@@ -347,7 +347,7 @@ class NonHmaConnectorDisablesHma(ConfigRule):
 
     Releases
     --------
-    0.22.0 and later (`hma.decision` in `rules/curated/semantics.toml`: per-connector mode).
+    0.22.0 and later (release tables: `hma.mode` is `per_connector`).
 
     References
     ----------
