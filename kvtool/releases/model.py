@@ -114,6 +114,8 @@ class ReleaseFacts(_Frozen, frozen=True, kw_only=True):
     connectors: tuple[ConnectorFact, ...]
     offload_specs: tuple[str, ...] = ()  # names registered in v1/kv_offload/factory.py
     offload_tiers: tuple[str, ...] = ()  # tier types registered in kv_offload/tiering
+    # kv_connector_extra_config keys OffloadingConnector and its offloading specs read
+    offload_extra_config_keys: tuple[str, ...] = ()
     kv_transfer_config_fields: tuple[KVTransferField, ...] = ()
     kv_transfer_config_forbids_extra: bool = False
     # --load-format values registered in model_loader's _LOAD_FORMAT_TO_MODEL_LOADER

@@ -22,7 +22,7 @@ from releasegen.numbers import human_int_suffixes
 from releasegen.source import WheelSource, jsonable
 
 # Bump when the extraction logic changes what a table contains.
-GENERATOR_VERSION = 7  # 7: the HMA decision (releasegen.hma)
+GENERATOR_VERSION = 8  # 7: the HMA decision (releasegen.hma); 8: offload extra-config keys
 
 _NO_VALUE_ACTIONS = {
     "store_true",
@@ -94,6 +94,7 @@ def build_release(version: str, wheel: Path, sha256: str) -> ReleaseFacts:
             ),
             offload_specs=tuple(registries.offload_specs(source)),
             offload_tiers=tuple(registries.offload_tiers(source)),
+            offload_extra_config_keys=tuple(registries.offload_extra_config_keys(source)),
             kv_transfer_config_fields=tuple(
                 KVTransferField(
                     name=f.name,

@@ -76,3 +76,23 @@ def test_kvtool_keys_given_to_another_connector_do_nothing() -> None:
     # Nearest neighbour: the same key on KvtoolConnector is read.
     cfg = config("0.32.0", ktc(**KVTOOL, kv_role="kv_both", kv_connector_extra_config=extra))
     assert "LZ010" not in codes(run(cfg))
+
+
+def test_offloading_connector_keys_come_from_the_release_table() -> None:
+    # Read from the wheels: vllm v0.32.0 vllm/v1/kv_offload/cpu/spec.py reads
+    # extra_config.get("cpu_bytes_to_use"); v0.12.0 sized the tier with num_cpu_blocks.
+    typo = {"cpu_byte_to_use": 10_000_000_000}
+    cfg = ktc(kv_connector="OffloadingConnector", kv_role="kv_both", kv_connector_extra_config=typo)
+    finding = only(run(config("0.32.0", cfg)), "LZ011")
+    assert "cpu_bytes_to_use" in finding.message
+    good = {"cpu_bytes_to_use": 10_000_000_000, "eviction_policy": "lru"}
+    cfg = ktc(kv_connector="OffloadingConnector", kv_role="kv_both", kv_connector_extra_config=good)
+    assert "LZ011" not in codes(run(config("0.32.0", cfg)))
+    # A key only later releases read does nothing on an older one.
+    assert "LZ011" in codes(run(config("0.12.0", cfg)))
+    # A custom spec reads its own keys: not checked.
+    custom = {**typo, "spec_module_path": "my.spec"}
+    cfg = ktc(
+        kv_connector="OffloadingConnector", kv_role="kv_both", kv_connector_extra_config=custom
+    )
+    assert "LZ011" not in codes(run(config("0.32.0", cfg)))

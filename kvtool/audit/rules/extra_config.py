@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from kvtool.audit.context import KV_TRANSFER_CONFIG, RuleContext
 from kvtool.audit.model import Finding, Severity
 from kvtool.audit.registry import ConfigRule, register
+from kvtool.audit.rules._common import did_you_mean
 
 KVTOOL_CONNECTOR = "KvtoolConnector"
 KVTOOL_PREFIX = "kvtool."
@@ -157,3 +158,71 @@ class ExtraConfigKeyOfAnotherConnector(ConfigRule):
             f"`{key}` is read by {' or '.join(owners)}, not by `{connector}`: "
             "this setting does nothing."
         )
+
+
+NATIVE = "OffloadingConnector"
+
+
+@register
+class UnknownOffloadingConnectorKey(ConfigRule):
+    """Reports an OffloadingConnector extra-config key that the target release never reads.
+
+    What
+    ----
+    A key of an `OffloadingConnector`'s `kv_connector_extra_config` is none of the keys
+    vLLM's offloading connector and its specs read at the target release (the release
+    table's `offload_extra_config_keys`, read from `vllm/v1/kv_offload/**` in the wheel).
+    Keys of other connectors are LZ010's; a custom `spec_module_path` may read its own keys,
+    so such configs are not checked.
+
+    Why
+    ---
+    vLLM passes the dictionary through unchecked: a misspelt `cpu_bytes_to_use` leaves the
+    tier unsized, and a key that only a later release reads (`offload_prompt_only`) does
+    nothing on this one.
+
+    Example
+    -------
+    `{"kv_connector": "OffloadingConnector", "kv_connector_extra_config":
+    {"cpu_byte_to_use": 10000000000}}` on 0.32.0.
+
+    Fix
+    ---
+    Use the suggested key, or upgrade to a release that reads it.
+
+    Releases
+    --------
+    Per release from the release tables (`offload_extra_config_keys`).
+
+    References
+    ----------
+    - https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/v1/kv_offload/factory.py
+    - https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/v1/kv_offload/cpu/spec.py
+    """
+
+    code = "LZ011"
+    name = "unknown-offloading-connector-key"
+    default_severity = Severity.warning
+    summary = "an OffloadingConnector extra-config key the target release never reads"
+    fix_applicability = "display"
+    references = (
+        "https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/v1/kv_offload/factory.py",
+        "https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/v1/kv_offload/cpu/spec.py",
+    )
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        read = ctx.facts.offload_extra_config_keys
+        if not read:
+            return  # a table without the fact (or a release without native offload)
+        for name, extra in ctx.connector_extra_configs:
+            if name != NATIVE or "spec_module_path" in extra:
+                continue
+            for key in extra:
+                if key in read or _owners(key) is not None or key.startswith(BARE_LAZY):
+                    continue
+                yield self.finding(
+                    f"OffloadingConnector in vLLM {ctx.version} does not read `{key}`; "
+                    "it is ignored." + did_you_mean(key, read),
+                    flag=key,
+                    location=ctx.location_of(KV_TRANSFER_CONFIG),
+                )
