@@ -42,3 +42,27 @@ def test_a_variable_only_old_releases_read_is_an_info_naming_them() -> None:
     env = {"LMCACHE_USE_EXPERIMENTAL": "True"}
     finding = only(run(config("0.32.0", V1, env=env)), "VG013")
     assert finding.severity.value == "info" and readers[-1] in finding.message
+
+
+def test_mp_connector_in_a_pod_needs_a_server() -> None:
+    import msgspec
+
+    mp = ktc(kv_connector="LMCacheMPConnector", kv_role="kv_both")
+    cfg = config("0.32.0", mp, env={"PYTHONHASHSEED": "0"})
+    pod = msgspec.structs.replace(
+        cfg, invocation=msgspec.structs.replace(cfg.invocation, kind="kubernetes")
+    )
+    assert only(run(pod), "CN023").severity.value == "info"
+    assert "CN023" not in codes(run(cfg))  # a shell script: the server may run beside it
+    # lmcache.mp.autostart is a key the generated tables know (LMCache 0.5.6).
+    assert "0.5.6" in lmcache.releases_with("mp_keys", "lmcache.mp.autostart")
+    auto = ktc(
+        kv_connector="LMCacheMPConnector",
+        kv_role="kv_both",
+        kv_connector_extra_config={"lmcache.mp.autostart": True},
+    )
+    cfg = config("0.32.0", auto, env={"PYTHONHASHSEED": "0"})
+    pod = msgspec.structs.replace(
+        cfg, invocation=msgspec.structs.replace(cfg.invocation, kind="kubernetes")
+    )
+    assert "CN023" not in codes(run(pod))

@@ -211,3 +211,78 @@ class UnknownLmcacheExtraConfigKey(ConfigRule):
                     flag=key,
                     location=ctx.location_of(KV_TRANSFER_CONFIG),
                 )
+
+
+MP_CONNECTOR = "LMCacheMPConnector"
+AUTOSTART = "lmcache.mp.autostart"
+CONTAINER_INPUTS = ("kubernetes", "kaito", "compose")
+
+
+@register
+class LmcacheMpServerNotStarted(ConfigRule):
+    """Notes that LMCacheMPConnector needs an LMCache server reachable from the engine's pod.
+
+    What
+    ----
+    A containerised engine (Kubernetes, KAITO or Compose input) loads `LMCacheMPConnector`,
+    does not ask the connector to start the server (`lmcache.mp.autostart`), and names no
+    server (`lmcache.mp.host` / `lmcache.mp.server_urls`), so it connects to the default
+    `tcp://localhost:5555` inside its own pod.
+
+    Why
+    ---
+    The MP connector does no caching itself: without an `lmcache server` in the same pod (a
+    sidecar) or on the node with host networking, the engine waits for a server that never
+    answers. The server also owns the cache size (vLLM passes no `--kv-offloading-size`).
+
+    Example
+    -------
+    A Deployment running `vllm serve m --kv-offloading-backend lmcache` on 0.32.0 and no
+    LMCache server container.
+
+    Fix
+    ---
+    Run `lmcache server` as a sidecar (sharing IPC with the engine), set
+    `lmcache.mp.host`/`lmcache.mp.port` to the node's server, or set
+    `"lmcache.mp.autostart": true`.
+
+    Releases
+    --------
+    LMCache releases with the MP connector (`mp_keys` in `rules/lmcache/`).
+
+    References
+    ----------
+    - https://github.com/LMCache/LMCache/blob/v0.5.6/lmcache/integration/vllm/lmcache_mp_connector.py
+    - https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/config/vllm.py
+    """
+
+    code = "CN023"
+    name = "lmcache-mp-server-not-started"
+    default_severity = Severity.info
+    summary = "LMCacheMPConnector in a container with no LMCache server named or autostarted"
+    references = (
+        "https://github.com/LMCache/LMCache/blob/v0.5.6/lmcache/integration/vllm/"
+        "lmcache_mp_connector.py",
+        "https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/config/vllm.py",
+    )
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        if ctx.config.invocation.kind not in CONTAINER_INPUTS:
+            return
+        if MP_CONNECTOR not in ctx.connector_names:
+            return
+        extra = dict(ctx.extra_config)
+        for name, child in ctx.connector_extra_configs:
+            if name == MP_CONNECTOR:
+                extra.update(child)
+        named = any(k in extra for k in ("lmcache.mp.host", "lmcache.mp.server_urls"))
+        if extra.get(AUTOSTART) or named:
+            return
+        yield self.finding(
+            "LMCacheMPConnector connects to an LMCache server at tcp://localhost:5555 inside "
+            "this pod; nothing in this config starts one (no lmcache.mp.autostart, no "
+            "lmcache.mp.host): run `lmcache server` as a sidecar or point lmcache.mp.host at "
+            "the node's server.",
+            flag=AUTOSTART,
+            location=ctx.connector_location,
+        )
