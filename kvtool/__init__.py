@@ -2,7 +2,7 @@
 
 import os
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # kvtool uses no pydantic plugins; without this, the first model class built scans the
 # entry points of every installed distribution (about 30 ms of every command's start).

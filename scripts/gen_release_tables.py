@@ -62,8 +62,10 @@ def _diff(committed: ReleaseFacts, derived: ReleaseFacts) -> list[str]:
     for attr in (
         "offload_specs",
         "offload_tiers",
+        "offload_extra_config_keys",
         "kv_transfer_config_fields",
         "kv_transfer_config_forbids_extra",
+        "hma",
         "notes",
     ):
         if getattr(committed, attr) != getattr(derived, attr):

@@ -182,6 +182,13 @@ def audit(
         float | None,
         typer.Option("--host-ram-gib", min=0.001, help="Host RAM for sizing rules (GiB)."),
     ] = None,
+    model_config: Annotated[
+        Path | None,
+        typer.Option(
+            "--model-config",
+            help="The served model's config.json (or model directory) for the model rules.",
+        ),
+    ] = None,
     show_settings: Annotated[
         bool, typer.Option("--show-settings", help="Print the resolved settings and exit.")
     ] = False,
@@ -231,7 +238,12 @@ def audit(
         ignore=ignore,
         fail_on=Severity(fail_on.value) if fail_on else None,
         host_ram_gib=host_ram_gib,
+        model_config=str(model_config) if model_config is not None else None,
     )
+    if settings.model_config is not None:
+        from kvtool.models import identify
+
+        identify("--model-config", config_path=settings.model_config)  # bad file: exit 2
     if show_settings:
         import json
 

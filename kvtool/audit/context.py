@@ -16,6 +16,7 @@ from typing import Any, Literal, TypeVar, cast
 import msgspec
 
 from kvtool.audit.model import EnvAssignment, Location, ServeConfig, ServeOption
+from kvtool.models import ModelIdentity
 from kvtool.releases.curated import (
     BackendConnectorRow,
     KnownBug,
@@ -69,13 +70,21 @@ class ChoiceMigration(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     source: str
 
 
-HmaMode = Literal["transfer-config-disables", "per-connector"]
+HmaMode = Literal["transfer-config-forces-off", "transfer-config-disables", "per-connector"]
 # ``hma.decision`` values of rules/curated/semantics.toml -> how the audit models them.
-# Early releases turned HMA off for any --kv-transfer-config (and made --kv-offloading-*
-# a connector only after the decision); later ones decide per connector. Which releases
-# are which is in the table rows, not here.
+# Up to 0.12 the flag was a plain bool and any --kv-transfer-config overwrote it with True,
+# whatever the user passed ("transfer-config-forces-off"); 0.13-0.21 made it tri-state, so
+# only an unset flag is turned off ("transfer-config-disables"). In both, --kv-offloading-*
+# became a connector only after the decision. Later releases decide per connector. Which
+# releases are which is in the table rows, not here.
+# The generated ``ReleaseFacts.hma.mode`` (read from VllmConfig in the wheel) -> the same.
+_GENERATED_HMA_MODES: dict[str, HmaMode] = {
+    "forces_off": "transfer-config-forces-off",
+    "when_unset": "transfer-config-disables",
+    "per_connector": "per-connector",
+}
 _HMA_MODES: dict[str, HmaMode] = {
-    "forced_off_with_connector": "transfer-config-disables",
+    "forced_off_with_connector": "transfer-config-forces-off",
     "off_with_any_connector": "transfer-config-disables",
     "auto_off_for_non_hma_connector": "per-connector",
 }
@@ -95,6 +104,9 @@ class Semantics:
     backend_connectors: tuple[BackendConnectorRow, ...]
     retention_interval_block_multiple: Span
     offload_connectors: tuple[str, ...]
+    # Offload connectors that find KV again through vLLM's prefix-cache block hashes, so
+    # they hit nothing with prefix caching off (LMCache's connectors hash tokens themselves).
+    prefix_cache_connectors: tuple[str, ...]
     lmcache_connectors: tuple[str, ...]
     lmcache_mp_keys: tuple[str, ...]
     lazy_offload_policies: tuple[str, ...]
@@ -156,6 +168,7 @@ class Semantics:
         return self.fact(key, version) is not None
 
     def hma_mode(self, version: str) -> HmaMode | None:
+        """The curated decision mode (used where a release table has no ``hma`` fact)."""
         row = self.fact("hma.decision", version)
         return _HMA_MODES.get(row.value or "") if row is not None else None
 
@@ -164,12 +177,28 @@ class Semantics:
         return row is not None and row.value == "true"
 
 
-class ModelFacts(msgspec.Struct, frozen=True):
+class ModelFacts(msgspec.Struct, frozen=True, kw_only=True):
     """What the audit knows about the served model, when the model is known."""
 
     name: str
-    hybrid: bool  # more than one KV cache group kind (sliding window, Mamba/SSM, linear attention)
-    mamba: bool  # has Mamba/SSM/linear-attention state layers, which need HMA
+    hybrid: bool  # more than one KV cache group kind (sliding window, chunked, state layers)
+    mamba: bool  # has Mamba/SSM/Gated DeltaNet/linear-attention state layers next to attention
+    sliding_window: bool = False
+    chunked_local: bool = False
+    traits: frozenset[str] = frozenset()  # kvtool.models.TRAITS
+    source: str | None = None  # the config.json or family row the facts were read from
+
+    @classmethod
+    def from_identity(cls, identity: ModelIdentity) -> ModelFacts:
+        return cls(
+            name=identity.name,
+            hybrid=identity.hybrid,
+            mamba=identity.has_state,
+            sliding_window=identity.sliding_window,
+            chunked_local=identity.chunked_local,
+            traits=identity.traits,
+            source=identity.source,
+        )
 
 
 class EffectiveConnector(msgspec.Struct, frozen=True):
@@ -199,6 +228,9 @@ class RuleContext:
     model_lookup: Callable[[str], ModelFacts | None] | None = None
     # Facts from outside the config that optional rules read, e.g. inspect-image verdicts.
     extras: Mapping[str, Any] = field(default_factory=dict)
+    # The other engines of the same input file (a prefill/decode pair in one manifest),
+    # for rules about engines that must agree; empty for a lone command.
+    siblings: tuple[RuleContext, ...] = ()
 
     @cached_property
     def model(self) -> ModelFacts | None:
@@ -212,6 +244,20 @@ class RuleContext:
     @property
     def version(self) -> str:
         return self.facts.version
+
+    @property
+    def hma_mode(self) -> HmaMode | None:
+        """How this release decides HMA for a --kv-transfer-config: the release table's
+        fact read from the wheel, else the curated row."""
+        if self.facts.hma is not None:
+            return _GENERATED_HMA_MODES[self.facts.hma.mode]
+        return self.semantics.hma_mode(self.version)
+
+    @property
+    def hma_warning_names_connector(self) -> bool:
+        if self.facts.hma is not None:
+            return self.facts.hma.warning_names_connector
+        return self.semantics.hma_warning_names_connector(self.version)
 
     def gate(self, kind: GateKind, name: str) -> Gate | None:
         """When ``name`` existed across all release tables; None when no release had it."""
@@ -376,6 +422,22 @@ class RuleContext:
             for child in connectors
             if isinstance(child, dict) and isinstance(child.get("kv_connector"), str)
         )
+
+    @cached_property
+    def connector_extra_configs(self) -> tuple[tuple[str, dict[str, Any]], ...]:
+        """``(connector name, the kv_connector_extra_config it reads)`` for the connector
+        from ``--kv-transfer-config`` and, for MultiConnector, each child's own extra config
+        (children never see the parent's keys)."""
+        conn = self.connector
+        if conn is None or conn.via != "kv-transfer-config":
+            return ()
+        pairs: list[tuple[str, dict[str, Any]]] = [(conn.name, self.extra_config)]
+        connectors = self.extra_config.get("connectors")
+        for child in connectors if isinstance(connectors, list) else ():
+            if isinstance(child, dict) and isinstance(child.get("kv_connector"), str):
+                extra = child.get("kv_connector_extra_config")
+                pairs.append((child["kv_connector"], extra if isinstance(extra, dict) else {}))
+        return tuple(pairs)
 
     def supports_hma(self, name: str) -> bool | None:
         """SupportsHMA of ``name`` at this release; None when decided at import time or unknown."""

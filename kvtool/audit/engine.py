@@ -7,6 +7,7 @@ settings and tables always give the same report.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
@@ -202,14 +203,28 @@ class Auditor:
         self._suppressions: dict[tuple[object, ...], _SuppressionUse] = {}
         self._meta: list[tuple[Finding, str | None]] = []
         self._selections: dict[str | None, Selection] = {}
+        self._reported_for_release: set[tuple[str, str]] = set()  # (code, release)
 
     def run(self, invocations: Sequence[Invocation]) -> AuditReport:
         """One report; suppression bookkeeping starts afresh, so runs are independent."""
         self._suppressions = {}
         self._meta = []
+        self._reported_for_release = set()
         report = AuditReport()
-        for invocation in invocations:
-            report.invocations.append(self._audit_one(invocation, report))
+        prepared = [(inv, self.target_for(inv)) for inv in invocations]
+        contexts = [self.context_for(inv, target) for inv, target in prepared]
+        for (invocation, target), ctx in zip(prepared, contexts, strict=True):
+            # Rules about engines that work together (a prefill/decode pair) see the other
+            # engines of the same input file.
+            siblings = tuple(
+                other
+                for other in contexts
+                if other is not ctx
+                and invocation.file is not None
+                and other.config.invocation.file == invocation.file
+            )
+            ctx = dataclasses.replace(ctx, siblings=siblings)
+            report.invocations.append(self._audit_one(invocation, report, target, ctx))
         self._report_suppressions(report)
         for inv in report.invocations:
             inv.findings.sort(key=_sort_key)
@@ -232,18 +247,27 @@ class Auditor:
             index=self.tables.index(),
             semantics=self.tables.semantics(),
             host_ram_gib=self.settings.host_ram_gib,
-            model_lookup=self.tables.model,
+            model_lookup=self._model_lookup,
             extras=self.extras,
         )
 
-    def _audit_one(self, invocation: Invocation, report: AuditReport) -> InvocationReport:
-        target = self.target_for(invocation)
-        ctx = self.context_for(invocation, target)
+    def _model_lookup(self, name: str) -> ModelFacts | None:
+        """The served model's facts: from ``model-config`` when the settings give one."""
+        configured = self.settings.model_config
+        if configured is None:
+            return self.tables.model(name)
+        facts = self.tables.model(configured)
+        return msgspec.structs.replace(facts, name=name) if facts is not None else None
+
+    def _audit_one(
+        self, invocation: Invocation, report: AuditReport, target: Target, ctx: RuleContext
+    ) -> InvocationReport:
         selection = self._selection(invocation.file)
         fallback = _default_location(invocation)
         findings = [
             msgspec.structs.replace(f, invocation=invocation.label, location=f.location or fallback)
             for f in check_config(ctx, selection, self.rules)
+            if self._first_for_release(f, target.vllm_version)
         ]
         if self.use_suppressions:
             findings = self._suppress(invocation, findings, report)
@@ -255,6 +279,17 @@ class Auditor:
             findings=findings,
             notes=list(invocation.notes),
         )
+
+    def _first_for_release(self, finding: Finding, version: str) -> bool:
+        """False for a repeat of a once-per-release rule's finding already reported this run."""
+        rule = self.rules.get(finding.code)
+        if rule is None or not rule.once_per_release:
+            return True
+        key = (finding.code, version)
+        if key in self._reported_for_release:
+            return False
+        self._reported_for_release.add(key)
+        return True
 
     def _suppress(
         self, invocation: Invocation, findings: list[Finding], report: AuditReport

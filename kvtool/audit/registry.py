@@ -155,6 +155,9 @@ class Rule:
     # A security rule: SARIF tags it and gives it a security-severity for code scanning.
     security: ClassVar[bool] = False
     meta: ClassVar[RuleMeta]
+    # True for findings about the target release itself rather than the config (the
+    # security floor): the engine reports them once per run and release, not per invocation.
+    once_per_release: ClassVar[bool] = False
 
     def finding(
         self,

@@ -42,6 +42,7 @@ def semantics_from_tables(
             backend_connectors=backend_connectors,
             retention_interval_block_multiple=msgspec.convert(retention, type=Span),
             offload_connectors=tuple(audit["offload"]["connectors"]),
+            prefix_cache_connectors=tuple(audit["offload"]["prefix_cache_connectors"]),
             lmcache_connectors=tuple(audit["lmcache_mp"]["lmcache_connectors"]),
             lmcache_mp_keys=tuple(audit["lmcache_mp"]["keys"]),
             lazy_offload_policies=tuple(audit["lmcache_mp"]["lazy_offload_policies"]),

@@ -40,6 +40,9 @@ class AuditSettings(
     fail_on: Severity = Severity.error
     severity: dict[str, Severity] = msgspec.field(default_factory=dict)
     host_ram_gib: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    # A config.json (or model directory) for the served model, when the audit cannot read
+    # it from the served model's own path; model-dependent rules read their facts from it.
+    model_config: str | None = None
     source: str | None = None  # the settings file, when one was found
 
     def ignored_for(self, file: str | None) -> tuple[str, ...]:
@@ -129,6 +132,7 @@ def apply_cli(
     ignore: list[str] | None = None,
     fail_on: Severity | None = None,
     host_ram_gib: float | None = None,
+    model_config: str | None = None,
 ) -> AuditSettings:
     """Command-line values over file values (``--ignore`` adds; the rest replace).
 
@@ -148,4 +152,6 @@ def apply_cli(
         update["fail_on"] = fail_on
     if host_ram_gib is not None:
         update["host_ram_gib"] = host_ram_gib
+    if model_config is not None:
+        update["model_config"] = model_config
     return msgspec.structs.replace(settings, **update)

@@ -49,15 +49,12 @@ class ShippedTables:
 
 @cache
 def _model_facts(name: str) -> ModelFacts | None:
-    """Facts about ``name`` from the sizing catalog or a local config.json; None when unknown."""
-    from kvtool.sizing.catalog import load_model_spec
+    """Facts about ``name`` from a local config.json (``name`` a path) or the family table;
+    None when neither knows it (an unreadable local config.json counts as unknown here)."""
+    from kvtool.models import identify
 
     try:
-        spec = load_model_spec(name)
+        identity = identify(name)
     except (KvtoolError, OSError, ValueError):
         return None
-    return ModelFacts(
-        name=spec.name,
-        hybrid=spec.is_hybrid_state or spec.has_sliding_window,
-        mamba=spec.is_hybrid_state,
-    )
+    return ModelFacts.from_identity(identity) if identity is not None else None

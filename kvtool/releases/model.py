@@ -86,6 +86,24 @@ class KVTransferField(_Frozen, frozen=True, kw_only=True):
     choices: tuple[str, ...] | None = None
 
 
+class HmaDecision(_Frozen, frozen=True, kw_only=True):
+    """How ``VllmConfig`` decides the hybrid KV cache manager for a ``--kv-transfer-config``.
+
+    ``mode``: ``forces_off`` - any transfer config turns HMA off, whatever the flag says;
+    ``when_unset`` - only when ``--disable-hybrid-kv-cache-manager`` is not given;
+    ``per_connector`` - only when the connector (every MultiConnector child) lacks
+    ``SupportsHMA``.
+    """
+
+    mode: Literal["forces_off", "when_unset", "per_connector"]
+    # --kv-offloading-* becomes a connector before the decision (else HMA stays on for it)
+    offload_converted_first: bool
+    warning_names_connector: bool
+    # --no-disable-hybrid-kv-cache-manager where HMA is unsupported raises ValueError
+    forced_on_conflict_raises: bool
+    source: str  # "member:line" of the transfer-config branch in the wheel
+
+
 class ReleaseFacts(_Frozen, frozen=True, kw_only=True):
     """Everything kvtool knows about one vLLM release from its wheel."""
 
@@ -96,6 +114,8 @@ class ReleaseFacts(_Frozen, frozen=True, kw_only=True):
     connectors: tuple[ConnectorFact, ...]
     offload_specs: tuple[str, ...] = ()  # names registered in v1/kv_offload/factory.py
     offload_tiers: tuple[str, ...] = ()  # tier types registered in kv_offload/tiering
+    # kv_connector_extra_config keys OffloadingConnector and its offloading specs read
+    offload_extra_config_keys: tuple[str, ...] = ()
     kv_transfer_config_fields: tuple[KVTransferField, ...] = ()
     kv_transfer_config_forbids_extra: bool = False
     # --load-format values registered in model_loader's _LOAD_FORMAT_TO_MODEL_LOADER
@@ -103,6 +123,8 @@ class ReleaseFacts(_Frozen, frozen=True, kw_only=True):
     load_formats: tuple[str, ...] = ()
     # Unit suffixes the human-readable integer parsers multiply by, e.g. "k" and "K".
     human_int_suffixes: tuple[str, ...] = ()
+    # How VllmConfig decides HMA for a --kv-transfer-config (None: no such block).
+    hma: HmaDecision | None = None
     notes: tuple[str, ...] = ()  # parser notes from the generator
 
 

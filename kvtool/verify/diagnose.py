@@ -111,20 +111,72 @@ def _tier_bytes(config: dict[str, str]) -> float | None:
     return size * GIB if size > 0 else None
 
 
+def _gpu_cache_usage(snapshot: Snapshot) -> float | None:
+    """The highest GPU KV cache use (0..1) any engine reports, when exported."""
+    for name in sig.KV_CACHE_USAGE:
+        values = [sample.value for sample in snapshot.named(name)]
+        if values:
+            return max(values)
+    return None
+
+
+# At or above this use the GPU cache is full: new blocks evict cached prefixes.
+GPU_CACHE_FULL = 0.95
+
+
+class LogEvidence(BaseModel):
+    """What the engine log says, when one is given."""
+
+    model_config = ConfigDict(frozen=True)
+
+    created: list[str]  # connector names, in creation order
+    lmcache_stored_tokens: int = 0
+    lmcache_hit_tokens: int = 0
+
+    @property
+    def lmcache(self) -> bool:
+        return any(name in sig.LMCACHE_CONNECTORS for name in self.created)
+
+    @property
+    def needs_prefix_caching(self) -> bool:
+        """A connector that finds offloaded KV through prefix-cache hashes was created (or
+        the log does not say which connector was)."""
+        return not self.created or any(n in sig.PREFIX_CACHE_CONNECTORS for n in self.created)
+
+
+def read_log(log: str | None) -> LogEvidence:
+    text = log or ""
+    return LogEvidence(
+        created=sig.CONNECTOR_CREATED.findall(text),
+        lmcache_stored_tokens=sum(int(n) for n in sig.LMCACHE_STORED.findall(text)),
+        lmcache_hit_tokens=sum(int(n) for n in sig.LMCACHE_HIT.findall(text)),
+    )
+
+
 def _causes(
-    d: Deltas, config: dict[str, str], log: str | None, created: list[str]
+    d: Deltas,
+    config: dict[str, str],
+    log: str | None,
+    evidence: LogEvidence,
+    usage: float | None,
+    offload_counted: bool,
 ) -> list[Cause]:
-    """Why no external hits; ``created`` are the connector names the log says were made."""
+    """Why no external hits. ``offload_counted``: the server exports vllm:kv_offload_*."""
     causes: list[Cause] = []
+    created = evidence.created
 
-    def add(code: str, message: str, **evidence: Any) -> None:
-        causes.append(Cause(code=code, message=message, evidence=evidence))
+    def add(code: str, message: str, **facts: Any) -> None:
+        causes.append(Cause(code=code, message=message, evidence=facts))
 
-    if config.get("enable_prefix_caching") == "False":
+    if config.get("enable_prefix_caching") == "False" and evidence.needs_prefix_caching:
         add("prefix-caching-off",
-            "prefix caching is off (--no-enable-prefix-caching): offload has nothing to hit "
-            "against; remove the flag",
+            "prefix caching is off (--no-enable-prefix-caching): native offload finds blocks "
+            "through prefix-cache hashes, so it has nothing to hit against; remove the flag",
             enable_prefix_caching="False")
+    # LMCache counts nothing in vllm:kv_offload_*: its log lines say what it stored.
+    stored = (
+        float(evidence.lmcache_stored_tokens) if evidence.lmcache else d.offload_store_bytes
+    )
     if d.external_queries == 0:
         if log is not None and not created:
             add("connector-not-loaded",
@@ -136,7 +188,19 @@ def _causes(
                 "the engine asked no KV connector for prefixes (external prefix-cache queries "
                 "did not rise): no connector is configured, or it reports no lookups",
                 external_queries=0, connectors_in_log=created)
-    elif d.offload_store_bytes == 0 and d.external_hits == 0:
+    elif evidence.lmcache and log is not None and stored == 0:
+        add("nothing-stored",
+            "LMCache logged no 'Stored N out of total M tokens' line: it stored nothing "
+            "(check the LMCache tier size and, for LMCacheMPConnector, that the server is "
+            "reachable)",
+            external_queries=d.external_queries, lmcache_stored_tokens=0)
+    elif not evidence.lmcache and not offload_counted and d.external_hits == 0:
+        add("offload-counters-absent",
+            "this connector exports no vllm:kv_offload_* counters (LMCache's connectors and "
+            "other external ones count nothing there), so whether it stored anything cannot "
+            "be read from /metrics: pass the engine log (--log) to read its own lines",
+            external_queries=d.external_queries, connectors_in_log=created)
+    elif offload_counted and stored == 0 and d.external_hits == 0:
         add("nothing-stored",
             "the connector was asked for prefixes but stored nothing: check that the tier has "
             "a size, and that a lazy drain policy ever releases (FIFO thresholds above the "
@@ -155,12 +219,29 @@ def _causes(
             "across engines or restarts (LMCache MP, fs, p2p) never matches; set the same "
             "PYTHONHASHSEED everywhere",
             log_line=sig.RANDOM_HASH_SEED.pattern)
-    if log is not None and sig.HMA_TURNED_OFF.search(log):
-        add("hma-disabled",
-            "vLLM turned the hybrid KV cache manager off because the connector lacks "
-            "SupportsHMA: sliding-window layers keep every token resident and hybrid SSM "
-            "models cannot start; use an HMA-capable connector",
-            log_line=sig.HMA_TURNED_OFF.pattern)
+    if log is not None:
+        non_hma = sig.HMA_OFF_FOR_NON_HMA_CONNECTOR.search(log)
+        if non_hma is not None:
+            add("hma-disabled",
+                "vLLM turned the hybrid KV cache manager off because the connector lacks "
+                "SupportsHMA: sliding-window layers keep every token resident and hybrid SSM "
+                "models cannot start; use an HMA-capable connector",
+                log_line=non_hma.group(0), connector=non_hma.group("name"))
+        elif sig.HMA_OFF_FOR_ANY_CONNECTOR.search(log):
+            add("hma-disabled-by-release",
+                "this vLLM release turns the hybrid KV cache manager off for any "
+                "--kv-transfer-config, whatever the connector supports (releases before "
+                "0.22): sliding-window layers keep every token resident; pass "
+                "--no-disable-hybrid-kv-cache-manager (0.13-0.21) with an HMA-capable "
+                "connector, or upgrade",
+                log_line=sig.HMA_OFF_FOR_ANY_CONNECTOR.pattern)
+    if stored > 0 and d.external_hits == 0 and usage is not None and usage >= GPU_CACHE_FULL:
+        add("stored-never-found",
+            "the tier keeps storing and the GPU cache is full, so evicted prefixes were asked "
+            "for again, yet no lookup found one: the GPU cache is not sufficient, the store "
+            "misses. Check PYTHONHASHSEED (the same in every process), that shared prefixes "
+            "span at least one full block or LMCache chunk, and the connector's own log",
+            stored=stored, gpu_cache_usage=usage)
     if not causes and d.prefix_hits == 0:
         add("workload-no-reuse",
             "no prefix was reused even on the GPU: the workload has no shared prefixes for "
@@ -170,7 +251,7 @@ def _causes(
         add("gpu-cache-sufficient",
             "every reused prefix was still on the GPU, so the offload tier was never needed: "
             "grow the working set past the GPU tier (about 2x its tokens) to exercise it",
-            prefix_hits=d.prefix_hits)
+            prefix_hits=d.prefix_hits, gpu_cache_usage=usage)
     return causes
 
 
@@ -179,7 +260,8 @@ def diagnose(before: Snapshot, after: Snapshot, log: str | None = None) -> Verif
     notes: list[str] = []
     d = deltas(before, after, notes)
     config = cache_config(after) or cache_config(before)
-    created = sig.CONNECTOR_CREATED.findall(log or "")
+    evidence = read_log(log)
+    created = evidence.created
     if d.prefix_queries == 0 and d.external_queries == 0:
         verdict: Verdict = "no-traffic"
         causes = [Cause(code="no-traffic",
@@ -200,7 +282,11 @@ def diagnose(before: Snapshot, after: Snapshot, log: str | None = None) -> Verif
         if d.offload_load_bytes == 0 and counter_present(after, sig.OFFLOAD_LOAD_BYTES):
             notes.append("external hits rose but no offload load bytes were counted")
     else:
-        verdict, causes = "no-external-hits", _causes(d, config, log, created)
+        offload_counted = counter_present(after, sig.OFFLOAD_STORE_BYTES) or counter_present(
+            after, sig.LEGACY_OFFLOAD_BYTES
+        )
+        causes = _causes(d, config, log, evidence, _gpu_cache_usage(after), offload_counted)
+        verdict = "no-external-hits"
     return VerifyReport(
         verdict=verdict,
         deltas=d,

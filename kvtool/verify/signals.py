@@ -31,7 +31,28 @@ LEGACY_LOAD = {"transfer_type": "CPU_to_GPU"}
 
 # distributed/kv_transfer/kv_connector/factory.py: logged once per connector instance.
 CONNECTOR_CREATED = re.compile(r"Creating v1 connector with name: (\S+)")
-# config/vllm.py (0.23.0-0.33.0 text): HMA auto-disabled for a non-HMA connector.
+# config/vllm.py, the three texts of "HMA turned off for a connector". Up to 0.21.x it is
+# the release's behaviour for any --kv-transfer-config, whatever the connector supports;
+# 0.22.x names the connector lacking SupportsHMA; 0.23.0+ says one lacks it.
 HMA_TURNED_OFF = re.compile(r"Turning off hybrid kv cache manager because")
+HMA_OFF_FOR_ANY_CONNECTOR = re.compile(
+    r"Turning off hybrid kv cache manager because `--kv-transfer-config` is set"
+)
+HMA_OFF_FOR_NON_HMA_CONNECTOR = re.compile(
+    r"Turning off hybrid kv cache manager because (?:connector (?P<name>\S+) does not "
+    r"subclass `SupportsHMA`|`--kv-transfer-config` selects a KV connector that does not)"
+)
+# Gauge of GPU KV cache use, 0..1 (v1/metrics/loggers.py; "gpu_cache_usage_perc" before
+# the rename).
+KV_CACHE_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+
+# LMCache's connectors count nothing in vllm:kv_offload_*; their own log lines say what
+# was stored and found (lmcache/v1/cache_engine.py, integration/vllm/vllm_v1_adapter.py;
+# seen verbatim in LMCache issues #2061, #2262 and #2581).
+LMCACHE_CONNECTORS = ("LMCacheConnectorV1", "LMCacheMPConnector")
+LMCACHE_STORED = re.compile(r"LMCache INFO: Stored (\d+) out of total \d+ tokens")
+LMCACHE_HIT = re.compile(r"LMCache hit tokens: (\d+)")
+# Native offload connectors: they find offloaded KV through prefix-cache block hashes.
+PREFIX_CACHE_CONNECTORS = ("OffloadingConnector", "SimpleCPUOffloadConnector")
 # v1/core/kv_cache_utils.py init_none_hash: PYTHONHASHSEED unset with a non-crypto hash.
 RANDOM_HASH_SEED = re.compile(r"Using a random per-process NONE_HASH seed")

@@ -17,11 +17,12 @@ from kvtool.releases.model import (
 from releasegen import registries
 from releasegen.cliparser import RawOption, ServeParserBuilder
 from releasegen.configfields import detect_kwargs_rules
+from releasegen.hma import hma_decision
 from releasegen.numbers import human_int_suffixes
 from releasegen.source import WheelSource, jsonable
 
 # Bump when the extraction logic changes what a table contains.
-GENERATOR_VERSION = 6
+GENERATOR_VERSION = 8  # 7: the HMA decision (releasegen.hma); 8: offload extra-config keys
 
 _NO_VALUE_ACTIONS = {
     "store_true",
@@ -93,6 +94,7 @@ def build_release(version: str, wheel: Path, sha256: str) -> ReleaseFacts:
             ),
             offload_specs=tuple(registries.offload_specs(source)),
             offload_tiers=tuple(registries.offload_tiers(source)),
+            offload_extra_config_keys=tuple(registries.offload_extra_config_keys(source)),
             kv_transfer_config_fields=tuple(
                 KVTransferField(
                     name=f.name,
@@ -105,6 +107,7 @@ def build_release(version: str, wheel: Path, sha256: str) -> ReleaseFacts:
             kv_transfer_config_forbids_extra=bool(transfer and transfer[1]),
             load_formats=tuple(registries.load_formats(source)),
             human_int_suffixes=human_int_suffixes(source),
+            hma=hma_decision(source),
             notes=tuple(notes),
         )
     finally:

@@ -298,3 +298,43 @@ def load_formats(source: WheelSource) -> list[str]:
     if not isinstance(value, ast.Dict):
         return []
     return [k.value for k in value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+
+
+_OFFLOAD_KEY_MEMBERS = (
+    "vllm/v1/kv_offload/",
+    "vllm/distributed/kv_transfer/kv_connector/v1/offloading",
+)
+
+
+def offload_extra_config_keys(source: WheelSource) -> list[str]:
+    """``kv_connector_extra_config`` keys OffloadingConnector and its specs read: string
+    keys of ``<...extra_config>.get("key", ...)`` and ``<...extra_config>["key"]`` in
+    ``vllm/v1/kv_offload/**`` and the offloading connector's modules."""
+    keys: set[str] = set()
+    for member in sorted(source.members):
+        if not member.startswith(_OFFLOAD_KEY_MEMBERS):
+            continue
+        try:
+            tree = ast.parse(source.text(member), filename=member)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            target: ast.expr | None = None
+            key: ast.expr | None = None
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "get"
+                and node.args
+            ):
+                target, key = node.func.value, node.args[0]
+            elif isinstance(node, ast.Subscript):
+                target, key = node.value, node.slice
+            if (
+                target is not None
+                and isinstance(key, ast.Constant)
+                and isinstance(key.value, str)
+                and ast.unparse(target).endswith("extra_config")
+            ):
+                keys.add(key.value)
+    return sorted(keys)

@@ -24,6 +24,7 @@ from kvtool.audit.model import (
 )
 from kvtool.audit.registry import registry
 from kvtool.audit.semantics import load_semantics
+from kvtool.audit.tables import ShippedTables
 from kvtool.releases import load_release, release_index
 
 FILE = "serve.sh"
@@ -82,6 +83,9 @@ def context(
         semantics=load_semantics(),
         host_ram_gib=host_ram_gib,
         known_model=model,
+        # The shipped lookup (a local config.json, else rules/models/families.toml), as the
+        # engine wires it: the default model is a known dense Llama.
+        model_lookup=ShippedTables().model,
     )
 
 

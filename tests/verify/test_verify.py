@@ -34,6 +34,7 @@ def metrics_text(
     prefix_caching: bool = True,
     offload_gib: str = "None",
     legacy_offload: bool = False,
+    gpu_usage: float | None = None,
 ) -> str:
     """A /metrics page as vLLM 0.32 serves it (counters with _total and _created)."""
     lines: list[str] = []
@@ -55,6 +56,12 @@ def metrics_text(
         f'enable_prefix_caching="{prefix_caching}",engine="0",'
         f'kv_offloading_backend="native",kv_offloading_size="{offload_gib}"}} 1.0',
     ]
+    if gpu_usage is not None:  # v1/metrics/loggers.py gauge, as in data/*.prom
+        lines += [
+            "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.",
+            "# TYPE vllm:kv_cache_usage_perc gauge",
+            f"vllm:kv_cache_usage_perc{{{LABELS}}} {gpu_usage}",
+        ]
     counter("vllm:request_success", "Count of successfully processed requests.", requests,
             f'{LABELS},finished_reason="length"')
     counter("vllm:prefix_cache_queries",
@@ -344,3 +351,79 @@ def test_real_vllm_0_32_snapshots_show_external_hits(kvtool_cli: Any) -> None:
     assert report["deltas"]["external_hits"] == 64
     assert report["cache_config"]["enable_prefix_caching"] == "True"
     assert report["cache_config"]["block_size"] == "32"
+
+
+def test_stores_growing_with_a_full_gpu_cache_and_no_hits_is_not_gpu_sufficient(
+    kvtool_cli: Any, tmp_path: Path
+) -> None:
+    # Issue 12: the store fills, the GPU cache is full (evicted prefixes are asked for again),
+    # and still no external hit: the lookup misses, the GPU cache is not "sufficient".
+    after = metrics_text(queries=4_000, hits=3_000, external_queries=1_000,
+                         store_bytes=1 << 24, gpu_usage=0.99)
+    _, report = _verify(kvtool_cli, tmp_path, metrics_text(gpu_usage=0.5), after, CONNECTOR_LOG)
+    assert _codes(report) == ["stored-never-found"]
+    # Nearest neighbour: the same counters with room left on the GPU.
+    roomy = metrics_text(queries=4_000, hits=3_000, external_queries=1_000,
+                         store_bytes=1 << 24, gpu_usage=0.4)
+    _, report = _verify(kvtool_cli, tmp_path, metrics_text(gpu_usage=0.1), roomy, CONNECTOR_LOG)
+    assert _codes(report) == ["gpu-cache-sufficient"]
+
+
+# LMCache's own lines, as quoted in LMCache/LMCache#2061 and #2581 (vllm_v1_adapter.py and
+# cache_engine.py); LMCache exports no vllm:kv_offload_* counters.
+LMCACHE_LOG = (
+    "INFO 11-29 08:00:01 [factory.py:62] Creating v1 connector with name: "
+    "LMCacheConnectorV1 and engine_id: 1f2e\n"
+    "(EngineCore_DP0 pid=144) [2025-11-22 11:29:58,730] LMCache INFO: Reqid: cmpl-2dba-0, "
+    "Total tokens 2014, LMCache hit tokens: 0, need to load: 0 (vllm_v1_adapter.py:1330)\n"
+    "(EngineCore_DP0 pid=144) [2025-11-22 11:29:58,779] LMCache INFO: Stored 2014 out of "
+    "total 2014 tokens. size: 0.2188 gb, cost 40.1644 ms (cache_engine.py:303)\n"
+)
+
+
+def test_lmcache_is_read_from_its_log_not_from_kv_offload_counters(
+    kvtool_cli: Any, tmp_path: Path
+) -> None:
+    after = metrics_text(queries=4_000, external_queries=4_000, store_bytes=None,
+                         gpu_usage=0.99)
+    _, report = _verify(kvtool_cli, tmp_path, metrics_text(store_bytes=None), after, LMCACHE_LOG)
+    codes = _codes(report)
+    assert "nothing-stored" not in codes and "stored-never-found" in codes
+    # No "Stored" line: LMCache really stored nothing.
+    quiet = LMCACHE_LOG.splitlines(keepends=True)[0]
+    _, report = _verify(kvtool_cli, tmp_path, metrics_text(store_bytes=None), after, quiet)
+    assert "nothing-stored" in _codes(report)
+    # Without a log the absent counters prove nothing.
+    _, report = _verify(kvtool_cli, tmp_path, metrics_text(store_bytes=None), after)
+    assert _codes(report)[0] == "offload-counters-absent"
+
+
+def test_prefix_caching_off_is_no_cause_for_lmcache(kvtool_cli: Any, tmp_path: Path) -> None:
+    after = metrics_text(queries=4_000, external_queries=4_000, store_bytes=None,
+                         prefix_caching=False)
+    _, report = _verify(kvtool_cli, tmp_path, metrics_text(store_bytes=None), after, LMCACHE_LOG)
+    assert "prefix-caching-off" not in _codes(report)
+
+
+def test_hma_turned_off_by_the_release_is_not_blamed_on_the_connector(
+    kvtool_cli: Any, tmp_path: Path
+) -> None:
+    # vllm v0.12.0 vllm/config/vllm.py logs this for any --kv-transfer-config; 0.22.x and
+    # 0.23.0+ log "because connector X does not subclass `SupportsHMA`" / "selects a KV
+    # connector that does not support it" (the connector's fault).
+    log = CONNECTOR_LOG + (
+        "WARNING 11-29 08:00:00 [vllm.py:650] Turning off hybrid kv cache manager because "
+        "`--kv-transfer-config` is set. This will reduce the performance of vLLM on LLMs "
+        "with sliding window attention or Mamba attention.\n"
+    )
+    after = metrics_text(queries=4_000, external_queries=4_000, store_bytes=1 << 24)
+    _, report = _verify(kvtool_cli, tmp_path, metrics_text(), after, log)
+    codes = _codes(report)
+    assert "hma-disabled-by-release" in codes and "hma-disabled" not in codes
+    named = CONNECTOR_LOG + (
+        "WARNING 11-29 08:00:00 [vllm.py:1472] Turning off hybrid kv cache manager because "
+        "connector LMCacheConnectorV1 does not subclass `SupportsHMA`.\n"
+    )
+    _, report = _verify(kvtool_cli, tmp_path, metrics_text(), after, named)
+    cause = next(c for c in report["causes"] if c["code"] == "hma-disabled")
+    assert cause["evidence"]["connector"] == "LMCacheConnectorV1"

@@ -4,6 +4,34 @@ Importing this package registers all rules in :data:`kvtool.audit.registry.regis
 A new family module is added to the import list below; nothing is discovered implicitly.
 """
 
-from kvtool.audit.rules import connectors, deployment, image, lazy, meta, sizing, versiongates
+from kvtool.audit.rules import (
+    connectors,
+    deployment,
+    disagg,
+    extra_config,
+    hostmem,
+    image,
+    jsonflags,
+    lazy,
+    lmcache,
+    meta,
+    models,
+    sizing,
+    versiongates,
+)
 
-FAMILY_MODULES = (versiongates, connectors, sizing, lazy, deployment, image, meta)
+FAMILY_MODULES = (
+    versiongates,
+    jsonflags,
+    connectors,
+    models,
+    sizing,
+    hostmem,
+    lazy,
+    lmcache,
+    extra_config,
+    disagg,
+    deployment,
+    image,
+    meta,
+)

@@ -25,6 +25,7 @@ from kvtool.audit.references import (
     OFFLOADING_SCHEDULER_032,
     VLLM_CONFIG_032,
     lmcache_issue,
+    vllm_issue,
     vllm_pr,
     vllm_source,
 )
@@ -51,18 +52,27 @@ def hma_outcome(ctx: RuleContext, *, ignore_flag: bool = False) -> HmaOutcome:
     """Imitate vLLM's HMA decision on a GPU platform (CPU platforms always turn HMA off).
 
     ``ignore_flag``: the decision vLLM would take without ``--disable-hybrid-kv-cache-manager``.
+    The release's decision mode (``hma`` in the release table, read from VllmConfig) says
+    whether a ``--kv-transfer-config`` overrides the flag (up to 0.12), turns HMA off only
+    when the flag is unset (0.13-0.21), or SupportsHMA decides (0.22 on).
     """
     non_hma = tuple(ctx.non_hma_connectors())
     flag = None if ignore_flag else ctx.bool_option(DISABLE_HMA)
     conn = ctx.connector
+    mode = ctx.hma_mode
+    from_transfer_config = conn is not None and conn.via == "kv-transfer-config"
+    if mode == "transfer-config-forces-off" and from_transfer_config:
+        # The plain-bool flag is overwritten with True whatever the user passed.
+        return HmaOutcome(False, "transfer-config", non_hma)
     if flag is True:
         return HmaOutcome(False, "flag", non_hma)
     if flag is False:
         return HmaOutcome(True, "forced-on", non_hma)
     if conn is None:
         return HmaOutcome(True, "no-connector", non_hma)
-    if ctx.semantics.hma_mode(ctx.version) == "transfer-config-disables":
-        if conn.via == "kv-transfer-config":
+    if mode in ("transfer-config-forces-off", "transfer-config-disables"):
+        converted_first = ctx.facts.hma is not None and ctx.facts.hma.offload_converted_first
+        if from_transfer_config or converted_first:
             return HmaOutcome(False, "transfer-config", non_hma)
         # --kv-offloading-* became a connector after the HMA decision: HMA stayed on.
         return HmaOutcome(True, "forced-on", non_hma)
@@ -96,8 +106,8 @@ class RedundantDisableHybridKvCacheManager(ConfigRule):
 
     Releases
     --------
-    SupportsHMA per connector from the release tables; decision mode per release from
-    `rules/curated/semantics.toml` (`hma.decision`).
+    SupportsHMA per connector and the HMA decision mode (`hma`, read from
+    `VllmConfig.__post_init__`) from the release tables.
     """
 
     code = "CN010"
@@ -157,68 +167,106 @@ class RedundantDisableHybridKvCacheManager(ConfigRule):
         )
 
 
+UNIFY_ERROR = (
+    "ValueError: Hybrid KV cache manager is disabled but failed to convert the KV cache "
+    "specs to one unified type."
+)
+_HMA_OFF_BECAUSE = {
+    "flag": f"`{DISABLE_HMA}` turns HMA off",
+    "transfer-config": "vLLM {version} turns HMA off for any `--kv-transfer-config`",
+    "non-hma-connector": "vLLM {version} turns HMA off because `{names}` lacks SupportsHMA",
+}
+
+
 @register
-class NonHmaConnectorOnHybridModel(ConfigRule):
-    """Reports a connector without HMA support serving a hybrid model.
+class HybridModelWithHmaOff(ConfigRule):
+    """Reports a hybrid model served with the hybrid KV cache manager (HMA) off.
 
     What
     ----
-    The served model has several KV cache group kinds (sliding window, Mamba/SSM, linear
-    attention) and the connector (or a MultiConnector child) lacks `SupportsHMA`.
+    HMA ends up off (the flag, any `--kv-transfer-config` on releases before 0.22, or a
+    connector or MultiConnector child without `SupportsHMA` from 0.22 on) and the model has
+    more than one KV cache group kind.
 
     Why
     ---
-    Without HMA, hybrid models lose their per-group KV layout. From 0.23.0 vLLM's warning says
-    hybrid SSM models (Jamba, Bamba) require HMA and "will fail at startup without it";
-    `LMCacheConnectorV1` on hybrids is blocked upstream (LMCache#3106).
+    Without HMA vLLM must unify every layer's KV cache spec into one. Sliding-window layers
+    become full-attention layers: the model runs but keeps KV outside the window, so it fits
+    fewer tokens (warning). Mamba, Gated DeltaNet and linear-attention state layers cannot
+    be unified with attention layers: the engine stops at start-up with
+    `ValueError: Hybrid KV cache manager is disabled but failed to convert the KV cache
+    specs to one unified type.` (error, every release; Qwen3.5/3.6, Qwen3-Next, Jamba,
+    Nemotron-H, Granite 4.0-H).
 
     Example
     -------
-    A Qwen3.5 or Jamba model with `{"kv_connector": "LMCacheConnectorV1"}`.
+    `Qwen/Qwen3.5-9B` with `{"kv_connector": "LMCacheConnectorV1"}` (error), or
+    `google/gemma-3-12b-it` with `--disable-hybrid-kv-cache-manager` (warning).
 
     Fix
     ---
-    Use native offload (`--kv-offloading-size`) or `LMCacheMPConnector` with lmcache >= 0.4.7.
+    Keep HMA on: a connector with SupportsHMA (native offload from 0.21.0,
+    `LMCacheMPConnector` with lmcache >= 0.4.7), no `--disable-hybrid-kv-cache-manager`,
+    and on 0.13-0.21 `--no-disable-hybrid-kv-cache-manager` with an HMA connector.
 
     Releases
     --------
-    SupportsHMA per connector from the release tables; "Mamba needs HMA" from
-    `hma.hybrid_ssm_requires_hma` in `rules/curated/semantics.toml`.
-    Only checked when the model is known (catalog or local config.json).
+    The HMA decision (`hma`, read from `VllmConfig.__post_init__`) and SupportsHMA per
+    connector from the release tables; the model from a config.json or
+    `rules/models/families.toml`. Not checked when the model is unknown.
     """
 
     code = "CN011"
-    name = "non-hma-connector-on-hybrid-model"
+    name = "hybrid-model-with-hma-off"
     default_severity = Severity.error
-    summary = "connector without HMA support serving a hybrid model"
+    summary = "hybrid model with HMA off: state models fail to start, windowed ones lose KV room"
     references = (
+        vllm_source(
+            "0.32.0", "vllm/v1/core/kv_cache_utils.py",
+            "unify_hybrid_kv_cache_specs at 0.32.0: state layers without HMA raise ValueError",
+        ),
+        vllm_source(
+            "0.12.0", "vllm/config/vllm.py",
+            "VllmConfig at 0.12.0: any --kv-transfer-config turns HMA off",
+        ),
+        vllm_pr(36636, "HMA with KV connectors"),
         lmcache_issue(3106, "LMCacheConnectorV1 cannot serve hybrid-attention models"),
-        CONNECTOR_FACTORY_032,
     )
     since = "0.1.0"
     other_severities = (Severity.warning,)
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
-        non_hma = ctx.non_hma_connectors()
-        if not non_hma:
+        if ctx.connector is None and ctx.bool_option(DISABLE_HMA) is not True:
+            return  # HMA is on (or only a non-GPU platform could turn it off)
+        outcome = hma_outcome(ctx)
+        if outcome.on:
             return
         model = ctx.model  # looked up only now: most configs never need it
         if model is None or not model.hybrid:
             return
-        hard_fail = model.mamba and ctx.semantics.holds("hma.hybrid_ssm_requires_hma", ctx.version)
-        consequence = (
-            "vLLM refuses to start Mamba/SSM hybrids without HMA"
-            if hard_fail
-            else "HMA is turned off, so the model loses its per-group KV layout"
+        because = _HMA_OFF_BECAUSE[outcome.reason].format(
+            version=ctx.version, names=", ".join(outcome.non_hma)
         )
+        if model.mamba:
+            consequence = (
+                "its state layers cannot share one KV cache spec with its attention layers, "
+                f"so startup fails with `{UNIFY_ERROR}`"
+            )
+            severity = Severity.error
+        else:
+            consequence = (
+                "its windowed layers are stored as full attention, so the GPU cache holds "
+                "fewer tokens"
+            )
+            severity = Severity.warning
+        option = ctx.option(DISABLE_HMA) if outcome.reason == "flag" else None
         yield self.finding(
-            f"Model `{model.name}` is a hybrid and `{', '.join(non_hma)}` lacks SupportsHMA "
-            "in vLLM "
-            f"{ctx.version}: {consequence}.",
-            flag=KV_TRANSFER_CONFIG,
-            location=ctx.connector_location,
-            severity=Severity.error if hard_fail else Severity.warning,
-            connectors=non_hma,
+            f"Model `{model.name}` is a hybrid and {because}: {consequence}.",
+            flag=DISABLE_HMA if option is not None else KV_TRANSFER_CONFIG,
+            location=option.location if option is not None else ctx.connector_location,
+            severity=severity,
+            reason=outcome.reason,
+            connectors=list(outcome.non_hma),
         )
 
 
@@ -250,8 +298,8 @@ class HmaForcedWithNonHmaConnector(ConfigRule):
 
     Releases
     --------
-    SupportsHMA from the release tables; decision order from `hma.decision` in
-    `rules/curated/semantics.toml`.
+    SupportsHMA and the decision order (`hma.offload_converted_first`) from the release
+    tables.
     """
 
     code = "CN012"
@@ -317,7 +365,7 @@ class NonHmaConnectorDisablesHma(ConfigRule):
 
     Releases
     --------
-    0.22.0 and later (`hma.decision` in `rules/curated/semantics.toml`: per-connector mode).
+    0.22.0 and later (release tables: `hma.mode` is `per_connector`).
     """
 
     code = "CN013"
@@ -339,7 +387,7 @@ class NonHmaConnectorDisablesHma(ConfigRule):
             return
         says = (
             "its startup warning names the connector"
-            if ctx.semantics.hma_warning_names_connector(ctx.version)
+            if ctx.hma_warning_names_connector
             else "its startup warning does not name the connector"
         )
         yield self.finding(
@@ -521,27 +569,60 @@ def _hashseed_set(ctx: RuleContext) -> bool:
     return ctx.env("PYTHONHASHSEED") is not None
 
 
+NONE_HASH_SOURCE = vllm_source(
+    "0.32.0", "vllm/v1/core/kv_cache_utils.py",
+    "kv_cache_utils at 0.32.0: NONE_HASH is seeded from PYTHONHASHSEED, else random bytes",
+)
+# LMCache settings that send chunks to a store other processes or instances read.
+_LMCACHE_SHARED_ENV = ("LMCACHE_REMOTE_URL", "LMCACHE_ENABLE_P2P", "LMCACHE_ENABLE_CONTROLLER")
+_LMCACHE_SHARED_KEYS = ("lmcache.remote_url", "lmcache.enable_p2p", "lmcache.enable_controller")
+
+
+def _lmcache_sharing(ctx: RuleContext, connector: str) -> str | None:
+    """Why blocks of ``connector`` are shared across processes or instances, or None."""
+    if connector == "LMCacheMPConnector":
+        return "the LMCache MP server is a separate process that outlives engine restarts"
+    role = ctx.kv_transfer_config.get("kv_role")
+    if role in ("kv_producer", "kv_consumer"):
+        return f"kv_role {role} shares blocks between a prefill and a decode instance"
+    if ctx.world > 1:
+        return f"TP x PP = {ctx.world} workers hash in separate processes"
+    for name in _LMCACHE_SHARED_ENV:
+        if ctx.env_value(name) not in (None, "", "False", "false", "0"):
+            return f"`{name}` makes a store other instances read"
+    for key in _LMCACHE_SHARED_KEYS:
+        if ctx.extra_config.get(key) not in (None, "", False):
+            return f"`{key}` makes a store other instances read"
+    return None
+
+
 @register
 class LmcacheWithoutPythonhashseed(ConfigRule):
-    """Reports an LMCache connector with TP > 1 or P/D and no `PYTHONHASHSEED`.
+    """Reports LMCache blocks shared across processes or instances without `PYTHONHASHSEED`.
 
     What
     ----
-    An LMCache connector is used where several processes must agree on chunk hashes (TP > 1,
-    PP > 1, or a producer/consumer `kv_role`) and `PYTHONHASHSEED` is not in the environment.
+    An LMCache connector is used where more than one process or instance must agree on
+    chunk hashes and `PYTHONHASHSEED` is not in the environment: always with
+    `LMCacheMPConnector` (a separate server process, whatever the TP size), and with
+    `LMCacheConnectorV1` when TP x PP > 1, a producer/consumer `kv_role`, or a remote, P2P or
+    controller store.
 
     Why
     ---
-    Workers and instances compute different `NONE_HASH` values and the cache hit rate is 0 %
-    (LMCache #1739, #1658, #2979; vLLM #42625).
+    vLLM seeds the root of every block hash (`NONE_HASH`) from `PYTHONHASHSEED` and uses
+    random bytes when it is unset; LMCache builds its chunk keys on it. Each process or
+    restart then computes different keys and the external hit rate is 0 % (vLLM#42625,
+    LMCache#1095, #1658, #2581).
 
     Example
     -------
-    `--kv-offloading-backend lmcache -tp 4` with no `PYTHONHASHSEED`.
+    `--kv-transfer-config '{"kv_connector":"LMCacheMPConnector","kv_role":"kv_both"}'` with no
+    `PYTHONHASHSEED`, at TP 1.
 
     Fix
     ---
-    Set `PYTHONHASHSEED=0` (any fixed value, the same for every worker and instance).
+    Set `PYTHONHASHSEED=0` (any fixed value, the same for every worker, instance and server).
 
     Releases
     --------
@@ -551,26 +632,99 @@ class LmcacheWithoutPythonhashseed(ConfigRule):
     code = "CN020"
     name = "lmcache-without-pythonhashseed"
     default_severity = Severity.warning
-    summary = "LMCache connector with TP/PP > 1 or P/D and no PYTHONHASHSEED"
+    summary = "LMCache blocks shared across processes or instances and no PYTHONHASHSEED"
     references = (
+        NONE_HASH_SOURCE,
+        vllm_issue(42625, "prefix hashes differ across instances without PYTHONHASHSEED"),
+        lmcache_issue(1095, "no hits across instances without PYTHONHASHSEED"),
+        lmcache_issue(1658, "hash seeds differ between processes"),
         lmcache_issue(1739, "0% hit rate when TP workers hash with different seeds"),
-        lmcache_issue(2979, "PYTHONHASHSEED unset gives mismatched prefix hashes"),
     )
     since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
-        conn = ctx.connector
-        if conn is None or _hashseed_set(ctx):
+        if ctx.connector is None or _hashseed_set(ctx):
             return
-        lmcache = sorted(set(conn.names) & set(ctx.semantics.lmcache_connectors))
-        role = ctx.kv_transfer_config.get("kv_role")
-        shared = ctx.world > 1 or role in ("kv_producer", "kv_consumer")
-        if not lmcache or not shared:
+        for name in ctx.connector_names:
+            if name not in ctx.semantics.lmcache_connectors:
+                continue
+            why = _lmcache_sharing(ctx, name)
+            if why is None:
+                continue
+            yield self.finding(
+                f"`{name}` without `PYTHONHASHSEED`: {why}, and each process seeds block hashes "
+                "with random bytes, so chunk keys differ and nothing hits.",
+                flag="PYTHONHASHSEED",
+                location=ctx.connector_location,
+                connector=name,
+            )
+            return
+
+
+# Native offload tiers and connectors whose blocks other instances (or the next start) read.
+_SHARED_TIERS = ("fs", "fs_python", "obj", "p2p", "kvcr")
+_SHARED_STORE_CONNECTORS = ("MooncakeStoreConnector", "HF3FSKVConnector", "FlexKVConnectorV1")
+
+
+@register
+class SharedTierWithoutPythonhashseed(ConfigRule):
+    """Reports a shared or persistent KV tier without `PYTHONHASHSEED`.
+
+    What
+    ----
+    Blocks go to a store other instances or the next start read (a native `fs`, `obj`, `p2p`
+    or `kvcr` secondary tier; `MooncakeStoreConnector`, `HF3FSKVConnector`,
+    `FlexKVConnectorV1`) and `PYTHONHASHSEED` is unset, whatever the TP size.
+
+    Why
+    ---
+    Block hashes start from `NONE_HASH`, random bytes unless `PYTHONHASHSEED` is set, so
+    no other instance and no restart finds the stored blocks: the tier fills and never hits.
+
+    Example
+    -------
+    OffloadingConnector with `"secondary_tiers": [{"type": "fs", "path": "/mnt/kv"}]` and no
+    `PYTHONHASHSEED`.
+
+    Fix
+    ---
+    Set the same `PYTHONHASHSEED` on every instance that shares the tier.
+
+    Releases
+    --------
+    Every release with the tier or connector (release tables); the p2p tier's hard start-up
+    check on 0.27-0.28 is CN021.
+    """
+
+    code = "CN022"
+    name = "shared-tier-without-pythonhashseed"
+    default_severity = Severity.warning
+    summary = "a KV tier other instances or restarts read, and no PYTHONHASHSEED"
+    references = (
+        NONE_HASH_SOURCE,
+        lmcache_issue(1095, "no hits across instances without PYTHONHASHSEED"),
+    )
+    since = "0.2.0"
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        if ctx.connector is None or _hashseed_set(ctx):
+            return
+        shared = [n for n in ctx.connector_names if n in _SHARED_STORE_CONNECTORS]
+        for _, extra in ctx.connector_extra_configs:
+            tiers = extra.get("secondary_tiers")
+            for tier in tiers if isinstance(tiers, list) else ():
+                kind = tier.get("type") if isinstance(tier, dict) else None
+                if kind in _SHARED_TIERS and not (
+                    kind == "p2p"
+                    and ctx.semantics.holds("p2p.pythonhashseed_required", ctx.version)
+                ):
+                    shared.append(f"the {kind} tier")
+        if not shared:
             return
         yield self.finding(
-            f"`{lmcache[0]}` with TP x PP = {ctx.world} and kv_role {role or 'unset'} needs "
-            "the same "
-            "`PYTHONHASHSEED` in every process, or chunk hashes differ and nothing hits.",
+            f"{shared[0]} keeps blocks for other instances or restarts, but without "
+            "`PYTHONHASHSEED` every process seeds block hashes with random bytes: nothing "
+            "stored there is ever found again.",
             flag="PYTHONHASHSEED",
             location=ctx.connector_location,
         )
@@ -640,16 +794,20 @@ def _offloading(ctx: RuleContext) -> str | None:
 
 @register
 class OffloadWithoutPrefixCaching(ConfigRule):
-    """Reports KV offload with prefix caching turned off.
+    """Reports native KV offload with prefix caching turned off.
 
     What
     ----
-    An offload connector is configured and `--no-enable-prefix-caching` is passed.
+    `OffloadingConnector` or `SimpleCPUOffloadConnector` (alone or as a MultiConnector child)
+    is configured and `--no-enable-prefix-caching` is passed.
 
     Why
     ---
-    Offloaded KV is found again through prefix-cache hashes; with prefix caching off, offload
-    has nothing to hit against and only costs transfer bandwidth.
+    vLLM's native offload finds offloaded KV again through the prefix cache's block hashes;
+    with prefix caching off it has nothing to hit against and only costs transfer bandwidth.
+    LMCache's connectors are not affected: they hash token chunks themselves and the
+    scheduler asks every connector for external hits whether prefix caching is on or off
+    (LMCache's own examples run `--no-enable-prefix-caching`), so they are not reported.
 
     Example
     -------
@@ -661,26 +819,30 @@ class OffloadWithoutPrefixCaching(ConfigRule):
 
     Releases
     --------
-    Every release with KV offload.
+    Every release with native KV offload; which connectors need prefix caching is
+    `offload.prefix_cache_connectors` in `rules/audit/semantics.toml`.
     """
 
     code = "CN030"
     name = "offload-without-prefix-caching"
-    default_severity = Severity.error
-    summary = "KV offload configured with prefix caching off"
+    default_severity = Severity.warning
+    summary = "native KV offload configured with prefix caching off"
     fix_applicability = "unsafe"
     references = (CACHE_CONFIG_032, OFFLOADING_SCHEDULER_032)
     since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
-        connector = _offloading(ctx)
-        if connector is None or not ctx.prefix_caching_off:
+        if not ctx.prefix_caching_off:
+            return
+        needs = ctx.semantics.prefix_cache_connectors
+        connector = next((n for n in ctx.connector_names if n in needs), None)
+        if connector is None:
             return
         opt = ctx.option("--enable-prefix-caching")
         assert opt is not None  # prefix_caching_off implies the option is present
         yield self.finding(
-            f"`{connector}` offloads KV but prefix caching is off: offloaded blocks can never "
-            "be hit.",
+            f"`{connector}` finds offloaded KV through prefix-cache block hashes, but prefix "
+            "caching is off: offloaded blocks can never be hit.",
             flag="--enable-prefix-caching",
             location=opt.location,
             fix=removal_fix(ctx, opt, f"remove {opt.written}", safe=False),

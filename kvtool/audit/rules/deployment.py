@@ -42,6 +42,8 @@ class BelowSecurityFloor(ConfigRule):
     Releases
     --------
     Curated: `rules/curated/security.toml` (affected range and fixed release per advisory).
+    Reported once per run and target release: the floor is a fact about the release, so
+    ten invocations on one release give one finding (on the first of them).
     """
 
     code = "SC001"
@@ -55,6 +57,7 @@ class BelowSecurityFloor(ConfigRule):
     )
     since = "0.1.0"
     security = True
+    once_per_release = True
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         hits = ctx.semantics.advisories_at(ctx.version)

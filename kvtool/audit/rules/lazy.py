@@ -102,7 +102,8 @@ class UnknownLmcacheMpKey(ConfigRule):
 
     Releases
     --------
-    LMCache 0.5.6 key set (`rules/audit/semantics.toml`, `[lmcache_mp]`).
+    LMCache 0.5.6 key set (`rules/audit/semantics.toml`, `[lmcache_mp]`) and the
+    `mp_keys` of every release in `rules/lmcache/` (generated from LMCache's wheels).
     """
 
     code = "LZ001"
@@ -114,8 +115,14 @@ class UnknownLmcacheMpKey(ConfigRule):
     since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
-        known = ctx.semantics.lmcache_mp_keys
-        for key in _lmcache_keys(ctx):
+        keys = _lmcache_keys(ctx)
+        if not keys:
+            return
+        from kvtool import lmcache
+
+        # The curated 0.5.6 list plus every key the generated LMCache tables read.
+        known = tuple(sorted(set(ctx.semantics.lmcache_mp_keys) | lmcache.known("mp_keys")))
+        for key in keys:
             if key in known or any(key.startswith(k + ".") for k in known):
                 continue
             yield self.finding(
@@ -470,7 +477,7 @@ class LazyOffloadKnobsIgnored(ConfigRule):
 
     code = "LZ008"
     name = "lazy-offload-knobs-ignored"
-    default_severity = Severity.info
+    default_severity = Severity.warning  # it runs, but the tuning the operator wants is off
     summary = "lazy offload knobs that have no effect"
     references = (LAZY_EVICTION_AWARE, LMCACHE_MP_CONNECTOR)
     since = "0.1.0"

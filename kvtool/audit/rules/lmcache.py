@@ -1,0 +1,278 @@
+"""VG013-VG015: LMCache settings checked against the LMCache releases' own tables.
+
+The names come from ``rules/lmcache/`` (generated from LMCache wheels by
+``scripts/gen_lmcache_tables.py``). The serve config does not name the LMCache release,
+so a name is wrong when no tabled release reads it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from kvtool import lmcache
+from kvtool.audit.context import KV_TRANSFER_CONFIG, RuleContext
+from kvtool.audit.model import Finding, Severity
+from kvtool.audit.references import LMCACHE_MP_CONNECTOR, VLLM_CONFIG_032, lmcache_source
+from kvtool.audit.registry import ConfigRule, register
+from kvtool.audit.rules._common import closest, did_you_mean
+
+ENV_PREFIX = "LMCACHE_"
+LEGACY_PREFIX = "LM_CACHE_"
+KEY_PREFIX = "lmcache."
+CONFIG_SOURCE = lmcache_source(
+    "lmcache/v1/config.py", "LMCache 0.5.6 config: the LMCACHE_* variables and keys it reads"
+)
+
+
+def _tabled() -> str:
+    versions = tuple(r.version for r in lmcache.releases())
+    return f"LMCache {lmcache.span(versions)}"
+
+
+@register
+class UnknownLmcacheEnvVar(ConfigRule):
+    """Reports an `LMCACHE_*` environment variable no LMCache release reads.
+
+    What
+    ----
+    An environment variable starts with `LMCACHE_` but none of the tabled LMCache releases
+    reads it (the config names of `lmcache/v1/config.py`, each read as
+    `LMCACHE_<NAME>`, and the variables read directly).
+
+    Why
+    ---
+    LMCache ignores unknown variables: a typo (`LMCACHE_MAX_LOCAL_CPU_SIZES`) leaves the
+    default in force (5 GB of CPU cache), and nothing says so. A variable only older
+    releases read (`LMCACHE_USE_EXPERIMENTAL`, last read by 0.3.11) is an info naming
+    the releases that read it.
+
+    Example
+    -------
+    `LMCACHE_MAX_LOCAL_CPU_SIZES=100` next to `LMCacheConnectorV1`.
+
+    Fix
+    ---
+    Use the suggested name.
+
+    Releases
+    --------
+    `rules/lmcache/<version>.json`, generated from LMCache's wheels.
+    """
+
+    code = "VG013"
+    name = "unknown-lmcache-env-var"
+    default_severity = Severity.warning
+    summary = "LMCACHE_* environment variable that no LMCache release reads"
+    references = (CONFIG_SOURCE,)
+    since = "0.2.0"
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        names = [n for n in ctx.config.env if n.startswith(ENV_PREFIX)]
+        if not names:
+            return
+        known = lmcache.known("env_vars")
+        newest = lmcache.releases()[-1]
+        for name in names:
+            if name in newest.env_vars:
+                continue
+            if name in known:  # read by older releases only: say which
+                readers = lmcache.releases_with("env_vars", name)
+                yield self.finding(
+                    f"`{name}` is read only by LMCache {lmcache.span(readers)}; "
+                    f"{newest.version} ignores it.",
+                    flag=name,
+                    location=ctx.config.env[name].location,
+                    severity=Severity.info,
+                )
+                continue
+            yield self.finding(
+                f"`{name}` is read by no LMCache release ({_tabled()}); it is ignored."
+                + did_you_mean(name, known),
+                flag=name,
+                location=ctx.config.env[name].location,
+            )
+
+
+@register
+class LegacyLmcacheEnvName(ConfigRule):
+    """Reports an `LM_CACHE_*` environment variable (LMCache reads `LMCACHE_*`).
+
+    What
+    ----
+    An environment variable is spelt `LM_CACHE_<NAME>`; LMCache's loader builds
+    `LMCACHE_<NAME>` from each config name and reads nothing else.
+
+    Why
+    ---
+    The setting is ignored; the operator believes it is in force.
+
+    Example
+    -------
+    `LM_CACHE_CHUNK_SIZE=512`.
+
+    Fix
+    ---
+    Rename it to `LMCACHE_<NAME>`.
+
+    Releases
+    --------
+    `rules/lmcache/<version>.json`.
+    """
+
+    code = "VG014"
+    name = "legacy-lmcache-env-name"
+    default_severity = Severity.warning
+    summary = "LM_CACHE_* environment variable; LMCache reads LMCACHE_*"
+    references = (CONFIG_SOURCE,)
+    since = "0.2.0"
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        for name, assignment in ctx.config.env.items():
+            if not name.startswith(LEGACY_PREFIX):
+                continue
+            if name in lmcache.known("env_vars"):
+                continue  # a release that really read this spelling
+            modern = ENV_PREFIX + name[len(LEGACY_PREFIX) :]
+            hint = (
+                f" use `{modern}`"
+                if modern in lmcache.known("env_vars")
+                else " no LMCache release reads a matching `LMCACHE_*` name either"
+            )
+            yield self.finding(
+                f"`{name}` is not read by LMCache ({_tabled()}):{hint}.",
+                flag=name,
+                location=assignment.location,
+            )
+
+
+@register
+class UnknownLmcacheExtraConfigKey(ConfigRule):
+    """Reports an `lmcache.<name>` extra-config key that is no LMCache config name.
+
+    What
+    ----
+    `kv_connector_extra_config` of an LMCache connector has an `lmcache.<name>` key
+    (outside `lmcache.mp.*`) whose name is no config item of any tabled LMCache release.
+
+    Why
+    ---
+    LMCache applies `lmcache.*` keys from vLLM's extra config as config overrides and
+    skips names it does not know: the override never happens.
+
+    Example
+    -------
+    `"lmcache.max_local_cpu_sze": 40`.
+
+    Fix
+    ---
+    Use the suggested key.
+
+    Releases
+    --------
+    `rules/lmcache/<version>.json`.
+    """
+
+    code = "VG015"
+    name = "unknown-lmcache-extra-config-key"
+    default_severity = Severity.warning
+    summary = "lmcache.* extra-config key that is no LMCache config name"
+    references = (
+        lmcache_source(
+            "lmcache/integration/vllm/vllm_v1_adapter.py",
+            "LMCache 0.5.6 vLLM adapter: the lmcache.* extra-config keys it reads",
+        ),
+        CONFIG_SOURCE,
+    )
+    since = "0.2.0"
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        lmcache_connectors = set(ctx.semantics.lmcache_connectors)
+        for connector, extra in ctx.connector_extra_configs:
+            if connector not in lmcache_connectors:
+                continue
+            names = lmcache.known("config_names") | set().union(
+                *(r.aliases for r in lmcache.releases())
+            )
+            for key in extra:
+                if not key.startswith(KEY_PREFIX) or key.startswith(KEY_PREFIX + "mp."):
+                    continue
+                name = key[len(KEY_PREFIX) :]
+                if name in names:
+                    continue
+                match = closest(name, names)
+                hint = f" Did you mean `{KEY_PREFIX}{match}`?" if match else ""
+                yield self.finding(
+                    f"`{key}` names no LMCache config item ({_tabled()}); it is ignored.{hint}",
+                    flag=key,
+                    location=ctx.location_of(KV_TRANSFER_CONFIG),
+                )
+
+
+MP_CONNECTOR = "LMCacheMPConnector"
+AUTOSTART = "lmcache.mp.autostart"
+CONTAINER_INPUTS = ("kubernetes", "kaito", "compose")
+
+
+@register
+class LmcacheMpServerNotStarted(ConfigRule):
+    """Notes that LMCacheMPConnector needs an LMCache server reachable from the engine's pod.
+
+    What
+    ----
+    A containerised engine (Kubernetes, KAITO or Compose input) loads `LMCacheMPConnector`,
+    does not ask the connector to start the server (`lmcache.mp.autostart`), and names no
+    server (`lmcache.mp.host` / `lmcache.mp.server_urls`), so it connects to the default
+    `tcp://localhost:5555` inside its own pod.
+
+    Why
+    ---
+    The MP connector does no caching itself: without an `lmcache server` in the same pod (a
+    sidecar) or on the node with host networking, the engine waits for a server that never
+    answers. The server also owns the cache size (vLLM passes no `--kv-offloading-size`).
+
+    Example
+    -------
+    A Deployment running `vllm serve m --kv-offloading-backend lmcache` on 0.32.0 and no
+    LMCache server container.
+
+    Fix
+    ---
+    Run `lmcache server` as a sidecar (sharing IPC with the engine), set
+    `lmcache.mp.host`/`lmcache.mp.port` to the node's server, or set
+    `"lmcache.mp.autostart": true`.
+
+    Releases
+    --------
+    LMCache releases with the MP connector (`mp_keys` in `rules/lmcache/`).
+    """
+
+    code = "CN023"
+    name = "lmcache-mp-server-not-started"
+    default_severity = Severity.info
+    summary = "LMCacheMPConnector in a container with no LMCache server named or autostarted"
+    references = (
+        LMCACHE_MP_CONNECTOR,
+        VLLM_CONFIG_032,
+    )
+    since = "0.2.0"
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        if ctx.config.invocation.kind not in CONTAINER_INPUTS:
+            return
+        if MP_CONNECTOR not in ctx.connector_names:
+            return
+        extra = dict(ctx.extra_config)
+        for name, child in ctx.connector_extra_configs:
+            if name == MP_CONNECTOR:
+                extra.update(child)
+        named = any(k in extra for k in ("lmcache.mp.host", "lmcache.mp.server_urls"))
+        if extra.get(AUTOSTART) or named:
+            return
+        yield self.finding(
+            "LMCacheMPConnector connects to an LMCache server at tcp://localhost:5555 inside "
+            "this pod; nothing in this config starts one (no lmcache.mp.autostart, no "
+            "lmcache.mp.host): run `lmcache server` as a sidecar or point lmcache.mp.host at "
+            "the node's server.",
+            flag=AUTOSTART,
+            location=ctx.connector_location,
+        )

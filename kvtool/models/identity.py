@@ -1,0 +1,213 @@
+"""Classify a model's attention and state layers from its config.json or its name."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from kvtool.errors import KvtoolError
+from kvtool.resources import read_table, rules_dir
+
+FAMILIES_FILE = "models/families.toml"
+
+# The vocabulary of traits, each a property of the cache layout vLLM builds.
+TRAITS: tuple[str, ...] = (
+    "dense",  # full attention only, one KV head per query head
+    "gqa",  # full attention with fewer KV heads than query heads
+    "mla",  # multi-head latent attention (one compressed latent per token)
+    "sliding_window",  # some layers keep only a window of tokens
+    "chunked_local",  # some layers attend within fixed chunks (Llama 4)
+    "mamba",  # Mamba / Mamba2 state layers
+    "gated_deltanet",  # Gated DeltaNet state layers (Qwen3-Next, Qwen3.5)
+    "linear_attention",  # other linear-attention state layers (MiniMax lightning, Kimi KDA)
+    "moe",  # mixture of experts (no effect on the cache, reported for context)
+    "multimodal",  # a vision/audio wrapper around the language model
+)
+# Layers that keep a recurrent state instead of per-token KV: vLLM needs HMA for them.
+STATE_TRAITS: frozenset[str] = frozenset({"mamba", "gated_deltanet", "linear_attention"})
+
+_ATTENTION_TRAITS: frozenset[str] = frozenset({"dense", "gqa", "mla"})
+_STATE_KIND_TRAIT = {"mamba1": "mamba", "mamba2": "mamba", "gdn": "gated_deltanet"}
+_EXPERT_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+_WRAPPER_FIELDS = ("vision_config", "audio_config", "vision_tower", "mm_projector_type")
+
+
+class ModelIdentity(msgspec.Struct, frozen=True, kw_only=True):
+    """What kind of model ``name`` is and where that was read.
+
+    Invariant: ``traits`` is a subset of :data:`TRAITS` and holds exactly one of
+    ``dense``/``gqa``/``mla`` or none of them (a pure state-space model).
+    """
+
+    name: str
+    traits: frozenset[str]
+    source: str  # "config.json at PATH" or the family row's cited config.json URL
+    family: str | None = None  # the family table row that matched, if any
+
+    def __post_init__(self) -> None:
+        unknown = self.traits - set(TRAITS)
+        if unknown:
+            raise ValueError(f"{self.name}: unknown traits {sorted(unknown)}")
+
+    @property
+    def has_state(self) -> bool:
+        """State layers (Mamba, Gated DeltaNet, linear attention) next to attention layers:
+        two KV cache spec kinds that vLLM cannot unify, so it does not start without HMA."""
+        return bool(self.traits & STATE_TRAITS) and bool(self.traits & _ATTENTION_TRAITS)
+
+    @property
+    def sliding_window(self) -> bool:
+        return "sliding_window" in self.traits
+
+    @property
+    def chunked_local(self) -> bool:
+        return "chunked_local" in self.traits
+
+    @property
+    def hybrid(self) -> bool:
+        """More than one KV cache group kind: HMA changes the layout."""
+        return self.has_state or self.sliding_window or self.chunked_local
+
+    def describe(self) -> str:
+        """Traits in table order, e.g. ``gqa + gated_deltanet + multimodal``."""
+        return " + ".join(t for t in TRAITS if t in self.traits)
+
+
+class FamilyRow(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One row of rules/models/families.toml."""
+
+    family: str
+    patterns: tuple[str, ...]  # regular expressions searched in the lower-cased name
+    traits: tuple[str, ...]
+    config: str  # public URL of a config.json of the family that shows the traits
+    note: str = ""
+
+    def matches(self, name: str) -> bool:
+        lowered = name.lower()
+        return any(re.search(pattern, lowered) for pattern in self.patterns)
+
+
+@cache
+def families() -> tuple[FamilyRow, ...]:
+    """The family table, first match wins; ``KvtoolError`` when it is malformed."""
+    table = read_table(rules_dir() / FAMILIES_FILE)
+    try:
+        rows = msgspec.convert(table.get("families", []), type=tuple[FamilyRow, ...])
+        for row in rows:
+            ModelIdentity(name=row.family, traits=frozenset(row.traits), source=row.config)
+            for pattern in row.patterns:
+                re.compile(pattern)
+    except (msgspec.ValidationError, ValueError, re.error) as exc:
+        raise KvtoolError(f"{rules_dir() / FAMILIES_FILE}: bad row: {exc}") from exc
+    return rows
+
+
+def _text_part(raw: Mapping[str, Any]) -> Mapping[str, Any]:
+    text = raw.get("text_config") or raw.get("llm_config") or raw.get("language_config")
+    return text if isinstance(text, Mapping) else raw
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _layer_traits(text: Mapping[str, Any]) -> set[str]:
+    """Traits read from layer-type fields, for configs sizing has no parser for."""
+    traits: set[str] = set()
+    words: list[str] = []
+    for key in ("layer_types", "layers_block_type", "block_types"):
+        value = text.get(key)
+        if isinstance(value, list):
+            words += [str(v).lower() for v in value]
+    pattern = text.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and "M" in pattern:
+        traits.add("mamba")
+    for word in words:
+        if "sliding" in word or word in ("local", "swa"):
+            traits.add("sliding_window")
+        elif "mamba" in word or word == "ssm":
+            traits.add("mamba")
+        elif "deltanet" in word or "linear" in word:
+            traits.add("linear_attention" if "deltanet" not in word else "gated_deltanet")
+    if text.get("linear_attn_config") is not None:
+        traits.add("linear_attention")
+    if _positive(text.get("kv_lora_rank")):
+        traits.add("mla")
+    if _positive(text.get("sliding_window")) and text.get("use_sliding_window", True):
+        traits.add("sliding_window")
+    return traits
+
+
+def classify_config(raw: Mapping[str, Any], *, name: str, where: str) -> ModelIdentity:
+    """Classify a config.json mapping read from ``where``.
+
+    Attention and state groups come from ``kvtool.sizing.spec_from_config`` when sizing
+    knows the ``model_type``; otherwise from the layer-type fields. Experts, vision
+    wrappers and chunked local attention are read here (sizing does not need them).
+    """
+    from kvtool.sizing import spec_from_config
+
+    text = _text_part(raw)
+    traits: set[str] = set()
+    has_attention = _positive(text.get("num_attention_heads"))
+    try:
+        spec = spec_from_config(raw, name=name, where=where)
+    except KvtoolError:
+        traits |= _layer_traits(text)
+    else:
+        has_attention = bool(spec.attention)
+        traits |= {_STATE_KIND_TRAIT.get(group.kind, "linear_attention") for group in spec.states}
+        if spec.is_mla:
+            traits.add("mla")
+        if spec.has_sliding_window:
+            traits.add("sliding_window")
+    if _positive(text.get("attention_chunk_size")):
+        traits.add("chunked_local")
+    if any(_positive(text.get(key)) and text.get(key) != 1 for key in _EXPERT_FIELDS):
+        traits.add("moe")
+    if text is not raw or any(raw.get(key) is not None for key in _WRAPPER_FIELDS):
+        traits.add("multimodal")
+    if "mla" not in traits and has_attention:
+        heads = text.get("num_attention_heads")
+        kv_heads = text.get("num_key_value_heads", heads)
+        if _positive(heads) and _positive(kv_heads):
+            traits.add("gqa" if kv_heads < heads else "dense")
+    return ModelIdentity(name=name, traits=frozenset(traits), source=f"config.json at {where}")
+
+
+def _read_json(path: Path) -> Mapping[str, Any]:
+    try:
+        loaded = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise KvtoolError(f"{path}: cannot read: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise KvtoolError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    if not isinstance(loaded, Mapping):
+        raise KvtoolError(f"{path}: expected a JSON object at the top level")
+    return loaded
+
+
+def identify(name: str, *, config_path: str | None = None) -> ModelIdentity | None:
+    """The model's identity from ``config_path``, a local ``name`` path, or the family table.
+
+    A given ``config_path`` that cannot be read is an error (``KvtoolError``); a name that
+    no source knows gives None.
+    """
+    candidate = Path(config_path).expanduser() if config_path else Path(name).expanduser()
+    if config_path or candidate.exists():
+        file = candidate / "config.json" if candidate.is_dir() else candidate
+        if not file.is_file():
+            raise KvtoolError(f"{candidate}: no config.json there")
+        return classify_config(_read_json(file), name=name, where=str(file))
+    for row in families():
+        if row.matches(name):
+            return ModelIdentity(
+                name=name, traits=frozenset(row.traits), source=row.config, family=row.family
+            )
+    return None

@@ -1,0 +1,98 @@
+"""kv_connector_extra_config keys against the connector that reads them (LZ009, LZ010)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvtool.connector.config import ConnectorConfig, ConnectorConfigError
+from tests.audit.rulekit import codes, config, ktc, only, run
+
+KVTOOL = {"kv_connector": "KvtoolConnector", "kv_connector_module_path": "kvtool.connector.vllm"}
+
+
+def test_a_kvtool_key_the_connector_refuses_is_an_error_with_its_own_message() -> None:
+    extra = {"kvtool.cpu_bytes": "8GiB"}
+    # The engine refuses it: the connector's own schema raises at construction.
+    with pytest.raises(ConnectorConfigError) as refused:
+        ConnectorConfig.from_extra_config(extra)
+    cfg = config("0.32.0", ktc(**KVTOOL, kv_role="kv_both", kv_connector_extra_config=extra))
+    finding = only(run(cfg), "LZ009")
+    assert finding.severity.value == "error"
+    assert str(refused.value) in finding.message and "kvtool.host_capacity_bytes" in finding.message
+    assert finding.flag == "kvtool.cpu_bytes"
+
+
+def test_valid_kvtool_keys_and_out_of_range_values() -> None:
+    good = {"kvtool.host_capacity_bytes": "8GiB", "kvtool.policy": "fifo"}
+    cfg = config("0.32.0", ktc(**KVTOOL, kv_role="kv_both", kv_connector_extra_config=good))
+    assert "LZ009" not in codes(run(cfg))
+    bad = {"kvtool.fifo.threshold": 0}
+    cfg = config("0.32.0", ktc(**KVTOOL, kv_role="kv_both", kv_connector_extra_config=bad))
+    assert "must be >= 1" in only(run(cfg), "LZ009").message
+
+
+def test_kvtool_child_of_multiconnector_is_checked_with_its_own_extra_config() -> None:
+    child = {**KVTOOL, "kv_connector_extra_config": {"kvtool.polcy": "fifo"}}
+    extra = {"connectors": [{"kv_connector": "NixlConnector", "kv_role": "kv_both"}, child]}
+    cfg = config(
+        "0.32.0",
+        ktc(kv_connector="MultiConnector", kv_role="kv_both", kv_connector_extra_config=extra),
+    )
+    assert "kvtool.policy" in only(run(cfg), "LZ009").message
+
+
+def test_lazy_offload_inside_offloading_connector_is_ignored() -> None:
+    # vllm v0.32.0 vllm/v1/kv_offload/factory.py and the CPU spec read spec_name,
+    # spec_module_path, cpu_bytes_to_use, block_size, eviction_policy...; no lazy_offload.
+    extra = {"cpu_bytes_to_use": 10_000_000_000, "lazy_offload": True}
+    cfg = config(
+        "0.32.0",
+        ktc(kv_connector="OffloadingConnector", kv_role="kv_both", kv_connector_extra_config=extra),
+    )
+    finding = only(run(cfg), "LZ010")
+    assert finding.severity.value == "warning" and finding.flag == "lazy_offload"
+    extra.pop("lazy_offload")
+    assert "LZ010" not in codes(
+        run(
+            config(
+                "0.32.0",
+                ktc(
+                    kv_connector="OffloadingConnector",
+                    kv_role="kv_both",
+                    kv_connector_extra_config=extra,
+                ),
+            )
+        )
+    )
+
+
+def test_kvtool_keys_given_to_another_connector_do_nothing() -> None:
+    extra = {"kvtool.policy": "fifo"}
+    cfg = config(
+        "0.32.0",
+        ktc(kv_connector="OffloadingConnector", kv_role="kv_both", kv_connector_extra_config=extra),
+    )
+    assert "KvtoolConnector" in only(run(cfg), "LZ010").message
+    # Nearest neighbour: the same key on KvtoolConnector is read.
+    cfg = config("0.32.0", ktc(**KVTOOL, kv_role="kv_both", kv_connector_extra_config=extra))
+    assert "LZ010" not in codes(run(cfg))
+
+
+def test_offloading_connector_keys_come_from_the_release_table() -> None:
+    # Read from the wheels: vllm v0.32.0 vllm/v1/kv_offload/cpu/spec.py reads
+    # extra_config.get("cpu_bytes_to_use"); v0.12.0 sized the tier with num_cpu_blocks.
+    typo = {"cpu_byte_to_use": 10_000_000_000}
+    cfg = ktc(kv_connector="OffloadingConnector", kv_role="kv_both", kv_connector_extra_config=typo)
+    finding = only(run(config("0.32.0", cfg)), "LZ011")
+    assert "cpu_bytes_to_use" in finding.message
+    good = {"cpu_bytes_to_use": 10_000_000_000, "eviction_policy": "lru"}
+    cfg = ktc(kv_connector="OffloadingConnector", kv_role="kv_both", kv_connector_extra_config=good)
+    assert "LZ011" not in codes(run(config("0.32.0", cfg)))
+    # A key only later releases read does nothing on an older one.
+    assert "LZ011" in codes(run(config("0.12.0", cfg)))
+    # A custom spec reads its own keys: not checked.
+    custom = {**typo, "spec_module_path": "my.spec"}
+    cfg = ktc(
+        kv_connector="OffloadingConnector", kv_role="kv_both", kv_connector_extra_config=custom
+    )
+    assert "LZ011" not in codes(run(config("0.32.0", cfg)))
