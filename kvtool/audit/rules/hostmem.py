@@ -77,6 +77,7 @@ class PinnedTierRoundedUp(ConfigRule):
         vllm_pr(50094, "measured pinned sizes: 6 -> 8, 10 -> 16, 12 -> 16 GiB"),
     )
     since = "0.2.0"
+    other_severities = (Severity.error,)  # the rounded pool exceeds --host-ram-gib
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         if not ctx.semantics.holds(PINNED, ctx.version):

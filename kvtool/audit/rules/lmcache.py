@@ -65,6 +65,7 @@ class UnknownLmcacheEnvVar(ConfigRule):
     summary = "LMCACHE_* environment variable that no LMCache release reads"
     references = (CONFIG_SOURCE,)
     since = "0.2.0"
+    other_severities = (Severity.info,)  # only older LMCache releases read it
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         names = [n for n in ctx.config.env if n.startswith(ENV_PREFIX)]
