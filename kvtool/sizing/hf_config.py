@@ -102,7 +102,7 @@ def _attention(
         num_kv_heads=cfg.kv_heads(),
         head_size_k=head,
         head_size_v=head,
-        sliding_window=window if kind is AttentionKind.SLIDING else None,
+        sliding_window=window if kind in (AttentionKind.SLIDING, AttentionKind.CHUNKED) else None,
     )
 
 
