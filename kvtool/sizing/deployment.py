@@ -46,6 +46,9 @@ class Deployment(BaseModel):
     mla_dedup: bool = True  # native offload keeps one latent copy (CUDA, single node, TP only)
     gpu: str = "h200"  # decides vLLM's attention backend and so its kernel block size
     attention_backend: str | None = None  # vLLM --attention-backend; default: vLLM's pick
+    # Tokens scheduled but not yet settled (vLLM: concurrent batches x max_num_batched_tokens);
+    # sliding-window groups reserve for them, so vLLM's logged token capacity needs it.
+    max_in_flight_tokens: int | None = Field(default=None, ge=1)
     prefix_caching: bool = True  # vLLM's default; hybrids then keep two state pages/sequence
 
     @model_validator(mode="after")

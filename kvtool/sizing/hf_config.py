@@ -1,6 +1,7 @@
 """Parse a Hugging Face ``config.json`` into a :class:`ModelSpec`.
 
-Only architectures whose cache layout kvtool knows are accepted (see ``PARSERS``): an
+Only architectures whose cache layout kvtool knows are accepted (``rules/models/layouts.toml``
+maps each model_type to one of ``LAYOUT_PARSERS``): an
 unknown ``model_type`` is an error that lists the supported ones, never a guess. Every
 missing or malformed field is reported by name together with the file it was read from.
 """
@@ -8,9 +9,12 @@ missing or malformed field is reported by name together with the file it was rea
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from functools import cache
 from typing import Any
 
 from kvtool.errors import KvtoolError
+from kvtool.resources import read_table, rules_dir
+from kvtool.sizing.checkpoint_kv import declared_kv_cache_dtype
 from kvtool.sizing.dtypes import model_dtype_bytes
 from kvtool.sizing.facts import sizing_facts
 from kvtool.sizing.spec import (
@@ -275,47 +279,82 @@ def _ssm_state_dtype(model_type: str, text: _Config) -> str | None:
     return None
 
 
+def _chunked_local(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]:
+    """Llama 4: RoPE layers use chunked local attention, NoPE layers attend globally.
+
+    ``no_rope_layers[i] == 0`` marks a global layer; without the list, every
+    ``no_rope_layer_interval``-th layer (transformers' Llama4TextConfig default 4) is.
+    """
+    layers = cfg.positive_int("num_hidden_layers")
+    flags = cfg.get("no_rope_layers")
+    if not flags:
+        interval = cfg.positive_int("no_rope_layer_interval", default=4)
+        flags = [int((i + 1) % interval != 0) for i in range(layers)]
+    if not isinstance(flags, list) or len(flags) != layers:
+        raise KvtoolError(
+            f"{cfg.where}: field 'no_rope_layers' must list one flag per layer "
+            f"(num_hidden_layers is {layers})"
+        )
+    chunk = cfg.get("attention_chunk_size")
+    local = sum(1 for flag in flags if flag) if chunk else 0
+    groups = []
+    if layers - local:
+        groups.append(_attention(cfg, AttentionKind.FULL, layers - local))
+    if local:
+        size = cfg.positive_int("attention_chunk_size")
+        groups.append(_attention(cfg, AttentionKind.CHUNKED, local, size))
+    return tuple(groups), ()
+
+
 _Parser = Callable[[_Config], tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]]
 
-PARSERS: dict[str, _Parser] = {
-    **dict.fromkeys(
-        (
-            "llama",
-            "mistral",
-            "mixtral",
-            "qwen2",
-            "qwen2_moe",
-            "qwen3",
-            "qwen3_moe",
-            "gemma",
-            "granite",
-            "granitemoe",
-            "olmo2",
-            "phi3",
-        ),
-        _dense,
-    ),
-    "gemma2": _interleaved(2),
-    "gemma3": _interleaved(6),
-    "gemma3_text": _interleaved(6),
-    "gpt_oss": _interleaved(2),
-    **dict.fromkeys(("deepseek_v2", "deepseek_v3", "kimi_k2"), _mla),
-    "jamba": _jamba,
-    "nemotron_h": _nemotron_h,
-    "granitemoehybrid": _granite_hybrid,
-    **dict.fromkeys(
-        ("qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"),
-        _gated_deltanet,
-    ),
+# One parser per cache layout; rules/models/layouts.toml maps each model_type to one.
+LAYOUT_PARSERS: dict[str, Callable[[Mapping[str, Any]], _Parser]] = {
+    "dense": lambda row: _dense,
+    "interleaved_sliding": lambda row: _interleaved(int(row["global_every"])),
+    "chunked_local": lambda row: _chunked_local,
+    "mla": lambda row: _mla,
+    "jamba": lambda row: _jamba,
+    "nemotron_h": lambda row: _nemotron_h,
+    "granite_hybrid": lambda row: _granite_hybrid,
+    "gated_deltanet": lambda row: _gated_deltanet,
 }
+
+LAYOUTS_FILE = "models/layouts.toml"
+
+
+@cache
+def layout_rows() -> dict[str, dict[str, Any]]:
+    """model_type -> its row in ``rules/models/layouts.toml``."""
+    rows: dict[str, dict[str, Any]] = read_table(rules_dir() / LAYOUTS_FILE)["layouts"]
+    for model_type, row in rows.items():
+        if row.get("layout") not in LAYOUT_PARSERS or not row.get("vllm"):
+            raise KvtoolError(
+                f"{rules_dir() / LAYOUTS_FILE}: model_type {model_type!r} needs a 'layout' "
+                f"(one of {', '.join(LAYOUT_PARSERS)}) and a 'vllm' citation"
+            )
+    return rows
+
+
+def parser_for(model_type: str) -> _Parser | None:
+    row = layout_rows().get(model_type)
+    return None if row is None else LAYOUT_PARSERS[row["layout"]](row)
 
 
 def spec_from_config(
-    raw: Mapping[str, Any], *, name: str, where: str, source: str | None = None
+    raw: Mapping[str, Any],
+    *,
+    name: str,
+    where: str,
+    source: str | None = None,
+    quant_config: Mapping[str, Any] | None = None,
+    quant_where: str | None = None,
 ) -> ModelSpec:
     """Build a :class:`ModelSpec` from a config.json mapping read from ``where``.
 
     ``source`` cites where the values come from when ``where`` is not itself the file.
+    ``quant_config`` is a separate ``hf_quant_config.json`` (read from ``quant_where``),
+    used when the config has no ``quantization_config``, as vLLM does.
     """
     if not isinstance(raw, Mapping):
         raise KvtoolError(f"{where}: expected a JSON object at the top level")
@@ -324,12 +363,12 @@ def spec_from_config(
     model_type = text.get("model_type") or raw.get("model_type")
     if not isinstance(model_type, str):
         raise KvtoolError(f"{where}: missing field 'model_type'")
-    parser = PARSERS.get(model_type)
+    parser = parser_for(model_type)
     if parser is None:
         raise KvtoolError(
             f"{where}: model_type {model_type!r} is not supported by kvtool size (its cache "
             "layout is unknown, so no figure would be trustworthy); supported: "
-            + ", ".join(sorted(PARSERS))
+            + ", ".join(sorted(layout_rows()))
         )
     try:
         attention, states = parser(text)
@@ -360,6 +399,10 @@ def spec_from_config(
     if ssm_dtype is not None:
         assumptions.append(f"SSM state dtype {ssm_dtype}, as vLLM picks for {model_type}")
     max_len = text.get("max_position_embeddings")
+    quant, quant_file = raw.get("quantization_config"), where
+    if quant is None and quant_config is not None:
+        quant, quant_file = quant_config, quant_where or where
+    declared = declared_kv_cache_dtype(quant)
     return ModelSpec(
         name=name,
         origin=where,
@@ -372,5 +415,7 @@ def spec_from_config(
         states=states,
         ssm_state_dtype=ssm_dtype,
         max_position_embeddings=max_len if isinstance(max_len, int) else None,
+        checkpoint_kv_cache_dtype=declared[0] if declared else None,
+        checkpoint_kv_cache_source=f"{quant_file}: {declared[1]}" if declared else None,
         assumptions=tuple(assumptions),
     )

@@ -441,7 +441,7 @@ def _gpu_tier_and_bench(
         return _GpuTier(None, None, None, None, None)
     capacity = None
     if context is not None:
-        capacity = pool.token_capacity(blocks, context, None, plan.mamba_align)
+        capacity = pool.token_capacity(blocks, context, dep.max_in_flight_tokens, plan.mamba_align)
     if capacity is not None:
         tokens = capacity
         t.explain(
@@ -452,7 +452,12 @@ def _gpu_tier_and_bench(
         )
     else:
         tokens = blocks * block
-        t.explain("GPU tier tokens", f"{blocks:,} blocks x {block}", tokens)
+        t.explain(
+            "GPU tier tokens",
+            f"{blocks:,} blocks x {block} (vLLM's logged capacity also needs the context "
+            "length and, with sliding windows, the in-flight tokens)",
+            tokens,
+        )
     prefix_len = dep.prefix_len or context
     if cpu_tokens is None or prefix_len is None:
         return _GpuTier(blocks, tokens, None, None, None)
