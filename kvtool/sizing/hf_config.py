@@ -306,6 +306,50 @@ def _chunked_local(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[Stat
     return tuple(groups), ()
 
 
+def _per_layer_heads(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]:
+    """Nemotron-NAS (DeciLM): ``block_configs`` gives each layer its own attention.
+
+    A layer's KV heads are ``num_attention_heads // attention.n_heads_in_group``; a layer
+    whose attention is ``no_op`` holds no cache. Layers with equal heads share a group.
+    """
+    blocks = cfg.get("block_configs")
+    if not isinstance(blocks, list) or not blocks:
+        raise KvtoolError(f"{cfg.where}: missing field 'block_configs'")
+    layers = cfg.positive_int("num_hidden_layers", default=len(blocks))
+    if layers != len(blocks):
+        raise KvtoolError(
+            f"{cfg.where}: field 'block_configs' has {len(blocks)} entries but "
+            f"num_hidden_layers is {layers}"
+        )
+    heads = cfg.positive_int("num_attention_heads")
+    per_heads: dict[int, int] = {}
+    for index, block in enumerate(blocks):
+        attention = block.get("attention") if isinstance(block, Mapping) else None
+        if not isinstance(attention, Mapping):
+            raise KvtoolError(f"{cfg.where}: block_configs[{index}] has no 'attention'")
+        if attention.get("no_op"):
+            continue
+        group = attention.get("n_heads_in_group")
+        if isinstance(group, bool) or not isinstance(group, int) or group < 1 or heads % group:
+            raise KvtoolError(
+                f"{cfg.where}: field 'block_configs[{index}].attention.n_heads_in_group' "
+                f"must divide num_attention_heads {heads}, got {group!r}"
+            )
+        per_heads[heads // group] = per_heads.get(heads // group, 0) + 1
+    head = cfg.head_dim()
+    groups = tuple(
+        AttentionGroup(
+            kind=AttentionKind.FULL,
+            num_layers=count,
+            num_kv_heads=kv_heads,
+            head_size_k=head,
+            head_size_v=head,
+        )
+        for kv_heads, count in per_heads.items()
+    )
+    return groups, ()
+
+
 _Parser = Callable[[_Config], tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]]
 
 # One parser per cache layout; rules/models/layouts.toml maps each model_type to one.
@@ -313,6 +357,7 @@ LAYOUT_PARSERS: dict[str, Callable[[Mapping[str, Any]], _Parser]] = {
     "dense": lambda row: _dense,
     "interleaved_sliding": lambda row: _interleaved(int(row["global_every"])),
     "chunked_local": lambda row: _chunked_local,
+    "per_layer_heads": lambda row: _per_layer_heads,
     "mla": lambda row: _mla,
     "jamba": lambda row: _jamba,
     "nemotron_h": lambda row: _nemotron_h,
@@ -385,7 +430,7 @@ def spec_from_config(
             f"config names no dtype: assumed {FALLBACK_DTYPE} (override with --dtype)"
         )
     model_dtype_bytes(str(dtype), f"{where}: field 'torch_dtype'")
-    if attention and attention[0].kind is not AttentionKind.MLA:
+    if attention and attention[0].kind is not AttentionKind.MLA and not text.has("block_configs"):
         if not text.has("head_dim"):
             assumptions.append("head_dim derived as hidden_size / num_attention_heads")
         if not text.has("num_key_value_heads"):

@@ -194,3 +194,55 @@ def test_llama4_no_rope_layers_contradicting_num_hidden_layers_names_the_field(
     }
     with pytest.raises(KvtoolError, match="no_rope_layers"):
         load_model_spec(_model_dir(tmp_path, config))
+
+
+def _nas_block(n_heads_in_group: int | None) -> dict[str, Any]:
+    attention = {"n_heads_in_group": n_heads_in_group, "no_op": n_heads_in_group is None}
+    return {"attention": attention, "ffn": {"ffn_mult": 2.625, "no_op": False}}
+
+
+@pytest.mark.parametrize(("tp", "dtype"), [(1, "auto"), (8, "auto"), (1, "fp8"), (8, "fp8")])
+def test_nemotron_nas_per_layer_heads_and_no_op_layers(tmp_path: Path, tp: int, dtype: str) -> None:
+    # Shape of nvidia/Llama-3_3-Nemotron-Super-49B-v1 config.json (model_type nemotron-nas,
+    # DeciLMForCausalLM, one block_configs entry per layer; no_op attention blocks carry
+    # n_heads_in_group null), with layers of 8 and 4 KV heads as in vLLM's own
+    # NEMOTRON_NAS_MINI_CONFIG test fixture (n_heads_in_group 8 and 16 of 64 heads).
+    blocks = [_nas_block(8)] * 6 + [_nas_block(None)] * 3 + [_nas_block(16)] * 3
+    config = {
+        "architectures": ["DeciLMForCausalLM"],
+        "model_type": "nemotron-nas",
+        "hidden_size": 8192,
+        "num_attention_heads": 64,
+        "num_hidden_layers": len(blocks),
+        "block_configs": blocks,
+        "torch_dtype": "bfloat16",
+    }
+    r = compute(
+        load_model_spec(_model_dir(tmp_path, config)),
+        make_deployment(tp=tp, kv_cache_dtype=dtype, gpu_kv_gib=40),
+    )
+    element = 1 if dtype == "fp8" else 2
+    # All full attention: vLLM keeps one group (UniformTypeKVCacheSpecs) of the 9 layers
+    # that hold a cache; a pool block is every such layer's page.
+    assert groups(r) == [("full", 9, 16)]
+    pages = 6 * kv_page_bytes(16, max(1, 8 // tp), 128, element) + 3 * kv_page_bytes(
+        16, max(1, 4 // tp), 128, element
+    )
+    assert r.pool_block_bytes == pages
+    assert r.num_gpu_blocks == 40 * GIB // pages
+    assert not any("multi-head" in note for note in r.assumptions)
+
+
+def test_nemotron_nas_block_count_contradicting_layers_names_the_field(tmp_path: Path) -> None:
+    from kvtool.errors import KvtoolError
+
+    config = {
+        "architectures": ["DeciLMForCausalLM"],
+        "model_type": "nemotron-nas",
+        "hidden_size": 8192,
+        "num_attention_heads": 64,
+        "num_hidden_layers": 3,
+        "block_configs": [_nas_block(8)] * 2,
+    }
+    with pytest.raises(KvtoolError, match="block_configs"):
+        load_model_spec(_model_dir(tmp_path, config))
