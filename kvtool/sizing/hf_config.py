@@ -350,6 +350,62 @@ def _per_layer_heads(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[St
     return groups, ()
 
 
+def _gemma4(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]:
+    """Gemma 4: sliding layers and full layers with their own head size and KV heads.
+
+    As transformers' Gemma4TextConfig resolves it (vLLM reads ``per_layer_config``):
+    ``layer_types`` (default: every 6th layer full, the last always full); full layers use
+    ``global_head_dim`` (512 unless given) and, when ``attention_k_eq_v``,
+    ``num_global_key_value_heads``; the last ``num_kv_shared_layers`` layers reuse earlier
+    layers' caches and hold none (gemma4.py ``kv_sharing_target_layer_name``).
+    """
+    layers = cfg.positive_int("num_hidden_layers")
+    types = cfg.layer_types(layers)
+    if types is None:
+        every = cfg.positive_int("sliding_window_pattern", default=6)
+        types = [
+            "sliding_attention" if (i + 1) % every else "full_attention" for i in range(layers)
+        ]
+    types = [*types[:-1], "full_attention"]
+    unknown = sorted(set(types) - {"sliding_attention", "full_attention"})
+    if unknown:
+        raise KvtoolError(f"{cfg.where}: unsupported layer_types {unknown}")
+    shared = cfg.non_negative_int("num_kv_shared_layers")
+    if shared >= layers:
+        raise KvtoolError(
+            f"{cfg.where}: field 'num_kv_shared_layers' {shared} leaves no layer of the "
+            f"{layers} (num_hidden_layers) to hold a cache"
+        )
+    own = types[: layers - shared]
+    head = cfg.head_dim()
+    global_head = cfg.positive_int("global_head_dim", default=512)
+    global_kv = cfg.kv_heads()
+    if cfg.get("attention_k_eq_v"):
+        global_kv = cfg.positive_int("num_global_key_value_heads", default=global_kv)
+    groups = []
+    if own.count("sliding_attention"):
+        groups.append(
+            AttentionGroup(
+                kind=AttentionKind.SLIDING,
+                num_layers=own.count("sliding_attention"),
+                num_kv_heads=cfg.kv_heads(),
+                head_size_k=head,
+                head_size_v=head,
+                sliding_window=cfg.positive_int("sliding_window"),
+            )
+        )
+    groups.append(
+        AttentionGroup(
+            kind=AttentionKind.FULL,
+            num_layers=own.count("full_attention"),
+            num_kv_heads=global_kv,
+            head_size_k=global_head,
+            head_size_v=global_head,
+        )
+    )
+    return tuple(groups), ()
+
+
 _Parser = Callable[[_Config], tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]]
 
 # One parser per cache layout; rules/models/layouts.toml maps each model_type to one.
@@ -358,6 +414,7 @@ LAYOUT_PARSERS: dict[str, Callable[[Mapping[str, Any]], _Parser]] = {
     "interleaved_sliding": lambda row: _interleaved(int(row["global_every"])),
     "chunked_local": lambda row: _chunked_local,
     "per_layer_heads": lambda row: _per_layer_heads,
+    "gemma4": lambda row: _gemma4,
     "mla": lambda row: _mla,
     "jamba": lambda row: _jamba,
     "nemotron_h": lambda row: _nemotron_h,

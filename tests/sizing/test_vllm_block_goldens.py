@@ -246,3 +246,37 @@ def test_nemotron_nas_block_count_contradicting_layers_names_the_field(tmp_path:
     }
     with pytest.raises(KvtoolError, match="block_configs"):
         load_model_spec(_model_dir(tmp_path, config))
+
+
+@pytest.mark.parametrize(("tp", "dtype"), [(1, "auto"), (8, "auto"), (1, "fp8"), (8, "fp8")])
+def test_gemma4_two_page_sizes_double_the_smaller_pages_block(tp: int, dtype: str) -> None:
+    # Gemma 4 31B: sliding layers 16 KV heads x 256, full layers 4 x 512 (attention_k_eq_v).
+    # unify_kv_cache_spec_page_size: a smaller page that divides the largest gets a
+    # proportionally larger block (kv_cache_utils.py); at TP 8 both pages are equal.
+    r = report("gemma-4-31b", tp=tp, kv_cache_dtype=dtype)
+    element = 1 if dtype == "fp8" else 2
+    sliding = kv_page_bytes(16, 16 // tp, 256, element)
+    full = kv_page_bytes(16, max(1, 4 // tp), 512, element)
+    assert r.pool_block_bytes == 10 * max(sliding, full)
+    full_block = 16 * max(sliding, full) // full
+    assert groups(r) == [("full", 10, full_block)] + [("sliding", 10, 16)] * 5
+    assert full_block == (32 if tp == 1 else 16)
+
+
+def test_gemma4_kv_shared_layers_hold_no_cache(tmp_path: Path) -> None:
+    # gemma-4-E2B-style text config: the last num_kv_shared_layers reuse earlier caches.
+    config = {
+        "architectures": ["Gemma4ForCausalLM"],
+        "model_type": "gemma4_text",
+        "hidden_size": 1536,
+        "num_hidden_layers": 12,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 1,
+        "head_dim": 256,
+        "global_head_dim": 512,
+        "sliding_window": 512,
+        "num_kv_shared_layers": 6,
+    }
+    r = compute(load_model_spec(_model_dir(tmp_path, config)), make_deployment())
+    # Layers 0-5 hold caches: five sliding, then layer 5 is the first full one (5:1).
+    assert r.kv_bytes_per_token == 5 * kv_page_bytes(1, 1, 256, 2) + kv_page_bytes(1, 1, 512, 2)

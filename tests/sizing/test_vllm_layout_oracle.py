@@ -46,6 +46,8 @@ MODELS = {
     "llama-4-scout": {"architectures": ["Llama4ForCausalLM"]},
     "glm-4.5-air": None,  # GLM-4.x MoE: GQA with partial rotary
     "minimax-m2": None,  # GQA
+    # Gemma 4 text part: sliding and full layers with different page sizes.
+    "gemma-4-31b": {"architectures": ["Gemma4ForCausalLM"]},
 }
 CASES = [(m, tp, dt) for m in MODELS for tp in (1, 8) for dt in ("auto", "fp8")]
 

@@ -29,8 +29,29 @@ from types import SimpleNamespace
 from typing import Any
 
 
-def _layer_kinds(model_config: Any) -> list[str]:
-    """One of full / sliding / chunked / mla / state per decoder layer."""
+def _layer_kinds(model_config: Any) -> list[str | None]:
+    """One of full / sliding / chunked / mla / state per decoder layer; None = no cache.
+
+    Layers that reuse another layer's cache (Gemma 4's last ``num_kv_shared_layers``) and
+    Nemotron-NAS ``no_op`` attention blocks hold none.
+    """
+    kinds = _attention_kinds(model_config)
+    hf = model_config.hf_text_config
+    shared = getattr(hf, "num_kv_shared_layers", 0) or 0
+    blocks = getattr(hf, "block_configs", None)
+    for index in range(len(kinds)):
+        no_op = blocks is not None and _no_op(blocks[index])
+        if index >= len(kinds) - shared or no_op:
+            kinds[index] = None
+    return kinds
+
+
+def _no_op(block: Any) -> bool:
+    attention = block["attention"] if isinstance(block, dict) else block.attention
+    return bool(attention["no_op"] if isinstance(attention, dict) else attention.no_op)
+
+
+def _attention_kinds(model_config: Any) -> list[str | None]:
     hf = model_config.hf_text_config
     layers = model_config.get_total_num_hidden_layers()
     if model_config.use_mla:
@@ -137,16 +158,19 @@ def layout(case: dict[str, Any]) -> dict[str, Any]:
     kv_dtype = (
         model_config.dtype if cache_dtype == "auto" else STR_DTYPE_TO_TORCH_DTYPE[cache_dtype]
     )
-    attention: dict[str, Any] = {
-        "block_size": cache.block_size,
-        "num_kv_heads": model_config.get_num_kv_heads(parallel),
-        "head_size": model_config.get_head_size(),
-        "dtype": kv_dtype,
-        "kv_quant_mode": get_kv_quant_mode(cache_dtype),
-    }
     specs: dict[str, Any] = {}
     for index, kind in enumerate(_layer_kinds(model_config)):
+        if kind is None:
+            continue
         name = f"layers.{index}"
+        layer_arch = model_config.model_arch_config[index]  # per-layer heads and head size
+        attention: dict[str, Any] = {
+            "block_size": cache.block_size,
+            "num_kv_heads": model_config.get_num_kv_heads(parallel, layer_arch),
+            "head_size": layer_arch.head_size,
+            "dtype": kv_dtype,
+            "kv_quant_mode": get_kv_quant_mode(cache_dtype),
+        }
         if kind == "full":
             specs[name] = FullAttentionSpec(**attention)
         elif kind == "mla":
