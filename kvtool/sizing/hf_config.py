@@ -406,6 +406,48 @@ def _gemma4(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGroup,
     return tuple(groups), ()
 
 
+def _mimo_v2(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]:
+    """MiMo-V2: ``hybrid_layer_pattern[i] == 1`` marks a sliding layer with its own heads.
+
+    Sliding layers: ``swa_num_key_value_heads`` x (``swa_head_dim`` K + ``swa_v_head_dim`` V),
+    window ``sliding_window_size``; full layers: ``num_key_value_heads`` x (``head_dim`` K +
+    ``v_head_dim`` V). V defaults to the K head size (mimo_v2.py MiMoV2Attention).
+    """
+    layers = cfg.positive_int("num_hidden_layers")
+    pattern = cfg.get("hybrid_layer_pattern")
+    if not isinstance(pattern, list) or len(pattern) != layers:
+        raise KvtoolError(
+            f"{cfg.where}: field 'hybrid_layer_pattern' must list one 0/1 per layer "
+            f"(num_hidden_layers is {layers})"
+        )
+    sliding = sum(1 for flag in pattern if flag == 1)
+    groups = []
+    if layers - sliding:
+        head = cfg.positive_int("head_dim")
+        groups.append(
+            AttentionGroup(
+                kind=AttentionKind.FULL,
+                num_layers=layers - sliding,
+                num_kv_heads=cfg.kv_heads(),
+                head_size_k=head,
+                head_size_v=cfg.positive_int("v_head_dim", default=head),
+            )
+        )
+    if sliding:
+        head = cfg.positive_int("swa_head_dim")
+        groups.append(
+            AttentionGroup(
+                kind=AttentionKind.SLIDING,
+                num_layers=sliding,
+                num_kv_heads=cfg.positive_int("swa_num_key_value_heads"),
+                head_size_k=head,
+                head_size_v=cfg.positive_int("swa_v_head_dim", default=head),
+                sliding_window=cfg.positive_int("sliding_window_size"),
+            )
+        )
+    return tuple(groups), ()
+
+
 _Parser = Callable[[_Config], tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]]
 
 # One parser per cache layout; rules/models/layouts.toml maps each model_type to one.
@@ -415,6 +457,7 @@ LAYOUT_PARSERS: dict[str, Callable[[Mapping[str, Any]], _Parser]] = {
     "chunked_local": lambda row: _chunked_local,
     "per_layer_heads": lambda row: _per_layer_heads,
     "gemma4": lambda row: _gemma4,
+    "mimo_v2": lambda row: _mimo_v2,
     "mla": lambda row: _mla,
     "jamba": lambda row: _jamba,
     "nemotron_h": lambda row: _nemotron_h,

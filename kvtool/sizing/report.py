@@ -121,6 +121,8 @@ def _attention_bytes(spec: ModelSpec, dep: Deployment, b: int, t: _Trace) -> tup
             full_logical += g.num_layers * per_layer_logical
         if g.kind is AttentionKind.MLA:
             shape = f"(kv_lora_rank + qk_rope_head_dim = {g.head_size_k}) x {b}"
+        elif g.head_size_k != g.head_size_v:
+            shape = f"{g.num_kv_heads} kv heads x ({g.head_size_k} K + {g.head_size_v} V) x {b}"
         else:
             shape = f"2 x {g.num_kv_heads} kv heads x {g.head_size_k} head_dim x {b}"
         window = f"  (window {g.sliding_window})" if g.sliding_window else ""

@@ -280,3 +280,39 @@ def test_gemma4_kv_shared_layers_hold_no_cache(tmp_path: Path) -> None:
     r = compute(load_model_spec(_model_dir(tmp_path, config)), make_deployment())
     # Layers 0-5 hold caches: five sliding, then layer 5 is the first full one (5:1).
     assert r.kv_bytes_per_token == 5 * kv_page_bytes(1, 1, 256, 2) + kv_page_bytes(1, 1, 512, 2)
+
+
+@pytest.mark.parametrize(("tp", "dtype"), [(1, "auto"), (8, "auto"), (1, "fp8"), (8, "fp8")])
+def test_mimo_v2_different_k_and_v_head_sizes_and_sliding_groups(
+    tmp_path: Path, tp: int, dtype: str
+) -> None:
+    # Field names of XiaomiMiMo/MiMo-V2-Flash config.json as vLLM's mimo_v2.py reads them
+    # (hybrid_layer_pattern, swa_num_key_value_heads, swa_head_dim, swa_v_head_dim,
+    # sliding_window_size, head_dim, v_head_dim); the sizes here are illustrative.
+    pattern = [0, 1, 1, 1, 1, 1] * 2
+    config = {
+        "architectures": ["MiMoV2FlashForCausalLM"],
+        "model_type": "mimo_v2_flash",
+        "hidden_size": 4096,
+        "num_hidden_layers": len(pattern),
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "head_dim": 192,
+        "v_head_dim": 128,
+        "swa_num_attention_heads": 64,
+        "swa_num_key_value_heads": 8,
+        "swa_head_dim": 192,
+        "swa_v_head_dim": 128,
+        "sliding_window_size": 128,
+        "hybrid_layer_pattern": pattern,
+        "torch_dtype": "bfloat16",
+    }
+    r = compute(
+        load_model_spec(_model_dir(tmp_path, config)), make_deployment(tp=tp, kv_cache_dtype=dtype)
+    )
+    element = 1 if dtype == "fp8" else 2
+    per_token_layer = (8 // tp) * (192 + 128) * element  # K and V pages of unequal width
+    assert r.kv_bytes_per_token_per_rank == 12 * per_token_layer
+    # 2 full + 10 sliding: groups of 2 layers (the smaller kind's count).
+    assert groups(r) == [("full", 2, 16)] + [("sliding", 2, 16)] * 5
+    assert r.pool_block_bytes == 2 * 16 * per_token_layer
