@@ -486,6 +486,19 @@ def parser_for(model_type: str) -> _Parser | None:
     return None if row is None else LAYOUT_PARSERS[row["layout"]](row)
 
 
+def supported_model_types() -> tuple[str, ...]:
+    """The config.json model_type values kvtool size knows the cache layout of."""
+    return tuple(sorted(layout_rows()))
+
+
+def __getattr__(name: str) -> Any:
+    # ``PARSERS`` (model_type -> parser) predates the layout table; callers that list
+    # or dispatch on it keep working, built from the table on first use.
+    if name == "PARSERS":
+        return {model_type: parser_for(model_type) for model_type in supported_model_types()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def spec_from_config(
     raw: Mapping[str, Any],
     *,
@@ -513,7 +526,7 @@ def spec_from_config(
         raise KvtoolError(
             f"{where}: model_type {model_type!r} is not supported by kvtool size (its cache "
             "layout is unknown, so no figure would be trustworthy); supported: "
-            + ", ".join(sorted(layout_rows()))
+            + ", ".join(supported_model_types())
         )
     try:
         attention, states = parser(text)

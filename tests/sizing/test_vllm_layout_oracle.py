@@ -137,3 +137,24 @@ def test_kvtool_matches_vllm_layout(
     assert ours.num_gpu_blocks == theirs["num_blocks"]
     assert ours.gpu_tier_tokens == theirs["capacity_tokens"]
     assert ours.state_page_bytes == theirs["state_page_bytes"]
+
+
+def test_every_layout_row_cites_a_model_file_of_the_vllm_release() -> None:
+    from kvtool.sizing.hf_config import layout_rows
+
+    python = vllm_python()
+    located = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "import importlib.util; print(importlib.util.find_spec('vllm').origin)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    models_dir = Path(located.stdout.strip()).parent / "model_executor" / "models"
+    for model_type, row in layout_rows().items():
+        cited = row["vllm"].split()[0].rstrip(":")
+        assert (models_dir / cited).is_file(), f"{model_type}: {cited} not in {models_dir}"
