@@ -316,3 +316,63 @@ def test_mimo_v2_different_k_and_v_head_sizes_and_sliding_groups(
     # 2 full + 10 sliding: groups of 2 layers (the smaller kind's count).
     assert groups(r) == [("full", 2, 16)] + [("sliding", 2, 16)] * 5
     assert r.pool_block_bytes == 2 * 16 * per_token_layer
+
+
+# 20 query heads: TP 8 does not divide them (vLLM refuses it too), so TP 4 is the wide case.
+@pytest.mark.parametrize(("tp", "dtype"), [(1, "auto"), (4, "auto"), (1, "fp8"), (4, "fp8")])
+def test_glm47_flash_latent_attention(tmp_path: Path, tp: int, dtype: str) -> None:
+    # GLM-4.7-Flash (model_type glm4_moe_lite): the geometry of transformers'
+    # models/glm4_moe_lite/configuration_glm4_moe_lite.py defaults (47 layers, 20 heads,
+    # kv_lora_rank 512, qk_rope_head_dim 64), as zai-org/GLM-4.7-Flash config.json names it.
+    config = {
+        "architectures": ["Glm4MoeLiteForCausalLM"],
+        "model_type": "glm4_moe_lite",
+        "hidden_size": 2048,
+        "num_hidden_layers": 47,
+        "num_attention_heads": 20,
+        "num_key_value_heads": 20,
+        "kv_lora_rank": 512,
+        "q_lora_rank": 768,
+        "qk_nope_head_dim": 192,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 256,
+        "torch_dtype": "bfloat16",
+    }
+    r = compute(
+        load_model_spec(_model_dir(tmp_path, config)), make_deployment(tp=tp, kv_cache_dtype=dtype)
+    )
+    element = 1 if dtype == "fp8" else 2
+    assert r.kv_bytes_per_token_per_rank == 47 * mla_page_bytes(1, 512 + 64, element)
+    assert r.block_size == (64 if dtype == "fp8" else 16)  # FlashMLA for fp8 on Hopper
+    assert r.pool_block_bytes == 47 * mla_page_bytes(r.block_size, 512 + 64, element)
+    from kvtool.errors import KvtoolError
+
+    with pytest.raises(KvtoolError, match="num_attention_heads 20"):
+        compute(load_model_spec(str(tmp_path)), make_deployment(tp=8))
+
+
+@pytest.mark.parametrize(("tp", "dtype"), [(1, "auto"), (8, "auto"), (1, "fp8"), (8, "fp8")])
+def test_qwen3_vl_text_part(tmp_path: Path, tp: int, dtype: str) -> None:
+    # Qwen3-VL: the KV cache is the text model's (text_config, model_type qwen3_vl_text);
+    # geometry of transformers' Qwen3VLTextConfig defaults (checkpoint Qwen/Qwen3-VL-4B-Instruct
+    # docstring): 32 layers, 32 KV heads x 128.
+    config = {
+        "architectures": ["Qwen3VLForConditionalGeneration"],
+        "model_type": "qwen3_vl",
+        "text_config": {
+            "model_type": "qwen3_vl_text",
+            "hidden_size": 4096,
+            "num_hidden_layers": 32,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 32,
+            "head_dim": 128,
+            "torch_dtype": "bfloat16",
+        },
+        "vision_config": {"depth": 27, "hidden_size": 1152},
+    }
+    r = compute(
+        load_model_spec(_model_dir(tmp_path, config)), make_deployment(tp=tp, kv_cache_dtype=dtype)
+    )
+    element = 1 if dtype == "fp8" else 2
+    assert groups(r) == [("full", 32, 16)]
+    assert r.kv_bytes_per_token_per_rank == 32 * kv_page_bytes(1, 32 // tp, 128, element)
