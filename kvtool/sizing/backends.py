@@ -18,7 +18,7 @@ from kvtool.resources import read_table, rules_dir
 
 BACKENDS_FILE = "models/attention_backends.toml"
 
-AttentionFamily = Literal["attention", "mla", "sparse_mla"]
+AttentionFamily = Literal["attention", "mla"]
 
 
 class Backend(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
