@@ -18,7 +18,16 @@ Public API (``kvtool audit`` sizing rules and ``kvtool launch`` call these)::
   ``dcp``, ``kv_cache_dtype``, ``block_size``, ``context_len``, ``sessions``,
   ``host_ram_gib``, ``utilization``, ``cpu_tier_gib``, ``gpu_kv_gib``, ``num_gpu_blocks``,
   load-time assumptions); ``make_deployment`` turns bad values into ``KvtoolError``.
-- ``compute(spec, deployment) -> SizingReport``: every figure, warnings and the arithmetic.
+- ``compute(spec, deployment) -> SizingReport``: every figure, warnings and the arithmetic,
+  including the engine layout vLLM 0.32 builds (``kvtool.sizing.kv_plan``): the attention
+  backend for ``gpu`` (``attention_backend`` overrides), the block size and its reason
+  (``block_size_reason``: pinned, the backend's kernel block, or raised so one attention
+  page covers a padded state page), the KV cache groups and the pool block, so
+  ``num_gpu_blocks`` and ``gpu_tier_tokens`` are vLLM's own numbers. Deployment extras:
+  ``gpu`` (default h200), ``attention_backend``, ``prefix_caching`` (two state pages per
+  sequence), ``max_in_flight_tokens`` (for sliding-window token capacity).
+- ``kvtool.sizing.hf_config.supported_model_types()``: model_type values with a layout row
+  in ``rules/models/layouts.toml``.
 - Pure helpers in :mod:`kvtool.sizing.arithmetic`: ``per_rank_gib``,
   ``total_from_per_rank_gib``, ``kaito_l1_gib``, ``native_tokens``,
   ``native_size_gib_for_tokens``, ``lmcache_tokens``, ``bench_num_prefixes``.

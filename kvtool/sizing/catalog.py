@@ -20,6 +20,7 @@ from kvtool.sizing.hf_config import spec_from_config
 from kvtool.sizing.spec import ModelSpec
 
 CATALOG_FILE = "models/catalog.toml"
+QUANT_CONFIG_FILE = "hf_quant_config.json"
 
 
 class CatalogEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -68,7 +69,16 @@ def load_model_spec(path_or_name: str) -> ModelSpec:
     if path.exists():
         config_path = path / "config.json" if path.is_dir() else path
         config = _read_config(config_path, path)
-        return spec_from_config(config, name=path_or_name, where=str(config_path))
+        # Older ModelOpt checkpoints declare quantization (and KV dtype) beside config.json.
+        quant_path = config_path.with_name(QUANT_CONFIG_FILE)
+        quant = _read_config(quant_path, path) if quant_path.is_file() else None
+        return spec_from_config(
+            config,
+            name=path_or_name,
+            where=str(config_path),
+            quant_config=quant,
+            quant_where=str(quant_path),
+        )
     entry = find_entry(path_or_name)
     if entry is None:
         known = ", ".join(e.name for e in catalog())

@@ -49,7 +49,16 @@ def register(app: typer.Typer) -> None:
             typer.Option("--mamba-ssm-dtype", help="SSM state dtype (default: model dtype)."),
         ] = None,
         block_size: Annotated[
-            int | None, typer.Option("--block-size", help="vLLM block size in tokens.")
+            int | None,
+            typer.Option("--block-size", help="vLLM --block-size when pinned (default: vLLM's)."),
+        ] = None,
+        gpu: Annotated[
+            str,
+            typer.Option("--gpu", help="GPU (h100, h200, b200, ...): picks vLLM's backend."),
+        ] = "h200",
+        attention_backend: Annotated[
+            str | None,
+            typer.Option("--attention-backend", help="vLLM attention backend (default: vLLM's)."),
         ] = None,
         context_len: Annotated[
             int | None,
@@ -139,6 +148,8 @@ def register(app: typer.Typer) -> None:
             nvme_gbps=nvme_gbps,
             prefill_tok_s=prefill_tok_s,
             mla_dedup=not no_mla_dedup,
+            gpu=gpu,
+            attention_backend=attention_backend,
         )
         report = compute(load_model_spec(model), deployment)
         out = Output(output_file=output_file, quiet=quiet, color=color)

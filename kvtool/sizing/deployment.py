@@ -44,6 +44,12 @@ class Deployment(BaseModel):
     nvme_gbps: float | None = Field(default=None, gt=0)
     prefill_tok_s: float | None = Field(default=None, gt=0)
     mla_dedup: bool = True  # native offload keeps one latent copy (CUDA, single node, TP only)
+    gpu: str = "h200"  # decides vLLM's attention backend and so its kernel block size
+    attention_backend: str | None = None  # vLLM --attention-backend; default: vLLM's pick
+    # Tokens scheduled but not yet settled (vLLM: concurrent batches x max_num_batched_tokens);
+    # sliding-window groups reserve for them, so vLLM's logged token capacity needs it.
+    max_in_flight_tokens: int | None = Field(default=None, ge=1)
+    prefix_caching: bool = True  # vLLM's default; hybrids then keep two state pages/sequence
 
     @model_validator(mode="after")
     def _consistent(self) -> Deployment:
@@ -59,6 +65,18 @@ class Deployment(BaseModel):
         for flag, value in (("--dtype", self.dtype), ("--mamba-ssm-dtype", self.mamba_ssm_dtype)):
             if value is not None and value not in MODEL_DTYPE_BYTES:
                 raise ValueError(f"{flag} {value!r} is not one of {', '.join(MODEL_DTYPE_BYTES)}")
+        from kvtool.sizing.backends import backend_table
+
+        table = backend_table()
+        if self.gpu.lower() not in table.gpus:
+            raise ValueError(f"--gpu {self.gpu!r} is not one of {', '.join(table.gpus)}")
+        if self.attention_backend is not None and (
+            self.attention_backend.upper() not in table.backends
+        ):
+            raise ValueError(
+                f"--attention-backend {self.attention_backend!r} is not one of "
+                f"{', '.join(sorted(table.backends))}"
+            )
         return self
 
 

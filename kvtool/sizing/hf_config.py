@@ -1,6 +1,7 @@
 """Parse a Hugging Face ``config.json`` into a :class:`ModelSpec`.
 
-Only architectures whose cache layout kvtool knows are accepted (see ``PARSERS``): an
+Only architectures whose cache layout kvtool knows are accepted (``rules/models/layouts.toml``
+maps each model_type to one of ``LAYOUT_PARSERS``): an
 unknown ``model_type`` is an error that lists the supported ones, never a guess. Every
 missing or malformed field is reported by name together with the file it was read from.
 """
@@ -8,9 +9,12 @@ missing or malformed field is reported by name together with the file it was rea
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from functools import cache
 from typing import Any
 
 from kvtool.errors import KvtoolError
+from kvtool.resources import read_table, rules_dir
+from kvtool.sizing.checkpoint_kv import declared_kv_cache_dtype
 from kvtool.sizing.dtypes import model_dtype_bytes
 from kvtool.sizing.facts import sizing_facts
 from kvtool.sizing.spec import (
@@ -102,7 +106,7 @@ def _attention(
         num_kv_heads=cfg.kv_heads(),
         head_size_k=head,
         head_size_v=head,
-        sliding_window=window if kind is AttentionKind.SLIDING else None,
+        sliding_window=window if kind in (AttentionKind.SLIDING, AttentionKind.CHUNKED) else None,
     )
 
 
@@ -275,47 +279,240 @@ def _ssm_state_dtype(model_type: str, text: _Config) -> str | None:
     return None
 
 
+def _chunked_local(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]:
+    """Llama 4: RoPE layers use chunked local attention, NoPE layers attend globally.
+
+    ``no_rope_layers[i] == 0`` marks a global layer; without the list, every
+    ``no_rope_layer_interval``-th layer (transformers' Llama4TextConfig default 4) is.
+    """
+    layers = cfg.positive_int("num_hidden_layers")
+    flags = cfg.get("no_rope_layers")
+    if not flags:
+        interval = cfg.positive_int("no_rope_layer_interval", default=4)
+        flags = [int((i + 1) % interval != 0) for i in range(layers)]
+    if not isinstance(flags, list) or len(flags) != layers:
+        raise KvtoolError(
+            f"{cfg.where}: field 'no_rope_layers' must list one flag per layer "
+            f"(num_hidden_layers is {layers})"
+        )
+    chunk = cfg.get("attention_chunk_size")
+    local = sum(1 for flag in flags if flag) if chunk else 0
+    groups = []
+    if layers - local:
+        groups.append(_attention(cfg, AttentionKind.FULL, layers - local))
+    if local:
+        size = cfg.positive_int("attention_chunk_size")
+        groups.append(_attention(cfg, AttentionKind.CHUNKED, local, size))
+    return tuple(groups), ()
+
+
+def _per_layer_heads(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]:
+    """Nemotron-NAS (DeciLM): ``block_configs`` gives each layer its own attention.
+
+    A layer's KV heads are ``num_attention_heads // attention.n_heads_in_group``; a layer
+    whose attention is ``no_op`` holds no cache. Layers with equal heads share a group.
+    """
+    blocks = cfg.get("block_configs")
+    if not isinstance(blocks, list) or not blocks:
+        raise KvtoolError(f"{cfg.where}: missing field 'block_configs'")
+    layers = cfg.positive_int("num_hidden_layers", default=len(blocks))
+    if layers != len(blocks):
+        raise KvtoolError(
+            f"{cfg.where}: field 'block_configs' has {len(blocks)} entries but "
+            f"num_hidden_layers is {layers}"
+        )
+    heads = cfg.positive_int("num_attention_heads")
+    per_heads: dict[int, int] = {}
+    for index, block in enumerate(blocks):
+        attention = block.get("attention") if isinstance(block, Mapping) else None
+        if not isinstance(attention, Mapping):
+            raise KvtoolError(f"{cfg.where}: block_configs[{index}] has no 'attention'")
+        if attention.get("no_op"):
+            continue
+        group = attention.get("n_heads_in_group")
+        if isinstance(group, bool) or not isinstance(group, int) or group < 1 or heads % group:
+            raise KvtoolError(
+                f"{cfg.where}: field 'block_configs[{index}].attention.n_heads_in_group' "
+                f"must divide num_attention_heads {heads}, got {group!r}"
+            )
+        per_heads[heads // group] = per_heads.get(heads // group, 0) + 1
+    head = cfg.head_dim()
+    groups = tuple(
+        AttentionGroup(
+            kind=AttentionKind.FULL,
+            num_layers=count,
+            num_kv_heads=kv_heads,
+            head_size_k=head,
+            head_size_v=head,
+        )
+        for kv_heads, count in per_heads.items()
+    )
+    return groups, ()
+
+
+def _gemma4(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]:
+    """Gemma 4: sliding layers and full layers with their own head size and KV heads.
+
+    As transformers' Gemma4TextConfig resolves it (vLLM reads ``per_layer_config``):
+    ``layer_types`` (default: every 6th layer full, the last always full); full layers use
+    ``global_head_dim`` (512 unless given) and, when ``attention_k_eq_v``,
+    ``num_global_key_value_heads``; the last ``num_kv_shared_layers`` layers reuse earlier
+    layers' caches and hold none (gemma4.py ``kv_sharing_target_layer_name``).
+    """
+    layers = cfg.positive_int("num_hidden_layers")
+    types = cfg.layer_types(layers)
+    if types is None:
+        every = cfg.positive_int("sliding_window_pattern", default=6)
+        types = [
+            "sliding_attention" if (i + 1) % every else "full_attention" for i in range(layers)
+        ]
+    types = [*types[:-1], "full_attention"]
+    unknown = sorted(set(types) - {"sliding_attention", "full_attention"})
+    if unknown:
+        raise KvtoolError(f"{cfg.where}: unsupported layer_types {unknown}")
+    shared = cfg.non_negative_int("num_kv_shared_layers")
+    if shared >= layers:
+        raise KvtoolError(
+            f"{cfg.where}: field 'num_kv_shared_layers' {shared} leaves no layer of the "
+            f"{layers} (num_hidden_layers) to hold a cache"
+        )
+    own = types[: layers - shared]
+    head = cfg.head_dim()
+    global_head = cfg.positive_int("global_head_dim", default=512)
+    global_kv = cfg.kv_heads()
+    if cfg.get("attention_k_eq_v"):
+        global_kv = cfg.positive_int("num_global_key_value_heads", default=global_kv)
+    groups = []
+    if own.count("sliding_attention"):
+        groups.append(
+            AttentionGroup(
+                kind=AttentionKind.SLIDING,
+                num_layers=own.count("sliding_attention"),
+                num_kv_heads=cfg.kv_heads(),
+                head_size_k=head,
+                head_size_v=head,
+                sliding_window=cfg.positive_int("sliding_window"),
+            )
+        )
+    groups.append(
+        AttentionGroup(
+            kind=AttentionKind.FULL,
+            num_layers=own.count("full_attention"),
+            num_kv_heads=global_kv,
+            head_size_k=global_head,
+            head_size_v=global_head,
+        )
+    )
+    return tuple(groups), ()
+
+
+def _mimo_v2(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]:
+    """MiMo-V2: ``hybrid_layer_pattern[i] == 1`` marks a sliding layer with its own heads.
+
+    Sliding layers: ``swa_num_key_value_heads`` x (``swa_head_dim`` K + ``swa_v_head_dim`` V),
+    window ``sliding_window_size``; full layers: ``num_key_value_heads`` x (``head_dim`` K +
+    ``v_head_dim`` V). V defaults to the K head size (mimo_v2.py MiMoV2Attention).
+    """
+    layers = cfg.positive_int("num_hidden_layers")
+    pattern = cfg.get("hybrid_layer_pattern")
+    if not isinstance(pattern, list) or len(pattern) != layers:
+        raise KvtoolError(
+            f"{cfg.where}: field 'hybrid_layer_pattern' must list one 0/1 per layer "
+            f"(num_hidden_layers is {layers})"
+        )
+    sliding = sum(1 for flag in pattern if flag == 1)
+    groups = []
+    if layers - sliding:
+        head = cfg.positive_int("head_dim")
+        groups.append(
+            AttentionGroup(
+                kind=AttentionKind.FULL,
+                num_layers=layers - sliding,
+                num_kv_heads=cfg.kv_heads(),
+                head_size_k=head,
+                head_size_v=cfg.positive_int("v_head_dim", default=head),
+            )
+        )
+    if sliding:
+        head = cfg.positive_int("swa_head_dim")
+        groups.append(
+            AttentionGroup(
+                kind=AttentionKind.SLIDING,
+                num_layers=sliding,
+                num_kv_heads=cfg.positive_int("swa_num_key_value_heads"),
+                head_size_k=head,
+                head_size_v=cfg.positive_int("swa_v_head_dim", default=head),
+                sliding_window=cfg.positive_int("sliding_window_size"),
+            )
+        )
+    return tuple(groups), ()
+
+
 _Parser = Callable[[_Config], tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]]
 
-PARSERS: dict[str, _Parser] = {
-    **dict.fromkeys(
-        (
-            "llama",
-            "mistral",
-            "mixtral",
-            "qwen2",
-            "qwen2_moe",
-            "qwen3",
-            "qwen3_moe",
-            "gemma",
-            "granite",
-            "granitemoe",
-            "olmo2",
-            "phi3",
-        ),
-        _dense,
-    ),
-    "gemma2": _interleaved(2),
-    "gemma3": _interleaved(6),
-    "gemma3_text": _interleaved(6),
-    "gpt_oss": _interleaved(2),
-    **dict.fromkeys(("deepseek_v2", "deepseek_v3", "kimi_k2"), _mla),
-    "jamba": _jamba,
-    "nemotron_h": _nemotron_h,
-    "granitemoehybrid": _granite_hybrid,
-    **dict.fromkeys(
-        ("qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"),
-        _gated_deltanet,
-    ),
+# One parser per cache layout; rules/models/layouts.toml maps each model_type to one.
+LAYOUT_PARSERS: dict[str, Callable[[Mapping[str, Any]], _Parser]] = {
+    "dense": lambda row: _dense,
+    "interleaved_sliding": lambda row: _interleaved(int(row["global_every"])),
+    "chunked_local": lambda row: _chunked_local,
+    "per_layer_heads": lambda row: _per_layer_heads,
+    "gemma4": lambda row: _gemma4,
+    "mimo_v2": lambda row: _mimo_v2,
+    "mla": lambda row: _mla,
+    "jamba": lambda row: _jamba,
+    "nemotron_h": lambda row: _nemotron_h,
+    "granite_hybrid": lambda row: _granite_hybrid,
+    "gated_deltanet": lambda row: _gated_deltanet,
 }
+
+LAYOUTS_FILE = "models/layouts.toml"
+
+
+@cache
+def layout_rows() -> dict[str, dict[str, Any]]:
+    """model_type -> its row in ``rules/models/layouts.toml``."""
+    rows: dict[str, dict[str, Any]] = read_table(rules_dir() / LAYOUTS_FILE)["layouts"]
+    for model_type, row in rows.items():
+        if row.get("layout") not in LAYOUT_PARSERS or not row.get("vllm"):
+            raise KvtoolError(
+                f"{rules_dir() / LAYOUTS_FILE}: model_type {model_type!r} needs a 'layout' "
+                f"(one of {', '.join(LAYOUT_PARSERS)}) and a 'vllm' citation"
+            )
+    return rows
+
+
+def parser_for(model_type: str) -> _Parser | None:
+    row = layout_rows().get(model_type)
+    return None if row is None else LAYOUT_PARSERS[row["layout"]](row)
+
+
+def supported_model_types() -> tuple[str, ...]:
+    """The config.json model_type values kvtool size knows the cache layout of."""
+    return tuple(sorted(layout_rows()))
+
+
+def __getattr__(name: str) -> Any:
+    # ``PARSERS`` (model_type -> parser) predates the layout table; callers that list
+    # or dispatch on it keep working, built from the table on first use.
+    if name == "PARSERS":
+        return {model_type: parser_for(model_type) for model_type in supported_model_types()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def spec_from_config(
-    raw: Mapping[str, Any], *, name: str, where: str, source: str | None = None
+    raw: Mapping[str, Any],
+    *,
+    name: str,
+    where: str,
+    source: str | None = None,
+    quant_config: Mapping[str, Any] | None = None,
+    quant_where: str | None = None,
 ) -> ModelSpec:
     """Build a :class:`ModelSpec` from a config.json mapping read from ``where``.
 
     ``source`` cites where the values come from when ``where`` is not itself the file.
+    ``quant_config`` is a separate ``hf_quant_config.json`` (read from ``quant_where``),
+    used when the config has no ``quantization_config``, as vLLM does.
     """
     if not isinstance(raw, Mapping):
         raise KvtoolError(f"{where}: expected a JSON object at the top level")
@@ -324,12 +521,12 @@ def spec_from_config(
     model_type = text.get("model_type") or raw.get("model_type")
     if not isinstance(model_type, str):
         raise KvtoolError(f"{where}: missing field 'model_type'")
-    parser = PARSERS.get(model_type)
+    parser = parser_for(model_type)
     if parser is None:
         raise KvtoolError(
             f"{where}: model_type {model_type!r} is not supported by kvtool size (its cache "
             "layout is unknown, so no figure would be trustworthy); supported: "
-            + ", ".join(sorted(PARSERS))
+            + ", ".join(supported_model_types())
         )
     try:
         attention, states = parser(text)
@@ -346,7 +543,7 @@ def spec_from_config(
             f"config names no dtype: assumed {FALLBACK_DTYPE} (override with --dtype)"
         )
     model_dtype_bytes(str(dtype), f"{where}: field 'torch_dtype'")
-    if attention and attention[0].kind is not AttentionKind.MLA:
+    if attention and attention[0].kind is not AttentionKind.MLA and not text.has("block_configs"):
         if not text.has("head_dim"):
             assumptions.append("head_dim derived as hidden_size / num_attention_heads")
         if not text.has("num_key_value_heads"):
@@ -360,6 +557,10 @@ def spec_from_config(
     if ssm_dtype is not None:
         assumptions.append(f"SSM state dtype {ssm_dtype}, as vLLM picks for {model_type}")
     max_len = text.get("max_position_embeddings")
+    quant, quant_file = raw.get("quantization_config"), where
+    if quant is None and quant_config is not None:
+        quant, quant_file = quant_config, quant_where or where
+    declared = declared_kv_cache_dtype(quant)
     return ModelSpec(
         name=name,
         origin=where,
@@ -372,5 +573,7 @@ def spec_from_config(
         states=states,
         ssm_state_dtype=ssm_dtype,
         max_position_embeddings=max_len if isinstance(max_len, int) else None,
+        checkpoint_kv_cache_dtype=declared[0] if declared else None,
+        checkpoint_kv_cache_source=f"{quant_file}: {declared[1]}" if declared else None,
         assumptions=tuple(assumptions),
     )

@@ -53,12 +53,20 @@ def _bench_range(r: SizingReport) -> str:
     return f"{r.bench_num_prefixes_min}..{r.bench_num_prefixes_max} at prefix {r.bench_prefix_len}"
 
 
+def _groups(r: SizingReport) -> str:
+    return ", ".join(
+        f"{g.kind} x{g.layers}" + (f" block {g.block_size}" if g.block_size != r.block_size else "")
+        for g in r.kv_cache_groups
+    )
+
+
 def render_text(report: SizingReport, console: Console, explain: bool) -> None:
     """The table, then warnings and assumptions; ``explain`` adds the arithmetic."""
     r = report
     title = (
         f"{r.model} ({r.architecture}, {r.architecture_class}) - tp {r.tp}, pp {r.pp}, "
-        f"dcp {r.dcp}, kv {r.kv_cache_dtype} ({r.kv_dtype_bytes} B), block {r.block_size}"
+        f"dcp {r.dcp}, kv {r.kv_cache_dtype_resolved} ({r.kv_dtype_bytes} B), "
+        f"block {r.block_size}, {r.gpu} {r.attention_backend}"
     )
     # The title is its own line: a table title wraps at the table's width.
     console.print(f"[bold]{escape(title)}[/bold]", soft_wrap=True)
@@ -73,12 +81,16 @@ def render_text(report: SizingReport, console: Console, explain: bool) -> None:
             _bytes(r.kv_bytes_per_token_all_ranks),
         ),
         ("bytes per block per rank", _bytes(r.bytes_per_block)),
+        (f"KV cache groups ({len(r.kv_cache_groups)})", _groups(r)),
+        ("pool block (one group's pages) per rank", _bytes(r.pool_block_bytes)),
+        ("GPU blocks (as vLLM logs num_gpu_blocks)", _count(r.num_gpu_blocks)),
     ]
     if r.kv_bytes_per_token_full_attention_only != r.kv_bytes_per_token:
         full_only = _bytes(r.kv_bytes_per_token_full_attention_only)
         rows.append(("KV bytes/token, full-attention layers only", full_only))
     if r.state_bytes_per_sequence:
         rows += [
+            ("state page per layer per rank, padded", _bytes(r.state_page_padded_bytes)),
             ("recurrent state per sequence, all ranks", _bytes(r.state_bytes_per_sequence)),
             ("amortised bytes/token per rank", _bytes(r.amortised_bytes_per_token_per_rank)),
         ]
@@ -126,6 +138,7 @@ def render_text(report: SizingReport, console: Console, explain: bool) -> None:
         else:
             table.add_row(*row)
     console.print(table)
+    console.print(f"block size {r.block_size}: {escape(r.block_size_reason)}", soft_wrap=True)
     if explain:
         console.print("[bold]Arithmetic[/bold]")
         for line in r.explain:

@@ -7,15 +7,23 @@ it, so ``--explain`` shows the computation that produced the table, not a second
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 from kvtool.errors import KvtoolError
 from kvtool.sizing import arithmetic as ar
 from kvtool.sizing.deployment import Deployment
-from kvtool.sizing.dtypes import kv_dtype_bytes, model_dtype_bytes
+from kvtool.sizing.dtypes import model_dtype_bytes
 from kvtool.sizing.facts import SizingFacts, sizing_facts
-from kvtool.sizing.results import ExplainLine, Number, SizingReport, SizingWarning
+from kvtool.sizing.kv_groups import KvGroup
+from kvtool.sizing.kv_plan import KvPlan, plan_kv_cache
+from kvtool.sizing.results import (
+    ExplainLine,
+    KvCacheGroupRow,
+    Number,
+    SizingReport,
+    SizingWarning,
+)
 from kvtool.sizing.spec import AttentionKind, ModelSpec
 
 __all__ = ["ExplainLine", "SizingReport", "SizingWarning", "compute"]
@@ -72,6 +80,7 @@ class _CacheBytes:
     state_rank: int  # one TP rank, all state layers
     state_rank_stage: int  # one worker (PP stage)
     state_all: int
+    state_all_unpadded: int  # state_all before vLLM pads each state page to the block
 
 
 def _check_parallelism(spec: ModelSpec, dep: Deployment) -> None:
@@ -108,10 +117,12 @@ def _attention_bytes(spec: ModelSpec, dep: Deployment, b: int, t: _Trace) -> tup
         per_layer_logical = g.logical_elements_per_token_per_layer() * b
         logical += g.num_layers * per_layer_logical
         tp_rank += g.num_layers * g.elements_per_token_per_layer(tp) * b
-        if g.kind is not AttentionKind.SLIDING:
+        if not g.is_local:
             full_logical += g.num_layers * per_layer_logical
         if g.kind is AttentionKind.MLA:
             shape = f"(kv_lora_rank + qk_rope_head_dim = {g.head_size_k}) x {b}"
+        elif g.head_size_k != g.head_size_v:
+            shape = f"{g.num_kv_heads} kv heads x ({g.head_size_k} K + {g.head_size_v} V) x {b}"
         else:
             shape = f"2 x {g.num_kv_heads} kv heads x {g.head_size_k} head_dim x {b}"
         window = f"  (window {g.sliding_window})" if g.sliding_window else ""
@@ -188,6 +199,57 @@ def _cache_bytes(spec: ModelSpec, dep: Deployment, b: int, dtype: str, t: _Trace
         state_rank=state_rank,
         state_rank_stage=state_rank // pp,
         state_all=state_rank * tp,
+        state_all_unpadded=state_rank * tp,
+    )
+
+
+def _state_page(plan: KvPlan) -> int:
+    return max((p.state_bytes for p in plan.pages if p.kind == "state"), default=0)
+
+
+def _state_page_padded(plan: KvPlan) -> int:
+    return plan.block.state_page_padded_bytes or _state_page(plan)
+
+
+def _with_padded_state(
+    cache: _CacheBytes, spec: ModelSpec, dep: Deployment, plan: KvPlan, t: _Trace
+) -> _CacheBytes:
+    """State bytes as vLLM allocates them: every state page padded to one attention page."""
+    padded = plan.block.state_page_padded_bytes
+    if not padded or padded == plan.block.state_page_bytes:
+        return cache
+    rank = spec.state_layers * padded
+    t.explain(
+        "state page padded to one attention page",
+        f"{plan.block.state_page_bytes:,} B -> {padded:,} B per layer; x {spec.state_layers} "
+        "layers per rank",
+        rank,
+    )
+    return replace(cache, state_rank_stage=rank // dep.pp, state_all=rank * dep.tp)
+
+
+def _group_row(group: KvGroup) -> KvCacheGroupRow:
+    return KvCacheGroupRow(
+        kind=group.kind,
+        layers=group.layers,
+        layer_slots=group.slots,
+        block_size=group.block_size,
+        page_bytes=group.page_bytes,
+        window=group.window,
+    )
+
+
+def _explain_pool(plan: KvPlan, t: _Trace) -> None:
+    pool = plan.pool
+    kinds = ", ".join(
+        f"{g.kind} x{g.layers}"
+        + (f" (block {g.block_size})" if g.block_size != plan.block.block_size else "")
+        for g in pool.groups
+    )
+    t.explain(
+        f"KV cache groups ({len(pool.groups)})",
+        kinds,
+        f"pool block {pool.pool_block_bytes:,} B",
     )
 
 
@@ -355,24 +417,49 @@ class _GpuTier:
 
 def _gpu_tier_and_bench(
     dep: Deployment,
-    bytes_per_block: Fraction,
-    block: int,
+    plan: KvPlan,
     context: int | None,
     cpu_tokens: int | None,
     facts: SizingFacts,
     t: _Trace,
 ) -> _GpuTier:
-    """GPU tier tokens and the prefix-repetition benchmark range (F7)."""
+    """GPU tier blocks and tokens as vLLM logs them, and the benchmark range (F7).
+
+    One block of vLLM's pool is one KV cache group's pages, so ``--num-gpu-blocks`` is
+    read as vLLM's own number; tokens are vLLM's logged capacity (a max-length request
+    takes blocks in every group) when that needs no scheduler figure, else blocks x block.
+    """
+    block = plan.block.block_size
+    pool = plan.pool
     blocks = dep.num_gpu_blocks
     if blocks is None and dep.gpu_kv_gib is not None:
-        blocks = int(Fraction(round(dep.gpu_kv_gib * facts.gib_bytes)) // bytes_per_block)
+        blocks = pool.num_blocks(round(dep.gpu_kv_gib * facts.gib_bytes))
         t.explain(
-            "GPU blocks", f"floor({dep.gpu_kv_gib:g} GiB x 2^30 / {_fmt(bytes_per_block)})", blocks
+            "GPU blocks",
+            f"floor({dep.gpu_kv_gib:g} GiB x 2^30 / pool block {pool.pool_block_bytes:,})",
+            blocks,
         )
     if blocks is None:
         return _GpuTier(None, None, None, None, None)
-    tokens = blocks * block
-    t.explain("GPU tier tokens", f"{blocks:,} blocks x {block}", tokens)
+    capacity = None
+    if context is not None:
+        capacity = pool.token_capacity(blocks, context, dep.max_in_flight_tokens, plan.mamba_align)
+    if capacity is not None:
+        tokens = capacity
+        t.explain(
+            "GPU tier tokens (vLLM's KV cache size)",
+            f"{blocks:,} blocks / blocks per {context:,}-token request over "
+            f"{len(pool.groups)} group(s) x {context:,}",
+            tokens,
+        )
+    else:
+        tokens = blocks * block
+        t.explain(
+            "GPU tier tokens",
+            f"{blocks:,} blocks x {block} (vLLM's logged capacity also needs the context "
+            "length and, with sliding windows, the in-flight tokens)",
+            tokens,
+        )
     prefix_len = dep.prefix_len or context
     if cpu_tokens is None or prefix_len is None:
         return _GpuTier(blocks, tokens, None, None, None)
@@ -465,30 +552,29 @@ def compute(spec: ModelSpec, dep: Deployment, facts: SizingFacts | None = None) 
     _check_parallelism(spec, dep)
     t = _Trace(assumptions=list(spec.assumptions))
 
-    model_dtype = dep.dtype or spec.dtype
-    b = kv_dtype_bytes(dep.kv_cache_dtype, model_dtype)
-    t.explain("KV element bytes", f"--kv-cache-dtype {dep.kv_cache_dtype} ({model_dtype} model)", b)
-    block = dep.block_size or facts.default_block_size
-    if dep.block_size is None:
-        t.assumptions.append(f"block size {block} (vLLM default; pass --block-size)")
+    plan = plan_kv_cache(spec, dep, facts)
+    t.assumptions.extend(plan.notes)
+    model_dtype, b, block = plan.model_dtype, plan.kv_bytes, plan.block.block_size
+    t.explain(
+        "KV element bytes",
+        f"--kv-cache-dtype {dep.kv_cache_dtype} -> {plan.kv_cache_dtype} ({model_dtype} model)",
+        b,
+    )
+    t.explain("attention backend", f"--gpu {dep.gpu}", plan.backend.name)
+    t.explain("block size", plan.block.reason, block)
     context = dep.context_len or spec.max_position_embeddings
     if dep.context_len is None and context is not None:
         t.assumptions.append(f"context length {context} = max_position_embeddings (--context-len)")
 
     cache = _cache_bytes(spec, dep, b, model_dtype, t)
+    cache = _with_padded_state(cache, spec, dep, plan, t)
     amortised = None
     if spec.states:
         amortised = float(cache.per_rank) + cache.state_rank_stage / block
         t.explain(
             "amortised bytes per token per rank",
-            f"{_fmt(cache.per_rank)} + {cache.state_rank_stage:,} / block {block}",
+            f"{_fmt(cache.per_rank)} + {cache.state_rank_stage:,} padded state / block {block}",
             amortised,
-        )
-        t.warn(
-            "hybrid-block-size",
-            "vLLM picks a larger unified block size for attention+state hybrids and pads "
-            "pages; pass the block size from the vLLM log with --block-size, and use an "
-            "LMCache chunk that is a multiple of it",
         )
     bytes_per_block = cache.per_rank * block
     t.explain(
@@ -496,6 +582,7 @@ def compute(spec: ModelSpec, dep: Deployment, facts: SizingFacts | None = None) 
         f"block {block} x {_fmt(cache.per_rank)}",
         bytes_per_block,
     )
+    _explain_pool(plan, t)
 
     util = dep.utilization if dep.utilization is not None else facts.kaito_default_utilization
     if dep.utilization is None and dep.host_ram_gib is not None:
@@ -511,7 +598,7 @@ def compute(spec: ModelSpec, dep: Deployment, facts: SizingFacts | None = None) 
             f"{per_rank_gib:g}; {lmcache_inproc_gib:g} GiB",
         )
     lmc = _lmcache_tier(spec, dep, cache, block, cpu.size_gib, util, facts, t)
-    gpu = _gpu_tier_and_bench(dep, bytes_per_block, block, context, cpu.tokens, facts, t)
+    gpu = _gpu_tier_and_bench(dep, plan, context, cpu.tokens, facts, t)
 
     pcie = dep.pcie_gbps or facts.pcie_effective_gbps
     nvme = dep.nvme_gbps or facts.nvme_read_gbps
@@ -532,8 +619,18 @@ def compute(spec: ModelSpec, dep: Deployment, facts: SizingFacts | None = None) 
         pp=dep.pp,
         dcp=dep.dcp,
         kv_cache_dtype=dep.kv_cache_dtype,
+        kv_cache_dtype_resolved=plan.kv_cache_dtype,
         kv_dtype_bytes=b,
+        model_dtype=model_dtype,
+        gpu=dep.gpu,
+        attention_backend=plan.backend.name,
         block_size=block,
+        block_size_reason=plan.block.reason,
+        kv_cache_groups=tuple(_group_row(g) for g in plan.pool.groups),
+        pool_block_bytes=plan.pool.pool_block_bytes,
+        state_page_bytes=plan.block.state_page_bytes or _state_page(plan),
+        state_page_padded_bytes=_state_page_padded(plan),
+        state_pages_per_sequence=(2 if plan.mamba_align else 1) if spec.states else 0,
         context_len=context,
         kv_bytes_per_token=cache.logical,
         kv_bytes_per_token_per_rank=_num(cache.per_rank),
@@ -543,7 +640,8 @@ def compute(spec: ModelSpec, dep: Deployment, facts: SizingFacts | None = None) 
         kv_bytes_per_token_stored_native=cache.stored,
         bytes_per_block=_num(bytes_per_block),
         state_bytes_per_sequence_per_rank=cache.state_rank,
-        state_bytes_per_sequence=cache.state_all,
+        state_bytes_per_sequence=cache.state_all_unpadded,
+        state_bytes_allocated_per_sequence=cache.state_all,
         amortised_bytes_per_token_per_rank=amortised,
         request_bytes_per_rank=req.bytes_per_rank,
         request_bytes_stored=req.bytes_stored,

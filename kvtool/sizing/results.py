@@ -24,6 +24,23 @@ class SizingWarning(BaseModel):
     message: str
 
 
+class KvCacheGroupRow(BaseModel):
+    """One vLLM KV cache group on one worker: its layers share a block table.
+
+    ``layer_slots`` is the group size vLLM lays pages out for (a short group is padded);
+    ``page_bytes`` is one layer's page, padded as vLLM allocates it.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: str
+    layers: int
+    layer_slots: int
+    block_size: int
+    page_bytes: int
+    window: int | None
+
+
 class SizingReport(BaseModel):
     """The figures for one model on one deployment. ``None`` = an input it needs was not given.
 
@@ -42,8 +59,15 @@ class SizingReport(BaseModel):
     pp: int
     dcp: int
     kv_cache_dtype: str
+    kv_cache_dtype_resolved: str
     kv_dtype_bytes: int
+    model_dtype: str
+    gpu: str
+    attention_backend: str
     block_size: int
+    block_size_reason: str
+    kv_cache_groups: tuple[KvCacheGroupRow, ...]
+    pool_block_bytes: int  # one block of vLLM's shared pool: the largest group's pages
     context_len: int | None
 
     kv_bytes_per_token: int
@@ -54,7 +78,11 @@ class SizingReport(BaseModel):
     kv_bytes_per_token_stored_native: int
     bytes_per_block: Number
     state_bytes_per_sequence_per_rank: int
-    state_bytes_per_sequence: int
+    state_bytes_per_sequence: int  # unpadded recurrent state, all ranks
+    state_bytes_allocated_per_sequence: int  # padded state pages, all ranks (one snapshot)
+    state_page_bytes: int  # one state layer's page on one rank, unpadded
+    state_page_padded_bytes: int  # as vLLM allocates it (one attention page)
+    state_pages_per_sequence: int  # 2 with prefix caching (mamba_cache_mode align), else 1
     amortised_bytes_per_token_per_rank: float | None
     request_bytes_per_rank: Number | None
     request_bytes_stored: int | None

@@ -16,6 +16,7 @@ import msgspec
 class AttentionKind(str, Enum):
     FULL = "full"
     SLIDING = "sliding"
+    CHUNKED = "chunked"  # chunked local attention (Llama 4): a window that restarts per chunk
     MLA = "mla"
 
 
@@ -47,7 +48,8 @@ class AttentionGroup(_Frozen, frozen=True, kw_only=True):
     """``num_layers`` attention layers with the same cache geometry.
 
     Invariant: MLA groups have ``num_kv_heads == 1`` and ``head_size_v == 0`` (one latent
-    vector per token, replicated on every TP rank); sliding groups have a window.
+    vector per token, replicated on every TP rank); sliding groups have a window, and
+    chunked-local groups carry their ``attention_chunk_size`` in ``sliding_window``.
     """
 
     MINIMUMS: ClassVar[dict[str, int]] = {
@@ -64,6 +66,11 @@ class AttentionGroup(_Frozen, frozen=True, kw_only=True):
     head_size_k: int
     head_size_v: int
     sliding_window: int | None = None
+
+    @property
+    def is_local(self) -> bool:
+        """The layer attends to a bounded window, not the whole sequence."""
+        return self.kind in (AttentionKind.SLIDING, AttentionKind.CHUNKED)
 
     def kv_heads_per_rank(self, tp: int) -> int:
         """KV heads one TP rank holds: a shard, or one replicated head when heads < TP."""
@@ -207,6 +214,10 @@ class ModelSpec(_Frozen, frozen=True, kw_only=True):
     # SSM state dtype vLLM picks when --mamba-ssm-cache-dtype is "auto"; None = model dtype.
     ssm_state_dtype: str | None = None
     max_position_embeddings: int | None = None
+    # KV cache dtype the checkpoint declares (vLLM's --kv-cache-dtype auto uses it), and
+    # the file and field it was read from.
+    checkpoint_kv_cache_dtype: str | None = None
+    checkpoint_kv_cache_source: str | None = None
     assumptions: tuple[str, ...] = ()  # defaults kvtool filled in, said out loud
 
     @property
@@ -219,7 +230,8 @@ class ModelSpec(_Frozen, frozen=True, kw_only=True):
 
     @property
     def has_sliding_window(self) -> bool:
-        return any(g.kind is AttentionKind.SLIDING for g in self.attention)
+        """Some layers keep only a local window (sliding or chunked-local attention)."""
+        return any(g.is_local for g in self.attention)
 
     @property
     def attention_layers(self) -> int:

@@ -1,0 +1,73 @@
+"""The KV block size vLLM 0.32 runs with, and why (``Platform.update_block_size_for_backend``).
+
+Three steps, as vLLM takes them (``platforms/interface.py``):
+
+1. ``--block-size`` when given; else the attention backend's preferred block: the
+   default 16 when its kernel accepts it, else its smallest kernel block (FlashMLA: 64).
+2. Attention + state hybrids: the block grows, in steps of the backend's kernel block
+   (at least 128 for MLA hybrids), until one layer's attention page covers one state
+   page; the state page is then padded to exactly that size. This step overrides a
+   pinned ``--block-size`` that is too small, as vLLM does.
+3. Nothing else: mixed page sizes among attention layers are reconciled later, per
+   KV cache group (:mod:`kvtool.sizing.kv_groups`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvtool.sizing.backends import Backend
+from kvtool.sizing.layer_pages import LayerPages
+
+
+@dataclass(frozen=True)
+class BlockChoice:
+    """The block size, the reason in words, and the padded state page (0 without state)."""
+
+    block_size: int
+    reason: str
+    state_page_bytes: int = 0  # one layer's unpadded state page on one rank
+    state_page_padded_bytes: int = 0  # what vLLM allocates per state page
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def choose_block_size(
+    pages: tuple[LayerPages, ...],
+    backend: Backend,
+    pinned: int | None,
+    default_block_size: int,
+    mla: bool,
+) -> BlockChoice:
+    """vLLM's block size for these layers on ``backend`` (``pinned`` = ``--block-size``)."""
+    if pinned is not None:
+        block, reason = pinned, f"--block-size {pinned}"
+    else:
+        block = backend.preferred_block(default_block_size)
+        reason = (
+            f"vLLM default {default_block_size}, accepted by {backend.name}"
+            if block == default_block_size
+            else f"{backend.name} kernels take blocks of {block}"
+        )
+    states = [p.state_bytes for p in pages if p.kind == "state"]
+    attention = [p.bytes_per_token for p in pages if p.kind != "state"]
+    if not states or not attention:
+        return BlockChoice(block, reason)
+    state_page = max(states)
+    attn_page_1 = attention[0]  # vLLM sizes it from the model's one head count and size
+    alignment = max(backend.smallest_kernel_block, block)
+    if mla:
+        alignment = max(alignment, 128)
+    needed = alignment * _cdiv(state_page, alignment * attn_page_1)
+    needed = backend.smallest_kernel_block * _cdiv(needed, backend.smallest_kernel_block)
+    if block < needed:
+        reason = (
+            f"raised from {block} ({reason}) to {needed} so that one attention page "
+            f"({attn_page_1:,} B/token) covers one state page ({state_page:,} B), "
+            f"in steps of {alignment}"
+        )
+        block = needed
+    # block >= needed, so the attention page always covers the state page here.
+    return BlockChoice(block, reason, state_page, block * attn_page_1)

@@ -1,0 +1,96 @@
+"""How vLLM 0.32 lays out one worker's KV cache for a model: dtypes, backend, block, groups.
+
+:func:`plan_kv_cache` strings the steps together in vLLM's order: resolve the model and
+KV dtypes (``auto``), pick the attention backend for the GPU, choose the block size
+(:mod:`kvtool.sizing.block_size`), then build the KV cache groups and the pool block
+(:mod:`kvtool.sizing.kv_groups`). ``kvtool size``, ``kvtool launch`` and the audit's
+sizing rules all reach this through :func:`kvtool.sizing.compute`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvtool.sizing.backends import AttentionFamily, Backend, backend_by_name, select_backend
+from kvtool.sizing.block_size import BlockChoice, choose_block_size
+from kvtool.sizing.deployment import Deployment
+from kvtool.sizing.dtypes import kv_dtype_bytes
+from kvtool.sizing.facts import SizingFacts
+from kvtool.sizing.kv_groups import KvPool, build_pool
+from kvtool.sizing.layer_pages import LayerPages, layer_pages
+from kvtool.sizing.spec import ModelSpec
+
+# vLLM's "auto" model dtype on CUDA downcasts a float32 checkpoint to the platform's first
+# supported dtype, bfloat16 (config/model.py _resolve_auto_dtype; platforms/cuda.py).
+FLOAT32_NAMES = ("float32", "fp32", "float")
+CUDA_PREFERRED_DTYPE = "bfloat16"
+
+
+@dataclass(frozen=True)
+class KvPlan:
+    model_dtype: str
+    kv_cache_dtype: str  # resolved: "auto" only when it means the model dtype
+    kv_bytes: int
+    backend: Backend
+    pages: tuple[LayerPages, ...]
+    block: BlockChoice
+    pool: KvPool
+    mamba_align: bool  # prefix caching keeps up to two state pages per running sequence
+    notes: tuple[str, ...]  # what was resolved, for the assumptions list
+
+
+def resolve_model_dtype(spec: ModelSpec, dep: Deployment) -> tuple[str, str | None]:
+    """The dtype vLLM runs the model in, and a note when it differs from the config's."""
+    if dep.dtype is not None:
+        return dep.dtype, None
+    if spec.dtype.lower() in FLOAT32_NAMES:
+        return CUDA_PREFERRED_DTYPE, (
+            f"config dtype {spec.dtype}: vLLM's --dtype auto runs it in "
+            f"{CUDA_PREFERRED_DTYPE} on CUDA (float32 checkpoints are downcast)"
+        )
+    return spec.dtype, None
+
+
+def resolve_kv_cache_dtype(spec: ModelSpec, dep: Deployment) -> tuple[str, str | None]:
+    """``--kv-cache-dtype`` with ``auto`` resolved the way vLLM 0.32 resolves it."""
+    if dep.kv_cache_dtype != "auto" or spec.checkpoint_kv_cache_dtype is None:
+        return dep.kv_cache_dtype, None
+    return spec.checkpoint_kv_cache_dtype, (
+        f"--kv-cache-dtype auto is {spec.checkpoint_kv_cache_dtype}: the checkpoint "
+        f"declares its KV cache quantization ({spec.checkpoint_kv_cache_source})"
+    )
+
+
+def attention_family(spec: ModelSpec) -> AttentionFamily:
+    return "mla" if spec.is_mla else "attention"
+
+
+def plan_kv_cache(spec: ModelSpec, dep: Deployment, facts: SizingFacts) -> KvPlan:
+    notes: list[str] = []
+    model_dtype, note = resolve_model_dtype(spec, dep)
+    notes += [note] if note else []
+    kv_dtype, note = resolve_kv_cache_dtype(spec, dep)
+    notes += [note] if note else []
+    kv_bytes = kv_dtype_bytes(kv_dtype, model_dtype)
+    if dep.attention_backend is not None:
+        backend = backend_by_name(dep.attention_backend)
+    else:
+        backend = select_backend(dep.gpu, attention_family(spec), kv_dtype)
+    ssm_dtype = dep.mamba_ssm_dtype or spec.ssm_state_dtype or model_dtype
+    pages = layer_pages(spec, dep.tp, dep.pp, kv_bytes, model_dtype, ssm_dtype)
+    block = choose_block_size(pages, backend, dep.block_size, facts.default_block_size, spec.is_mla)
+    state_page = block.state_page_padded_bytes or max(
+        (p.state_bytes for p in pages if p.kind == "state"), default=0
+    )
+    pool = build_pool(pages, block.block_size, state_page)
+    return KvPlan(
+        model_dtype=model_dtype,
+        kv_cache_dtype=kv_dtype,
+        kv_bytes=kv_bytes,
+        backend=backend,
+        pages=pages,
+        block=block,
+        pool=pool,
+        mamba_align=dep.prefix_caching,
+        notes=tuple(notes),
+    )

@@ -1,0 +1,378 @@
+"""Goldens for the block-level figures vLLM 0.32 decides: backend block, groups, pool, dtypes.
+
+Configs are the cited catalog entries (``rules/models/catalog.toml``) or real config.json
+shapes written here with their source. Each expected value is derived in the test from
+the rule vLLM applies (cited), with bytes from ``tests/sizing/cache_tensors.py``; the
+oracle test (``test_vllm_layout_oracle.py``) checks the same figures against vLLM itself.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvtool.sizing import SizingReport, compute, load_model_spec, make_deployment
+from kvtool.sizing.backends import backend_table
+from tests.sizing.cache_tensors import kv_page_bytes, mla_page_bytes
+
+GIB = 1 << 30
+
+
+def report(model: str, **deployment: Any) -> SizingReport:
+    return compute(load_model_spec(model), make_deployment(**deployment))
+
+
+def groups(r: SizingReport) -> list[tuple[str, int, int]]:
+    return sorted((g.kind, g.layers, g.block_size) for g in r.kv_cache_groups)
+
+
+@pytest.mark.parametrize("tp", [1, 8])
+def test_mla_fp8_on_hopper_runs_flashmla_with_64_token_blocks(tp: int) -> None:
+    # vLLM 0.32 platforms/cuda.py: on SM90 FLASH_ATTN_MLA comes first but takes no fp8 KV;
+    # FLASHMLA (mla/flashmla.py) only takes 64-token kernel blocks.
+    fp8 = report("deepseek-v3", tp=tp, kv_cache_dtype="fp8")
+    assert (fp8.attention_backend, fp8.block_size) == ("FLASHMLA", 64)
+    assert fp8.pool_block_bytes == 61 * mla_page_bytes(64, 512 + 64, 1)
+    bf16 = report("deepseek-v3", tp=tp)
+    assert (bf16.attention_backend, bf16.block_size) == ("FLASH_ATTN_MLA", 16)
+    # Blackwell: FLASHINFER_MLA first, kernel blocks 32 or 64, so the smallest, 32.
+    b200 = report("deepseek-v3", tp=tp, gpu="b200", kv_cache_dtype="fp8")
+    assert (b200.attention_backend, b200.block_size) == ("FLASHINFER_MLA", 32)
+
+
+def test_pinned_block_size_wins_for_plain_models_and_is_named() -> None:
+    r = report("llama-3.1-8b", block_size=128)
+    assert r.block_size == 128 and "--block-size 128" in r.block_size_reason
+    assert report("llama-3.1-8b", attention_backend="FLASHMLA").block_size == 64
+
+
+def test_every_known_gpu_maps_to_a_priority_list() -> None:
+    table = backend_table()
+    for gpu in table.gpus:
+        assert report("llama-3.1-8b", gpu=gpu).attention_backend in table.backends
+
+
+@pytest.mark.parametrize(("tp", "dtype"), [(1, "auto"), (8, "auto"), (1, "fp8"), (8, "fp8")])
+def test_gpt_oss_two_groups_and_num_gpu_blocks_as_vllm_logs_them(tp: int, dtype: str) -> None:
+    # gpt-oss-120b: 36 layers alternating sliding (window 128) and full; 8 KV heads x 64.
+    # get_kv_cache_groups: two groups of 18 layers; one pool block is one group's pages.
+    r = report("gpt-oss-120b", tp=tp, kv_cache_dtype=dtype, gpu_kv_gib=40)
+    element = 1 if dtype == "fp8" else 2
+    page = kv_page_bytes(16, 8 // tp, 64, element)
+    assert groups(r) == [("full", 18, 16), ("sliding", 18, 16)]
+    assert r.pool_block_bytes == 18 * page
+    assert r.num_gpu_blocks == 40 * GIB // (18 * page)
+    # The same number from vLLM's log gives the same GPU tier.
+    again = report("gpt-oss-120b", tp=tp, kv_cache_dtype=dtype, num_gpu_blocks=r.num_gpu_blocks)
+    assert again.gpu_tier_tokens == r.gpu_tier_tokens
+
+
+def test_token_capacity_is_vllms_logged_figure() -> None:
+    # get_max_concurrency_for_kv_cache_config: num_blocks / cdiv(max_model_len, block).
+    r = report("llama-3.1-8b", num_gpu_blocks=1000, context_len=1000)
+    assert r.gpu_tier_tokens == int(1000 / -(-1000 // 16) * 1000)
+    # Sliding windows reserve window - 1 + in-flight tokens (+1 block): needs the in-flight.
+    oss = report("gpt-oss-120b", num_gpu_blocks=10_000, context_len=4096, max_in_flight_tokens=2048)
+    full_blocks, sliding_blocks = 4096 // 16, -(-(128 - 1 + 2048) // 16) + 1
+    assert oss.gpu_tier_tokens == int(10_000 / (full_blocks + sliding_blocks) * 4096)
+
+
+@pytest.mark.parametrize(("tp", "dtype"), [(1, "auto"), (8, "auto"), (1, "fp8"), (8, "fp8")])
+def test_llama4_chunked_local_attention_groups(tp: int, dtype: str) -> None:
+    # Llama-4-Scout: every 4th layer global (NoPE), the other 36 chunked-local (8192):
+    # groups of 12 layers, 1 full + 3 chunked (llama4.py, kv_cache_utils.py).
+    r = report("llama-4-scout", tp=tp, kv_cache_dtype=dtype)
+    element = 1 if dtype == "fp8" else 2
+    assert groups(r) == [("chunked", 12, 16)] * 3 + [("full", 12, 16)]
+    assert r.pool_block_bytes == 12 * kv_page_bytes(16, 8 // tp, 128, element)
+    assert r.kv_bytes_per_token == 48 * kv_page_bytes(1, 8, 128, element)
+
+
+@pytest.mark.parametrize(("model", "layers"), [("glm-4.5-air", 46), ("minimax-m2", 62)])
+@pytest.mark.parametrize(("tp", "dtype"), [(1, "auto"), (8, "auto"), (1, "fp8"), (8, "fp8")])
+def test_gqa_moe_models_now_supported(model: str, layers: int, tp: int, dtype: str) -> None:
+    # GLM-4.5-Air and MiniMax-M2: 8 KV heads x 128 on every layer, one group.
+    r = report(model, tp=tp, kv_cache_dtype=dtype)
+    element = 1 if dtype == "fp8" else 2
+    assert groups(r) == [("full", layers, 16)]
+    assert r.kv_bytes_per_token_per_rank == layers * kv_page_bytes(1, 8 // tp, 128, element)
+    assert r.pool_block_bytes == layers * kv_page_bytes(16, 8 // tp, 128, element)
+
+
+def _model_dir(tmp_path: Path, config: dict[str, Any], quant: dict[str, Any] | None = None) -> str:
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    if quant is not None:
+        (tmp_path / "hf_quant_config.json").write_text(json.dumps(quant))
+    return str(tmp_path)
+
+
+LLAMA_8B = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "torch_dtype": "bfloat16",
+}
+
+
+@pytest.mark.parametrize(
+    ("quantization_config", "beside", "expected"),
+    [
+        # nvidia/Llama-3.1-8B-Instruct-FP8 hf_quant_config.json (ModelOpt <= 0.29 layout).
+        (
+            None,
+            {
+                "producer": {"name": "modelopt", "version": "0.29.0"},
+                "quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8"},
+            },
+            "fp8_e4m3",
+        ),
+        # ModelOpt >= 0.31 writes the same into config.json's quantization_config.
+        (
+            {"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "FP8"},
+            None,
+            "fp8_e4m3",
+        ),
+        # neuralmagic/Meta-Llama-3-8B-Instruct-FP8-KV config.json (compressed-tensors).
+        (
+            {
+                "quant_method": "compressed-tensors",
+                "kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": "tensor"},
+            },
+            None,
+            "fp8",
+        ),
+        # A weight-only FP8 checkpoint declares no KV scheme: auto stays the model dtype.
+        ({"quant_method": "fp8", "activation_scheme": "dynamic"}, None, "auto"),
+    ],
+)
+def test_auto_kv_dtype_follows_the_checkpoint(
+    tmp_path: Path,
+    quantization_config: dict[str, Any] | None,
+    beside: dict[str, Any] | None,
+    expected: str,
+) -> None:
+    config = dict(LLAMA_8B)
+    if quantization_config is not None:
+        config["quantization_config"] = quantization_config
+    r = compute(load_model_spec(_model_dir(tmp_path, config, beside)), make_deployment())
+    assert r.kv_cache_dtype_resolved == expected
+    assert r.kv_dtype_bytes == (2 if expected == "auto" else 1)
+    assert r.kv_bytes_per_token == 32 * kv_page_bytes(1, 8, 128, r.kv_dtype_bytes)
+
+
+def test_float32_config_is_downcast_like_vllm(tmp_path: Path) -> None:
+    # config/model.py _resolve_auto_dtype: float32 checkpoints run in bfloat16 on CUDA.
+    r = compute(
+        load_model_spec(_model_dir(tmp_path, {**LLAMA_8B, "torch_dtype": "float32"})),
+        make_deployment(),
+    )
+    assert (r.model_dtype, r.kv_dtype_bytes) == ("bfloat16", 2)
+    assert any("downcast" in note for note in r.assumptions)
+
+
+def test_llama4_no_rope_layers_contradicting_num_hidden_layers_names_the_field(
+    tmp_path: Path,
+) -> None:
+    from kvtool.errors import KvtoolError
+
+    config = {
+        "architectures": ["Llama4ForCausalLM"],
+        "model_type": "llama4_text",
+        "hidden_size": 5120,
+        "head_dim": 128,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 40,
+        "num_key_value_heads": 8,
+        "attention_chunk_size": 8192,
+        "no_rope_layers": [1, 1, 1],
+    }
+    with pytest.raises(KvtoolError, match="no_rope_layers"):
+        load_model_spec(_model_dir(tmp_path, config))
+
+
+def _nas_block(n_heads_in_group: int | None) -> dict[str, Any]:
+    attention = {"n_heads_in_group": n_heads_in_group, "no_op": n_heads_in_group is None}
+    return {"attention": attention, "ffn": {"ffn_mult": 2.625, "no_op": False}}
+
+
+@pytest.mark.parametrize(("tp", "dtype"), [(1, "auto"), (8, "auto"), (1, "fp8"), (8, "fp8")])
+def test_nemotron_nas_per_layer_heads_and_no_op_layers(tmp_path: Path, tp: int, dtype: str) -> None:
+    # Shape of nvidia/Llama-3_3-Nemotron-Super-49B-v1 config.json (model_type nemotron-nas,
+    # DeciLMForCausalLM, one block_configs entry per layer; no_op attention blocks carry
+    # n_heads_in_group null), with layers of 8 and 4 KV heads as in vLLM's own
+    # NEMOTRON_NAS_MINI_CONFIG test fixture (n_heads_in_group 8 and 16 of 64 heads).
+    blocks = [_nas_block(8)] * 6 + [_nas_block(None)] * 3 + [_nas_block(16)] * 3
+    config = {
+        "architectures": ["DeciLMForCausalLM"],
+        "model_type": "nemotron-nas",
+        "hidden_size": 8192,
+        "num_attention_heads": 64,
+        "num_hidden_layers": len(blocks),
+        "block_configs": blocks,
+        "torch_dtype": "bfloat16",
+    }
+    r = compute(
+        load_model_spec(_model_dir(tmp_path, config)),
+        make_deployment(tp=tp, kv_cache_dtype=dtype, gpu_kv_gib=40),
+    )
+    element = 1 if dtype == "fp8" else 2
+    # All full attention: vLLM keeps one group (UniformTypeKVCacheSpecs) of the 9 layers
+    # that hold a cache; a pool block is every such layer's page.
+    assert groups(r) == [("full", 9, 16)]
+    pages = 6 * kv_page_bytes(16, max(1, 8 // tp), 128, element) + 3 * kv_page_bytes(
+        16, max(1, 4 // tp), 128, element
+    )
+    assert r.pool_block_bytes == pages
+    assert r.num_gpu_blocks == 40 * GIB // pages
+    assert not any("multi-head" in note for note in r.assumptions)
+
+
+def test_nemotron_nas_block_count_contradicting_layers_names_the_field(tmp_path: Path) -> None:
+    from kvtool.errors import KvtoolError
+
+    config = {
+        "architectures": ["DeciLMForCausalLM"],
+        "model_type": "nemotron-nas",
+        "hidden_size": 8192,
+        "num_attention_heads": 64,
+        "num_hidden_layers": 3,
+        "block_configs": [_nas_block(8)] * 2,
+    }
+    with pytest.raises(KvtoolError, match="block_configs"):
+        load_model_spec(_model_dir(tmp_path, config))
+
+
+@pytest.mark.parametrize(("tp", "dtype"), [(1, "auto"), (8, "auto"), (1, "fp8"), (8, "fp8")])
+def test_gemma4_two_page_sizes_double_the_smaller_pages_block(tp: int, dtype: str) -> None:
+    # Gemma 4 31B: sliding layers 16 KV heads x 256, full layers 4 x 512 (attention_k_eq_v).
+    # unify_kv_cache_spec_page_size: a smaller page that divides the largest gets a
+    # proportionally larger block (kv_cache_utils.py); at TP 8 both pages are equal.
+    r = report("gemma-4-31b", tp=tp, kv_cache_dtype=dtype)
+    element = 1 if dtype == "fp8" else 2
+    sliding = kv_page_bytes(16, 16 // tp, 256, element)
+    full = kv_page_bytes(16, max(1, 4 // tp), 512, element)
+    assert r.pool_block_bytes == 10 * max(sliding, full)
+    full_block = 16 * max(sliding, full) // full
+    assert groups(r) == [("full", 10, full_block)] + [("sliding", 10, 16)] * 5
+    assert full_block == (32 if tp == 1 else 16)
+
+
+def test_gemma4_kv_shared_layers_hold_no_cache(tmp_path: Path) -> None:
+    # gemma-4-E2B-style text config: the last num_kv_shared_layers reuse earlier caches.
+    config = {
+        "architectures": ["Gemma4ForCausalLM"],
+        "model_type": "gemma4_text",
+        "hidden_size": 1536,
+        "num_hidden_layers": 12,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 1,
+        "head_dim": 256,
+        "global_head_dim": 512,
+        "sliding_window": 512,
+        "num_kv_shared_layers": 6,
+    }
+    r = compute(load_model_spec(_model_dir(tmp_path, config)), make_deployment())
+    # Layers 0-5 hold caches: five sliding, then layer 5 is the first full one (5:1).
+    assert r.kv_bytes_per_token == 5 * kv_page_bytes(1, 1, 256, 2) + kv_page_bytes(1, 1, 512, 2)
+
+
+@pytest.mark.parametrize(("tp", "dtype"), [(1, "auto"), (8, "auto"), (1, "fp8"), (8, "fp8")])
+def test_mimo_v2_different_k_and_v_head_sizes_and_sliding_groups(
+    tmp_path: Path, tp: int, dtype: str
+) -> None:
+    # Field names of XiaomiMiMo/MiMo-V2-Flash config.json as vLLM's mimo_v2.py reads them
+    # (hybrid_layer_pattern, swa_num_key_value_heads, swa_head_dim, swa_v_head_dim,
+    # sliding_window_size, head_dim, v_head_dim); the sizes here are illustrative.
+    pattern = [0, 1, 1, 1, 1, 1] * 2
+    config = {
+        "architectures": ["MiMoV2FlashForCausalLM"],
+        "model_type": "mimo_v2_flash",
+        "hidden_size": 4096,
+        "num_hidden_layers": len(pattern),
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "head_dim": 192,
+        "v_head_dim": 128,
+        "swa_num_attention_heads": 64,
+        "swa_num_key_value_heads": 8,
+        "swa_head_dim": 192,
+        "swa_v_head_dim": 128,
+        "sliding_window_size": 128,
+        "hybrid_layer_pattern": pattern,
+        "torch_dtype": "bfloat16",
+    }
+    r = compute(
+        load_model_spec(_model_dir(tmp_path, config)), make_deployment(tp=tp, kv_cache_dtype=dtype)
+    )
+    element = 1 if dtype == "fp8" else 2
+    per_token_layer = (8 // tp) * (192 + 128) * element  # K and V pages of unequal width
+    assert r.kv_bytes_per_token_per_rank == 12 * per_token_layer
+    # 2 full + 10 sliding: groups of 2 layers (the smaller kind's count).
+    assert groups(r) == [("full", 2, 16)] + [("sliding", 2, 16)] * 5
+    assert r.pool_block_bytes == 2 * 16 * per_token_layer
+
+
+# 20 query heads: TP 8 does not divide them (vLLM refuses it too), so TP 4 is the wide case.
+@pytest.mark.parametrize(("tp", "dtype"), [(1, "auto"), (4, "auto"), (1, "fp8"), (4, "fp8")])
+def test_glm47_flash_latent_attention(tmp_path: Path, tp: int, dtype: str) -> None:
+    # GLM-4.7-Flash (model_type glm4_moe_lite): the geometry of transformers'
+    # models/glm4_moe_lite/configuration_glm4_moe_lite.py defaults (47 layers, 20 heads,
+    # kv_lora_rank 512, qk_rope_head_dim 64), as zai-org/GLM-4.7-Flash config.json names it.
+    config = {
+        "architectures": ["Glm4MoeLiteForCausalLM"],
+        "model_type": "glm4_moe_lite",
+        "hidden_size": 2048,
+        "num_hidden_layers": 47,
+        "num_attention_heads": 20,
+        "num_key_value_heads": 20,
+        "kv_lora_rank": 512,
+        "q_lora_rank": 768,
+        "qk_nope_head_dim": 192,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 256,
+        "torch_dtype": "bfloat16",
+    }
+    r = compute(
+        load_model_spec(_model_dir(tmp_path, config)), make_deployment(tp=tp, kv_cache_dtype=dtype)
+    )
+    element = 1 if dtype == "fp8" else 2
+    assert r.kv_bytes_per_token_per_rank == 47 * mla_page_bytes(1, 512 + 64, element)
+    assert r.block_size == (64 if dtype == "fp8" else 16)  # FlashMLA for fp8 on Hopper
+    assert r.pool_block_bytes == 47 * mla_page_bytes(r.block_size, 512 + 64, element)
+    from kvtool.errors import KvtoolError
+
+    with pytest.raises(KvtoolError, match="num_attention_heads 20"):
+        compute(load_model_spec(str(tmp_path)), make_deployment(tp=8))
+
+
+@pytest.mark.parametrize(("tp", "dtype"), [(1, "auto"), (8, "auto"), (1, "fp8"), (8, "fp8")])
+def test_qwen3_vl_text_part(tmp_path: Path, tp: int, dtype: str) -> None:
+    # Qwen3-VL: the KV cache is the text model's (text_config, model_type qwen3_vl_text);
+    # geometry of transformers' Qwen3VLTextConfig defaults (checkpoint Qwen/Qwen3-VL-4B-Instruct
+    # docstring): 32 layers, 32 KV heads x 128.
+    config = {
+        "architectures": ["Qwen3VLForConditionalGeneration"],
+        "model_type": "qwen3_vl",
+        "text_config": {
+            "model_type": "qwen3_vl_text",
+            "hidden_size": 4096,
+            "num_hidden_layers": 32,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 32,
+            "head_dim": 128,
+            "torch_dtype": "bfloat16",
+        },
+        "vision_config": {"depth": 27, "hidden_size": 1152},
+    }
+    r = compute(
+        load_model_spec(_model_dir(tmp_path, config)), make_deployment(tp=tp, kv_cache_dtype=dtype)
+    )
+    element = 1 if dtype == "fp8" else 2
+    assert groups(r) == [("full", 32, 16)]
+    assert r.kv_bytes_per_token_per_rank == 32 * kv_page_bytes(1, 32 // tp, 128, element)

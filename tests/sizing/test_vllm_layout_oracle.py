@@ -1,0 +1,160 @@
+"""kvtool's block size, KV cache groups, pool blocks and token capacity equal vLLM 0.32's.
+
+Every case is a real config.json shape (the cited catalog entries in
+``rules/models/catalog.toml``) at TP 1 and 8, with the model's own KV dtype and with fp8.
+One subprocess in the suite's vLLM environment (``tests/sizing/vllm_kv_layout.py``) asks
+vLLM's own ``ModelConfig``, spec classes, ``Platform._align_hybrid_block_size``,
+``get_kv_cache_groups``, ``get_kv_cache_config_from_groups`` and
+``get_kv_cache_capacity``; no engine, no GPU. The attention backend is the one kvtool
+picks for an H200 (its table cites vLLM's priorities); vLLM then decides the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvtool.sizing import SizingReport, compute, load_model_spec, make_deployment
+from kvtool.sizing.catalog import find_entry
+from tests.vllm_env import vllm_python, vllm_subprocess_env
+
+pytestmark = pytest.mark.vllm
+
+SCRIPT = Path(__file__).with_name("vllm_kv_layout.py")
+GIB = 1 << 30
+KV_MEMORY_GIB = 40
+MAX_MODEL_LEN = 4096
+IN_FLIGHT_TOKENS = 8192
+
+# Catalog entries, one per architecture class the hybrid manager treats differently.
+MODELS = {
+    "llama-3.1-8b": None,  # dense GQA
+    "deepseek-v3": None,  # MLA
+    "gpt-oss-120b": None,  # sliding window + full, 2 groups
+    "qwen3-coder-next": None,  # Qwen3-Next: Gated DeltaNet + full attention
+    # (Qwen3.5 is left to the goldens: vLLM's qwen3_5.py imports torchvision through
+    # qwen3_vl.py, which the suite's vLLM environment does not install.)
+    "nemotron-h-8b": None,  # Mamba-2 + attention
+    # Gemma 3's text part as Gemma3ForCausalLM: vLLM's CPU wheel cannot inspect the
+    # multimodal classes offline, and the KV cache is the text model's.
+    "gemma-3-12b": {"architectures": ["Gemma3ForCausalLM"]},
+    # Llama 4's text part: chunked local attention + full, grouped by the hybrid manager.
+    "llama-4-scout": {"architectures": ["Llama4ForCausalLM"]},
+    "glm-4.5-air": None,  # GLM-4.x MoE: GQA with partial rotary
+    "minimax-m2": None,  # GQA
+    # Gemma 4 text part: sliding and full layers with different page sizes.
+    "gemma-4-31b": {"architectures": ["Gemma4ForCausalLM"]},
+}
+CASES = [(m, tp, dt) for m in MODELS for tp in (1, 8) for dt in ("auto", "fp8")]
+
+
+def _config(name: str) -> dict[str, Any]:
+    entry = find_entry(name)
+    assert entry is not None
+    config = dict(entry.config)
+    override = MODELS[name]
+    if override is not None:
+        text = dict(config.pop("text_config"))
+        config = {**text, **override, "torch_dtype": config.get("torch_dtype", "bfloat16")}
+    return config
+
+
+def _case_id(name: str, tp: int, dtype: str) -> str:
+    return f"{name}-tp{tp}-{dtype}"
+
+
+def _kvtool(model_dir: Path, tp: int, dtype: str) -> SizingReport:
+    return compute(
+        load_model_spec(str(model_dir)),
+        make_deployment(
+            tp=tp,
+            kv_cache_dtype=dtype,
+            gpu_kv_gib=KV_MEMORY_GIB,
+            context_len=MAX_MODEL_LEN,
+            max_in_flight_tokens=IN_FLIGHT_TOKENS,
+        ),
+    )
+
+
+@pytest.fixture(scope="module")
+def vllm_layouts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    python = vllm_python()
+    root = tmp_path_factory.mktemp("vllm-kv-layout")
+    cases = []
+    for name, tp, dtype in CASES:
+        model_dir = root / name
+        model_dir.mkdir(exist_ok=True)
+        (model_dir / "config.json").write_text(json.dumps(_config(name)))
+        report = _kvtool(model_dir, tp, dtype)
+        cases.append(
+            {
+                "id": _case_id(name, tp, dtype),
+                "model_dir": str(model_dir),
+                "tp": tp,
+                "kv_cache_dtype": dtype,
+                "backend": report.attention_backend,
+                "block_size": None,
+                "max_model_len": MAX_MODEL_LEN,
+                "max_in_flight_tokens": IN_FLIGHT_TOKENS,
+                "kv_memory_bytes": KV_MEMORY_GIB * GIB,
+            }
+        )
+    cases_file = root / "cases.json"
+    cases_file.write_text(json.dumps(cases))
+    done = subprocess.run(
+        [str(python), str(SCRIPT), str(cases_file)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=vllm_subprocess_env(root),
+        cwd=root,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    layouts: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    for case in layouts.values():
+        case["root"] = str(root)
+    return layouts
+
+
+@pytest.mark.parametrize(("name", "tp", "dtype"), CASES)
+def test_kvtool_matches_vllm_layout(
+    vllm_layouts: dict[str, Any], name: str, tp: int, dtype: str
+) -> None:
+    theirs = vllm_layouts[_case_id(name, tp, dtype)]
+    assert "error" not in theirs, theirs.get("error")
+    ours = _kvtool(Path(theirs["root"]) / name, tp, dtype)
+    assert ours.model_dtype == theirs["model_dtype"]
+    assert ours.block_size == theirs["block_size"], ours.block_size_reason
+    assert sorted(
+        (g.kind, g.layers, g.block_size, g.page_bytes) for g in ours.kv_cache_groups
+    ) == sorted(
+        (g["kind"], g["layers"], g["block_size"], g["page_bytes"]) for g in theirs["groups"]
+    )
+    assert ours.num_gpu_blocks == theirs["num_blocks"]
+    assert ours.gpu_tier_tokens == theirs["capacity_tokens"]
+    assert ours.state_page_bytes == theirs["state_page_bytes"]
+
+
+def test_every_layout_row_cites_a_model_file_of_the_vllm_release() -> None:
+    from kvtool.sizing.hf_config import layout_rows
+
+    python = vllm_python()
+    located = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "import importlib.util; print(importlib.util.find_spec('vllm').origin)",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    models_dir = Path(located.stdout.strip()).parent / "model_executor" / "models"
+    for model_type, row in layout_rows().items():
+        cited = row["vllm"].split()[0].rstrip(":")
+        assert (models_dir / cited).is_file(), f"{model_type}: {cited} not in {models_dir}"
