@@ -77,7 +77,9 @@ def _emit(text: str, output_file: Path | None) -> None:
         sys.stdout.write(text)
         sys.stdout.flush()
     else:
-        output_file.write_text(text, encoding="utf-8")
+        from kvtool.fsio import atomic_write_text
+
+        atomic_write_text(output_file, text)
 
 
 def _render(report: "AuditReport", output_format: OutputFormat, output_file: Path | None) -> None:
@@ -89,10 +91,11 @@ def _render(report: "AuditReport", output_format: OutputFormat, output_file: Pat
         if output_file is None:
             print_report(report, Console(file=sys.stdout, highlight=False))
         else:
-            with output_file.open("w", encoding="utf-8") as handle:
-                print_report(
-                    report, Console(file=handle, no_color=True, highlight=False, width=200)
-                )
+            import io
+
+            buffer = io.StringIO()
+            print_report(report, Console(file=buffer, no_color=True, highlight=False, width=200))
+            _emit(buffer.getvalue(), output_file)
         return
     if output_format is OutputFormat.json:
         from kvtool.audit.render.json_report import render
@@ -205,7 +208,13 @@ def audit(
         sys.stdout.write(json.dumps(settings.as_file_keys(), indent=2) + "\n")
         raise typer.Exit(0)
     file_paths, argv = split_positionals(list(paths or []))
+    if output_file is not None:
+        from kvtool.fsio import refuse_overwriting_inputs
+
+        refuse_overwriting_inputs(output_file, file_paths, "-o")
     invocations = _read(file_paths, argv, input_format)
+    if output_file is not None:
+        refuse_overwriting_inputs(output_file, {i.file for i in invocations if i.file}, "-o")
     extras = {}
     if image_verdicts is not None:
         from kvtool.audit.rules.image import IMAGE_VERDICTS
@@ -231,10 +240,20 @@ def audit(
         if diff:
             sys.stdout.write(run.diff)
         elif run.diff:  # --fix: stdout keeps only the report, a machine format may follow
-            stderr.print(run.diff, markup=False, highlight=False, soft_wrap=True, end="")
+            from kvtool.termsafe import terminal_text
+
+            stderr.print(
+                terminal_text(run.diff), markup=False, highlight=False, soft_wrap=True, end=""
+            )
         stderr.print(run.summary, markup=False, soft_wrap=True)
+        for failure in run.failures:
+            from kvtool.termsafe import terminal_line
+
+            stderr.print(f"kvtool: error: {terminal_line(failure)}", markup=False, soft_wrap=True)
         if fix:
             report = without_fixed(report, run.fixed_codes)
+        if run.failures:
+            raise typer.Exit(2)
     if not diff:
         _render(report, output_format, output_file)
     from kvtool.audit.render.text import summary

@@ -18,6 +18,7 @@ from kvtool.audit.inputs.shell import read_shell_file
 from kvtool.audit.inputs.vllm_config import read_config_file
 from kvtool.audit.model import Invocation
 from kvtool.errors import KvtoolError
+from kvtool.fsio import read_input_text
 
 
 class NoServerCommand(KvtoolError):
@@ -48,7 +49,7 @@ def read_inputs(paths: list[Path], *, input_format: str | None = None) -> list[I
     found: list[Invocation] = []
     seen: set[Path] = set()
     for path in paths:
-        key = path.resolve()
+        key = _resolved(path)
         if key in seen:
             continue
         if path.is_dir():
@@ -61,12 +62,16 @@ def read_inputs(paths: list[Path], *, input_format: str | None = None) -> list[I
 
 
 def _read_file(path: Path) -> str:
+    # Regular files (or - for stdin) only, within the input size limit: a FIFO or
+    # /dev/zero must not hang the run or fill memory.
+    return read_input_text(path)
+
+
+def _resolved(path: Path) -> Path:
     try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise KvtoolError(f"{path}: no such file or directory") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise KvtoolError(f"{path}: cannot read: {error}") from None
+        return path.resolve()
+    except (OSError, RuntimeError) as error:  # RuntimeError: a symlink loop (Python 3.11)
+        raise KvtoolError(f"{path}: cannot resolve: {error}") from None
 
 
 def _read_directory(
@@ -77,20 +82,20 @@ def _read_directory(
     Files that are not serve configurations, or not UTF-8 text, are passed over; files
     in ``seen`` were read already. Every file read is added to ``seen``.
     """
-    seen.add(directory.resolve())
+    seen.add(_resolved(directory))
     found: list[Invocation] = []
     looked_at = 0
     read_before = False
     for path in candidate_files(directory):
         looked_at += 1
-        key = path.resolve()
+        key = _resolved(path)
         if key in seen:
             read_before = True
             continue
         seen.add(key)
         try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
+            text = read_input_text(path)
+        except KvtoolError:
             continue
         kind = input_format or audited_kind(text, path.name)
         if kind is None:
