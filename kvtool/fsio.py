@@ -145,7 +145,8 @@ def atomic_write(
                 f"{path}: has {existing.st_nlink} hard links; replacing it would split them, "
                 "so it is left alone"
             )
-        if not os.access(target, os.W_OK):
+        # Mode bits too: root may write anything, but a read-only file says "leave me be".
+        if not existing.st_mode & 0o222 or not os.access(target, os.W_OK):
             raise KvtoolError(f"{path}: is read-only; not written")
     elif expected is not None:
         raise ChangedOnDisk(f"{path}: was removed since kvtool read it; not written")
