@@ -1,5 +1,6 @@
 """``kvtool launch``: emit a launch config for one offload setup (a recipe)."""
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -10,13 +11,14 @@ _TARGETS = ("shell", "compose", "k8s", "json")
 
 def _parse_env(pairs: list[str]) -> tuple[tuple[str, str], ...]:
     from kvtool.errors import KvtoolError
+    from kvtool.launch.targets.names import check_env_name
 
     parsed = []
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep or not key or not key.replace("_", "a").isalnum():
+        if not sep:
             raise KvtoolError(f"--env {pair!r}: expected NAME=VALUE")
-        parsed.append((key, value))
+        parsed.append((check_env_name(key, "--env"), value))
     return tuple(parsed)
 
 
@@ -41,24 +43,50 @@ def _print_list(as_json: bool) -> None:
 
 
 def _write(files: dict[str, str], output_dir: Path | None, force: bool) -> list[Path]:
+    """Print ``files``, or write each into ``output_dir`` atomically.
+
+    A file is written only as a plain file directly inside ``output_dir``: a symlink in
+    its place (which would write elsewhere) is refused, and an overwritten file keeps
+    its mode; a new script is made executable.
+    """
     from kvtool.errors import KvtoolError
+    from kvtool.fsio import atomic_write_text, describe_os_error
 
     if output_dir is None:
+        # Not typer.echo: click strips ANSI sequences on a pipe, which would change
+        # a value (a model name) between stdout and the same file written with -o.
         for text in files.values():
-            typer.echo(text, nl=False)
+            sys.stdout.write(text)
+        sys.stdout.flush()
         return []
     if output_dir.exists() and not output_dir.is_dir():
         raise KvtoolError(f"-o {output_dir}: exists and is not a directory")
-    paths = [output_dir / name for name in files]
+    paths = [_inside(output_dir, name) for name in files]
+    links = [str(p) for p in paths if p.is_symlink()]
+    if links:
+        raise KvtoolError(f"-o {output_dir}: {', '.join(links)} is a symbolic link; not written")
     clashes = [str(p) for p in paths if p.exists()]
     if clashes and not force:
         raise KvtoolError(f"-o {output_dir}: would overwrite {', '.join(clashes)}; pass --force")
-    output_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise KvtoolError(f"-o: cannot create {describe_os_error(error, output_dir)}") from None
     for path, text in zip(paths, files.values(), strict=True):
-        path.write_text(text, encoding="utf-8")
-        if path.suffix == ".sh":
-            path.chmod(0o755)
+        atomic_write_text(
+            path, text, mode=0o755 if path.suffix == ".sh" else None, follow_symlinks=False
+        )
     return paths
+
+
+def _inside(output_dir: Path, name: str) -> Path:
+    """``output_dir / name``, refused unless it names a file directly inside ``output_dir``."""
+    from kvtool.errors import KvtoolError
+
+    path = output_dir / name
+    if Path(name).name != name or name in ("", ".", ".."):
+        raise KvtoolError(f"-o {output_dir}: {name!r} would be written outside the directory")
+    return path
 
 
 def launch(
@@ -147,6 +175,10 @@ def launch(
         raise KvtoolError("--model is required")
     if entrypoint not in ("cli", "module"):
         raise KvtoolError(f"--entrypoint {entrypoint!r}: use cli or module")
+    if name is not None:
+        from kvtool.launch.targets.names import check_object_name
+
+        check_object_name(name, "--name")
     try:
         options = LaunchOptions(
             model=model,
