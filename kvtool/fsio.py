@@ -75,14 +75,18 @@ def decode_text(data: bytes, name: object) -> str:
         ) from None
 
 
-def universal_newlines(text: str) -> str:
-    """``text`` with CRLF and lone CR read as LF, as Python's text mode reads files."""
-    return text.replace("\r\n", "\n").replace("\r", "\n")
+BOM = "\ufeff"
+
+
+def reader_text(raw: str) -> str:
+    """What the input readers parse: a leading BOM dropped and CRLF read as LF (a lone CR
+    is data, as bash reads it). ``--fix`` maps its edits back through the same rule."""
+    return raw.removeprefix(BOM).replace("\r\n", "\n")
 
 
 def read_input_text(path: Path | str, *, limit: limits.Limit = limits.INPUT_BYTES) -> str:
-    """A regular file's UTF-8 text, line endings read as LF (what readers parse)."""
-    return universal_newlines(decode_text(read_input_bytes(path, limit=limit), path))
+    """A regular file's UTF-8 text as the readers parse it (see ``reader_text``)."""
+    return reader_text(decode_text(read_input_bytes(path, limit=limit), path))
 
 
 def _kind(mode: int) -> str:

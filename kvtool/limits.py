@@ -86,11 +86,11 @@ NESTING_DEPTH = Limit(
 INT_DIGITS = Limit(
     "int_digits", 4_300, "digits", "digits of one integer in JSON, TOML or a registry answer"
 )
-SHELL_EXPANSION_DEPTH = Limit(
-    "shell_expansion_depth", 64, "levels", "variables expanded inside variables in one word"
-)
 SHELL_EXPANSION_BYTES = Limit(
-    "shell_expansion_bytes", 1024 * 1024, "bytes", "characters one shell word expands to"
+    "shell_expansion_bytes",
+    16 * 1024 * 1024,
+    "bytes",
+    "characters variable expansion may add to one script's words",
 )
 HTTP_BODY_BYTES = Limit(
     "http_body_bytes", 64 * 1024 * 1024, "bytes", "body of one HTTP answer (registry, /metrics)"
@@ -120,7 +120,6 @@ ALL: tuple[Limit, ...] = (
     YAML_NODES,
     NESTING_DEPTH,
     INT_DIGITS,
-    SHELL_EXPANSION_DEPTH,
     SHELL_EXPANSION_BYTES,
     HTTP_BODY_BYTES,
     HTTP_DEADLINE_S,

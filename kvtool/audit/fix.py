@@ -26,6 +26,7 @@ from kvtool.audit.inputs.positions import LineIndex
 from kvtool.audit.inputs.shell_lexer import LexError, lex
 from kvtool.audit.model import Fix, InputKind, Invocation, SourceToken
 from kvtool.errors import KvtoolError
+from kvtool.fsio import BOM
 
 YAML_REWRITABLE: frozenset[InputKind] = frozenset({"kubernetes", "compose"})
 _COMMAND_KINDS: frozenset[InputKind] = frozenset({"argv", "shell"})
@@ -438,15 +439,17 @@ def _lf_lines(text: str) -> list[str]:
     return [*ends, lines[-1]] if lines[-1] else ends
 
 
-_LINE_BREAK = re.compile(r"(\r\n|\r|\n)")
+_LINE_BREAK = re.compile(r"(\r\n|\n)")
 
 
 def keep_line_endings(raw: str, fixed: str) -> str:
-    """``fixed`` (an edit of ``raw`` read with universal newlines) with every line that the
-    edit left alone written byte for byte as in ``raw``: CRLF, a lone CR, a BOM, a missing
-    final newline all stay. A changed line keeps the line ending of the line it replaces.
+    """``fixed`` (an edit of ``raw`` as the readers read it: ``fsio.reader_text``) with every
+    line the edit left alone written byte for byte as in ``raw``: CRLF, a lone CR, a BOM,
+    a missing final newline all stay. A changed line keeps the ending of the line it
+    replaces.
     """
-    parts = _LINE_BREAK.split(raw)
+    bom = BOM if raw.startswith(BOM) else ""
+    parts = _LINE_BREAK.split(raw[len(bom) :])
     old_lines, old_endings = parts[0::2], [*parts[1::2], ""]
     new_lines = fixed.split("\n")
     default = old_endings[0] or "\n"
@@ -465,4 +468,4 @@ def keep_line_endings(raw: str, fixed: str) -> str:
             elif not ending:
                 ending = default
             pieces.append(new_lines[j] + ending)
-    return "".join(pieces)
+    return bom + "".join(pieces)

@@ -25,7 +25,7 @@ from kvtool.audit.fix import (
 )
 from kvtool.audit.model import Finding, Fix, InputKind, Invocation
 from kvtool.errors import KvtoolError
-from kvtool.fsio import atomic_write, decode_text, read_input_bytes, universal_newlines
+from kvtool.fsio import atomic_write, decode_text, read_input_bytes, reader_text
 
 FixedKey = tuple[str, str | None, int | None]
 
@@ -119,12 +119,12 @@ def _fix_file(
     invocations: Sequence[Invocation],
     write: bool,
 ) -> None:
-    """Fix one file: edits are planned on the text as the readers saw it (universal
-    newlines) and written back with every untouched byte as it was."""
+    """Fix one file: edits are planned on the text as the readers saw it (no BOM, LF
+    line ends) and written back with every untouched byte as it was."""
     path = Path(file)
     original = read_input_bytes(path)
     raw = decode_text(original, file)
-    text = universal_newlines(raw)
+    text = reader_text(raw)
     outcome = fix_text(
         text,
         [fix for fix, _ in chosen],
