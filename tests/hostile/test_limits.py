@@ -1,0 +1,120 @@
+"""Tiny hostile inputs cannot make kvtool use unbounded memory or time.
+
+Each case runs the CLI in a subprocess under a small address-space cap and a
+wall-clock timeout, and expects one line on stderr and exit 2.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+KVTOOL_MAIN = "from kvtool.cli import main; main()"
+MEMORY_CAP = 1 << 30  # 1 GiB of address space: ample for kvtool, far below what bombs ask
+TIMEOUT_S = 30
+
+
+def _capped() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
+
+
+def _kvtool(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", KVTOOL_MAIN, *args],
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})},
+        capture_output=True,
+        text=True,
+        preexec_fn=_capped,
+        timeout=TIMEOUT_S,
+    )
+
+
+def _refused(result: subprocess.CompletedProcess[str], needle: str) -> None:
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert needle in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def _chained_variables(levels: int) -> str:
+    """``v1=$v0$v0...`` repeated: a few hundred bytes that expand to gigabytes."""
+    lines = ["v0=xxxxxxxxxxxxxxxx"]
+    lines += [f"v{n}=" + f"$v{n - 1}" * 8 for n in range(1, levels + 1)]
+    return "\n".join([*lines, f"vllm serve m --port $v{levels}", ""])
+
+
+def _alias_bomb(levels: int) -> str:
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"a{n}: &a{n} [" + ", ".join([f"*a{n - 1}"] * 9) + "]" for n in range(1, levels + 1)]
+    return "\n".join([*lines, "model: m", f"served-model-name: *a{levels}", ""])
+
+
+def test_chained_variables_hit_the_expansion_limit(tmp_path: Path) -> None:
+    script = tmp_path / "bomb.sh"
+    script.write_text(_chained_variables(12))
+    assert len(script.read_bytes()) <= 400
+    _refused(_kvtool("audit", str(script)), "shell_expansion_bytes")
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        (_alias_bomb(9), "yaml_nodes"),
+        ("model: m\nserved-model-name: &a [*a]\n", "refers to a node that contains it"),
+        ("model: " + "[" * 5000 + "]" * 5000 + "\n", "nest"),
+    ],
+    ids=["alias-bomb", "recursive-alias", "deep"],
+)
+def test_yaml_bombs_are_refused(tmp_path: Path, text: str, needle: str) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(text)
+    _refused(_kvtool("audit", "--input-format", "vllm-config", str(config)), needle)
+
+
+def test_fifos_and_devices_are_not_read(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo.sh"
+    os.mkfifo(fifo)
+    _refused(_kvtool("audit", str(fifo)), "not a regular file")
+    _refused(_kvtool("audit", "/dev/zero"), "not a regular file")
+
+
+def test_the_input_size_limit_is_named_and_adjustable(tmp_path: Path) -> None:
+    script = tmp_path / "serve.sh"
+    script.write_text("vllm serve m --port 8000\n" + "# padding\n" * 200)
+    result = _kvtool("audit", str(script), env={"KVTOOL_LIMIT_INPUT_BYTES": "1000"})
+    _refused(result, "KVTOOL_LIMIT_INPUT_BYTES")
+    assert _kvtool("audit", str(script)).returncode in (0, 1)
+
+
+def _commented_commands(count: int) -> str:
+    return "".join(
+        f"# kvtool: ignore[VG002]\nvllm serve m --port {8000 + n % 1000}  # serve {n}\n"
+        for n in range(count)
+    )
+
+
+def test_reading_commented_commands_grows_linearly(tmp_path: Path) -> None:
+    """Times the shell reader on 1x, 4x and 16x inputs in one run: 16x the input may take
+    at most 16 x 3 the time (quadratic growth would be 256x)."""
+    from kvtool.audit.inputs import read_text
+
+    def seconds(count: int) -> float:
+        text = _commented_commands(count)
+        best = float("inf")
+        for _ in range(2):
+            started = time.perf_counter()
+            read_text(text, "serve.sh", input_format="shell")
+            best = min(best, time.perf_counter() - started)
+        return best
+
+    base, quadruple, sixteenfold = seconds(125), seconds(500), seconds(2000)
+    assert quadruple < 4 * 3 * base, (base, quadruple)
+    assert sixteenfold < 16 * 3 * base, (base, sixteenfold)
