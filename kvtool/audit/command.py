@@ -231,7 +231,9 @@ def audit(
     )
     report = auditor.run(invocations)
     for warning in sorted({i.target.warning for i in report.invocations if i.target.warning}):
-        stderr.print(f"kvtool: warning: {warning}", markup=False, soft_wrap=True)
+        from kvtool.termsafe import terminal_line
+
+        stderr.print(f"kvtool: warning: {terminal_line(warning)}", markup=False, soft_wrap=True)
     if fix or diff:
         from kvtool.audit.fixing import apply_fixes
 
