@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from kvtool import limits
 from kvtool.errors import KvtoolError
 from kvtool.sizing.dtypes import model_dtype_bytes
 from kvtool.sizing.facts import sizing_facts
@@ -26,6 +27,8 @@ from kvtool.sizing.spec import (
 
 # When a config names no dtype, vLLM's "auto" loads bf16 checkpoints as bf16; say so.
 FALLBACK_DTYPE = "bfloat16"
+
+_MAX_FIELD_VALUE = 2**53
 
 
 class _Config:
@@ -58,6 +61,12 @@ class _Config:
             raise KvtoolError(f"{self.where}: missing field {key!r}")
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise KvtoolError(f"{self.where}: field {key!r} must be {kind}, got {value!r}")
+        # Per-layer work and lists scale with layer counts; any other field past 2**53
+        # is no real model's and loses exactness in the float arithmetic that follows.
+        if key.endswith("_layers"):
+            limits.SIZING_LAYERS.check(value, f"{self.where}: field {key!r} ({value})")
+        elif value > _MAX_FIELD_VALUE:
+            raise KvtoolError(f"{self.where}: field {key!r} is implausibly large ({value})")
         return value
 
     def head_dim(self) -> int:
