@@ -111,7 +111,10 @@ SIZING_LAYERS = Limit(
     "sizing_layers", 100_000, "layers", "num_hidden_layers (or a similar count) in a config.json"
 )
 SIMULATE_WORK = Limit(
-    "simulate_work", 50_000_000, "block steps", "blocks times steps one simulation may take"
+    "simulate_work",
+    5_000_000,
+    "steps",
+    "scheduler steps (last arrival + tokens) or blocks one simulation may take",
 )
 
 ALL: tuple[Limit, ...] = (
