@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -118,3 +119,86 @@ def test_reading_commented_commands_grows_linearly(tmp_path: Path) -> None:
     base, quadruple, sixteenfold = seconds(125), seconds(500), seconds(2000)
     assert quadruple < 4 * 3 * base, (base, quadruple)
     assert sixteenfold < 16 * 3 * base, (base, sixteenfold)
+
+
+def test_a_gzip_bomb_archive_stops_at_the_ratio(tmp_path: Path) -> None:
+    """A 64 MiB member of zeros compresses to ~64 KiB: listing must stop, not unpack it."""
+    import gzip
+    import io
+    import tarfile
+
+    archive = tmp_path / "image.tar.gz"
+    member = 64 * 1024 * 1024
+    with gzip.open(archive, "wb", compresslevel=1) as packed, tarfile.open(
+        fileobj=packed, mode="w"
+    ) as tar:
+        info = tarfile.TarInfo("blobs/sha256/" + "0" * 64)
+        info.size = member
+
+        class Zeros(io.RawIOBase):
+            left = member
+
+            def readable(self) -> bool:
+                return True
+
+            def readinto(self, buffer: Any) -> int:
+                count = min(len(buffer), self.left)
+                buffer[:count] = bytes(count)
+                self.left -= count
+                return count
+
+        tar.addfile(info, io.BufferedReader(Zeros()))
+        index = b'{"schemaVersion": 2, "manifests": []}'
+        entry = tarfile.TarInfo("index.json")
+        entry.size = len(index)
+        tar.addfile(entry, io.BytesIO(index))
+    assert archive.stat().st_size < member // 100
+    result = _kvtool("inspect-image", str(archive), env={"KVTOOL_LIMIT_ARCHIVE_RATIO": "10"})
+    assert result.returncode == 2 and "archive_ratio" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--num-requests", "1000000000"),
+        ("--gpu-blocks", "1000000000000"),
+    ],
+)
+def test_simulate_refuses_runaway_work(kvtool_cli: Any, args: tuple[str, str]) -> None:
+    result = kvtool_cli("simulate", *args, "--block-bytes", "1000")
+    assert result.exit_code == 2 and "simulate_work" in result.stderr
+
+
+def test_simulate_refuses_a_far_future_arrival(kvtool_cli: Any, tmp_path: Path) -> None:
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text('{"id": "a", "arrival": 100000000000, "prefix": "p", "prefix_tokens": 8}\n')
+    result = kvtool_cli("simulate", "--trace", str(trace), "--block-bytes", "1000")
+    assert result.exit_code == 2 and "simulate_work" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("num_hidden_layers", "1000000000000"),
+        ("num_hidden_layers", '"32"'),
+        ("hidden_size", "1e400"),
+    ],
+)
+def test_size_bounds_and_types_of_config_fields(
+    kvtool_cli: Any, tmp_path: Path, field: str, value: str
+) -> None:
+    # The shape of a Llama config.json (huggingface.co/meta-llama/Llama-3.1-8B, config.json).
+    fields = {
+        "model_type": '"llama"',
+        "num_hidden_layers": "32",
+        "hidden_size": "4096",
+        "num_attention_heads": "32",
+        "num_key_value_heads": "8",
+        "torch_dtype": '"bfloat16"',
+        field: value,
+    }
+    config = tmp_path / "config.json"
+    config.write_text("{" + ", ".join(f'"{k}": {v}' for k, v in fields.items()) + "}")
+    result = kvtool_cli("size", "-m", str(config))
+    assert result.exit_code == 2 and field in result.stderr, result.stderr
