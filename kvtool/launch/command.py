@@ -175,10 +175,11 @@ def launch(
         raise KvtoolError("--model is required")
     if entrypoint not in ("cli", "module"):
         raise KvtoolError(f"--entrypoint {entrypoint!r}: use cli or module")
-    if name is not None:
-        from kvtool.launch.targets.names import check_object_name
+    from kvtool.launch.targets.names import check_host_path, check_object_name
 
+    if name is not None:
         check_object_name(name, "--name")
+    check_host_path(fs_path, "--fs-path")
     try:
         options = LaunchOptions(
             model=model,

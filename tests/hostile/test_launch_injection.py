@@ -103,6 +103,9 @@ def test_yaml_output_parses_back_to_the_same_documents(
         ("--name", "Evil\nname"),
         ("--name", "x" * 41),
         ("--name", "a_b"),
+        ("--fs-path", "/data:/etc:rw"),
+        ("--fs-path", "relative/dir"),
+        ("--fs-path", "/data\n- /etc:/host-etc"),
     ],
 )
 def test_names_that_cannot_be_quoted_are_refused(kvtool_cli: Any, flag: str, value: str) -> None:

@@ -42,6 +42,18 @@ def check_object_name(name: str, flag: str) -> str:
     return name
 
 
+def check_host_path(path: str, flag: str) -> str:
+    """A host directory as compose (``HOST:CONTAINER[:MODE]``) and Kubernetes ``hostPath``
+    take it: absolute, with no ``:`` that would add a mount or its options, and no
+    control characters."""
+    if not path.startswith("/") or ":" in path or terminal_line(path) != path:
+        raise KvtoolError(
+            f"{flag} {terminal_line(path)!r}: give an absolute directory without ':' or "
+            "control characters"
+        )
+    return path
+
+
 def comment_text(value: object) -> str:
     """``value`` safe inside a one-line ``#`` comment of shell or YAML."""
     return terminal_line(str(value))
