@@ -145,3 +145,20 @@ def test_credentials_go_only_to_https_or_same_host_realms(
     sent = {"authorization" in r.headers for r in token_requests}
     assert sent == {gets_credentials}
     assert ("not sending credentials" in capsys.readouterr().err) is not gets_credentials
+
+
+def test_registry_text_is_inert_on_the_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from rich.console import Console
+
+    from kvtool.image.render import render_text
+    from tests.image import test_mock_registry
+
+    hostile = "\x1b[2J[bold]All checks passed"
+    monkeypatch.setitem(test_mock_registry.LIMIT_HEADERS, "docker-ratelimit-source", hostile)
+    report = _inspect(FakeHub([Image(arch="amd64", kv=True)]))
+    out = io.StringIO()
+    render_text(report, Console(file=out, force_terminal=True, width=300))
+    shown = out.getvalue()
+    assert "\x1b[2J" not in shown and "\\x1b[2J[bold]All checks passed" in shown
