@@ -102,23 +102,66 @@ def _commented_commands(count: int) -> str:
     )
 
 
-def test_reading_commented_commands_grows_linearly(tmp_path: Path) -> None:
-    """Times the shell reader on 1x, 4x and 16x inputs in one run: 16x the input may take
-    at most 16 x 3 the time (quadratic growth would be 256x)."""
+def _pods(count: int) -> str:
+    # The shape of a Pod manifest (kubernetes/website, content/en/examples/pods/simple-pod.yaml).
+    return "".join(
+        f"---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: p{n}\nspec:\n  containers:\n"
+        f"    - name: vllm\n      image: vllm/vllm-openai:v0.32.0\n"
+        f'      command: ["vllm", "serve", "m", "--port", "{8000 + n % 1000}"]\n'
+        for n in range(count)
+    )
+
+
+def _metrics(count: int) -> str:
+    return "".join(
+        f'# TYPE m{n} counter\nvllm:m{n}_total{{model_name="m",engine="{n}"}} {n}.5\n'
+        for n in range(count)
+    )
+
+
+def _read_shell(text: str) -> None:
     from kvtool.audit.inputs import read_text
 
+    read_text(text, "serve.sh", input_format="shell")
+
+
+def _read_kubernetes(text: str) -> None:
+    from kvtool.audit.inputs import read_text
+
+    read_text(text, "pods.yaml", input_format="kubernetes")
+
+
+def _read_metrics(text: str) -> None:
+    from kvtool.verify.prometheus import parse
+
+    parse(text, "metrics")
+
+
+@pytest.mark.parametrize(
+    ("make", "read", "base"),
+    [
+        (_commented_commands, _read_shell, 125),
+        (_pods, _read_kubernetes, 25),
+        (_metrics, _read_metrics, 500),
+    ],
+    ids=["shell-commented-commands", "kubernetes-pods", "prometheus-lines"],
+)
+def test_readers_grow_linearly(make: Any, read: Any, base: int) -> None:
+    """Times a reader on 1x, 4x and 16x inputs in one run: 16x the input may take at
+    most 16 x 3 the time (quadratic growth would be 256x)."""
+
     def seconds(count: int) -> float:
-        text = _commented_commands(count)
+        text = make(count)
         best = float("inf")
-        for _ in range(2):
+        for _ in range(3):
             started = time.perf_counter()
-            read_text(text, "serve.sh", input_format="shell")
+            read(text)
             best = min(best, time.perf_counter() - started)
         return best
 
-    base, quadruple, sixteenfold = seconds(125), seconds(500), seconds(2000)
-    assert quadruple < 4 * 3 * base, (base, quadruple)
-    assert sixteenfold < 16 * 3 * base, (base, sixteenfold)
+    one, four, sixteen = seconds(base), seconds(4 * base), seconds(16 * base)
+    assert four < 4 * 3 * one, (one, four)
+    assert sixteen < 16 * 3 * one, (one, sixteen)
 
 
 def test_a_gzip_bomb_archive_stops_at_the_ratio(tmp_path: Path) -> None:
