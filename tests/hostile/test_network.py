@@ -162,3 +162,25 @@ def test_registry_text_is_inert_on_the_terminal(monkeypatch: pytest.MonkeyPatch)
     render_text(report, Console(file=out, force_terminal=True, width=300))
     shown = out.getvalue()
     assert "\x1b[2J" not in shown and "\\x1b[2J[bold]All checks passed" in shown
+
+
+def test_a_trickling_registry_ends_at_the_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KVTOOL_LIMIT_HTTP_DEADLINE_S", "1")
+    hub = FakeHub([Image(arch="amd64", kv=True)])
+
+    def trickle() -> Iterator[bytes]:
+        for _ in range(60):
+            time.sleep(0.2)
+            yield b" "
+
+    def slow_manifest(request: httpx.Request) -> httpx.Response | None:
+        if "/manifests/" in request.url.path and request.headers.get("authorization"):
+            return httpx.Response(200, content=trickle(), headers={"content-type": "x"})
+        return None
+
+    hub.overrides.append(slow_manifest)
+    started = time.monotonic()
+    report = _inspect(hub)
+    assert time.monotonic() - started < 8
+    assert report.exit_code == 2
+    assert {v.verdict for v in report.verdicts} == {"unknown"}
