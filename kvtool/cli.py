@@ -81,17 +81,58 @@ def run(args: list[str]) -> int:
         code = exit_.code
         return code if isinstance(code, int) else (0 if code is None else 2)
     except ClickException as exc:  # the parser's errors, one line each like ours
-        stderr.print(f"kvtool: error: {usage_error_line(exc)}", markup=False, soft_wrap=True)
+        _print_error(usage_error_line(exc))
         return exc.exit_code
     except Abort:  # Ctrl-C
         return 130
-    except KvtoolError as exc:
-        stderr.print(f"kvtool: error: {exc}", markup=False, highlight=False, soft_wrap=True)
-        return 2
-    except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
-        stderr.print(f"kvtool: error: {exc.strerror}: {exc.filename}", markup=False, soft_wrap=True)
+    except Exception as exc:
+        if not _is_input_failure(exc):
+            raise
+        _print_error(_error_line(exc))
         return 2
     return code if isinstance(code, int) else 0
+
+
+# What hostile or broken input can raise from deep inside a reader, beside KvtoolError:
+# unreadable files, bad encodings, nesting past the interpreter's stack, numbers over
+# Python's digit limit or otherwise malformed, memory a bound did not catch.
+_INPUT_FAILURES: tuple[type[BaseException], ...] = (
+    OSError,
+    UnicodeError,
+    RecursionError,
+    ValueError,
+    MemoryError,
+)
+
+
+def _is_input_failure(exc: Exception) -> bool:
+    if isinstance(exc, (KvtoolError, *_INPUT_FAILURES)):
+        return True
+    yaml = sys.modules.get("yaml")  # a parse error of a YAML reader, if one was loaded
+    return yaml is not None and isinstance(exc, yaml.YAMLError)
+
+
+def _error_line(exc: BaseException) -> str:
+    """One line saying what failed, for any error on the one error path."""
+    if isinstance(exc, KvtoolError):
+        return str(exc)
+    if isinstance(exc, OSError):
+        from kvtool.fsio import describe_os_error
+
+        return describe_os_error(exc, exc.filename)
+    if isinstance(exc, RecursionError):
+        return "input nested too deeply to read"
+    if isinstance(exc, MemoryError):
+        return "input needs more memory than is available"
+    return f"invalid input: {exc}" if str(exc) else f"invalid input ({exc.__class__.__name__})"
+
+
+def _print_error(message: str) -> None:
+    from kvtool.termsafe import terminal_line
+
+    stderr.print(
+        f"kvtool: error: {terminal_line(message)}", markup=False, highlight=False, soft_wrap=True
+    )
 
 
 def main() -> None:

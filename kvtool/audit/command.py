@@ -82,7 +82,10 @@ def _read(
         raise KvtoolError("--stdin-filename: only with '-' (read the input from stdin)")
     stdin = None
     if STDIN in paths:
-        stdin = StdinInput(sys.stdin.read(), stdin_filename or "<stdin>")
+        from kvtool.fsio import decode_text, read_input_bytes
+
+        name = stdin_filename or "<stdin>"
+        stdin = StdinInput(decode_text(read_input_bytes(STDIN), name), name)
     files = [Path(p) for p in paths if p != STDIN]
     found = (
         read_input_set(files, input_format=input_format, stdin=stdin)
@@ -225,6 +228,7 @@ def audit(
     from kvtool.audit.tables import ShippedTables
     from kvtool.output.kinds import emit
     from kvtool.output.streams import Output
+    from kvtool.termsafe import terminal_line, terminal_text
 
     out = Output(output_file=output_file, quiet=quiet, color=color)
 
@@ -250,6 +254,10 @@ def audit(
         sys.stdout.write(json.dumps(settings.as_file_keys(), indent=2) + "\n")
         raise typer.Exit(0)
     file_paths, argv = split_positionals(list(paths or []))
+    if output_file is not None:
+        from kvtool.fsio import refuse_overwriting_inputs
+
+        refuse_overwriting_inputs(output_file, file_paths, "-o")
     if live:
         from kvtool.audit.inputs import InputSet
 
@@ -257,6 +265,8 @@ def audit(
     else:
         inputs = _read(file_paths, argv, input_format, stdin_filename)
     invocations = inputs.invocations
+    if output_file is not None:
+        refuse_overwriting_inputs(output_file, {i.file for i in invocations if i.file}, "-o")
     extras = {}
     if image_verdicts is not None:
         from kvtool.audit.rules.image import IMAGE_VERDICTS
@@ -282,7 +292,9 @@ def audit(
             "kvtool: warning: no vLLM server found in the input", markup=False, soft_wrap=True
         )
     for warning in sorted({i.target.warning for i in report.invocations if i.target.warning}):
-        out.warnings.print(f"kvtool: warning: {warning}", markup=False, soft_wrap=True)
+        out.warnings.print(
+            f"kvtool: warning: {terminal_line(warning)}", markup=False, soft_wrap=True
+        )
     if fix or diff:
         from kvtool.audit.fixing import apply_fixes
 
@@ -291,10 +303,18 @@ def audit(
         if diff:
             sys.stdout.write(run.diff)
         elif run.diff:  # --fix: stdout keeps only the report, a machine format may follow
-            out.chatter.print(run.diff, markup=False, highlight=False, soft_wrap=True, end="")
+            out.chatter.print(
+                terminal_text(run.diff), markup=False, highlight=False, soft_wrap=True, end=""
+            )
         out.chatter.print(run.summary, markup=False, soft_wrap=True)
+        for failure in run.failures:
+            out.warnings.print(
+                f"kvtool: error: {terminal_line(failure)}", markup=False, soft_wrap=True
+            )
         if fix:
             report = without_fixed(report, run.fixed_codes)
+        if run.failures:
+            raise typer.Exit(2)
     if not diff:
         emit(AUDIT, report, output_format.value, out)
     from kvtool.audit.render.text import summary

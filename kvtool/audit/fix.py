@@ -26,6 +26,7 @@ from kvtool.audit.inputs.positions import LineIndex
 from kvtool.audit.inputs.shell_lexer import LexError, lex
 from kvtool.audit.model import Fix, InputKind, Invocation, SourceToken
 from kvtool.errors import KvtoolError
+from kvtool.fsio import BOM
 
 YAML_REWRITABLE: frozenset[InputKind] = frozenset({"kubernetes", "compose"})
 _COMMAND_KINDS: frozenset[InputKind] = frozenset({"argv", "shell"})
@@ -407,13 +408,64 @@ def _merge(text: str, edits: list[_Edit], planned: list[_Edit]) -> list[_Edit] |
 
 
 def _diff(before: str, after: str, name: str) -> str:
+    return unified_diff(before, after, name)
+
+
+_NO_NEWLINE = "\\ No newline at end of file\n"
+
+
+def unified_diff(before: str, after: str, name: str) -> str:
+    """A unified diff ``patch`` and ``git apply`` accept, of the texts exactly as written.
+
+    Lines end only at LF, as ``patch`` reads them, so a CR stays part of its line; a last
+    line without a newline gets the ``\\ No newline at end of file`` marker.
+    """
     if before == after:
         return ""
-    return "".join(
-        difflib.unified_diff(
-            before.splitlines(keepends=True),
-            after.splitlines(keepends=True),
-            fromfile=name if name.startswith("/") else f"a/{name}",
-            tofile=name if name.startswith("/") else f"b/{name}",
-        )
-    )
+    pieces: list[str] = []
+    for line in difflib.unified_diff(
+        _lf_lines(before),
+        _lf_lines(after),
+        fromfile=name if name.startswith("/") else f"a/{name}",
+        tofile=name if name.startswith("/") else f"b/{name}",
+    ):
+        pieces.append(line if line.endswith("\n") else line + "\n" + _NO_NEWLINE)
+    return "".join(pieces)
+
+
+def _lf_lines(text: str) -> list[str]:
+    lines = text.split("\n")
+    ends = [line + "\n" for line in lines[:-1]]
+    return [*ends, lines[-1]] if lines[-1] else ends
+
+
+_LINE_BREAK = re.compile(r"(\r\n|\n)")
+
+
+def keep_line_endings(raw: str, fixed: str) -> str:
+    """``fixed`` (an edit of ``raw`` as the readers read it: ``fsio.reader_text``) with every
+    line the edit left alone written byte for byte as in ``raw``: CRLF, a lone CR, a BOM,
+    a missing final newline all stay. A changed line keeps the ending of the line it
+    replaces.
+    """
+    bom = BOM if raw.startswith(BOM) else ""
+    parts = _LINE_BREAK.split(raw[len(bom) :])
+    old_lines, old_endings = parts[0::2], [*parts[1::2], ""]
+    new_lines = fixed.split("\n")
+    default = old_endings[0] or "\n"
+    last = len(new_lines) - 1
+    pieces: list[str] = []
+    matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            pieces += [old_lines[i] + old_endings[i] for i in range(i1, i2)]
+            continue
+        for j in range(j1, j2):
+            paired = i1 + (j - j1)
+            ending = old_endings[min(paired, i2 - 1)] if i2 > i1 else default
+            if j == last:
+                ending = ""
+            elif not ending:
+                ending = default
+            pieces.append(new_lines[j] + ending)
+    return bom + "".join(pieces)

@@ -1,8 +1,10 @@
 """``--fix`` / ``--diff``: hand the findings' token fixes to :mod:`kvtool.audit.fix` per input.
 
-Shell scripts, Kubernetes manifests and compose files are rewritten in place
-(``--fix``) or diffed (``--diff``); argv inputs print the fixed command; ``--config``
-files and KAITO ConfigMaps only list their fixes. Only fixes whose applicability is
+Shell scripts, Kubernetes manifests and compose files are rewritten (``--fix``, an
+atomic replace that changes only the bytes of the edits and aborts a file changed on
+disk since it was read) or diffed (``--diff``, a patch of the bytes as written); argv
+inputs print the fixed command; ``--config`` files and KAITO ConfigMaps only list their
+fixes. Only fixes whose applicability is
 allowed are used.
 """
 
@@ -13,8 +15,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvtool.audit.engine import AuditReport
-from kvtool.audit.fix import REWRITABLE, FixOutcome, fix_argv, fix_text
+from kvtool.audit.fix import (
+    REWRITABLE,
+    FixOutcome,
+    fix_argv,
+    fix_text,
+    keep_line_endings,
+    unified_diff,
+)
 from kvtool.audit.model import Finding, Fix, InputKind, Invocation
+from kvtool.errors import KvtoolError
+from kvtool.fsio import atomic_write, decode_text, read_input_bytes, reader_text
 
 FixedKey = tuple[str, str | None, int | None]
 
@@ -25,6 +36,7 @@ class FixRun:
     diff: str = ""
     applied: int = 0
     notes: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)  # files left alone: why, one line each
     fixed_codes: set[FixedKey] = field(default_factory=set)
 
     @property
@@ -92,17 +104,36 @@ def apply_fixes(
                 "shown, not applied."
             )
     for file, chosen in per_file.items():
-        path = Path(file)
-        text = path.read_text(encoding="utf-8")
-        outcome = fix_text(
-            text,
-            [fix for fix, _ in chosen],
-            file=file,
-            kind=kinds[file],
-            invocations=[inv for inv in invocations if inv.file == file],
-        )
-        run.diff += outcome.diff
-        _record(run, chosen, outcome)
-        if write and outcome.text != text:
-            path.write_text(outcome.text, encoding="utf-8")
+        try:
+            _fix_file(run, file, chosen, kinds[file], invocations, write)
+        except KvtoolError as error:
+            run.failures.append(str(error))
     return run
+
+
+def _fix_file(
+    run: FixRun,
+    file: str,
+    chosen: list[tuple[Fix, list[Finding]]],
+    kind: InputKind,
+    invocations: Sequence[Invocation],
+    write: bool,
+) -> None:
+    """Fix one file: edits are planned on the text as the readers saw it (no BOM, LF
+    line ends) and written back with every untouched byte as it was."""
+    path = Path(file)
+    original = read_input_bytes(path)
+    raw = decode_text(original, file)
+    text = reader_text(raw)
+    outcome = fix_text(
+        text,
+        [fix for fix, _ in chosen],
+        file=file,
+        kind=kind,
+        invocations=[inv for inv in invocations if inv.file == file],
+    )
+    new_raw = keep_line_endings(raw, outcome.text) if outcome.text != text else raw
+    if write and new_raw != raw:
+        atomic_write(path, new_raw.encode("utf-8"), expected=original)
+    run.diff += unified_diff(raw, new_raw, file)
+    _record(run, chosen, outcome)

@@ -75,6 +75,12 @@ def _table_of(path: Path) -> dict[str, Any] | None:
             data = tomllib.load(handle)
     except tomllib.TOMLDecodeError as exc:
         raise KvtoolError(f"{path}: not valid TOML: {exc}") from None
+    except ValueError as exc:  # an integer past Python's digit limit
+        raise KvtoolError(f"{path}: not usable TOML: {exc}") from None
+    except RecursionError:
+        raise KvtoolError(f"{path}: TOML nested too deeply to read") from None
+    except OSError as exc:
+        raise KvtoolError(f"{path}: cannot read: {exc.strerror}") from None
     if path.name == "pyproject.toml":
         tool = data.get("tool", {})
         table = tool.get("kvtool") if isinstance(tool, dict) else None

@@ -4,15 +4,18 @@ Digests are immutable, so an entry never goes stale: a HEAD of the tag (which Do
 Hub does not count as a pull) finds the digest, and a hit skips every GET. Entries
 live under ``$XDG_CACHE_HOME/kvtool/configs`` (``~/.cache`` when unset); a corrupt or
 unreadable entry counts as a miss, and failing to write one never fails a command.
+Entries are written atomically (:func:`kvtool.fsio.atomic_write_text`), never through
+a symlink planted in the cache.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
+from kvtool.errors import KvtoolError
+from kvtool.fsio import atomic_write_text
 from kvtool.image.manifest import Platform, ResolvedConfig, sha256_digest
 from kvtool.image.reference import DIGEST_RE
 
@@ -50,7 +53,7 @@ def load(digest: str, platform: Platform, root: Path | None = None) -> ResolvedC
             index_digest=entry.get("index_digest"),
             available_platforms=[str(p) for p in entry.get("available_platforms", [])],
         )
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None
 
 
@@ -73,10 +76,6 @@ def store(
     }
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(
-            "w", dir=path.parent, delete=False, suffix=".tmp", encoding="utf-8"
-        ) as handle:
-            json.dump(entry, handle)
-        os.replace(handle.name, path)
-    except OSError:
+        atomic_write_text(path, json.dumps(entry), follow_symlinks=False)
+    except (OSError, KvtoolError):
         return

@@ -124,8 +124,10 @@ def verify_digest(digest: str, body: bytes, what: str) -> None:
 def load_json_object(body: bytes, what: str) -> dict[str, Any]:
     try:
         data = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except ValueError as exc:  # bad UTF-8 or JSON, or an integer over Python's digit limit
         raise RefusedError(f"{what} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise RefusedError(f"{what} is nested too deeply to read") from None
     if not isinstance(data, dict):
         raise RefusedError(f"{what} is JSON but not an object")
     return data

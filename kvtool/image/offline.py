@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import tarfile
+import zlib
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from kvtool import limits
 from kvtool.errors import KvtoolError
 from kvtool.image.errors import RefusedError
 from kvtool.image.manifest import (
@@ -73,10 +75,27 @@ def read_offline(
 
 
 def _safe_members(archive: tarfile.TarFile, path: Path) -> dict[str, tarfile.TarInfo]:
+    """The archive's members by normalised name, refusing names outside the archive.
+
+    Listing a compressed archive decompresses it, so members are counted and their sizes
+    summed while listing: past ``archive_members`` members, or past ``archive_ratio``
+    times the file's own size (a gzip bomb), the listing stops before decompressing more.
+    """
     members: dict[str, tarfile.TarInfo] = {}
+    compressed = path.stat().st_size
+    budget = limits.ARCHIVE_RATIO.value * max(compressed, 1 << 20)
+    infos: list[tarfile.TarInfo] = []
+    unpacked = 0
     try:
-        infos = archive.getmembers()
-    except (tarfile.TarError, OSError, EOFError) as exc:
+        while (info := archive.next()) is not None:
+            infos.append(info)
+            limits.ARCHIVE_MEMBERS.check(len(infos), f"{path}: members")
+            unpacked += info.size
+            if unpacked > budget:
+                raise limits.LimitExceeded(
+                    limits.ARCHIVE_RATIO.message(f"{path}: {unpacked} bytes unpacked so far")
+                )
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
         raise KvtoolError(f"{path}: damaged tar archive: {exc}") from None
     for info in infos:
         pure = PurePosixPath(info.name)

@@ -9,12 +9,14 @@ verifies every body, and remembers the registry's rate-limit headers.
 from __future__ import annotations
 
 import base64
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import TracebackType
 
 import httpx
 
+from kvtool import limits
 from kvtool.image.auth import Challenge, Credentials, parse_challenge
 from kvtool.image.errors import (
     AuthError,
@@ -70,6 +72,8 @@ class RegistryClient:
         self._authorization: str | None = None
         self._progress = progress
         self.rate_limit: RateLimit | None = None
+        # One deadline for the whole inspection, however many requests it takes.
+        self._deadline = time.monotonic() + limits.HTTP_DEADLINE_S.value
         self._http = httpx.Client(
             transport=transport,
             timeout=timeout_s,
@@ -106,7 +110,7 @@ class RegistryClient:
         what = f"manifest {self.image.repository}:{reference}"
         self._progress(f"fetching {what}")
         with self._request("GET", f"/manifests/{reference}", what=what) as response:
-            body = _read_capped(response, MAX_MANIFEST_BYTES, what)
+            body = _read_capped(response, MAX_MANIFEST_BYTES, what, self._deadline)
             media_type = response.headers.get("content-type", "").split(";")[0].strip()
             header_digest = response.headers.get("docker-content-digest")
         if DIGEST_RE.match(reference):
@@ -125,7 +129,7 @@ class RegistryClient:
         what = f"blob {digest}"
         self._progress(f"fetching config {digest[:19]}")
         with self._request("GET", f"/blobs/{digest}", what=what) as response:
-            body = _read_capped(response, max_bytes, what)
+            body = _read_capped(response, max_bytes, what, self._deadline)
         verify_digest(digest, body, what)
         return body
 
@@ -151,7 +155,11 @@ class RegistryClient:
         headers = {"Accept": ACCEPT}
         if self._authorization:
             headers["Authorization"] = self._authorization
-        request = self._http.build_request(method, url, headers=headers)
+        _check_deadline(self._deadline, url)
+        try:
+            request = self._http.build_request(method, url, headers=headers)
+        except (httpx.InvalidURL, ValueError) as exc:
+            raise RefusedError(f"{url}: not a valid URL: {exc}") from None
         try:
             return self._http.send(request, stream=True)
         except httpx.TooManyRedirects:
@@ -160,9 +168,9 @@ class RegistryClient:
             raise NetworkError(f"{url}: {type(exc).__name__}: {exc}") from None
 
     def _check(self, response: httpx.Response, what: str) -> None:
-        limits = _rate_limit(response.headers)
-        if limits is not None:
-            self.rate_limit = limits
+        announced = _rate_limit(response.headers)
+        if announced is not None:
+            self.rate_limit = announced
         status = response.status_code
         if status < 400:
             return
@@ -206,15 +214,33 @@ class RegistryClient:
         params.append(
             ("scope", challenge.params.get("scope") or f"repository:{self.image.repository}:pull")
         )
-        headers = {"Authorization": _basic(self._credentials)} if self._credentials else {}
-        self._progress(f"requesting a token from {httpx.URL(realm).host}")
+        try:
+            realm_url = httpx.URL(realm)
+        except (httpx.InvalidURL, ValueError) as exc:
+            raise AuthError(f"{what}: token realm {realm!r} is not a valid URL: {exc}") from None
+        headers = {}
+        if self._credentials is not None:
+            if _may_receive_credentials(realm_url, self.image.api_host):
+                headers["Authorization"] = _basic(self._credentials)
+            else:
+                from kvtool.console import stderr
+                from kvtool.termsafe import terminal_line
+
+                stderr.print(
+                    f"kvtool: warning: not sending credentials to the token realm "
+                    f"{terminal_line(str(realm_url))} (not https, not {self.image.api_host}); "
+                    "asking for an anonymous token",
+                    markup=False,
+                    soft_wrap=True,
+                )
+        self._progress(f"requesting a token from {realm_url.host}")
         try:
             with self._http.stream("GET", realm, params=params, headers=headers) as response:
-                limits = _rate_limit(response.headers)
-                self.rate_limit = limits or self.rate_limit
+                announced = _rate_limit(response.headers)
+                self.rate_limit = announced or self.rate_limit
                 if response.status_code == 429:
                     raise RateLimitedError(
-                        f"{what}: token server {realm} rate-limited us (429)", limits
+                        f"{what}: token server {realm} rate-limited us (429)", announced
                     )
                 if response.status_code in (401, 403):
                     raise AuthError(
@@ -223,7 +249,9 @@ class RegistryClient:
                     )
                 if response.status_code >= 400:
                     raise AuthError(f"{what}: token server {realm} answered {response.status_code}")
-                body = _read_capped(response, MAX_TOKEN_BYTES, f"token from {realm}")
+                body = _read_capped(
+                    response, MAX_TOKEN_BYTES, f"token from {realm}", self._deadline
+                )
         except httpx.HTTPError as exc:
             raise NetworkError(f"token server {realm}: {type(exc).__name__}: {exc}") from None
         data = load_json_object(body, f"token response from {realm}")
@@ -233,14 +261,28 @@ class RegistryClient:
         return token
 
 
+def _may_receive_credentials(realm: httpx.URL, registry_host: str) -> bool:
+    """A registry's challenge names the token realm, so a hostile or hijacked registry
+    could point it anywhere: credentials go over https, or to the registry's own host
+    (any port: a registry and its token server on one machine)."""
+    if realm.scheme == "https":
+        return True
+    registry_name = httpx.URL(f"http://{registry_host}/").host
+    return realm.scheme == "http" and realm.host == registry_name
+
+
 def _basic(credentials: Credentials | None) -> str:
     assert credentials is not None
     pair = f"{credentials.username}:{credentials.password}".encode()
     return "Basic " + base64.b64encode(pair).decode("ascii")
 
 
-def _read_capped(response: httpx.Response, max_bytes: int, what: str) -> bytes:
-    """The body, refusing more than ``max_bytes`` and bodies shorter than announced."""
+def _read_capped(
+    response: httpx.Response, max_bytes: int, what: str, deadline: float | None = None
+) -> bytes:
+    """The body, refusing more than ``max_bytes``, bodies shorter than announced and a
+    transfer still running at ``deadline`` (a ``time.monotonic()`` instant: a server
+    that sends a byte a second never trips the per-read timeout)."""
     declared = response.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > max_bytes:
         raise RefusedError(f"{what}: {declared} bytes announced, over the {max_bytes}-byte cap")
@@ -248,6 +290,7 @@ def _read_capped(response: httpx.Response, max_bytes: int, what: str) -> bytes:
     total = 0
     try:
         for chunk in response.iter_bytes():
+            _check_deadline(deadline, what)
             total += len(chunk)
             if total > max_bytes:
                 raise RefusedError(f"{what}: body exceeds the {max_bytes}-byte cap")
@@ -260,6 +303,11 @@ def _read_capped(response: httpx.Response, max_bytes: int, what: str) -> bytes:
     if declared and declared.isdigit() and not encoded and not is_head and total != int(declared):
         raise RefusedError(f"{what}: truncated, {total} of {declared} announced bytes")
     return body
+
+
+def _check_deadline(deadline: float | None, what: str) -> None:
+    if deadline is not None and time.monotonic() > deadline:
+        raise NetworkError(limits.HTTP_DEADLINE_S.message(what))
 
 
 def _rate_limit(headers: httpx.Headers) -> RateLimit | None:

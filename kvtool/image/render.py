@@ -10,6 +10,7 @@ from rich.table import Table
 
 from kvtool.image.model import InspectionReport, StepOutcome, Verdict
 from kvtool.output.kinds import ReportKind
+from kvtool.termsafe import terminal_text
 
 VERDICT_STYLE = {
     Verdict.bundled: "bold green",
@@ -31,6 +32,12 @@ def _step(outcome: StepOutcome) -> str:
     return f"{outcome.status} ({kind}{outcome.reason})"
 
 
+def _safe(text: str) -> str:
+    """Registry- and archive-derived text as inert console text: markup escaped, control
+    characters made visible (a hostile registry must not drive the terminal)."""
+    return escape(terminal_text(text))
+
+
 def render_text(report: InspectionReport, console: Console) -> None:
     image = report.image
     grid = Table.grid(padding=(0, 2))
@@ -39,35 +46,38 @@ def render_text(report: InspectionReport, console: Console) -> None:
     if image is not None:
         digest = image.manifest_digest or image.config_digest or ""
         cached = ", cached" if image.from_cache else ""
-        grid.add_row("image", f"{image.reference} ({image.source}{cached})")
-        grid.add_row("platform", f"{image.platform}  config {image.config_platform}")
+        grid.add_row("image", _safe(f"{image.reference} ({image.source}{cached})"))
+        grid.add_row("platform", _safe(f"{image.platform}  config {image.config_platform}"))
         if image.available_platforms:
-            grid.add_row("platforms", ", ".join(image.available_platforms))
+            grid.add_row("platforms", _safe(", ".join(image.available_platforms)))
         if digest:
-            grid.add_row("digest", digest)
+            grid.add_row("digest", _safe(digest))
         if image.vllm_version:
-            grid.add_row("vLLM", f"{image.vllm_version} (from {image.vllm_version_source})")
+            grid.add_row("vLLM", _safe(f"{image.vllm_version} (from {image.vllm_version_source})"))
         flag = image.build_flag
         where = f", history #{flag.deciding.index}" if flag.deciding else ""
         strong = ", installs kv_connectors" if flag.strong else ""
         grid.add_row(
-            "build flag", f"INSTALL_KV_CONNECTORS={flag.value} ({flag.decided_by}{where}{strong})"
+            "build flag",
+            _safe(f"INSTALL_KV_CONNECTORS={flag.value} ({flag.decided_by}{where}{strong})"),
         )
         if image.rate_limit is not None:
             limit = image.rate_limit
             grid.add_row(
                 "rate limit",
-                f"remaining {limit.remaining} of {limit.limit}"
-                + (f" (source {limit.source})" if limit.source else ""),
+                _safe(
+                    f"remaining {limit.remaining} of {limit.limit}"
+                    + (f" (source {limit.source})" if limit.source else "")
+                ),
             )
-    grid.add_row("build-flag step", escape(_step(report.build_flag_step)))
-    grid.add_row("runtime step", escape(_step(report.runtime_step)))
+    grid.add_row("build-flag step", _safe(_step(report.build_flag_step)))
+    grid.add_row("runtime step", _safe(_step(report.runtime_step)))
     if report.probe is not None:
         torch = f", torch {report.probe.torch}" if report.probe.torch else ""
-        grid.add_row("probe python", f"{report.probe.python}{torch}")
+        grid.add_row("probe python", _safe(f"{report.probe.python}{torch}"))
     console.print(grid)
     for warning in [*(image.warnings if image else []), *report.warnings]:
-        console.print(f"[yellow]warning:[/] {escape(warning)}")
+        console.print(f"[yellow]warning:[/] {_safe(warning)}")
     table = Table(show_header=True, header_style="bold")
     table.add_column("connector")
     table.add_column("verdict")
@@ -77,7 +87,7 @@ def render_text(report: InspectionReport, console: Console) -> None:
         table.add_row(
             verdict.connector.value,
             f"[{VERDICT_STYLE[verdict.verdict]}]{verdict.verdict.value}[/]",
-            escape(why),
+            _safe(why),
         )
     console.print(table)
 

@@ -25,34 +25,57 @@ _TARGETS = ("shell", "compose", "k8s", "json")
 
 def _parse_env(pairs: list[str]) -> tuple[tuple[str, str], ...]:
     from kvtool.errors import KvtoolError
+    from kvtool.launch.targets.names import check_env_name
 
     parsed = []
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep or not key or not key.replace("_", "a").isalnum():
+        if not sep:
             raise KvtoolError(f"--env {pair!r}: expected NAME=VALUE")
-        parsed.append((key, value))
+        parsed.append((check_env_name(key, "--env"), value))
     return tuple(parsed)
 
 
 def _write(files: dict[str, str], output_dir: Path, force: bool) -> list[Path]:
     """Write each file under ``output_dir`` (``-d``); refuse to overwrite without --force."""
+    from kvtool.fsio import atomic_write_text, describe_os_error
     from kvtool.output.errors import bad_option
 
     if output_dir.exists() and not output_dir.is_dir():
         raise bad_option("--output-dir", str(output_dir), "exists and is not a directory")
-    paths = [output_dir / name for name in files]
+    paths = [_inside(output_dir, name) for name in files]
+    links = [str(p) for p in paths if p.is_symlink()]
+    if links:
+        raise bad_option(
+            "--output-dir", str(output_dir), f"{', '.join(links)} is a symbolic link; not written"
+        )
     clashes = [str(p) for p in paths if p.exists()]
     if clashes and not force:
         raise bad_option(
             "--output-dir", str(output_dir), f"would overwrite {', '.join(clashes)}; pass --force"
         )
-    output_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        output_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        why = f"cannot create: {describe_os_error(error, output_dir)}"
+        raise bad_option("--output-dir", str(output_dir), why) from None
     for path, text in zip(paths, files.values(), strict=True):
-        path.write_text(text, encoding="utf-8")
-        if path.suffix == ".sh":
-            path.chmod(0o755)
+        atomic_write_text(
+            path, text, mode=0o755 if path.suffix == ".sh" else None, follow_symlinks=False
+        )
     return paths
+
+
+def _inside(output_dir: Path, name: str) -> Path:
+    """``output_dir / name``, refused unless it names a file directly inside ``output_dir``."""
+    from kvtool.errors import KvtoolError
+
+    path = output_dir / name
+    if Path(name).name != name or name in ("", ".", ".."):
+        raise KvtoolError(
+            f"--output-dir {output_dir}: {name!r} would be written outside the directory"
+        )
+    return path
 
 
 def launch(
@@ -169,6 +192,11 @@ def launch(
     check_choice("--entrypoint", entrypoint, ("cli", "module"))
     if output_dir is not None and output_file is not None:
         raise KvtoolError("give --output-dir (one file each) or --output-file (one report)")
+    from kvtool.launch.targets.names import check_host_path, check_object_name
+
+    if name is not None:
+        check_object_name(name, "--name")
+    check_host_path(fs_path, "--fs-path")
     try:
         options = LaunchOptions(
             model=model,

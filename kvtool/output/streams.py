@@ -93,8 +93,13 @@ class Output:
         if self.output_file is None:
             yield make_console(None, self.color)
             return
-        with self.output_file.open("w", encoding="utf-8") as handle:
-            yield make_console(handle, ColorMode.never)
+        import io
+
+        from kvtool.fsio import atomic_write_text
+
+        buffer = io.StringIO()
+        yield make_console(buffer, ColorMode.never)
+        atomic_write_text(self.output_file, buffer.getvalue())  # never a half-written report
 
     def write(self, text: str) -> None:
         """Write a machine document (JSON, SARIF, ...) to stdout or the ``-o`` file."""
@@ -102,4 +107,6 @@ class Output:
             sys.stdout.write(text)
             sys.stdout.flush()
         else:
-            self.output_file.write_text(text, encoding="utf-8")
+            from kvtool.fsio import atomic_write_text
+
+            atomic_write_text(self.output_file, text)

@@ -21,6 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
+from kvtool import limits
 from kvtool.connector.blockpool import InMemoryBlockPool
 from kvtool.connector.config import ConnectorConfig
 from kvtool.connector.manager import (
@@ -103,6 +104,9 @@ class Simulation:
     """One trace through one connector configuration (see module docstring)."""
 
     def __init__(self, settings: EngineSettings, extra_config: dict[str, Any]) -> None:
+        limits.SIMULATE_WORK.check(  # the pools are allocated up front
+            settings.num_gpu_blocks + settings.host_blocks, "simulate: --gpu-blocks + --host-blocks"
+        )
         self.settings = settings
         self.extra_config = dict(extra_config)
         capacity = settings.host_blocks * settings.block_bytes
@@ -182,6 +186,7 @@ class Simulation:
 
     def run(self, trace: Sequence[TraceRequest]) -> SimResult:
         s = self.settings
+        check_work(trace)
         for request in trace:
             need = math.ceil((request.prompt_tokens + request.output_tokens) / s.block_size)
             if need > s.num_gpu_blocks:
@@ -243,3 +248,15 @@ class Simulation:
             blocks_loaded=stats.loaded,
             stats=stats.as_dict(),
         )
+
+
+def check_work(trace: Sequence[TraceRequest]) -> None:
+    """Refuse, before it starts, a run whose step count is out of bounds (``simulate_work``).
+
+    Every step schedules at least one token of a running request or waits for the next
+    arrival, so the latest arrival plus all tokens bounds the step count.
+    """
+    if trace:
+        latest = max(request.arrival for request in trace)
+        tokens = sum(request.prompt_tokens + request.output_tokens for request in trace)
+        limits.SIMULATE_WORK.check(latest + tokens, "simulate: the trace (last arrival + tokens)")

@@ -19,7 +19,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from kvtool import limits
 from kvtool.errors import KvtoolError
+from kvtool.fsio import read_input_text
 
 
 class TraceRequest(BaseModel):
@@ -39,10 +41,7 @@ class TraceRequest(BaseModel):
 
 def read_trace(path: Path) -> list[TraceRequest]:
     """Requests of a JSONL trace; a bad line is a KvtoolError naming file and line."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise KvtoolError(f"--trace {path}: no such file") from None
+    lines = read_input_text(path).splitlines()  # a regular file within the size limit
     requests: list[TraceRequest] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
@@ -55,6 +54,8 @@ def read_trace(path: Path) -> list[TraceRequest]:
             first = exc.errors()[0]
             field = ".".join(str(p) for p in first["loc"]) or "request"
             raise KvtoolError(f"{path}:{number}: {field}: {first['msg']}") from None
+        except (ValueError, RecursionError) as exc:  # a huge integer, deep nesting
+            raise KvtoolError(f"{path}:{number}: not a usable request ({exc})") from None
     if not requests:
         raise KvtoolError(f"--trace {path}: no requests")
     ids = [r.id for r in requests]
@@ -76,6 +77,10 @@ def prefix_repetition(
     if min(num_prefixes, num_requests, output_tokens) < 1 or min(prefix_tokens,
                                                                  suffix_tokens) < 0:
         raise KvtoolError("prefix repetition: counts must be >= 1 and token lengths >= 0")
+    limits.SIMULATE_WORK.check(
+        num_requests * (prefix_tokens + suffix_tokens + output_tokens),
+        "prefix repetition: --num-requests x tokens per request",
+    )
     rng = random.Random(seed)
     return [
         TraceRequest(

@@ -54,10 +54,17 @@ def _read_config(config_path: Path, given: Path) -> dict[str, Any]:
     """The JSON object in ``config_path``; ``given`` is what ``--model`` named."""
     if not config_path.is_file():
         raise KvtoolError(f"--model {given}: no config.json in that directory")
+    from kvtool.fsio import read_input_text
+
+    text = read_input_text(config_path)  # a regular file within the input size limit
     try:
-        loaded = json.loads(config_path.read_text(encoding="utf-8"))
+        loaded = json.loads(text)
     except json.JSONDecodeError as exc:
         raise KvtoolError(f"{config_path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except ValueError as exc:  # an integer past Python's digit limit
+        raise KvtoolError(f"{config_path}: not usable JSON ({exc})") from None
+    except RecursionError:
+        raise KvtoolError(f"{config_path}: JSON nested too deeply to read") from None
     if not isinstance(loaded, dict):
         raise KvtoolError(f"{config_path}: expected a JSON object at the top level")
     return loaded

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Any
 
+from kvtool import limits
 from kvtool.errors import KvtoolError
 from kvtool.resources import read_table, rules_dir
 from kvtool.sizing.checkpoint_kv import declared_kv_cache_dtype
@@ -30,6 +31,8 @@ from kvtool.sizing.spec import (
 
 # When a config names no dtype, vLLM's "auto" loads bf16 checkpoints as bf16; say so.
 FALLBACK_DTYPE = "bfloat16"
+
+_MAX_FIELD_VALUE = 2**53
 
 
 class _Config:
@@ -62,6 +65,12 @@ class _Config:
             raise KvtoolError(f"{self.where}: missing field {key!r}")
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise KvtoolError(f"{self.where}: field {key!r} must be {kind}, got {value!r}")
+        # Per-layer work and lists scale with layer counts; any other field past 2**53
+        # is no real model's and loses exactness in the float arithmetic that follows.
+        if key.endswith("_layers"):
+            limits.SIZING_LAYERS.check(value, f"{self.where}: field {key!r} ({value})")
+        elif value > _MAX_FIELD_VALUE:
+            raise KvtoolError(f"{self.where}: field {key!r} is implausibly large ({value})")
         return value
 
     def head_dim(self) -> int:

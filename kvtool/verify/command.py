@@ -1,5 +1,6 @@
 """``kvtool verify``: does the KV offload tier serve hits, and if not, why."""
 
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -58,8 +59,8 @@ def verify(
     if metrics_url is not None:
         from kvtool.verify.scrape import scrape
 
-        if interval <= 0:
-            raise bad_option("--interval", interval, "must be > 0 seconds")
+        if not math.isfinite(interval) or interval <= 0:  # nan and inf too: sleep() refuses one
+            raise bad_option("--interval", interval, "must be a finite number > 0 of seconds")
         first = scrape(metrics_url)
         with out.chatter.status(f"waiting {interval:g} s for traffic before the second scrape"):
             time.sleep(interval)

@@ -21,6 +21,7 @@ from kvtool.audit.inputs.registry import FILE_FORMATS, detect_kind, reader_for
 from kvtool.audit.inputs.source import ConfigMaps, ReadSource
 from kvtool.audit.model import Invocation, Location, SkippedInput
 from kvtool.errors import KvtoolError
+from kvtool.fsio import read_input_bytes, reader_text
 
 
 class NoServerCommand(KvtoolError):
@@ -94,7 +95,7 @@ def read_input_set(
             if text is not None:
                 pending.append(_Pending(text, name, os.path.dirname(name) or "."))
     if stdin is not None:
-        pending.append(_Pending(_strip_bom(stdin.text), stdin.name, os.getcwd()))
+        pending.append(_Pending(reader_text(stdin.text), stdin.name, os.getcwd()))
     configmaps = collect_configmaps([(p.text, p.name) for p in pending])
     for item in pending:
         _read_one(item, configmaps, input_format, result)
@@ -141,21 +142,18 @@ def read_inputs(paths: list[Path], *, input_format: str | None = None) -> list[I
 
 
 def _read_file(path: str, result: InputSet) -> str | None:
+    # Regular files only, within the input size limit (a FIFO or /dev/zero must not hang
+    # the run or fill memory); the text as every reader and --fix see it.
     try:
-        with open(path, "rb") as handle:  # bytes then decode: faster than a text stream
-            data = handle.read()
-        return _strip_bom(data.decode("utf-8").replace("\r\n", "\n"))
+        data = read_input_bytes(path)
+    except KvtoolError as error:
+        result.skipped.append(SkippedInput(file=path, reason=_reason(error, path), problem=True))
+        return None
+    try:
+        return reader_text(data.decode("utf-8"))
     except UnicodeDecodeError:
         result.skipped.append(SkippedInput(file=path, reason="not UTF-8 text", problem=False))
-    except OSError as error:
-        result.skipped.append(
-            SkippedInput(file=path, reason=f"cannot read: {error.strerror}", problem=True)
-        )
     return None
-
-
-def _strip_bom(text: str) -> str:
-    return text[1:] if text.startswith("\ufeff") else text
 
 
 def _read_one(

@@ -7,6 +7,7 @@ string back to the manifest, so tokens still point at the right line and column.
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -104,6 +105,7 @@ def read_script(text: str, locate: Locate, context: ShellContext) -> list[Invoca
             f"{where.file or '<input>'}:{where.line}:{where.column}: {error.message}"
         ) from None
     found: list[Invocation] = []
+    comments = sorted(lexed.comments, key=lambda c: c.start)  # once: each command bisects
     for command in lexed.commands:
         words = [w.text for w in command.words]
         match = find_serve(words)
@@ -113,7 +115,7 @@ def read_script(text: str, locate: Locate, context: ShellContext) -> list[Invoca
             if match.args_start < len(command.words):
                 found.extend(_nested(text, command.words[match.args_start], locate, context))
             continue
-        found.append(_invocation(command, match, locate, context, lexed.comments))
+        found.append(_invocation(command, match, locate, context, comments))
     return found
 
 
@@ -186,15 +188,26 @@ def _command_suppressions(
     first_line: int | None,
     last_line: int | None,
 ) -> list[Suppression]:
-    """Trailing comments on the command's lines, and the comment block right above it."""
+    """Trailing comments on the command's lines, and the comment block right above it.
+
+    ``comments`` are sorted by offset (so by line); only those up to the command's last
+    line are looked at (found by bisection), newest first, and the walk stops below the
+    block above the command, so many commented commands are read in linear time.
+    """
     if first_line is None or last_line is None:
         return []
     found: list[Suppression] = []
     above = first_line - 1
-    for comment in sorted(comments, key=lambda c: c.start, reverse=True):
+    last = bisect.bisect_right(
+        comments, last_line, key=lambda c: locate(c.start, c.end).line or 0
+    )
+    for position in range(last - 1, -1, -1):
+        comment = comments[position]
         where = locate(comment.start, comment.end)
         if where.line is None:
             continue
+        if where.line < above:
+            break
         parsed = parse_comment(comment.text)
         if comment.trailing and first_line <= where.line <= last_line:
             if parsed:

@@ -14,6 +14,7 @@ import re
 
 import msgspec
 
+from kvtool import limits
 from kvtool.errors import KvtoolError
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -59,9 +60,18 @@ class LexResult(msgspec.Struct):
 
 
 class _Lexer:
-    def __init__(self, text: str, variables: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, text: str, variables: dict[str, str] | None = None, budget: list[int] | None = None
+    ) -> None:
         self.text = text
         self.pos = 0
+        # Characters all words may still expand to (shared with sub-lexers): chained
+        # variables (b=$a$a$a, c=$b$b$b, ...) grow geometrically from a few bytes. The
+        # text itself is paid for (each character lands in a word at most twice: once
+        # in a quoted part, once in the word), so only expansions draw on the limit.
+        self.budget = (
+            budget if budget is not None else [2 * len(text) + limits.SHELL_EXPANSION_BYTES.count]
+        )
         self.variables: dict[str, str] = dict(variables or {})
         self.assigned_words: dict[str, Word] = {}
         self.exported: dict[str, Word] = {}
@@ -71,6 +81,13 @@ class _Lexer:
     # -- errors -------------------------------------------------------------
     def _fail(self, message: str, offset: int) -> LexError:
         return LexError(message, offset)
+
+    def _joined(self, parts: list[str], offset: int) -> str:
+        """``parts`` joined, paid for from the expansion budget before the copy is made."""
+        self.budget[0] -= sum(map(len, parts))
+        if self.budget[0] < 0:
+            raise LexError(limits.SHELL_EXPANSION_BYTES.message("variable expansion"), offset)
+        return "".join(parts)
 
     # -- top level ----------------------------------------------------------
     def run(self, end: int | None = None) -> list[Command]:
@@ -221,7 +238,7 @@ class _Lexer:
             last_end = self.pos
         if last_end == start:
             return []
-        return [Word("".join(parts), start, last_end, is_conditional, dynamic)]
+        return [Word(self._joined(parts, start), start, last_end, is_conditional, dynamic)]
 
     def _lone_conditional(self, stop: int) -> list[Word] | None:
         """``${VAR:+--flag value}`` standing alone: word-split its alternate text."""
@@ -236,7 +253,7 @@ class _Lexer:
         self.pos = close + 1
         if name in self.variables and not self.variables[name] and match.group(2) == ":+":
             return []  # set but empty: ":+" expands to nothing
-        sub = _Lexer(self.text, self.variables)
+        sub = _Lexer(self.text, self.variables, self.budget)
         sub.pos = inner_start
         words: list[Word] = []
         while sub.pos < inner_end:
@@ -271,7 +288,7 @@ class _Lexer:
             char = self.text[self.pos]
             if char == '"':
                 self.pos += 1
-                return "".join(parts), dynamic, conditional
+                return self._joined(parts, opening), dynamic, conditional
             if char == "\\" and self.pos + 1 < stop and self.text[self.pos + 1] in '$`"\\\n':
                 if self.text[self.pos + 1] != "\n":
                     parts.append(self.text[self.pos + 1])

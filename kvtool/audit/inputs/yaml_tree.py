@@ -14,6 +14,7 @@ import yaml
 
 from kvtool.audit.model import Location
 from kvtool.errors import KvtoolError
+from kvtool.yamlguard import check_document
 from kvtool.yamlio import safe_loader
 
 # libyaml's composer gives the same node marks as the pure-Python one, about ten times
@@ -22,9 +23,16 @@ _LOADER = safe_loader()
 
 
 def compose_documents(text: str, file: str | None) -> list[yaml.Node]:
-    """Every non-empty document; malformed YAML raises ``KvtoolError`` naming file:line:col."""
+    """Every non-empty document; malformed YAML raises ``KvtoolError`` naming file:line:col.
+
+    Each document's size with aliases followed, and its depth, are checked first
+    (:func:`kvtool.yamlguard.check_document`): alias bombs and cycles never reach a reader.
+    """
     try:
-        return [node for node in yaml.compose_all(text, Loader=_LOADER) if node is not None]
+        documents = [node for node in yaml.compose_all(text, Loader=_LOADER) if node is not None]
+        for document in documents:
+            check_document(document, where(document, file))
+        return documents
     except yaml.MarkedYAMLError as error:
         raise KvtoolError(
             f"{_where(file, error.problem_mark)}: invalid YAML: {error.problem or _one_line(error)}"

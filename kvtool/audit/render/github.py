@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from kvtool.audit.engine import AuditReport
 from kvtool.audit.model import Finding, Severity
+from kvtool.termsafe import terminal_text
 
 COMMANDS = {Severity.error: "error", Severity.warning: "warning", Severity.info: "notice"}
 
 
 def _escape_data(text: str) -> str:
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    # Control characters from input are made visible first: the runner's log is a terminal.
+    return terminal_text(text).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
 
 
 def _escape_property(text: str) -> str:

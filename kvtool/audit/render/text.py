@@ -11,6 +11,7 @@ from rich.markup import escape
 
 from kvtool.audit.engine import AuditReport
 from kvtool.audit.model import Finding, Severity
+from kvtool.termsafe import terminal_line
 
 STYLES = {Severity.error: "bold red", Severity.warning: "yellow", Severity.info: "cyan"}
 _NOUNS = {
@@ -32,6 +33,12 @@ def _where(finding: Finding) -> str:
     return ":".join(parts)
 
 
+def _shown(text: str) -> str:
+    """Input-derived text (file names, flag values in messages) as inert console text:
+    rich markup escaped, terminal control sequences made visible."""
+    return escape(terminal_line(text))
+
+
 def print_report(report: AuditReport, console: Console) -> None:
     for skipped in report.unreadable:
         console.print(
@@ -42,15 +49,15 @@ def print_report(report: AuditReport, console: Console) -> None:
     for finding in report.findings:
         style = STYLES[finding.severity]
         console.print(
-            f"[bold]{escape(_where(finding))}[/bold]: [{style}]{finding.code}[/{style}] "
-            f"[{style}]{finding.severity.value}[/{style}] {escape(finding.message)} "
+            f"[bold]{_shown(_where(finding))}[/bold]: [{style}]{finding.code}[/{style}] "
+            f"[{style}]{finding.severity.value}[/{style}] {_shown(finding.message)} "
             f"[dim]\\[{finding.name}][/dim]",
             soft_wrap=True,
         )
         if finding.fix is not None:
             console.print(
                 f"    [dim]fix ({finding.fix.applicability}):[/dim] "
-                f"{escape(finding.fix.description)}",
+                f"{_shown(finding.fix.description)}",
                 soft_wrap=True,
             )
 

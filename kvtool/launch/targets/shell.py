@@ -12,6 +12,7 @@ import shlex
 
 from kvtool.launch.plan import LaunchPlan, Process
 from kvtool.launch.targets.header import header_lines
+from kvtool.launch.targets.names import check_env_name, comment_text
 
 SCRIPT_NAME = "launch.sh"
 READY_TIMEOUT_S = 300
@@ -48,7 +49,7 @@ def _env_prefix(process: Process) -> str:
     env = list(process.env)
     if process.cuda_devices is not None:
         env.insert(0, ("CUDA_VISIBLE_DEVICES", process.cuda_devices))
-    return "".join(f"{key}={shlex.quote(value)} " for key, value in env)
+    return "".join(f"{check_env_name(key, 'env')}={shlex.quote(value)} " for key, value in env)
 
 
 def _header(plan: LaunchPlan) -> list[str]:
@@ -57,7 +58,9 @@ def _header(plan: LaunchPlan) -> list[str]:
 
 
 def _single(plan: LaunchPlan, engine: Process) -> list[str]:
-    lines = [f"export {key}={shlex.quote(value)}" for key, value in engine.env]
+    lines = [
+        f"export {check_env_name(key, 'env')}={shlex.quote(value)}" for key, value in engine.env
+    ]
     return [*lines, *command_lines(engine.argv, _head(engine), prefix="exec ")]
 
 
@@ -79,7 +82,7 @@ def _supervised(plan: LaunchPlan) -> list[str]:
         "",
     ]
     for process in (*plan.sidecars, *plan.engines):
-        lines.append(f"# {process.name}")
+        lines.append(f"# {comment_text(process.name)}")
         body = command_lines(process.argv, _head(process), prefix=_env_prefix(process))
         body[-1] += " &"
         lines += [*body, "pids+=($!)"]

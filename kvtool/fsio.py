@@ -1,0 +1,272 @@
+"""Safe file I/O: inputs read only from regular files and within a size limit; every
+file kvtool writes replaced atomically, never half-written.
+
+Reading opens without blocking (a FIFO must not hang the run) and refuses anything
+that is not a regular file, except ``-`` for stdin. Writing goes to a temporary file
+in the target's directory, is flushed to disk and renamed over the target, so a full
+disk, a file-size limit or a crash leaves the old file whole. The target's mode and
+ownership carry over. When the caller says what the file held when it was read, the
+target is locked and read again just before the rename, and a change made meanwhile
+(another editor, a second ``kvtool audit --fix``) aborts that file: nothing is lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import stat
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from kvtool import limits
+from kvtool.errors import KvtoolError
+
+STDIN = "-"
+
+
+class ChangedOnDisk(KvtoolError):
+    """The file changed between kvtool's read and its write; the write was abandoned."""
+
+
+def describe_os_error(error: OSError, path: object = None) -> str:
+    """``PATH: reason`` for an ``OSError``, one line, whatever its errno."""
+    where = path if path is not None else (error.filename or "<file>")
+    reason = error.strerror or error.__class__.__name__
+    return f"{where}: {reason}"
+
+
+def read_input_bytes(path: Path | str, *, limit: limits.Limit = limits.INPUT_BYTES) -> bytes:
+    """The bytes of a regular file (or stdin for ``-``), at most ``limit`` of them."""
+    cap = limit.count
+    if str(path) == STDIN:
+        data = sys.stdin.buffer.read(cap + 1)
+        if len(data) > cap:
+            raise limits.LimitExceeded(limit.message("<stdin>"))
+        return data
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise KvtoolError(f"{path}: no such file or directory") from None
+    except OSError as error:
+        raise KvtoolError(f"cannot read {describe_os_error(error, path)}") from None
+    with open(descriptor, "rb", closefd=True) as handle:
+        try:
+            mode = os.fstat(descriptor).st_mode
+            if not stat.S_ISREG(mode):
+                raise KvtoolError(f"{path}: not a regular file ({_kind(mode)}); give a file or -")
+            data = handle.read(cap + 1)
+        except OSError as error:
+            raise KvtoolError(f"cannot read {describe_os_error(error, path)}") from None
+    if len(data) > cap:
+        raise limits.LimitExceeded(limit.message(str(path)))
+    return data
+
+
+def decode_text(data: bytes, name: object) -> str:
+    """UTF-8 text with a clear error naming the first byte that is not UTF-8."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise KvtoolError(
+            f"{name}: not UTF-8 text (byte {error.start}: {data[error.start:error.start + 1]!r})"
+        ) from None
+
+
+BOM = "\ufeff"
+
+
+def reader_text(raw: str) -> str:
+    """What the input readers parse: a leading BOM dropped and CRLF read as LF (a lone CR
+    is data, as bash reads it). ``--fix`` maps its edits back through the same rule."""
+    return raw.removeprefix(BOM).replace("\r\n", "\n")
+
+
+def read_input_text(path: Path | str, *, limit: limits.Limit = limits.INPUT_BYTES) -> str:
+    """A regular file's UTF-8 text as the readers parse it (see ``reader_text``)."""
+    return reader_text(decode_text(read_input_bytes(path, limit=limit), path))
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a plain file"
+
+
+def refuse_overwriting_inputs(output: Path, inputs: Iterable[Path | str], flag: str) -> None:
+    """Raise ``KvtoolError`` when writing ``output`` would replace one of ``inputs``."""
+    for candidate in inputs:
+        if str(candidate) == STDIN:
+            continue
+        if _same_file(output, Path(candidate)):
+            raise KvtoolError(f"{flag} {output}: is an input of this run; it would be overwritten")
+
+
+def _same_file(first: Path, second: Path) -> bool:
+    try:
+        return os.path.samefile(first, second)
+    except OSError:
+        pass
+    try:
+        return first.resolve() == second.resolve()
+    except (OSError, RuntimeError):
+        return False
+
+
+def atomic_write(
+    path: Path,
+    data: bytes,
+    *,
+    expected: bytes | None = None,
+    mode: int | None = None,
+    follow_symlinks: bool = True,
+) -> None:
+    """Replace ``path`` with ``data`` all at once, or leave it as it was and raise.
+
+    ``expected``: the bytes ``path`` held when read; a change since then raises
+    ``ChangedOnDisk``. ``mode``: the mode of a new file (an existing one keeps its own).
+    A symlink is followed (the link stays, its target is replaced) unless
+    ``follow_symlinks`` is false, when it is refused. A file with other hard links is
+    refused: renaming over it would split the links.
+    """
+    target = _write_target(path, follow_symlinks)
+    existing = _lstat_or_none(target)
+    if existing is not None:
+        if not stat.S_ISREG(existing.st_mode):
+            kind = _kind(existing.st_mode)
+            raise KvtoolError(f"{path}: not a regular file ({kind}); not written")
+        if existing.st_nlink > 1:
+            raise KvtoolError(
+                f"{path}: has {existing.st_nlink} hard links; replacing it would split them, "
+                "so it is left alone"
+            )
+        # Mode bits too: root may write anything, but a read-only file says "leave me be".
+        if not existing.st_mode & 0o222 or not os.access(target, os.W_OK):
+            raise KvtoolError(f"{path}: is read-only; not written")
+    elif expected is not None:
+        raise ChangedOnDisk(f"{path}: was removed since kvtool read it; not written")
+    directory = target.parent
+    try:
+        descriptor, name = tempfile.mkstemp(
+            dir=directory, prefix=f".{target.name[:100]}.", suffix=".kvtool-tmp"
+        )
+    except OSError as error:
+        raise KvtoolError(f"cannot write {describe_os_error(error, path)}") from None
+    temporary = Path(name)
+    try:
+        with open(descriptor, "wb", closefd=True) as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(descriptor)
+            _copy_metadata(descriptor, existing, mode)
+        with _locked_original(target, expected, path):
+            os.replace(temporary, target)
+        _sync_directory(directory)
+    except OSError as error:
+        _remove_quietly(temporary)
+        reason = describe_os_error(error, path)
+        raise KvtoolError(f"cannot write {reason}; the file is left as it was") from None
+    except BaseException:
+        _remove_quietly(temporary)
+        raise
+
+
+def atomic_write_text(
+    path: Path, text: str, *, mode: int | None = None, follow_symlinks: bool = True
+) -> None:
+    """``atomic_write`` of ``text`` as UTF-8."""
+    atomic_write(path, text.encode("utf-8"), mode=mode, follow_symlinks=follow_symlinks)
+
+
+def _write_target(path: Path, follow_symlinks: bool) -> Path:
+    if not path.is_symlink():
+        return path
+    if not follow_symlinks:
+        raise KvtoolError(f"{path}: is a symbolic link; not written through it")
+    try:
+        return Path(os.path.realpath(path, strict=True))
+    except OSError as error:
+        raise KvtoolError(f"{describe_os_error(error, path)} (symbolic link)") from None
+
+
+def _lstat_or_none(path: Path) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise KvtoolError(f"cannot write {describe_os_error(error, path)}") from None
+
+
+def _copy_metadata(descriptor: int, existing: os.stat_result | None, mode: int | None) -> None:
+    if existing is None:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(descriptor, (0o666 if mode is None else mode) & ~umask)
+        return
+    os.fchmod(descriptor, stat.S_IMODE(existing.st_mode))
+    if hasattr(os, "fchown"):
+        with contextlib.suppress(PermissionError):  # only root may give a file away
+            os.fchown(descriptor, existing.st_uid, existing.st_gid)
+
+
+@contextlib.contextmanager
+def _locked_original(target: Path, expected: bytes | None, shown: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the file about to be replaced and check it is unchanged.
+
+    A second writer locking the same file waits here; once it has the lock, the path
+    names the first writer's new file, so the inode check below tells it apart.
+    """
+    if expected is None:
+        yield
+        return
+    try:
+        descriptor = os.open(target, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise ChangedOnDisk(f"{shown}: was removed since kvtool read it; not written") from None
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        held = os.fstat(descriptor)
+        current = os.stat(target)
+        now = _read_all(descriptor)
+        if (held.st_dev, held.st_ino) != (current.st_dev, current.st_ino) or now != expected:
+            raise ChangedOnDisk(
+                f"{shown}: changed on disk since kvtool read it; not written "
+                "(run again to fix the new version)"
+            )
+        yield
+    finally:
+        os.close(descriptor)  # closing releases the lock
+
+
+def _read_all(descriptor: int) -> bytes:
+    chunks: list[bytes] = []
+    while True:
+        chunk = os.read(descriptor, 1 << 20)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def _sync_directory(directory: Path) -> None:
+    with contextlib.suppress(OSError):  # some filesystems cannot fsync a directory
+        descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+
+
+def _remove_quietly(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink()
+

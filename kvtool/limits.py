@@ -1,0 +1,133 @@
+"""Every resource limit kvtool enforces on its inputs, named and documented in one place.
+
+An input is hostile until read: a 369-byte script can ask for gigabytes of variable
+expansion, a YAML file for billions of alias copies, a server for an endless body.
+Each reader checks the limit below that bounds its work and raises
+:class:`LimitExceeded` (a ``KvtoolError``: one line on stderr, exit 2) naming the
+limit and how to raise it. Each limit can be changed for one run with the environment
+variable ``KVTOOL_LIMIT_<NAME>`` (for instance ``KVTOOL_LIMIT_INPUT_BYTES=1000000``);
+tests use that to enforce small caps.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+from kvtool.errors import KvtoolError
+
+_ENV_PREFIX = "KVTOOL_LIMIT_"
+
+
+class LimitExceeded(KvtoolError):
+    """An input asked for more work or memory than a named limit allows."""
+
+
+@dataclass(frozen=True)
+class Limit:
+    """One named bound: ``value`` is the default unless ``KVTOOL_LIMIT_<NAME>`` overrides it."""
+
+    name: str
+    default: float
+    unit: str
+    why: str
+
+    @property
+    def env_var(self) -> str:
+        return _ENV_PREFIX + self.name.upper()
+
+    @property
+    def value(self) -> float:
+        raw = os.environ.get(self.env_var)
+        if raw is None:
+            return self.default
+        try:
+            parsed = float(raw)
+        except ValueError:
+            raise KvtoolError(f"{self.env_var}={raw!r}: expected a number") from None
+        if not math.isfinite(parsed) or parsed <= 0:
+            raise KvtoolError(f"{self.env_var}={raw!r}: expected a positive finite number")
+        return parsed
+
+    @property
+    def count(self) -> int:
+        """The limit as a whole number (sizes and counts)."""
+        return int(self.value)
+
+    def check(self, amount: float, what: str) -> None:
+        """Raise ``LimitExceeded`` when ``amount`` is over the limit; ``what`` names the input."""
+        if amount > self.value:
+            raise LimitExceeded(self.message(what))
+
+    def message(self, what: str) -> str:
+        return (
+            f"{what}: over the {self.name} limit ({_shown(self.value)} {self.unit}: {self.why}); "
+            f"set {self.env_var} to raise it"
+        )
+
+
+def _shown(value: float) -> str:
+    return str(int(value)) if value == int(value) else str(value)
+
+
+INPUT_BYTES = Limit(
+    "input_bytes", 16 * 1024 * 1024, "bytes", "largest input file read (scripts, manifests, traces)"
+)
+YAML_ALIASES = Limit(
+    "yaml_aliases", 1_000, "aliases", "alias references in one YAML stream (alias bombs)"
+)
+YAML_NODES = Limit(
+    "yaml_nodes", 1_000_000, "nodes", "nodes a YAML stream expands to once aliases are followed"
+)
+NESTING_DEPTH = Limit(
+    "nesting_depth", 200, "levels", "nesting of lists and mappings in YAML, JSON or TOML"
+)
+INT_DIGITS = Limit(
+    "int_digits", 4_300, "digits", "digits of one integer in JSON, TOML or a registry answer"
+)
+SHELL_EXPANSION_BYTES = Limit(
+    "shell_expansion_bytes",
+    16 * 1024 * 1024,
+    "bytes",
+    "characters variable expansion may add to one script's words",
+)
+HTTP_BODY_BYTES = Limit(
+    "http_body_bytes", 64 * 1024 * 1024, "bytes", "body of one HTTP answer (registry, /metrics)"
+)
+HTTP_DEADLINE_S = Limit(
+    "http_deadline_s", 120, "seconds", "one network operation from connect to last byte"
+)
+ARCHIVE_MEMBERS = Limit(
+    "archive_members", 100_000, "members", "entries in one offline image archive"
+)
+ARCHIVE_RATIO = Limit(
+    "archive_ratio",
+    200,
+    "x",
+    "unpacked size of an archive's members over its own size (at least 1 MiB)",
+)
+SIZING_LAYERS = Limit(
+    "sizing_layers", 100_000, "layers", "num_hidden_layers (or a similar count) in a config.json"
+)
+SIMULATE_WORK = Limit(
+    "simulate_work",
+    5_000_000,
+    "steps",
+    "scheduler steps (last arrival + tokens) or blocks one simulation may take",
+)
+
+ALL: tuple[Limit, ...] = (
+    INPUT_BYTES,
+    YAML_ALIASES,
+    YAML_NODES,
+    NESTING_DEPTH,
+    INT_DIGITS,
+    SHELL_EXPANSION_BYTES,
+    HTTP_BODY_BYTES,
+    HTTP_DEADLINE_S,
+    ARCHIVE_MEMBERS,
+    ARCHIVE_RATIO,
+    SIZING_LAYERS,
+    SIMULATE_WORK,
+)

@@ -1,0 +1,247 @@
+"""Tiny hostile inputs cannot make kvtool use unbounded memory or time.
+
+Each case runs the CLI in a subprocess under a small address-space cap and a
+wall-clock timeout, and expects one line on stderr and exit 2.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+KVTOOL_MAIN = "from kvtool.cli import main; main()"
+MEMORY_CAP = 1 << 30  # 1 GiB of address space: ample for kvtool, far below what bombs ask
+TIMEOUT_S = 30
+
+
+def _capped() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP, MEMORY_CAP))
+
+
+def _kvtool(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", KVTOOL_MAIN, *args],
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})},
+        capture_output=True,
+        text=True,
+        preexec_fn=_capped,
+        timeout=TIMEOUT_S,
+    )
+
+
+def _refused(result: subprocess.CompletedProcess[str], needle: str) -> None:
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert needle in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def _chained_variables(levels: int) -> str:
+    """``v1=$v0$v0...`` repeated: a few hundred bytes that expand to gigabytes."""
+    lines = ["v0=xxxxxxxxxxxxxxxx"]
+    lines += [f"v{n}=" + f"$v{n - 1}" * 8 for n in range(1, levels + 1)]
+    return "\n".join([*lines, f"vllm serve m --port $v{levels}", ""])
+
+
+def _alias_bomb(levels: int) -> str:
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"a{n}: &a{n} [" + ", ".join([f"*a{n - 1}"] * 9) + "]" for n in range(1, levels + 1)]
+    return "\n".join([*lines, "model: m", f"served-model-name: *a{levels}", ""])
+
+
+def test_chained_variables_hit_the_expansion_limit(tmp_path: Path) -> None:
+    script = tmp_path / "bomb.sh"
+    script.write_text(_chained_variables(12))
+    assert len(script.read_bytes()) <= 400
+    _refused(_kvtool("audit", str(script)), "shell_expansion_bytes")
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        (_alias_bomb(9), "yaml_nodes"),
+        ("model: m\nserved-model-name: &a [*a]\n", "refers to a node that contains it"),
+        ("model: " + "[" * 5000 + "]" * 5000 + "\n", "nest"),
+    ],
+    ids=["alias-bomb", "recursive-alias", "deep"],
+)
+def test_yaml_bombs_are_refused(tmp_path: Path, text: str, needle: str) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(text)
+    _refused(_kvtool("audit", "--input-format", "vllm-config", str(config)), needle)
+
+
+def test_fifos_and_devices_are_not_read(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo.sh"
+    os.mkfifo(fifo)
+    _refused(_kvtool("audit", str(fifo)), "not a regular file")
+    _refused(_kvtool("audit", "/dev/zero"), "not a regular file")
+
+
+def test_the_input_size_limit_is_named_and_adjustable(tmp_path: Path) -> None:
+    script = tmp_path / "serve.sh"
+    script.write_text("vllm serve m --port 8000\n" + "# padding\n" * 200)
+    result = _kvtool("audit", str(script), env={"KVTOOL_LIMIT_INPUT_BYTES": "1000"})
+    _refused(result, "KVTOOL_LIMIT_INPUT_BYTES")
+    assert _kvtool("audit", str(script)).returncode in (0, 1)
+
+
+def _commented_commands(count: int) -> str:
+    return "".join(
+        f"# kvtool: ignore[VG002]\nvllm serve m --port {8000 + n % 1000}  # serve {n}\n"
+        for n in range(count)
+    )
+
+
+def _pods(count: int) -> str:
+    # The shape of a Pod manifest (kubernetes/website, content/en/examples/pods/simple-pod.yaml).
+    return "".join(
+        f"---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: p{n}\nspec:\n  containers:\n"
+        f"    - name: vllm\n      image: vllm/vllm-openai:v0.32.0\n"
+        f'      command: ["vllm", "serve", "m", "--port", "{8000 + n % 1000}"]\n'
+        for n in range(count)
+    )
+
+
+def _metrics(count: int) -> str:
+    return "".join(
+        f'# TYPE m{n} counter\nvllm:m{n}_total{{model_name="m",engine="{n}"}} {n}.5\n'
+        for n in range(count)
+    )
+
+
+def _read_shell(text: str) -> None:
+    from kvtool.audit.inputs import read_text
+
+    read_text(text, "serve.sh", input_format="shell")
+
+
+def _read_kubernetes(text: str) -> None:
+    from kvtool.audit.inputs import read_text
+
+    read_text(text, "pods.yaml", input_format="kubernetes")
+
+
+def _read_metrics(text: str) -> None:
+    from kvtool.verify.prometheus import parse
+
+    parse(text, "metrics")
+
+
+@pytest.mark.parametrize(
+    ("make", "read", "base"),
+    [
+        (_commented_commands, _read_shell, 125),
+        (_pods, _read_kubernetes, 25),
+        (_metrics, _read_metrics, 500),
+    ],
+    ids=["shell-commented-commands", "kubernetes-pods", "prometheus-lines"],
+)
+def test_readers_grow_linearly(make: Any, read: Any, base: int) -> None:
+    """Times a reader on 1x, 4x and 16x inputs in one run: 16x the input may take at
+    most 16 x 3 the time (quadratic growth would be 256x)."""
+
+    def seconds(count: int) -> float:
+        text = make(count)
+        best = float("inf")
+        for _ in range(3):
+            started = time.perf_counter()
+            read(text)
+            best = min(best, time.perf_counter() - started)
+        return best
+
+    one, four, sixteen = seconds(base), seconds(4 * base), seconds(16 * base)
+    assert four < 4 * 3 * one, (one, four)
+    assert sixteen < 16 * 3 * one, (one, sixteen)
+
+
+def test_a_gzip_bomb_archive_stops_at_the_ratio(tmp_path: Path) -> None:
+    """A 64 MiB member of zeros compresses to ~64 KiB: listing must stop, not unpack it."""
+    import gzip
+    import io
+    import tarfile
+
+    archive = tmp_path / "image.tar.gz"
+    member = 64 * 1024 * 1024
+    with gzip.open(archive, "wb", compresslevel=1) as packed, tarfile.open(
+        fileobj=packed, mode="w"
+    ) as tar:
+        info = tarfile.TarInfo("blobs/sha256/" + "0" * 64)
+        info.size = member
+
+        class Zeros(io.RawIOBase):
+            left = member
+
+            def readable(self) -> bool:
+                return True
+
+            def readinto(self, buffer: Any) -> int:
+                count = min(len(buffer), self.left)
+                buffer[:count] = bytes(count)
+                self.left -= count
+                return count
+
+        tar.addfile(info, io.BufferedReader(Zeros()))
+        index = b'{"schemaVersion": 2, "manifests": []}'
+        entry = tarfile.TarInfo("index.json")
+        entry.size = len(index)
+        tar.addfile(entry, io.BytesIO(index))
+    assert archive.stat().st_size < member // 100
+    result = _kvtool("inspect-image", str(archive), env={"KVTOOL_LIMIT_ARCHIVE_RATIO": "10"})
+    assert result.returncode == 2 and "archive_ratio" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--num-requests", "1000000000"),
+        ("--gpu-blocks", "1000000000000"),
+    ],
+)
+def test_simulate_refuses_runaway_work(kvtool_cli: Any, args: tuple[str, str]) -> None:
+    result = kvtool_cli("simulate", *args, "--block-bytes", "1000")
+    assert result.exit_code == 2 and "simulate_work" in result.stderr
+
+
+def test_simulate_refuses_a_far_future_arrival(kvtool_cli: Any, tmp_path: Path) -> None:
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text('{"id": "a", "arrival": 100000000000, "prefix": "p", "prefix_tokens": 8}\n')
+    result = kvtool_cli("simulate", "--trace", str(trace), "--block-bytes", "1000")
+    assert result.exit_code == 2 and "simulate_work" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("num_hidden_layers", "1000000000000"),
+        ("num_hidden_layers", '"32"'),
+        ("hidden_size", "1e400"),
+    ],
+)
+def test_size_bounds_and_types_of_config_fields(
+    kvtool_cli: Any, tmp_path: Path, field: str, value: str
+) -> None:
+    # The shape of a Llama config.json (huggingface.co/meta-llama/Llama-3.1-8B, config.json).
+    fields = {
+        "model_type": '"llama"',
+        "num_hidden_layers": "32",
+        "hidden_size": "4096",
+        "num_attention_heads": "32",
+        "num_key_value_heads": "8",
+        "torch_dtype": '"bfloat16"',
+        field: value,
+    }
+    config = tmp_path / "config.json"
+    config.write_text("{" + ", ".join(f'"{k}": {v}' for k, v in fields.items()) + "}")
+    result = kvtool_cli("size", "-m", str(config))
+    assert result.exit_code == 2 and field in result.stderr, result.stderr

@@ -1,0 +1,39 @@
+"""Escape sequences from input never reach the terminal raw.
+
+A hostile script's name or flags may carry ``ESC[2J`` (clear the screen) and a fake
+"All checks passed"; the report must show the bytes escaped, not obey them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+CLEAR_AND_LIE = "\x1b[2J\x1b[HAll checks passed\r\x9b2J"
+
+
+@pytest.mark.parametrize("output_format", ["text", "github"])
+def test_escape_sequences_in_names_and_flags_are_made_visible(
+    kvtool_cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, output_format: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / f"serve{CLEAR_AND_LIE}.sh"
+    script.write_text(
+        f"vllm serve m --calculate-kv-scales --no-such-flag{CLEAR_AND_LIE}=1 "
+        f"--served-model-name '{CLEAR_AND_LIE}'\n"
+    )
+    result = kvtool_cli(
+        "audit", script.name, "--vllm-version", "0.32.0", "--output-format", output_format
+    )
+    assert result.exit_code == 1, result.stderr
+    shown = result.stdout + result.stderr
+    assert "\x1b" not in shown and "\x9b" not in shown and "\r" not in shown
+    assert "\\x1b[2J" in shown  # still visible, so the reader sees what the file holds
+
+
+def test_error_lines_escape_control_characters(kvtool_cli: Any, tmp_path: Path) -> None:
+    result = kvtool_cli("audit", str(tmp_path / f"missing{CLEAR_AND_LIE}.sh"))
+    assert result.exit_code == 2
+    assert "\x1b" not in result.stderr and result.stderr.count("\n") == 1
