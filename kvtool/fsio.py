@@ -42,7 +42,8 @@ def read_input_bytes(path: Path | str, *, limit: limits.Limit = limits.INPUT_BYT
     """The bytes of a regular file (or stdin for ``-``), at most ``limit`` of them."""
     cap = limit.count
     if str(path) == STDIN:
-        data = sys.stdin.buffer.read(cap + 1)
+        stream = getattr(sys.stdin, "buffer", None)  # a text-only stdin (tests) has no bytes
+        data = stream.read(cap + 1) if stream is not None else sys.stdin.read(cap + 1).encode()
         if len(data) > cap:
             raise limits.LimitExceeded(limit.message("<stdin>"))
         return data

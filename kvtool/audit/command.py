@@ -265,6 +265,7 @@ def audit(
     else:
         inputs = _read(file_paths, argv, input_format, stdin_filename)
     invocations = inputs.invocations
+    _refuse_when_nothing_was_read(inputs)
     if output_file is not None:
         refuse_overwriting_inputs(output_file, {i.file for i in invocations if i.file}, "-o")
     extras = {}
@@ -323,6 +324,21 @@ def audit(
         out.chatter.print(summary(report), markup=False, soft_wrap=True)
     if not exit_zero and (report.fails(settings.fail_on) or report.unreadable):
         raise typer.Exit(1)
+
+
+def _refuse_when_nothing_was_read(inputs: "InputSet") -> None:
+    """Every input failed to read: a usage error (exit 2), not an audit that found nothing.
+
+    Among inputs that did read, an unreadable file is a line of the report instead, and
+    the other files are still audited.
+    """
+    from kvtool.errors import KvtoolError
+
+    if inputs.invocations or not inputs.skipped or not all(s.problem for s in inputs.skipped):
+        return
+    first = inputs.skipped[0].describe()
+    more = len(inputs.skipped) - 1
+    raise KvtoolError(first + (f" (and {more} more input(s) not read)" if more else ""))
 
 
 def _read_live(

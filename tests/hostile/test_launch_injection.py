@@ -122,14 +122,14 @@ def test_launch_output_dir_refuses_symlinks_and_keeps_modes(
     victim = tmp_path / "victim"
     victim.write_text("precious\n")
     (out / "launch.sh").symlink_to(victim)
-    result = kvtool_cli("launch", *RECIPE, "--model", BENIGN, "-o", str(out), "--force")
+    result = kvtool_cli("launch", *RECIPE, "--model", BENIGN, "-d", str(out), "--force")
     assert result.exit_code == 2 and "symbolic link" in result.stderr
     assert victim.read_text() == "precious\n"
     (out / "launch.sh").unlink()
-    assert kvtool_cli("launch", *RECIPE, "--model", BENIGN, "-o", str(out)).exit_code == 0
+    assert kvtool_cli("launch", *RECIPE, "--model", BENIGN, "-d", str(out)).exit_code == 0
     assert (out / "launch.sh").stat().st_mode & 0o777 == 0o755
     (out / "launch.sh").chmod(0o700)
-    again = kvtool_cli("launch", *RECIPE, "--model", BENIGN, "-o", str(out), "--force")
+    again = kvtool_cli("launch", *RECIPE, "--model", BENIGN, "-d", str(out), "--force")
     assert again.exit_code == 0
     assert (out / "launch.sh").stat().st_mode & 0o777 == 0o700
     assert sorted(p.name for p in out.iterdir()) == ["launch.sh"]

@@ -85,13 +85,14 @@ def read_input_set(
     for path in paths:
         if not path.exists():
             raise KvtoolError(f"{path}: no such file or directory")
-        files = list(candidate_paths(path)) if path.is_dir() else [str(path)]
+        named = not path.is_dir()
+        files = [str(path)] if named else list(candidate_paths(path))
         for name in files:
             key = os.path.abspath(name)
             if key in seen:
                 continue
             seen.add(key)
-            text = _read_file(name, result)
+            text = _read_file(name, result, named=named)
             if text is not None:
                 pending.append(_Pending(text, name, os.path.dirname(name) or "."))
     if stdin is not None:
@@ -141,9 +142,10 @@ def read_inputs(paths: list[Path], *, input_format: str | None = None) -> list[I
     return found.invocations
 
 
-def _read_file(path: str, result: InputSet) -> str | None:
+def _read_file(path: str, result: InputSet, *, named: bool) -> str | None:
     # Regular files only, within the input size limit (a FIFO or /dev/zero must not hang
-    # the run or fill memory); the text as every reader and --fix see it.
+    # the run or fill memory); the text as every reader and --fix see it. A binary file
+    # met in a directory walk is passed over; one the user named is a problem.
     try:
         data = read_input_bytes(path)
     except KvtoolError as error:
@@ -152,7 +154,7 @@ def _read_file(path: str, result: InputSet) -> str | None:
     try:
         return reader_text(data.decode("utf-8"))
     except UnicodeDecodeError:
-        result.skipped.append(SkippedInput(file=path, reason="not UTF-8 text", problem=False))
+        result.skipped.append(SkippedInput(file=path, reason="not UTF-8 text", problem=named))
     return None
 
 

@@ -291,8 +291,12 @@ def test_an_unreadable_file_is_in_every_report_format(  # type: ignore[no-untype
 ) -> None:
     broken = tmp_path / "broken.yaml"
     broken.write_text("apiVersion: v1\nkind: Pod\nspec: [1, 2\n")
-    result = kvtool_cli("audit", str(broken), "--output-format", output_format)
+    fine = tmp_path / "serve.sh"
+    fine.write_text("vllm serve org/model\n")
+    result = kvtool_cli("audit", str(fine), str(broken), "--output-format", output_format)
     assert result.exit_code == 1, result.stderr  # it may hide a server: the run fails
+    alone = kvtool_cli("audit", str(broken), "--output-format", output_format)
+    assert alone.exit_code == 2 and "invalid YAML" in alone.stderr  # nothing could be read
     assert "broken.yaml" in result.stdout and "invalid YAML" in result.stdout
     if output_format == "sarif":
         import jsonschema
