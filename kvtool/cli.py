@@ -75,6 +75,11 @@ def build_app(args: list[str]) -> typer.Typer:
 
 def run(args: list[str]) -> int:
     """Run the CLI on ``args`` and return the exit code (0 ok, 1 findings, 2 bad input)."""
+    from kvtool.limits import INT_DIGITS
+
+    # Python's own guard against quadratic int parsing, set to the named, adjustable
+    # limit: an integer past it in JSON, TOML or a registry answer is refused, not parsed.
+    sys.set_int_max_str_digits(max(INT_DIGITS.count, 640))  # 640: the interpreter's floor
     try:
         code = build_app(args)(args=args, prog_name="kvtool", standalone_mode=False)
     except SystemExit as exit_:
@@ -122,6 +127,10 @@ def _error_line(exc: BaseException) -> str:
         return describe_os_error(exc, exc.filename)
     if isinstance(exc, RecursionError):
         return "input nested too deeply to read"
+    if isinstance(exc, ValueError) and "integer string conversion" in str(exc):
+        from kvtool.limits import INT_DIGITS
+
+        return INT_DIGITS.message("an integer in the input")
     if isinstance(exc, MemoryError):
         return "input needs more memory than is available"
     return f"invalid input: {exc}" if str(exc) else f"invalid input ({exc.__class__.__name__})"

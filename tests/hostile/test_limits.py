@@ -245,3 +245,19 @@ def test_size_bounds_and_types_of_config_fields(
     config.write_text("{" + ", ".join(f'"{k}": {v}' for k, v in fields.items()) + "}")
     result = kvtool_cli("size", "-m", str(config))
     assert result.exit_code == 2 and field in result.stderr, result.stderr
+
+
+def test_the_integer_digit_limit_is_named_and_adjustable() -> None:
+    # Python parses a huge decimal integer in quadratic time; kvtool sets the interpreter's
+    # guard to its own named limit, so JSON in a flag value past it is refused in one line.
+    def audit_with(digits: int) -> subprocess.CompletedProcess[str]:
+        config = '{"kv_connector": "x", "kv_role": "kv_both", "n": ' + "9" * digits + "}"
+        return _kvtool(
+            "audit", "--vllm-version", "0.32.0", "--", "vllm", "serve", "m",
+            "--kv-transfer-config", config,
+            env={"KVTOOL_LIMIT_INT_DIGITS": "1000"},
+        )  # fmt: skip
+
+    _refused(audit_with(1001), "KVTOOL_LIMIT_INT_DIGITS")
+    within = audit_with(999)
+    assert within.returncode != 2 and "int_digits" not in within.stderr, within.stderr
