@@ -4,17 +4,17 @@ Exit codes: 0 the name exists in some release, 1 it exists in none (the nearest 
 are reported), 2 bad usage.
 """
 
-import sys
-from enum import Enum
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-
-class FlagFormat(str, Enum):
-    text = "text"
-    json = "json"
+from kvtool.output.options import (
+    ColorMode,
+    ColorOption,
+    OutputFileOption,
+    QuietOption,
+    TextOrJson,
+)
 
 
 def flag(
@@ -26,24 +26,25 @@ def flag(
         ),
     ],
     output_format: Annotated[
-        FlagFormat,
-        typer.Option("--output-format", envvar="KVTOOL_OUTPUT_FORMAT", help="Report format."),
-    ] = FlagFormat.text,
-    output_file: Annotated[
-        Path | None,
-        typer.Option("-o", "--output-file", help="Write the report here instead of stdout."),
-    ] = None,
+        TextOrJson,
+        typer.Option(
+            "--output-format",
+            envvar="KVTOOL_OUTPUT_FORMAT",
+            help="Report format: text, or json (with schema_version; schemas in docs/schemas/).",
+        ),
+    ] = TextOrJson.text,
+    output_file: OutputFileOption = None,
+    quiet: QuietOption = False,
+    color: ColorOption = ColorMode.auto,
 ) -> None:
     """History of a flag, env var, connector or tier across every vLLM release table."""
     from kvtool.flag.history import Unknown, history
-    from kvtool.flag.render import render_json, render_text
+    from kvtool.flag.render import FLAG
+    from kvtool.output.kinds import emit
+    from kvtool.output.streams import Output
 
     result = history(name)
-    text = render_json(result) if output_format is FlagFormat.json else render_text(result)
-    if output_file is None:
-        sys.stdout.write(text)
-    else:
-        output_file.write_text(text, encoding="utf-8")
+    emit(FLAG, result, output_format.value, Output(output_file, quiet, color))
     if isinstance(result, Unknown):
         raise typer.Exit(1)
 

@@ -1,8 +1,10 @@
-"""Text and JSON renderings of :mod:`kvtool.flag.history` results.
+"""The ``kvtool flag`` report kind: text and JSON renderings of
+:mod:`kvtool.flag.history` results (see :mod:`kvtool.output`).
 
 JSON schema version 1: ``{"schema_version", "tool", "found", ...}`` where a found name
 adds every :class:`~kvtool.flag.history.History` field and an unknown one adds
-``name``, ``oldest_table``, ``newest_table`` and ``nearest``.
+``name``, ``oldest_table``, ``newest_table`` and ``nearest``
+(``docs/schemas/flag.schema.json``).
 """
 
 from __future__ import annotations
@@ -11,9 +13,11 @@ import json
 from typing import Any
 
 import msgspec
+from rich.console import Console
 
 from kvtool import __version__
 from kvtool.flag.history import History, Unknown, removal_kept
+from kvtool.output.kinds import ReportKind
 
 SCHEMA_VERSION = 1
 
@@ -25,14 +29,36 @@ _KIND_WORDS = {
 }
 
 
-def render_json(result: History | Unknown) -> str:
-    document: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
+def _document(result: History | Unknown) -> dict[str, Any]:
+    return {
         "tool": {"name": "kvtool", "version": __version__},
         "found": isinstance(result, History),
         **msgspec.to_builtins(result),
     }
-    return json.dumps(document, indent=2) + "\n"
+
+
+def _schema() -> dict[str, Any]:
+    """Tool and ``found``, then the fields of a History (found) or of an Unknown (not)."""
+    (found, unknown), defs = msgspec.json.schema_components(
+        (History, Unknown), ref_template="#/$defs/{name}"
+    )
+    return {
+        "type": "object",
+        "properties": {
+            "tool": {
+                "type": "object",
+                "properties": {"name": {"type": "string"}, "version": {"type": "string"}},
+                "required": ["name", "version"],
+            },
+            "found": {"type": "boolean"},
+        },
+        "required": ["tool", "found"],
+        "oneOf": [
+            {**found, "properties": {"found": {"const": True}}},
+            {**unknown, "properties": {"found": {"const": False}}},
+        ],
+        "$defs": defs,
+    }
 
 
 def _value(value: Any) -> str:
@@ -107,7 +133,7 @@ def _change(change: Any) -> str:
     return f"{word}: {_value(change.before)} -> {_value(change.after)}"
 
 
-def render_text(result: History | Unknown) -> str:
+def text_report(result: History | Unknown) -> str:
     span = f"vLLM {result.oldest_table}..{result.newest_table}"
     if isinstance(result, Unknown):
         near = ", ".join(result.nearest) if result.nearest else "none close"
@@ -131,3 +157,18 @@ def render_text(result: History | Unknown) -> str:
         lines.append(f"changes       ({span})")
         lines += [f"  {c.version:<10}  {_change(c)}" for c in changes]
     return "\n".join(lines) + "\n"
+
+
+def _print_text(result: History | Unknown, console: Console) -> None:
+    # Plain text as written: names like [--foo] are not rich markup.
+    console.file.write(text_report(result))
+
+
+FLAG: ReportKind[History | Unknown] = ReportKind(
+    name="flag",
+    title="kvtool flag JSON document",
+    schema_version=SCHEMA_VERSION,
+    text=_print_text,
+    document=_document,
+    schema=_schema,
+)

@@ -33,6 +33,8 @@ REPORT_KINDS = {
     "inspect-image": "kvtool.image.render:INSPECT_IMAGE",
     "launch": "kvtool.launch.render:LAUNCH",
     "launch-list": "kvtool.launch.render:LAUNCH_LIST",
+    "flag": "kvtool.flag.render:FLAG",
+    "upgrade": "kvtool.upgrade.render:UPGRADE",
 }
 
 

@@ -11,6 +11,8 @@ from typing import Annotated
 
 import typer
 
+from kvtool.output.options import ColorMode, ColorOption, OutputFileOption, QuietOption
+
 
 class UpgradeFormat(str, Enum):
     text = "text"
@@ -43,12 +45,14 @@ def upgrade(
     ] = None,
     output_format: Annotated[
         UpgradeFormat,
-        typer.Option("--output-format", envvar="KVTOOL_OUTPUT_FORMAT", help="Report format."),
+        typer.Option(
+            "--output-format",
+            envvar="KVTOOL_OUTPUT_FORMAT",
+            help="Report format: text, json (with schema_version; schemas in docs/schemas/) "
+            "or sarif (the findings the target release adds).",
+        ),
     ] = UpgradeFormat.text,
-    output_file: Annotated[
-        Path | None,
-        typer.Option("-o", "--output-file", help="Write the report here instead of stdout."),
-    ] = None,
+    output_file: OutputFileOption = None,
     fix: Annotated[
         bool,
         typer.Option(
@@ -61,15 +65,20 @@ def upgrade(
     exit_zero: Annotated[
         bool, typer.Option("--exit-zero", help="Exit 0 even when the upgrade would break.")
     ] = False,
+    quiet: QuietOption = False,
+    color: ColorOption = ColorMode.auto,
 ) -> None:
     """What changes for each serve invocation, release by release, on the way to --to."""
     from kvtool.audit.command import split_positionals
     from kvtool.audit.inputs import read_argv, read_inputs
     from kvtool.audit.settings import load_settings
-    from kvtool.console import stderr
+    from kvtool.output.kinds import emit
+    from kvtool.output.streams import Output
     from kvtool.upgrade.apply import apply_upgrade_fixes
     from kvtool.upgrade.plan import Planner
-    from kvtool.upgrade.render import render_json, render_sarif, render_text
+    from kvtool.upgrade.render import UPGRADE
+
+    out = Output(output_file, quiet, color)
 
     files, argv = split_positionals(paths)
     invocations = read_inputs([Path(p) for p in files], input_format=input_format) if files else []
@@ -80,28 +89,19 @@ def upgrade(
     for warning in sorted(
         {t.warning for i in report.invocations for t in (i.current, i.target) if t.warning}
     ):
-        stderr.print(f"kvtool: warning: {warning}", markup=False, soft_wrap=True)
+        out.warnings.print(f"kvtool: warning: {warning}", markup=False, soft_wrap=True)
     broken = report.breaks
     if fix or diff:
         run = apply_upgrade_fixes(invocations, report, write=fix, argv=argv)
         if diff:
             sys.stdout.write(run.diff)
         elif run.diff:
-            stderr.print(run.diff, markup=False, highlight=False, soft_wrap=True, end="")
-        stderr.print(run.summary, markup=False, soft_wrap=True)
+            out.chatter.print(run.diff, markup=False, highlight=False, soft_wrap=True, end="")
+        out.chatter.print(run.summary, markup=False, soft_wrap=True)
         if fix:
             broken = run.still_breaks
     if not diff:
-        if output_format is UpgradeFormat.json:
-            text = render_json(report)
-        elif output_format is UpgradeFormat.sarif:
-            text = render_sarif(report)
-        else:
-            text = render_text(report)
-        if output_file is None:
-            sys.stdout.write(text)
-        else:
-            output_file.write_text(text, encoding="utf-8")
+        emit(UPGRADE, report, output_format.value, out)
     if broken and not exit_zero:
         raise typer.Exit(1)
 

@@ -10,56 +10,86 @@ JSON schema version 1::
                       "entered": [{"code", "severity", "message", "flag", "location"}]}]}
 
 SARIF carries the findings the invocations gain at the target release (what breaks or
-newly warns), through the audit's own SARIF renderer.
+newly warns), through the audit's own SARIF renderer. The JSON Schema is
+``docs/schemas/upgrade.schema.json``, generated from the records below.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import msgspec
+from rich.console import Console
 
 from kvtool import __version__
-from kvtool.audit.engine import AuditReport, InvocationReport
-from kvtool.upgrade.plan import InvocationUpgrade, UpgradeReport
+from kvtool.audit.engine import AuditReport, InvocationReport, Target
+from kvtool.audit.model import Location, Severity
+from kvtool.output.kinds import ReportKind
+from kvtool.upgrade.plan import InvocationUpgrade, Step, UpgradeReport
 
 SCHEMA_VERSION = 1
 _MARKS = {"error": "E", "warning": "W", "info": "-"}
 
 
-def _invocation(inv: InvocationUpgrade) -> dict[str, Any]:
-    return {
-        "label": inv.label,
-        "file": inv.file,
-        "current": msgspec.to_builtins(inv.current),
-        "target": msgspec.to_builtins(inv.target),
-        "image": inv.image,
-        "new_image": inv.new_image,
-        "breaks": inv.breaks,
-        "steps": msgspec.to_builtins(inv.steps),
-        "entered": [
-            {
-                "code": f.code,
-                "severity": f.severity.value,
-                "message": f.message,
-                "flag": f.flag,
-                "location": msgspec.to_builtins(f.location),
-            }
+class EnteredFinding(msgspec.Struct, kw_only=True):
+    """A finding the invocation gains at the target release."""
+
+    code: str
+    severity: Severity
+    message: str
+    flag: str | None
+    location: Location | None
+
+
+class InvocationDocument(msgspec.Struct, kw_only=True):
+    label: str
+    file: str | None
+    current: Target
+    target: Target
+    image: str | None
+    new_image: str | None
+    breaks: bool
+    steps: tuple[Step, ...]
+    entered: list[EnteredFinding]
+
+
+class UpgradeDocument(msgspec.Struct, kw_only=True):
+    tool: dict[str, str]
+    to_version: str
+    breaks: bool
+    invocations: list[InvocationDocument]
+
+
+def _invocation(inv: InvocationUpgrade) -> InvocationDocument:
+    return InvocationDocument(
+        label=inv.label,
+        file=inv.file,
+        current=inv.current,
+        target=inv.target,
+        image=inv.image,
+        new_image=inv.new_image,
+        breaks=inv.breaks,
+        steps=inv.steps,
+        entered=[
+            EnteredFinding(
+                code=f.code, severity=f.severity, message=f.message, flag=f.flag,
+                location=f.location,
+            )
             for f in inv.entered
         ],
-    }
+    )
 
 
-def render_json(report: UpgradeReport) -> str:
-    document = {
-        "schema_version": SCHEMA_VERSION,
-        "tool": {"name": "kvtool", "version": __version__},
-        "to_version": report.to_version,
-        "breaks": report.breaks,
-        "invocations": [_invocation(inv) for inv in report.invocations],
-    }
-    return json.dumps(document, indent=2) + "\n"
+def _document(report: UpgradeReport) -> dict[str, Any]:
+    document: dict[str, Any] = msgspec.to_builtins(
+        UpgradeDocument(
+            tool={"name": "kvtool", "version": __version__},
+            to_version=report.to_version,
+            breaks=report.breaks,
+            invocations=[_invocation(inv) for inv in report.invocations],
+        )
+    )
+    return document
 
 
 def as_audit_report(report: UpgradeReport) -> AuditReport:
@@ -89,7 +119,7 @@ def _where(change: Any) -> str:
     return f" (line {loc.line})" if loc is not None and loc.line else ""
 
 
-def render_text(report: UpgradeReport) -> str:
+def text_report(report: UpgradeReport) -> str:
     lines: list[str] = []
     for inv in report.invocations:
         verdict = "BREAKS as written" if inv.breaks else "starts as written"
@@ -117,3 +147,19 @@ def render_text(report: UpgradeReport) -> str:
             lines.append("  nothing changes for this invocation")
         lines.append("")
     return "\n".join(lines)
+
+
+def _print_text(report: UpgradeReport, console: Console) -> None:
+    # Plain text as written: flag names and fixes are not rich markup.
+    console.file.write(text_report(report))
+
+
+UPGRADE: ReportKind[UpgradeReport] = ReportKind(
+    name="upgrade",
+    title="kvtool upgrade JSON report",
+    schema_version=SCHEMA_VERSION,
+    text=_print_text,
+    document=_document,
+    schema=lambda: msgspec.json.schema(UpgradeDocument),
+    formats={"sarif": render_sarif},
+)

@@ -50,6 +50,9 @@ def inputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, list[st
         "launch": ["launch", "native-cpu-offload", "--model", LAUNCH_MODEL,
                    "--host-ram-gib", "64", "--vllm-version", newest],
         "launch-list": ["launch", "--list"],
+        "flag": ["flag", "--kv-offloading-size"],
+        "upgrade": ["upgrade", "serve.sh", "--from", available_versions()[0], "--to", newest,
+                    "--exit-zero"],
     }
 
 
@@ -174,6 +177,10 @@ def test_force_color_and_color_always_colour_a_pipe(kvtool_cli: Cli,
         ["launch", "--list", "--target", "helm"],
         ["simulate", "--policy", "lru"],
         ["audit", "--no-such-option"],
+        ["flag", "--kv-offloading-size", "--output-format", "sarif"],
+        ["flag", "--kv-offloading-size", "--color", "sometimes"],
+        ["upgrade", "serve.sh", "--to", "0.32.0", "--output-format", "xml"],
+        ["upgrade", "serve.sh", "--no-such-option"],
     ],
 )
 def test_bad_option_values_are_one_line_and_exit_2(kvtool_cli: Cli, args: list[str]) -> None:
