@@ -22,7 +22,6 @@ from kvtool.connector.transfer import (  # noqa: E402
     TransferEngine,
     block_segments,
     joint_runs,
-    slot_runs,
     stacked_view,
     widest_view,
 )
@@ -214,9 +213,9 @@ def test_a_job_of_many_runs_round_trips_through_one_indexed_copy() -> None:
         assert torch.count_nonzero(t[list(blocks)].float()) == 0
 
 
-def test_slot_runs_group_consecutive_slots() -> None:
-    assert slot_runs([4, 5, 6, 9, 10, 2]) == [(0, 4, 3), (3, 9, 2), (5, 2, 1)]
-    assert slot_runs([]) == []
+def test_joint_runs_group_blocks_and_slots_that_both_count_up() -> None:
+    assert joint_runs([7, 8, 9, 3, 4], [4, 5, 6, 9, 11]) == [(7, 4, 3), (3, 9, 1), (4, 11, 1)]
+    assert joint_runs([], []) == []
 
 
 @pytest.mark.parametrize(("row_elems", "dtype", "wide"), [
