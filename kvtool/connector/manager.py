@@ -205,7 +205,7 @@ class LazyOffloadManager:
         self._jobs: dict[int, _InFlight] = {}
         # Jobs released at a request's finish, shipped with the next step; their
         # blocks count against that step's release cap.
-        self._early_jobs: list[StoreJob] = []
+        self._early_releases: list[Release] = []
         self._idle_steps = 0
         self._last_token_step: float | None = None
         self._logged: tuple[float, dict[str, int]] | None = None
@@ -231,12 +231,13 @@ class LazyOffloadManager:
         self._retire(key)
         if key not in self._ready:
             return
-        # Called before the engine frees the blocks: the policy may protect them
-        # now, since the next scheduling pass can recycle them before step() runs.
+        # The policy may release them now, before the next pass could recycle them;
+        # they are re-checked and shipped first in the next step (nothing is held
+        # meanwhile, so a block that pass recycles is dropped, counted).
         release = self.policy.release_at_finish(key, self._view, self.pool.num_free,
                                                 self.max_step_blocks)
         if release is not None:
-            self._early_jobs += self._carry_out([release], self._budget_after_early())
+            self._early_releases.append(release)
 
     def on_request_preempted(self, request_id: str) -> None:
         """The engine freed the request's blocks and will recompute it.
@@ -321,14 +322,14 @@ class LazyOffloadManager:
         signals = StepSignals(now, tokens, len(allocated), est_blocks, self._idle_steps,
                               idle_seconds)
         releases = self.policy.decide(signals, self._view, self.pool)
-        jobs: tuple[StoreJob, ...] = ()
-        if releases:
-            if any(r.reason is ReleaseReason.IDLE for r in releases):
-                self.stats.idle_drains += 1
-                self.stats.revision += 1
-            jobs = self._carry_out(releases, self._budget_after_early())
-        if self._early_jobs:  # released at finishes, within this step's cap: they go first
-            jobs = self._take_early_jobs() + jobs
+        if releases and any(r.reason is ReleaseReason.IDLE for r in releases):
+            self.stats.idle_drains += 1
+            self.stats.revision += 1
+        if self._early_releases:  # released at finishes: first, within this step's cap
+            releases = [*self._early_releases, *releases]
+            self._early_releases = []
+        jobs = (self._carry_out(releases, self.config.max_release_blocks_per_step)
+                if releases else ())
         logged = self._logged
         if logged is None or now - logged[0] >= STATS_LOG_INTERVAL_S:
             self._maybe_log_stats(now)
@@ -354,11 +355,6 @@ class LazyOffloadManager:
                 del self._jobs[report.job_id]
                 self._complete(job)
 
-    @property
-    def held_for_next_step(self) -> tuple[StoreJob, ...]:
-        """Store jobs released at a request's finish; the next :meth:`step` ships them."""
-        return tuple(self._early_jobs)
-
     def has_pending_work(self) -> bool:
         """True while jobs are in flight or blocks are buffered (the idle drain will
         release them within a bounded number of steps): keep the engine stepping."""
@@ -369,9 +365,8 @@ class LazyOffloadManager:
 
         Jobs still in flight afterwards stay counted as ``in_flight``.
         """
+        self._early_releases = []  # their blocks are still buffered: handled below
         if (mode or self.config.shutdown) is ShutdownMode.DROP:
-            for job in self._take_early_jobs():  # never reached a worker
-                self._cancel(job, DropReason.SHUTDOWN)
             for buffer in list(self._buffers.values()):
                 if buffer.blocks:
                     self._lose_from(buffer, buffer.front, DropReason.SHUTDOWN, DropReason.SHUTDOWN)
@@ -380,18 +375,17 @@ class LazyOffloadManager:
         releases = [
             Release(key, view.span(key)[1], ReleaseReason.SHUTDOWN) for key in view.iter_requests()
         ]
-        return StepResult(self._take_early_jobs() + self._carry_out(releases, budget=None))
+        return StepResult(self._carry_out(releases, budget=None))
 
     def reset(self) -> bool:
         """vLLM's ``reset_cache`` (weights changed, or the operator cleared caches).
 
-        Forgets every host entry (:meth:`StoreIndex.reset`: a new epoch), drops
-        everything buffered and every store job not yet shipped, counted as
-        ``reset``; stores still in flight complete into nothing. Always
-        succeeds: no engine block is held, so there is nothing to wait for.
+        Forgets every host entry (:meth:`StoreIndex.reset`: a new epoch) and
+        drops everything buffered, counted as ``reset``; stores still in flight
+        complete into nothing. Always succeeds: no engine block is held, so
+        there is nothing to wait for.
         """
-        for job in self._take_early_jobs():
-            self._cancel(job, DropReason.RESET)
+        self._early_releases = []
         for buffer in list(self._buffers.values()):
             if buffer.blocks:
                 self._lose_from(buffer, buffer.front, DropReason.RESET, DropReason.RESET)
@@ -427,26 +421,6 @@ class LazyOffloadManager:
                        tuple(self.store.key(h) for h in block_hashes))
 
     # ------------------------------------------------------------------ internals
-
-    def _budget_after_early(self) -> int:
-        """This step's release cap less the blocks finishes already released for it."""
-        cap = self.config.max_release_blocks_per_step
-        if not self._early_jobs:
-            return cap
-        return cap - sum(len(job.block_ids) for job in self._early_jobs)
-
-    def _cancel(self, job: StoreJob, reason: DropReason) -> None:
-        """Undo a store job no worker has seen: free its slots, count a drop."""
-        del self._jobs[job.job_id]
-        for key, slot in zip(job.keys, job.slots, strict=True):
-            self._claimed.discard(key.block_hash)
-            self.store.abort(key.block_hash, slot)
-        self.stats.in_flight -= len(job.block_ids)
-        self.stats.drop(reason, len(job.block_ids))  # bumps the revision
-
-    def _take_early_jobs(self) -> tuple[StoreJob, ...]:
-        jobs, self._early_jobs = tuple(self._early_jobs), []
-        return jobs
 
     def _new_buffer(self, key: RequestKey) -> _RequestBuffer:
         buffer = _RequestBuffer(key, order=key.serial)
