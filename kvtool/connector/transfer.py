@@ -189,6 +189,7 @@ def joint_runs(block_ids: Sequence[int], slots: Sequence[int]) -> list[tuple[int
 
 
 _WIDE_DTYPES = (torch.int64, torch.int32, torch.int16)
+_PAGE = 4096
 
 
 def widest_view(segment: torch.Tensor) -> torch.Tensor:
@@ -250,9 +251,14 @@ class TransferEngine:
         # One allocation of exactly the asked bytes (page-locked by registration
         # on CUDA), viewed per segment; equal widths stack like the segments.
         widths = [int(s.shape[1]) for s in self.segments]
-        self._arena_storage = torch.empty(num_slots * sum(widths), dtype=torch.uint8)
-        if self.is_cuda:
+        arena_bytes = num_slots * sum(widths)
+        if self.is_cuda:  # page-aligned, so registration pins exactly these pages
+            raw = torch.empty(arena_bytes + _PAGE, dtype=torch.uint8)
+            start = -raw.data_ptr() % _PAGE
+            self._arena_storage = raw[start:start + arena_bytes]
             _register_host_memory(self, self._arena_storage)
+        else:
+            self._arena_storage = torch.empty(arena_bytes, dtype=torch.uint8)
         if len(set(widths)) == 1:
             whole = self._arena_storage.view(len(widths), num_slots, widths[0])
             self.arena = list(whole.unbind(0))

@@ -245,3 +245,26 @@ def test_gpu_check_refuses_clearly_without_cuda() -> None:
                           timeout=120)
     assert done.returncode == 2
     assert "no CUDA device visible to torch" in done.stderr
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_block_permuted_inside_but_dense_round_trips(device: str) -> None:
+    # vLLM's LBNHC: memory [B, N, H, C], viewed [B, H, N, C] (a permutation, not contiguous).
+    physical = torch.arange(10 * 4 * 3 * 8, dtype=torch.float16, device=device).view(10, 4, 3, 8)
+    layer = physical.permute(0, 2, 1, 3)
+    assert not layer[0].is_contiguous()
+    original = layer.clone()
+    engine = TransferEngine.from_kv_caches({"l0": layer}, num_slots=4)
+    assert engine.block_bytes == 4 * 3 * 8 * 2
+    keys = (("h", 1), ("h", 6))
+    assert _run(engine, Job(1, (1, 6), (0, 1), keys), store=True)
+    layer.zero_()
+    assert _run(engine, Job(2, (2, 7), (0, 1), keys), store=False)
+    assert torch.equal(layer[2], original[1]) and torch.equal(layer[7], original[6])
+
+
+def test_a_block_split_per_head_is_refused_with_the_layouts_to_use() -> None:
+    # vLLM's LHBNC: memory [H, B, N, C] per layer, viewed [B, H, N, C].
+    layer = torch.zeros(3, 10, 4, 8).permute(1, 0, 2, 3)
+    with pytest.raises(ValueError, match=r"not one dense run of bytes.*LBHNC"):
+        block_segments(layer)
