@@ -528,7 +528,8 @@ class KvtoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
                 tracked.block_ids = list(added)
                 tracked.buffered_blocks = 0
                 manager.on_request_arrived(request_id)
-            elif tracked.buffered_blocks >= tracked.prompt_blocks:
+            elif (tracked.buffered_blocks >= tracked.prompt_blocks
+                  and not self.config.store_decode):
                 continue  # its prompt is all buffered
             elif added:
                 tracked.block_ids += added
@@ -537,13 +538,17 @@ class KvtoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
 
     def _buffer_full(self, request_id: str, tracked: _Tracked, computed_after_step: int) -> None:
         """Hand the prompt blocks that are full once this step's forward ran to the manager."""
-        full = min(computed_after_step, tracked.prompt_len) // self.layout.block_size
-        full = min(full, len(tracked.block_ids))
+        if not self.config.store_decode:
+            computed_after_step = min(computed_after_step, tracked.prompt_len)
+        full = min(computed_after_step // self.layout.block_size, len(tracked.block_ids))
         if full > tracked.buffered_blocks:
             self._manager().buffer_blocks(request_id,
                                           tracked.block_ids[tracked.buffered_blocks:full])
             tracked.buffered_blocks = full
-        if tracked.buffered_blocks < tracked.prompt_blocks:
+        # With kvtool.store_decode every running request keeps buffering (a decode
+        # block is hashed once its last token is known: under async scheduling
+        # that is a step late, so such a block is refused as unhashed, counted).
+        if self.config.store_decode or tracked.buffered_blocks < tracked.prompt_blocks:
             self._buffering.add(request_id)
         else:
             self._buffering.discard(request_id)

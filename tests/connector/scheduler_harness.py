@@ -527,6 +527,20 @@ def scenario_uneven_pp(model_dir: Path) -> dict[str, Any]:
     return stats
 
 
+def scenario_store_decode(model_dir: Path) -> dict[str, Any]:
+    sim = Sim(model_dir, extra={"kvtool.policy": "eager", "kvtool.store_decode": True},
+              num_blocks=48)
+    prompt = tokens(80, 40)
+    sim.add("a", prompt, max_tokens=60)  # 100 tokens: 2 prompt blocks, 4 decode blocks
+    sim.run()
+    assert sim.scheduler.reset_prefix_cache()
+    sim.add("next-turn", [*prompt, *sim.outputs["a"], 5])
+    sim.run()
+    stats = sim.stats()
+    assert stats["loaded"] == 6, stats  # decode blocks came back from the host too
+    return stats
+
+
 SCENARIOS: dict[str, Callable[[Path], dict[str, Any]]] = {
     "store_evict_load_eager": lambda d: scenario_store_evict_load(d, "eager"),
     "store_evict_load_fifo": lambda d: scenario_store_evict_load(d, "fifo"),
@@ -543,6 +557,7 @@ SCENARIOS: dict[str, Callable[[Path], dict[str, Any]]] = {
     "pause_with_stores_in_flight": lambda d: scenario_pause_with_stores_in_flight(d, False),
     "pause_with_stores_in_flight_async": lambda d: scenario_pause_with_stores_in_flight(d, True),
     "uneven_pp": scenario_uneven_pp,
+    "store_decode": scenario_store_decode,
 }
 
 

@@ -23,7 +23,7 @@ SCENARIOS = [
     "store_evict_load_eager", "store_evict_load_fifo", "store_evict_load_eviction_aware",
     "async_scheduling", "chunked_prefill_partial_overlap", "preemption", "aborts",
     "tp2_slow_worker", "load_failure_fail", "load_failure_recompute", "connector_reset",
-    "pause_with_stores_in_flight", "pause_with_stores_in_flight_async", "uneven_pp",
+    "pause_with_stores_in_flight", "pause_with_stores_in_flight_async", "uneven_pp", "store_decode",
 ]
 # mutant -> the scenario that must catch it
 MUTANTS = {
