@@ -29,6 +29,22 @@ engine-agnostic core and back (hook order: shared/reference/vllm-on-cpu.md
   forward that computed them; ``build_connector_worker_meta`` reports finished
   jobs.
 
+No vLLM block is ever referenced by the connector: a store job is checked
+against the block's hash in the step that ships it, and each worker fences
+its next forward on the copy (``bind_connector_metadata``), so vLLM's
+``reset_prefix_cache``, ``pause_generation(clear_cache=True)``, ``sleep`` and
+preemptions always succeed. ``reset_cache`` forgets the host store (a new
+epoch in every key) and returns True.
+
+Load failures: a worker whose slot does not hold the requested key (or whose
+copy fails) reports the blocks through ``get_block_ids_with_load_errors``; the
+manager evicts the host entries that load read (counters ``load_failed``,
+``evicted_after_failed_load``), so later requests with that prefix miss
+instead of failing again. What happens to the request is vLLM's
+``kv_load_failure_policy``: ``fail`` (the default) finishes it with an error,
+``recompute`` computes the failed blocks again. Both are exercised by
+``tests/connector/scheduler_harness.py``.
+
 Supported releases: vLLM 0.32.x and 0.33.x; importing this module under any
 other release raises :class:`UnsupportedVllmError` naming them.
 """
