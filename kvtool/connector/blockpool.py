@@ -1,7 +1,8 @@
 """What the lazy-offload manager needs from the engine's GPU block pool.
 
-:class:`BlockPoolView` is the whole contract: read a block's prefix-cache hash,
-protect and unprotect blocks, and walk the free queue from its eviction head.
+:class:`BlockPoolView` is the whole contract: read a block's prefix-cache hash
+and walk the free queue from its eviction head. It takes no references: the
+manager never holds an engine block (see :mod:`kvtool.connector.manager`).
 The vLLM adapter implements it over ``vllm.v1.core.block_pool.BlockPool``;
 :class:`InMemoryBlockPool` implements it for tests and benchmarks and
 reproduces vLLM's free-queue behaviour (FreeKVCacheBlockQueue, https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/v1/core/kv_cache_utils.py):
@@ -11,8 +12,8 @@ reproduces vLLM's free-queue behaviour (FreeKVCacheBlockQueue, https://github.co
 - freeing appends hashed blocks at the tail and puts hash-less blocks at the
   head; vLLM frees a finished request's blocks in reverse order, so its last
   block lands nearest the head;
-- touching a block with reference count 0 (a prefix-cache hit or a protect)
-  takes it out of the queue.
+- touching a block with reference count 0 (a prefix-cache hit) takes it out
+  of the queue.
 """
 
 from __future__ import annotations
@@ -36,16 +37,6 @@ class BlockPoolView(Protocol):
         A block whose content was recycled reports a different hash or None:
         equality with an earlier snapshot is what proves the KV is unchanged.
         """
-
-    def protect(self, block_ids: Sequence[int]) -> None:
-        """Take one reference on each block so the engine cannot recycle it.
-
-        A block with no other reference leaves the free queue. Each call must
-        be balanced by exactly one :meth:`unprotect` of the same ids.
-        """
-
-    def unprotect(self, block_ids: Sequence[int]) -> None:
-        """Drop one reference per block taken by :meth:`protect`."""
 
     @property
     def num_free(self) -> int:
@@ -88,12 +79,6 @@ class InMemoryBlockPool:
 
     def block_hash(self, block_id: int) -> BlockHash | None:
         return self._blocks[block_id].block_hash
-
-    def protect(self, block_ids: Sequence[int]) -> None:
-        self.touch(block_ids)
-
-    def unprotect(self, block_ids: Sequence[int]) -> None:
-        self.free(block_ids)
 
     def iter_eviction_order(self) -> Iterator[int]:
         return iter(self._free)

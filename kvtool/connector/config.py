@@ -23,6 +23,9 @@ connectors (MultiConnector shares one extra config) and are ignored. Unknown
   such as ``"512MiB"`` or ``"8GiB"``.
 - ``kvtool.shutdown`` (``drain``): at shutdown ``drain`` buffered blocks or
   ``drop`` them (counted either way).
+- ``kvtool.store_decode`` (false): also buffer the blocks that decoding fills,
+  not only the prompt's (worth it when outputs are fed back as prompts, as in
+  multi-turn chat).
 
 The horizon default and the FIFO defaults are LMCache 0.5.6's
 (lmcache/integration/vllm/lazy_offload_policy/ at v0.5.6) so results compare like for like.
@@ -80,6 +83,7 @@ class ConnectorConfig(BaseModel):
     idle_drain_seconds: float = 2.0
     host_capacity_bytes: int = 4 * _GIB
     shutdown: ShutdownMode = ShutdownMode.DRAIN
+    store_decode: bool = False
 
     @classmethod
     def from_extra_config(cls, extra: Mapping[str, Any] | None) -> ConnectorConfig:
@@ -116,6 +120,7 @@ class ConnectorConfig(BaseModel):
             f"idle_drain={self.idle_drain_steps} steps/{self.idle_drain_seconds:g} s",
             f"host_capacity={self.host_capacity_bytes / _GIB:.2f} GiB",
             f"shutdown={self.shutdown.value}",
+            f"store_decode={str(self.store_decode).lower()}",
         ]
         return f"kvtool lazy offload enabled with {self.policy.value} policy: " + ", ".join(knobs)
 
@@ -141,6 +146,19 @@ def _shutdown(key: str, raw: Any) -> ShutdownMode:
         raise ConnectorConfigError(
             f"kv_connector_extra_config: {key}={raw!r}; use 'drain' or 'drop'"
         ) from None
+
+
+def _bool(key: str, raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    raise ConnectorConfigError(
+        f"kv_connector_extra_config: {key}={raw!r} is not a boolean (true or false)"
+    )
 
 
 def _int_at_least(low: int) -> Callable[[str, Any], int]:
@@ -214,5 +232,6 @@ _KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "kvtool.idle_drain_seconds": ("idle_drain_seconds", _float_range(0.0, inclusive=True)),
     "kvtool.host_capacity_bytes": ("host_capacity_bytes", _size),
     "kvtool.shutdown": ("shutdown", _shutdown),
+    "kvtool.store_decode": ("store_decode", _bool),
 }
 """Documented key -> (model field, parser). The parsers own the range checks."""

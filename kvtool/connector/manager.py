@@ -5,11 +5,17 @@ translates engine events into calls here and ships the returned jobs to the
 workers inside the connector metadata; workers answer with :class:`JobReport`.
 
 Flow of one block: :meth:`LazyOffloadManager.buffer_blocks` snapshots its hash
-(admitted, pending) -> the policy releases it -> the manager protects it,
-re-checks the hash, reserves a host slot and emits a :class:`StoreJob`
-(in flight) -> every worker reports -> the manager unprotects it and commits
-(stored) or aborts (failed) the slot. Any other path ends in a counted drop
-(:class:`~kvtool.connector.stats.DropReason`).
+(admitted, pending) -> the policy releases it -> the manager re-checks the
+hash, reserves a host slot and emits a :class:`StoreJob` (in flight) -> every
+worker reports -> the manager commits (stored) or aborts (failed) the slot.
+Any other path ends in a counted drop (:class:`~kvtool.connector.stats.DropReason`).
+
+No engine block is ever referenced by the manager. A store job is built in the
+step whose scheduling pass already ran (so a block that pass recycled shows a
+changed hash and is dropped), and every worker copies the block after that
+step's forward and before the next forward may overwrite it (the worker fences
+its next step on the copy). The engine's own cache resets and preemptions
+therefore never find a block the connector holds.
 
 Per-step cost is proportional to the blocks allocated this step (checked
 against the buffer index to find recycled blocks early), the blocks the
@@ -124,6 +130,7 @@ class _InFlight:
     request: RequestKey | None
     block_ids: tuple[int, ...]
     hashes: tuple[BlockHash, ...]
+    slots: tuple[int, ...]
     is_store: bool
     reports: int = 0
     ok: bool = True
@@ -145,11 +152,12 @@ class LazyOffloadManager:
     Invariants:
 
     - a buffered block's hash was read from the pool when it was buffered and
-      is compared again after it is protected; a block is stored only if both
-      agree (None never agrees), so KV of a recycled block is never stored;
-    - every protect is undone by exactly one unprotect, after all
-      ``world_size`` workers reported the job (or at once for blocks the
-      re-check rejects);
+      is compared again in the step that ships its store job, after that
+      step's scheduling pass; a block is stored only if both agree (None never
+      agrees), so KV of a recycled block is never stored;
+    - no engine block is referenced (see the module docstring); a host entry
+      becomes servable only after all ``world_size`` workers reported its
+      store, and a failed load or :meth:`reset` forgets the entries involved;
     - each block hash is buffered, in flight or stored at most once, so
       requests sharing a hot prefix do not store it twice;
     - the ledger in :class:`ConnectorStats` balances after every call, and a
@@ -197,7 +205,7 @@ class LazyOffloadManager:
         self._jobs: dict[int, _InFlight] = {}
         # Jobs released at a request's finish, shipped with the next step; their
         # blocks count against that step's release cap.
-        self._early_jobs: list[StoreJob] = []
+        self._early_releases: list[Release] = []
         self._idle_steps = 0
         self._last_token_step: float | None = None
         self._logged: tuple[float, dict[str, int]] | None = None
@@ -223,12 +231,13 @@ class LazyOffloadManager:
         self._retire(key)
         if key not in self._ready:
             return
-        # Called before the engine frees the blocks: the policy may protect them
-        # now, since the next scheduling pass can recycle them before step() runs.
+        # The policy may release them now, before the next pass could recycle them;
+        # they are re-checked and shipped first in the next step (nothing is held
+        # meanwhile, so a block that pass recycles is dropped, counted).
         release = self.policy.release_at_finish(key, self._view, self.pool.num_free,
                                                 self.max_step_blocks)
         if release is not None:
-            self._early_jobs += self._carry_out([release], self._budget_after_early())
+            self._early_releases.append(release)
 
     def on_request_preempted(self, request_id: str) -> None:
         """The engine freed the request's blocks and will recompute it.
@@ -313,14 +322,14 @@ class LazyOffloadManager:
         signals = StepSignals(now, tokens, len(allocated), est_blocks, self._idle_steps,
                               idle_seconds)
         releases = self.policy.decide(signals, self._view, self.pool)
-        jobs: tuple[StoreJob, ...] = ()
-        if releases:
-            if any(r.reason is ReleaseReason.IDLE for r in releases):
-                self.stats.idle_drains += 1
-                self.stats.revision += 1
-            jobs = self._carry_out(releases, self._budget_after_early())
-        if self._early_jobs:  # released at finishes, within this step's cap: they go first
-            jobs = self._take_early_jobs() + jobs
+        if releases and any(r.reason is ReleaseReason.IDLE for r in releases):
+            self.stats.idle_drains += 1
+            self.stats.revision += 1
+        if self._early_releases:  # released at finishes: first, within this step's cap
+            releases = [*self._early_releases, *releases]
+            self._early_releases = []
+        jobs = (self._carry_out(releases, self.config.max_release_blocks_per_step)
+                if releases else ())
         logged = self._logged
         if logged is None or now - logged[0] >= STATS_LOG_INTERVAL_S:
             self._maybe_log_stats(now)
@@ -346,11 +355,6 @@ class LazyOffloadManager:
                 del self._jobs[report.job_id]
                 self._complete(job)
 
-    @property
-    def held_for_next_step(self) -> tuple[StoreJob, ...]:
-        """Store jobs released at a request's finish; the next :meth:`step` ships them."""
-        return tuple(self._early_jobs)
-
     def has_pending_work(self) -> bool:
         """True while jobs are in flight or blocks are buffered (the idle drain will
         release them within a bounded number of steps): keep the engine stepping."""
@@ -361,9 +365,8 @@ class LazyOffloadManager:
 
         Jobs still in flight afterwards stay counted as ``in_flight``.
         """
+        self._early_releases = []  # their blocks are still buffered: handled below
         if (mode or self.config.shutdown) is ShutdownMode.DROP:
-            for job in self._take_early_jobs():  # never reached a worker
-                self._cancel(job)
             for buffer in list(self._buffers.values()):
                 if buffer.blocks:
                     self._lose_from(buffer, buffer.front, DropReason.SHUTDOWN, DropReason.SHUTDOWN)
@@ -372,7 +375,27 @@ class LazyOffloadManager:
         releases = [
             Release(key, view.span(key)[1], ReleaseReason.SHUTDOWN) for key in view.iter_requests()
         ]
-        return StepResult(self._take_early_jobs() + self._carry_out(releases, budget=None))
+        return StepResult(self._carry_out(releases, budget=None))
+
+    def reset(self) -> bool:
+        """vLLM's ``reset_cache`` (weights changed, or the operator cleared caches).
+
+        Forgets every host entry (:meth:`StoreIndex.reset`: a new epoch) and
+        drops everything buffered, counted as ``reset``; stores still in flight
+        complete into nothing. Always succeeds: no engine block is held, so
+        there is nothing to wait for.
+        """
+        self._early_releases = []
+        for buffer in list(self._buffers.values()):
+            if buffer.blocks:
+                self._lose_from(buffer, buffer.front, DropReason.RESET, DropReason.RESET)
+            buffer.broken = False  # the next generation may buffer again
+        self._claimed = {h for job in self._jobs.values() if job.is_store for h in job.hashes}
+        self.store.reset()
+        self.stats.resets += 1
+        self.stats.revision += 1
+        logger.info("kvtool lazy offload: host store reset (epoch %d)", self.store.epoch)
+        return True
 
     # ------------------------------------------------------------------ host hits
 
@@ -389,7 +412,8 @@ class LazyOffloadManager:
             raise ValueError("block_ids and block_hashes differ in length")
         slots = self.store.acquire(block_hashes)
         job_id = next(self._jobs_ids)
-        self._jobs[job_id] = _InFlight(None, tuple(block_ids), tuple(block_hashes), is_store=False)
+        self._jobs[job_id] = _InFlight(None, tuple(block_ids), tuple(block_hashes),
+                                       tuple(slots), is_store=False)
         self.stats.host_lookups += 1
         self.stats.host_hits += len(block_ids)
         self.stats.revision += 1
@@ -397,27 +421,6 @@ class LazyOffloadManager:
                        tuple(self.store.key(h) for h in block_hashes))
 
     # ------------------------------------------------------------------ internals
-
-    def _budget_after_early(self) -> int:
-        """This step's release cap less the blocks finishes already released for it."""
-        cap = self.config.max_release_blocks_per_step
-        if not self._early_jobs:
-            return cap
-        return cap - sum(len(job.block_ids) for job in self._early_jobs)
-
-    def _cancel(self, job: StoreJob) -> None:
-        """Undo a store job no worker has seen: unprotect, free its slots, count a drop."""
-        del self._jobs[job.job_id]
-        self.pool.unprotect(job.block_ids)
-        for key in job.keys:
-            self._claimed.discard(key.block_hash)
-            self.store.abort(key.block_hash)
-        self.stats.in_flight -= len(job.block_ids)
-        self.stats.drop(DropReason.SHUTDOWN, len(job.block_ids))  # bumps the revision
-
-    def _take_early_jobs(self) -> tuple[StoreJob, ...]:
-        jobs, self._early_jobs = tuple(self._early_jobs), []
-        return jobs
 
     def _new_buffer(self, key: RequestKey) -> _RequestBuffer:
         buffer = _RequestBuffer(key, order=key.serial)
@@ -516,9 +519,7 @@ class LazyOffloadManager:
         return tuple(jobs)
 
     def _submit(self, buffer: _RequestBuffer, taken: list[_Buffered]) -> StoreJob | None:
-        """Protect, re-check, reserve slots; everything not submitted is dropped, counted."""
-        block_ids = [b.block_id for b in taken]
-        self.pool.protect(block_ids)
+        """Re-check, reserve slots; everything not submitted is dropped, counted."""
         valid = len(taken)
         for i, block in enumerate(taken):
             if self.pool.block_hash(block.block_id) != block.block_hash:
@@ -534,7 +535,6 @@ class LazyOffloadManager:
         self.stats.store_evictions = self.store.evictions
         rejected = taken[stored:]
         if rejected:
-            self.pool.unprotect([b.block_id for b in rejected])
             for block in rejected:
                 self._claimed.discard(block.block_hash)
             first = DropReason.HASH_CHANGED_AT_RELEASE if stored == valid else DropReason.STORE_FULL
@@ -555,6 +555,7 @@ class LazyOffloadManager:
             buffer.key,
             tuple(b.block_id for b in kept),
             tuple(b.block_hash for b in kept),
+            tuple(slots),
             is_store=True,
         )
         self.stats.in_flight += stored
@@ -564,22 +565,30 @@ class LazyOffloadManager:
     def _complete(self, job: _InFlight) -> None:
         self.stats.revision += 1  # every outcome below counts
         if not job.is_store:
-            self.store.release(job.hashes)
+            self.store.release(job.hashes, job.slots)
             if job.ok:
                 self.stats.loaded += len(job.block_ids)
                 self.stats.loaded_bytes += len(job.block_ids) * self.store.block_bytes
             else:
+                # The entries' bytes are not trusted any more: without this every
+                # later request with the prefix would fail its load too.
                 self.stats.load_failed += len(job.block_ids)
+                self.stats.evicted_after_failed_load += self.store.evict(job.hashes)
+                logger.warning("kvtool lazy offload: a load of %d block(s) failed; "
+                               "their host entries are evicted", len(job.block_ids))
             return
-        self.pool.unprotect(job.block_ids)
         n = len(job.block_ids)
         self.stats.in_flight -= n
-        for block_hash in job.hashes:
+        committed = 0
+        for block_hash, slot in zip(job.hashes, job.slots, strict=True):
             self._claimed.discard(block_hash)
             if job.ok:
-                self.store.commit(block_hash)
+                committed += self.store.commit(block_hash, slot)
             else:
-                self.store.abort(block_hash)
+                self.store.abort(block_hash, slot)
+        if job.ok and committed < n:  # the host store was reset while it was in flight
+            self.stats.drop(DropReason.RESET, n - committed)
+            n = committed
         if job.ok:
             self.stats.stored += n
             self.stats.stored_bytes += n * self.store.block_bytes

@@ -31,6 +31,8 @@ class DropReason(str, Enum):
     """The host store had no slot that was not in use by an in-flight transfer."""
     FAILED_STORE = "failed_store"
     """Buffered behind a block whose store failed (the prefix chain broke)."""
+    RESET = "reset"
+    """Buffered, or in flight, when the host store was reset (``reset_cache``)."""
     SHUTDOWN = "shutdown"
     """Buffered, or released but not yet shipped to a worker, when the connector shut
     down with ``shutdown=drop``."""
@@ -57,6 +59,9 @@ class ConnectorStats:
     loaded: int = 0
     loaded_bytes: int = 0
     load_failed: int = 0
+    evicted_after_failed_load: int = 0
+    """Host entries forgotten because a load that read them failed."""
+    resets: int = 0
     store_evictions: int = 0
     idle_drains: int = 0
     released_by: Counter[str] = field(default_factory=Counter)

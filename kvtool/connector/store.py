@@ -8,6 +8,13 @@ traffic back: a store job names the slot to write, a load job the slot to read.
 - Capacity is in bytes: ``capacity_bytes // block_bytes`` slots.
 - Eviction is LRU over entries that are complete and not in use: a slot being
   written by an in-flight store or read by an in-flight load is never reused.
+- :meth:`StoreIndex.reset` (vLLM's ``reset_cache``) forgets every entry and
+  moves the index to a new *epoch*, which is part of every key's fingerprint:
+  nothing stored before is found again, and a worker's slot still tagged with
+  an old key never matches a new job. Slots that an in-flight transfer still
+  uses are *retired*, not freed, until that transfer ends, so a new store never
+  writes a slot an old transfer is reading or writing. A failed load retires
+  the entries it read the same way (:meth:`StoreIndex.evict`).
 - Lookup walks a request's block-hash chain and returns the longest prefix
   present; a block hash chains its parents, so a hit on block i implies the
   content of blocks 0..i.
@@ -59,8 +66,9 @@ class StoreFullError(RuntimeError):
 class StoreIndex:
     """Scheduler-side index of the host store (see module docstring).
 
-    Invariant: each slot belongs to at most one entry; an entry with ``users``
-    > 0 is never evicted; entries + freed slots + never-used slots == num_slots.
+    Invariant: each slot belongs to at most one entry or is retired; an entry
+    with ``users`` > 0 is never evicted; entries + retired + freed + never-used
+    slots == num_slots.
     """
 
     def __init__(self, capacity_bytes: int, block_bytes: int, model_fingerprint: str) -> None:
@@ -72,14 +80,62 @@ class StoreIndex:
                 f"host capacity {capacity_bytes} B holds no block of {block_bytes} B"
             )
         self.block_bytes = block_bytes
-        self.fingerprint = model_fingerprint
+        self._model_fingerprint = model_fingerprint
+        self.epoch = 0
+        self.fingerprint = self._epoch_fingerprint()
         self._entries: OrderedDict[BlockHash, _Entry] = OrderedDict()  # first = LRU
         # Never-used slots are handed out in order 0, 1, 2, ... (consecutive slots
         # let the transfer engine copy runs instead of single blocks); freed ones
         # are reused first.
         self._next_fresh = 0
         self._free_slots: list[int] = []
+        # Slots no entry owns any more whose in-flight transfers have not ended:
+        # slot -> transfers still using it. Freed when the count reaches 0.
+        self._retired: dict[int, int] = {}
         self.evictions = 0
+
+    def _epoch_fingerprint(self) -> str:
+        return f"{self._model_fingerprint}.e{self.epoch}"
+
+    def reset(self) -> None:
+        """Forget every entry and start a new epoch (see the module docstring)."""
+        for entry in self._entries.values():
+            self._retire(entry)
+        self._entries.clear()
+        self.epoch += 1
+        self.fingerprint = self._epoch_fingerprint()
+
+    def evict(self, block_hashes: Sequence[BlockHash]) -> int:
+        """Forget these entries (their bytes are not trusted any more); returns how many
+        were present. Slots in use by transfers are retired until those end."""
+        evicted = 0
+        for block_hash in block_hashes:
+            entry = self._entries.pop(block_hash, None)
+            if entry is not None:
+                self._retire(entry)
+                evicted += 1
+        return evicted
+
+    def _retire(self, entry: _Entry) -> None:
+        if entry.users:
+            self._retired[entry.slot] = entry.users
+        else:
+            self._free_slots.append(entry.slot)
+
+    def _end_transfer(self, block_hash: BlockHash, slot: int) -> _Entry | None:
+        """One transfer using ``slot`` for ``block_hash`` ended: the live entry, or None
+        when the entry was reset or evicted since (its retired slot is then released)."""
+        entry = self._entries.get(block_hash)
+        if entry is not None and entry.slot == slot:
+            entry.users -= 1
+            return entry
+        left = self._retired[slot] - 1
+        if left:
+            self._retired[slot] = left
+        else:
+            del self._retired[slot]
+            self._free_slots.append(slot)
+        return None
 
     def key(self, block_hash: BlockHash) -> BlockKey:
         return BlockKey(self.fingerprint, block_hash)
@@ -125,16 +181,21 @@ class StoreIndex:
         self._entries[block_hash] = _Entry(slot=slot, ready=False, users=1)
         return slot
 
-    def commit(self, block_hash: BlockHash) -> None:
-        """The store into the reserved slot completed on every worker."""
-        entry = self._entries[block_hash]
+    def commit(self, block_hash: BlockHash, slot: int) -> bool:
+        """The store into ``slot`` completed on every worker; False when the entry was
+        reset or evicted meanwhile (then nothing becomes servable)."""
+        entry = self._end_transfer(block_hash, slot)
+        if entry is None:
+            return False
         entry.ready = True
-        entry.users -= 1
+        return True
 
-    def abort(self, block_hash: BlockHash) -> None:
-        """The store failed: forget the entry and free its slot."""
-        entry = self._entries.pop(block_hash)
-        self._free_slots.append(entry.slot)
+    def abort(self, block_hash: BlockHash, slot: int) -> None:
+        """The store into ``slot`` failed (or never reached a worker): forget the entry."""
+        entry = self._end_transfer(block_hash, slot)
+        if entry is not None:
+            del self._entries[block_hash]
+            self._free_slots.append(entry.slot)
 
     def acquire(self, block_hashes: Sequence[BlockHash]) -> list[int]:
         """Slots of stored hashes about to be read; marks them most recently used."""
@@ -148,10 +209,10 @@ class StoreIndex:
             slots.append(entry.slot)
         return slots
 
-    def release(self, block_hashes: Sequence[BlockHash]) -> None:
-        """The reads started by :meth:`acquire` finished."""
-        for block_hash in block_hashes:
-            self._entries[block_hash].users -= 1
+    def release(self, block_hashes: Sequence[BlockHash], slots: Sequence[int]) -> None:
+        """The reads started by :meth:`acquire` of these slots finished."""
+        for block_hash, slot in zip(block_hashes, slots, strict=True):
+            self._end_transfer(block_hash, slot)
 
     def _evict_one(self) -> None:
         for block_hash, entry in self._entries.items():

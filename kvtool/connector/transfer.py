@@ -6,13 +6,26 @@ the last dimension). Each tensor is viewed as one or more
 *segments*, 2-D ``uint8`` views ``[num_blocks, bytes]``; the host arena holds,
 per segment, ``[num_slots, bytes]``, so one slot is one block of every layer.
 
-Copies run over the widest integer view of the rows. On CUDA they are
-batched per segment and per run of consecutive host slots (the store index
-hands out consecutive slots): the gather runs on the device into a staging
-buffer, then one non-blocking copy per run moves it into pinned host memory,
-all on a dedicated stream ordered after the compute stream; loads mirror
-this and make the compute stream wait for them; :meth:`poll` reports
-finished jobs from their events.
+A block must be one dense run of bytes per layer: vLLM 0.32's layouts
+LBHNC, LBNHC, BLHNC and BLNHC are (the order inside a block does not matter,
+blocks are opaque); LHBNC and BHLNC split a block into one run per head and
+are refused with a clear error.
+
+Copies run over the widest integer view of the rows. On CUDA there is no
+device staging and no index tensor: each run of consecutive engine blocks
+that maps to consecutive host slots (the store index hands out consecutive
+slots) is one non-blocking ``cudaMemcpyAsync`` per segment between the KV
+tensor and the host arena, on a side stream. A store's stream waits for
+the compute stream (the forward that computed the blocks); the next step's
+compute stream waits for the store (:meth:`TransferEngine.fence`), so an
+engine block that the scheduler recycles is not overwritten before its
+copy read it. A load's stream waits for the compute stream and for
+outstanding stores, and the compute stream waits for the load. Nothing on
+the step path synchronises the host; :meth:`poll` reads events.
+
+The host arena is one allocation of exactly ``num_slots`` rows; on CUDA it
+is page-locked with ``cudaHostRegister`` rather than taken from PyTorch's
+pinned allocator, which rounds sizes up to a power of two.
 
 On CPU a job is finished when ``submit_*`` returns, and its copies cover
 every segment at once: segments that are equally shaped and evenly spaced
@@ -33,8 +46,9 @@ torch and NumPy are imported here only (optional dependency ``kvtool[connector]`
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import torch
@@ -58,13 +72,28 @@ class TransferJob(Protocol):
     def keys(self) -> tuple[Hashable, ...]: ...
 
 
+def is_dense(tensor: torch.Tensor) -> bool:
+    """True when the elements of ``tensor`` fill one gap-free run of memory, in any
+    dimension order (vLLM's per-layer views permute [H, N, C] inside a block)."""
+    expected = 1
+    for size, stride in sorted(
+        ((size, stride) for size, stride in zip(tensor.shape, tensor.stride(), strict=True)
+         if size != 1),
+        key=lambda pair: pair[1],
+    ):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
 def block_segments(tensor: torch.Tensor, block_dim: int = 0) -> list[torch.Tensor]:
     """2-D ``uint8`` views ``[num_blocks, bytes_per_block]`` covering ``tensor``.
 
-    ``block_dim`` is the dimension indexing blocks: 0 for vLLM's CPU layout
-    ``[num_blocks, ...]``, 1 for the CUDA flash-attention layout
-    ``[2, num_blocks, ...]`` (one segment per leading index). Everything after
-    the block dimension must be contiguous, so a block is one run of bytes.
+    ``block_dim`` is the dimension indexing blocks: 0 for vLLM 0.32's per-layer
+    views ``[B, H, N, C]`` (every layout), 1 for older ``[2, num_blocks, ...]``
+    layouts (one segment per leading index). A block must be one dense run of
+    bytes (:func:`is_dense`); its internal order is kept as it is in memory.
     """
     if not 0 <= block_dim < tensor.dim():
         raise ValueError(f"block_dim {block_dim} out of range for shape {tuple(tensor.shape)}")
@@ -74,12 +103,17 @@ def block_segments(tensor: torch.Tensor, block_dim: int = 0) -> list[torch.Tenso
     for index in _indices(tuple(leading)):
         part = tensor[index] if index else tensor
         inner = part[0] if num_blocks else part
-        if not inner.is_contiguous():
-            raise ValueError(f"a block of shape {tuple(inner.shape)} is not contiguous")
+        if not is_dense(inner):
+            raise ValueError(
+                f"a KV block of shape {tuple(inner.shape)} with strides {inner.stride()} "
+                "is not one dense run of bytes (vLLM layouts LHBNC and BHLNC split it "
+                "per head); use a layer- or block-outermost layout such as LBHNC"
+            )
         row_bytes = inner.numel() * inner.element_size()
         # as_strided keeps the engine's block stride (blocks may be padded or
         # interleaved with other layers) and never copies.
-        flat = part.as_strided((num_blocks, inner.numel()), (part.stride(0), 1))
+        flat = part.as_strided((num_blocks, inner.numel()), (part.stride(0), 1),
+                               inner.storage_offset())
         segments.append(flat.view(torch.uint8).view(num_blocks, row_bytes))
     return segments
 
@@ -89,18 +123,6 @@ def _indices(shape: tuple[int, ...]) -> list[tuple[int, ...]]:
     for size in shape:
         out = [(*prefix, i) for prefix in out for i in range(size)]
     return out
-
-
-def slot_runs(slots: Sequence[int]) -> list[tuple[int, int, int]]:
-    """``(position in job, first slot, length)`` for each run of consecutive slots."""
-    runs: list[tuple[int, int, int]] = []
-    for pos, slot in enumerate(slots):
-        if runs and runs[-1][1] + runs[-1][2] == slot:
-            start, first, length = runs[-1]
-            runs[-1] = (start, first, length + 1)
-        else:
-            runs.append((pos, slot, 1))
-    return runs
 
 
 def stacked_view(views: Sequence[torch.Tensor]) -> torch.Tensor | None:
@@ -167,6 +189,7 @@ def joint_runs(block_ids: Sequence[int], slots: Sequence[int]) -> list[tuple[int
 
 
 _WIDE_DTYPES = (torch.int64, torch.int32, torch.int16)
+_PAGE = 4096
 
 
 def widest_view(segment: torch.Tensor) -> torch.Tensor:
@@ -197,7 +220,6 @@ class TransferResult(NamedTuple):
 class _Pending:
     job_id: int
     event: Any  # torch.cuda.Event on CUDA, None when already complete
-    keepalive: list[torch.Tensor] = field(default_factory=list)
     ok: bool = True
     error: str = ""
 
@@ -226,16 +248,27 @@ class TransferEngine:
         self.num_slots = num_slots
         self.num_blocks = int(segments[0].shape[0])
         self.is_cuda = self.device.type == "cuda"
-        pin = self.is_cuda
-        widths = {int(s.shape[1]) for s in self.segments}
-        if len(widths) == 1:  # one allocation, so the arena stacks like the segments
-            whole = torch.empty((len(self.segments), num_slots, widths.pop()),
-                                dtype=torch.uint8, pin_memory=pin)
+        # One allocation of exactly the asked bytes (page-locked by registration
+        # on CUDA), viewed per segment; equal widths stack like the segments.
+        widths = [int(s.shape[1]) for s in self.segments]
+        arena_bytes = num_slots * sum(widths)
+        if self.is_cuda:  # page-aligned, so registration pins exactly these pages
+            raw = torch.empty(arena_bytes + _PAGE, dtype=torch.uint8)
+            start = -raw.data_ptr() % _PAGE
+            self._arena_storage = raw[start:start + arena_bytes]
+            _register_host_memory(self, self._arena_storage)
+        else:
+            self._arena_storage = torch.empty(arena_bytes, dtype=torch.uint8)
+        if len(set(widths)) == 1:
+            whole = self._arena_storage.view(len(widths), num_slots, widths[0])
             self.arena = list(whole.unbind(0))
         else:
+            offsets = [0]
+            for width in widths:
+                offsets.append(offsets[-1] + num_slots * width)
             self.arena = [
-                torch.empty((num_slots, s.shape[1]), dtype=torch.uint8, pin_memory=pin)
-                for s in self.segments
+                self._arena_storage[start:start + num_slots * width].view(num_slots, width)
+                for start, width in zip(offsets, widths, strict=False)
             ]
         # Copies run over wide views of the same memory (see widest_view).
         self._wide = [widest_view(s) for s in self.segments]
@@ -246,6 +279,7 @@ class TransferEngine:
             self._cpu_pairs = _numpy_pairs(self._wide, self._wide_arena)
         self.slot_keys: list[Hashable | None] = [None] * num_slots
         self._pending: list[_Pending] = []
+        self._stores_in_flight: list[Any] = []  # events the next forward must wait for
         if self.is_cuda:
             self._store_stream = torch.cuda.Stream(device=self.device)  # type: ignore[no-untyped-call]
             self._load_stream = torch.cuda.Stream(device=self.device)  # type: ignore[no-untyped-call]
@@ -285,8 +319,8 @@ class TransferEngine:
             for slot, key in zip(job.slots, job.keys, strict=True):
                 self.slot_keys[slot] = key
             if self.is_cuda:
-                ids = torch.tensor(job.block_ids, dtype=torch.long, device=self.device)
-                record.event = self._store_cuda(ids, slot_runs(job.slots), record.keepalive)
+                record.event = self._store_cuda(joint_runs(job.block_ids, job.slots))
+                self._stores_in_flight.append(record.event)
             else:
                 self._copy_cpu(job.block_ids, job.slots, load=False)
         except (RuntimeError, ValueError, IndexError) as exc:
@@ -313,8 +347,7 @@ class TransferEngine:
                 ]
                 raise ValueError(f"host slots {wrong[:8]} do not hold the requested blocks")
             if self.is_cuda:
-                ids = torch.tensor(job.block_ids, dtype=torch.long, device=self.device)
-                record.event = self._load_cuda(ids, slot_runs(job.slots), record.keepalive)
+                record.event = self._load_cuda(joint_runs(job.block_ids, job.slots))
             else:
                 self._copy_cpu(job.block_ids, job.slots, load=True)
         except (RuntimeError, ValueError, IndexError) as exc:
@@ -344,6 +377,22 @@ class TransferEngine:
     def has_pending(self) -> bool:
         return bool(self._pending)
 
+    def fence(self) -> None:
+        """Make the current (compute) stream wait for every store still copying, so the
+        next forward cannot overwrite a block before its store read it. Queues device
+        waits only; never blocks the host. A no-op on CPU, where copies are done at submit."""
+        if not self.is_cuda or not self._stores_in_flight:
+            return
+        current = torch.cuda.current_stream(self.device)
+        for event in self._stores_in_flight:
+            current.wait_event(event)
+        self._stores_in_flight = []
+
+    @property
+    def staging_bytes(self) -> int:
+        """Device memory this engine allocates for transfers: none (see the module docstring)."""
+        return 0
+
     # ------------------------------------------------------------------ CPU
 
     def _copy_cpu(self, block_ids: Sequence[int], slots: Sequence[int], load: bool) -> None:
@@ -371,40 +420,30 @@ class TransferEngine:
 
     # ------------------------------------------------------------------ CUDA
 
-    def _store_cuda(
-        self, ids: torch.Tensor, runs: list[tuple[int, int, int]], keep: list[torch.Tensor]
-    ) -> Any:
+    def _store_cuda(self, runs: list[tuple[int, int, int]]) -> Any:
         stream = self._store_stream
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):
             for seg, host in zip(self._wide, self._wide_arena, strict=True):
-                staged = seg.index_select(0, ids)  # device-side gather, contiguous
-                keep.append(staged)
-                for pos, slot, n in runs:
-                    host[slot:slot + n].copy_(staged[pos:pos + n], non_blocking=True)
+                for block, slot, n in runs:
+                    host[slot:slot + n].copy_(seg[block:block + n], non_blocking=True)
             event = torch.cuda.Event()  # type: ignore[no-untyped-call]
             event.record(stream)
-        keep.append(ids)
         return event
 
-    def _load_cuda(
-        self, ids: torch.Tensor, runs: list[tuple[int, int, int]], keep: list[torch.Tensor]
-    ) -> Any:
+    def _load_cuda(self, runs: list[tuple[int, int, int]]) -> Any:
         stream = self._load_stream
         current = torch.cuda.current_stream(self.device)
         stream.wait_stream(current)
+        # A block being loaded into may be one a store of the previous step still reads.
+        stream.wait_stream(self._store_stream)
         with torch.cuda.stream(stream):
             for seg, host in zip(self._wide, self._wide_arena, strict=True):
-                staged = torch.empty((len(ids), seg.shape[1]), dtype=seg.dtype,
-                                     device=self.device)
-                keep.append(staged)
-                for pos, slot, n in runs:
-                    staged[pos:pos + n].copy_(host[slot:slot + n], non_blocking=True)
-                seg.index_copy_(0, ids, staged)
+                for block, slot, n in runs:
+                    seg[block:block + n].copy_(host[slot:slot + n], non_blocking=True)
             event = torch.cuda.Event()  # type: ignore[no-untyped-call]
             event.record(stream)
         current.wait_event(event)
-        keep.append(ids)
         return event
 
     def _check_job(self, job: TransferJob) -> None:
@@ -418,3 +457,18 @@ class TransferEngine:
         if min(job.block_ids) < 0 or max(job.block_ids) >= self.num_blocks:
             bad = [b for b in job.block_ids if not 0 <= b < self.num_blocks]
             raise ValueError(f"block ids {bad[:8]} outside the engine's {self.num_blocks} blocks")
+
+
+def _register_host_memory(owner: object, tensor: torch.Tensor) -> None:
+    """Page-lock ``tensor``'s memory in place (``cudaHostRegister``) until ``owner`` is
+    collected, so non-blocking copies to and from it are true DMA, without the
+    pinned allocator's rounding."""
+    if tensor.numel() == 0:
+        return
+    cudart: Any = torch.cuda.cudart()  # type: ignore[no-untyped-call]
+    ptr = tensor.data_ptr()
+    err = cudart.cudaHostRegister(ptr, tensor.numel() * tensor.element_size(), 0)
+    if int(err) != 0:
+        raise RuntimeError(f"cudaHostRegister of the {tensor.numel()} B host arena failed: {err}")
+    # Runs before owner's attributes (the tensor) are released.
+    weakref.finalize(owner, cudart.cudaHostUnregister, ptr)

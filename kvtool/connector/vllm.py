@@ -29,6 +29,22 @@ vllm/v1/worker/kv_connector_model_runner_mixin.py at v0.32.0):
   forward that computed them; ``build_connector_worker_meta`` reports finished
   jobs.
 
+No vLLM block is ever referenced by the connector: a store job is checked
+against the block's hash in the step that ships it, and each worker fences
+its next forward on the copy (``bind_connector_metadata``), so vLLM's
+``reset_prefix_cache``, ``pause_generation(clear_cache=True)``, ``sleep`` and
+preemptions always succeed. ``reset_cache`` forgets the host store (a new
+epoch in every key) and returns True.
+
+Load failures: a worker whose slot does not hold the requested key (or whose
+copy fails) reports the blocks through ``get_block_ids_with_load_errors``; the
+manager evicts the host entries that load read (counters ``load_failed``,
+``evicted_after_failed_load``), so later requests with that prefix miss
+instead of failing again. What happens to the request is vLLM's
+``kv_load_failure_policy``: ``fail`` (the default) finishes it with an error,
+``recompute`` computes the failed blocks again. Both are exercised by
+``tests/connector/scheduler_harness.py``.
+
 Supported releases: vLLM 0.32.x and 0.33.x; importing this module under any
 other release raises :class:`UnsupportedVllmError` naming them.
 """
@@ -256,12 +272,6 @@ class VllmBlockPoolView:
         with_group: bytes | None = self._pool.blocks[block_id].block_hash
         return None if with_group is None else with_group[:-_GROUP_ID_BYTES]
 
-    def protect(self, block_ids: Sequence[int]) -> None:
-        self._pool.touch([self._pool.blocks[i] for i in block_ids])
-
-    def unprotect(self, block_ids: Sequence[int]) -> None:
-        self._pool.free_blocks([self._pool.blocks[i] for i in block_ids])
-
     @property
     def num_free(self) -> int:
         return int(self._pool.get_num_free_blocks())
@@ -304,11 +314,14 @@ class _Lookup(NamedTuple):
 
 @dataclass(frozen=True)
 class KvLayout:
-    """What both roles derive identically from vLLM's ``KVCacheConfig``."""
+    """What a process derives from its own ``KVCacheConfig`` (under pipeline
+    parallelism each stage's lists only its own layers)."""
 
     block_size: int
     block_bytes: int
-    """Bytes of one block summed over every layer: the host store's unit."""
+    """Bytes of one block summed over this process's layers: one arena row."""
+    page_bytes: int
+    """Bytes of one block of one layer on one rank."""
     num_blocks: int
 
     @classmethod
@@ -323,8 +336,20 @@ class KvLayout:
         return cls(
             block_size=int(spec.block_size),
             block_bytes=int(spec.page_size_bytes) * len(groups[0].layer_names),
+            page_bytes=int(spec.page_size_bytes),
             num_blocks=int(kv_cache_config.num_blocks),
         )
+
+
+def host_block_bytes(vllm_config: Any, layout: KvLayout, layers_here: int) -> int:
+    """Bytes one block takes on the host over every rank: every layer of the model
+    (all pipeline stages, at least the ones this process sees) on every
+    tensor-parallel rank. ``kvtool.host_capacity_bytes`` is divided by this, so
+    all ranks of the host together pin no more than asked, and every rank,
+    whichever stage it runs, has the same slot count (the scheduler's)."""
+    model_layers = int(vllm_config.model_config.get_total_num_hidden_layers())
+    tp = int(vllm_config.parallel_config.tensor_parallel_size)
+    return layout.page_bytes * max(model_layers, layers_here) * tp
 
 
 class KvtoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
@@ -343,17 +368,19 @@ class KvtoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
         extra = self._kv_transfer_config.kv_connector_extra_config
         self.config = ConnectorConfig.from_extra_config(extra)
         self.layout = KvLayout.from_kv_cache_config(kv_cache_config)
-        self.num_slots = self.config.host_capacity_bytes // self.layout.block_bytes
+        layers_here = len(kv_cache_config.kv_cache_groups[0].layer_names)
+        self.host_block_bytes = host_block_bytes(vllm_config, self.layout, layers_here)
+        self.num_slots = self.config.host_capacity_bytes // self.host_block_bytes
         if self.num_slots < 1:
             raise ValueError(
                 f"kvtool.host_capacity_bytes={self.config.host_capacity_bytes} holds no KV "
-                f"block of {self.layout.block_bytes} bytes"
+                f"block of {self.host_block_bytes} bytes (all layers, all ranks)"
             )
         self.world_size = int(vllm_config.parallel_config.world_size)
         model_config = vllm_config.model_config
         self.fingerprint = fingerprint(
             str(model_config.model),
-            f"kv_bytes_per_block={self.layout.block_bytes}",
+            f"kv_bytes_per_block={self.host_block_bytes}",
             str(vllm_config.cache_config.cache_dtype),
             self.layout.block_size,
             str(model_config.dtype),
@@ -384,8 +411,11 @@ class KvtoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
 
     @classmethod
     def get_required_kvcache_layout(cls, vllm_config: Any) -> str | None:
-        # Blocks are copied as opaque bytes, so any layout works.
-        return None
+        # Layer-outermost with [H, N, C] dense per block: a run of consecutive blocks
+        # is one run of bytes per layer, one DMA copy each (kvtool.connector.transfer).
+        # Without a preference vLLM 0.32 picks LBNHC on FLASH_ATTN, which the transfer
+        # engine also accepts; CPU_ATTN supports only LBHNC.
+        return "LBHNC"
 
     # ================================================================== scheduler
 
@@ -393,7 +423,7 @@ class KvtoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
         if self.manager is not None:
             return
         self._hash_ratio = max(1, self.layout.block_size // int(gpu_block_pool.hash_block_size))
-        store = StoreIndex(self.config.host_capacity_bytes, self.layout.block_bytes,
+        store = StoreIndex(self.config.host_capacity_bytes, self.host_block_bytes,
                            self.fingerprint)
         self.manager = LazyOffloadManager(
             self.config,
@@ -514,7 +544,8 @@ class KvtoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
                 tracked.block_ids = list(added)
                 tracked.buffered_blocks = 0
                 manager.on_request_arrived(request_id)
-            elif tracked.buffered_blocks >= tracked.prompt_blocks:
+            elif (tracked.buffered_blocks >= tracked.prompt_blocks
+                  and not self.config.store_decode):
                 continue  # its prompt is all buffered
             elif added:
                 tracked.block_ids += added
@@ -523,13 +554,17 @@ class KvtoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
 
     def _buffer_full(self, request_id: str, tracked: _Tracked, computed_after_step: int) -> None:
         """Hand the prompt blocks that are full once this step's forward ran to the manager."""
-        full = min(computed_after_step, tracked.prompt_len) // self.layout.block_size
-        full = min(full, len(tracked.block_ids))
+        if not self.config.store_decode:
+            computed_after_step = min(computed_after_step, tracked.prompt_len)
+        full = min(computed_after_step // self.layout.block_size, len(tracked.block_ids))
         if full > tracked.buffered_blocks:
             self._manager().buffer_blocks(request_id,
                                           tracked.block_ids[tracked.buffered_blocks:full])
             tracked.buffered_blocks = full
-        if tracked.buffered_blocks < tracked.prompt_blocks:
+        # With kvtool.store_decode every running request keeps buffering (a decode
+        # block is hashed once its last token is known: under async scheduling
+        # that is a step late, so such a block is refused as unhashed, counted).
+        if self.config.store_decode or tracked.buffered_blocks < tracked.prompt_blocks:
             self._buffering.add(request_id)
         else:
             self._buffering.discard(request_id)
@@ -549,6 +584,14 @@ class KvtoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
             self.manager.on_request_finished(request.request_id)
         # Lazy offload: the blocks return to vLLM's free queue, still hashed, at once.
         return False, None
+
+    def reset_cache(self) -> bool:
+        """vLLM's ``reset_prefix_cache(reset_connector=True)``, also run by
+        ``pause_generation(clear_cache=True)`` and ``sleep(level>=1)``: forget the
+        host store (see :meth:`LazyOffloadManager.reset`). True: it always succeeds."""
+        if self.manager is None:
+            return True
+        return self.manager.reset()
 
     def has_pending_push_work(self) -> bool:
         return self.manager is not None and self.manager.has_pending_work()
@@ -606,6 +649,13 @@ class KvtoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
         if self.engine is None:
             raise RuntimeError("vLLM did not register its KV caches with the connector")
         return self.engine
+
+    def bind_connector_metadata(self, connector_metadata: KVConnectorMetadata) -> None:
+        super().bind_connector_metadata(connector_metadata)
+        # Called before this step's forward: it must not overwrite a block that a
+        # store of the previous step is still copying (the scheduler holds no blocks).
+        if self.engine is not None:
+            self.engine.fence()
 
     def _bound_metadata(self) -> KvtoolConnectorMetadata | None:
         # The base class's own slot, read directly: this runs twice per step, and

@@ -89,3 +89,16 @@ def test_startup_line_names_policy_and_knobs(caplog: pytest.LogCaptureFixture) -
     ea = ConnectorConfig.from_extra_config({}).describe()
     assert "eviction_aware policy" in ea and "horizon_steps=2.5" in ea
     assert "threshold" not in ea
+
+
+@pytest.mark.parametrize(("raw", "expected"), [(True, True), ("false", False), ("1", True),
+                                               ("off", False)])
+def test_store_decode_reads_booleans(raw: object, expected: bool) -> None:
+    config = ConnectorConfig.from_extra_config({"kvtool.store_decode": raw})
+    assert config.store_decode is expected
+    assert f"store_decode={str(expected).lower()}" in config.describe()
+
+
+def test_store_decode_refuses_what_is_not_a_boolean() -> None:
+    with pytest.raises(ConnectorConfigError, match=r"kvtool\.store_decode='maybe' is not a bool"):
+        ConnectorConfig.from_extra_config({"kvtool.store_decode": "maybe"})

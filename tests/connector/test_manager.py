@@ -9,6 +9,7 @@ import pytest
 from kvtool.connector.config import ShutdownMode
 from kvtool.connector.manager import STATS_LOG_INTERVAL_S, JobReport
 from kvtool.connector.stats import DropReason
+from kvtool.connector.store import BlockKey
 from tests.connector.harness import BLOCK_BYTES, Rig, released_blocks
 
 EAGER = {"kvtool.policy": "eager"}
@@ -19,17 +20,17 @@ def _dropped(rig: Rig, reason: DropReason) -> int:
     return rig.manager.stats.dropped[reason.value]
 
 
-def test_store_protects_until_completion_then_commits() -> None:
+def test_store_takes_no_block_reference_and_commits_on_completion() -> None:
     rig = Rig.with_config(EAGER)
     blocks = rig.compute("a", ["a0", "a1"])
     rig.finish("a")
     (job,) = rig.step()
-    assert [rig.pool.ref_cnt(b) for b in blocks] == [1, 1]  # protected, out of the free queue
-    assert rig.manager.lookup([rig.pool.block_hash(b) for b in blocks]) == 0  # not yet stored
-    rig.complete([job])
+    # Never referenced: the engine's reset_prefix_cache and preemptions always succeed.
     assert [rig.pool.ref_cnt(b) for b in blocks] == [0, 0]
-    hashes = [rig.pool.block_hash(b) for b in blocks]
-    assert rig.manager.lookup(hashes) == 2
+    assert rig.pool.reset_prefix_cache() is True
+    assert rig.manager.lookup([job.keys[0].block_hash]) == 0  # not yet stored
+    rig.complete([job])
+    assert rig.manager.lookup([k.block_hash for k in job.keys]) == 2
     stats = rig.manager.stats
     assert (stats.stored, stats.stored_bytes, stats.in_flight) == (2, 2 * BLOCK_BYTES, 0)
     assert stats.ledger_balanced()
@@ -52,7 +53,7 @@ def test_recycled_block_drops_only_the_affected_suffix() -> None:
     assert rig.manager.stats.ledger_balanced()
 
 
-def test_hash_change_seen_only_at_release_is_caught_after_protecting() -> None:
+def test_hash_change_seen_only_at_release_is_caught() -> None:
     rig = Rig.with_config(FIFO_1)
     blocks = rig.compute("a", ["a0", "a1", "a2"])
     rig.finish("a")
@@ -61,7 +62,7 @@ def test_hash_change_seen_only_at_release_is_caught_after_protecting() -> None:
     assert rig.step() == []
     assert _dropped(rig, DropReason.HASH_CHANGED_AT_RELEASE) == 1
     assert _dropped(rig, DropReason.PREFIX_BROKEN) == 2
-    assert [rig.pool.ref_cnt(b) for b in blocks] == [0, 0, 0]  # the protect was undone
+    assert [rig.pool.ref_cnt(b) for b in blocks] == [0, 0, 0]
     assert rig.manager.stats.ledger_balanced()
 
 
@@ -82,16 +83,16 @@ def test_duplicate_hot_prefix_is_buffered_and_stored_once() -> None:
     assert rig.step() == [] and stats.skipped_duplicate == 5
 
 
-def test_blocks_stay_protected_until_every_worker_reports() -> None:
+def test_an_entry_is_servable_only_after_every_worker_reports() -> None:
     rig = Rig.with_config(EAGER, world_size=2)
     (block,) = rig.compute("a", ["a0"])
     (job,) = rig.step()
+    block_hash = job.keys[0].block_hash
     rig.manager.on_job_reports([JobReport(job.job_id, True)])
-    assert rig.pool.ref_cnt(block) == 2  # the request's own reference + the protect
-    rig.finish("a")
-    assert rig.pool.ref_cnt(block) == 1
+    assert rig.manager.lookup([block_hash]) == 0  # the second worker may still be copying
+    assert rig.pool.ref_cnt(block) == 1  # only the request's own reference
     rig.manager.on_job_reports([JobReport(job.job_id, True)])
-    assert rig.pool.ref_cnt(block) == 0 and rig.manager.stats.stored == 1
+    assert rig.manager.lookup([block_hash]) == 1 and rig.manager.stats.stored == 1
 
 
 def test_worker_failure_aborts_the_slot_and_drops_the_held_back_blocks() -> None:
@@ -103,7 +104,7 @@ def test_worker_failure_aborts_the_slot_and_drops_the_held_back_blocks() -> None
     assert stats.failed == 1
     assert _dropped(rig, DropReason.FAILED_STORE) == 2
     assert rig.manager.lookup([rig.pool.block_hash(blocks[0])]) == 0
-    assert rig.pool.ref_cnt(blocks[0]) == 1  # protect undone; the request still holds it
+    assert rig.pool.ref_cnt(blocks[0]) == 1  # the request's own reference only
     assert rig.step() == []
     rig.compute("a", ["a3"])
     assert stats.rejected_prefix_broken == 1  # later blocks of that generation are refused
@@ -177,7 +178,7 @@ def test_load_job_reserves_slots_until_reported() -> None:
     rig.complete(rig.step())
     block_hash = rig.pool.block_hash(block)
     load = rig.manager.plan_load([block], [block_hash])
-    assert load.keys[0].block_hash == block_hash and load.keys[0].fingerprint == "fp"
+    assert load.keys[0] == (rig.store.fingerprint, block_hash)
     rig.compute("b", ["b0"])
     assert rig.step() == []  # the only slot is being read: nothing can be evicted
     assert _dropped(rig, DropReason.STORE_FULL) == 1
@@ -207,3 +208,51 @@ def test_counters_are_logged_when_they_move_at_most_every_interval(
     lines = [r.getMessage() for r in caplog.records if "counters" in r.getMessage()]
     assert len(lines) == 2
     assert "admitted=1" in lines[1] and "stored=1" in lines[1]
+
+
+def test_reset_forgets_the_host_store_drops_buffered_work_and_voids_in_flight_stores() -> None:
+    rig = Rig.with_config(EAGER)
+    rig.compute("a", ["a0"])
+    rig.complete(rig.step())  # a0 stored
+    rig.compute("b", ["b0"])
+    (in_flight,) = rig.step()  # b0 being copied
+    rig.compute("c", ["c0"])  # c0 buffered
+    stored_key = BlockKey(rig.store.fingerprint, ((), "a0"))
+    assert rig.manager.lookup([stored_key.block_hash]) == 1
+    assert rig.manager.reset() is True
+    stats = rig.manager.stats
+    assert rig.manager.lookup([stored_key.block_hash]) == 0  # old weights' KV is gone
+    assert stats.pending == 0 and stats.resets == 1
+    rig.complete([in_flight])  # the store that was in flight lands in nothing
+    assert rig.manager.lookup([in_flight.keys[0].block_hash]) == 0
+    assert stats.dropped[DropReason.RESET.value] == 2  # c0 buffered, b0 in flight
+    assert rig.store.fingerprint != stored_key.fingerprint  # old slot tags never match
+    assert stats.ledger_balanced()
+
+
+def test_a_reset_slot_is_not_reused_while_its_transfer_runs() -> None:
+    rig = Rig.with_config(EAGER, capacity_blocks=1)
+    rig.compute("a", ["a0"])
+    (job,) = rig.step()
+    rig.manager.reset()
+    rig.finish("a")
+    rig.compute("b", ["b0"])
+    assert rig.step() == []  # the only slot is still being written by a's store
+    assert rig.manager.stats.dropped[DropReason.STORE_FULL.value] == 1
+    rig.complete([job])
+    rig.compute("c", ["c0"])
+    (c_job,) = rig.step()
+    assert c_job.slots == job.slots  # freed once the old transfer ended
+
+
+def test_a_failed_load_evicts_what_it_read_so_the_next_request_misses_cleanly() -> None:
+    rig = Rig.with_config(EAGER)
+    blocks = rig.compute("a", ["a0", "a1"])
+    (job,) = rig.step()
+    rig.complete([job])
+    hashes = [k.block_hash for k in job.keys]
+    load = rig.manager.plan_load(blocks, hashes)
+    rig.manager.on_job_reports([JobReport(load.job_id, False)])
+    stats = rig.manager.stats
+    assert (stats.load_failed, stats.evicted_after_failed_load) == (2, 2)
+    assert rig.manager.lookup(hashes) == 0

@@ -1,16 +1,16 @@
 """Random schedules against the manager, checking its invariants after every step.
 
-Invariants (issue 5): no block is stored after its hash changed; no block is
-unprotected before all workers report; every admitted block ends in exactly one
-outcome; nothing is lost silently. Simulated workers copy a block when they
-report it, reading the pool's current hash, so a stale store shows up as a
-hash that differs from the job's key.
+Invariants (issues 5 and 14): no block is stored after its hash changed; the
+manager never holds an engine block (only requests do); every admitted block
+ends in exactly one outcome; nothing is lost silently; a load reads only slots
+holding its key, also across resets. Simulated workers copy a block in the step
+that ships its job (the worker fences its next forward on the copy), so a
+stale store shows up there as a hash that differs from the job's key.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -32,27 +32,9 @@ REQUEST_IDS = ["r0", "r1", "r2", "r3"]
 CONTENTS = st.lists(st.sampled_from("abcd"), min_size=1, max_size=4)
 
 
-class ProtectCountingPool(InMemoryBlockPool):
-    """Counts the manager's own protects per block, separately from request refs."""
-
-    def __init__(self, num_blocks: int) -> None:
-        super().__init__(num_blocks)
-        self.protects: Counter[int] = Counter()
-
-    def protect(self, block_ids: Sequence[int]) -> None:
-        self.protects.update(block_ids)
-        super().protect(block_ids)
-
-    def unprotect(self, block_ids: Sequence[int]) -> None:
-        for block in block_ids:
-            assert self.protects[block] > 0, f"block {block} unprotected more than protected"
-            self.protects[block] -= 1
-        super().unprotect(block_ids)
-
-
 class ManagerMachine(RuleBasedStateMachine):
     rig: Rig
-    pool: ProtectCountingPool
+    pool: InMemoryBlockPool
 
     @initialize(
         policy=st.sampled_from(["eager", "fifo", "eviction_aware"]),
@@ -71,13 +53,14 @@ class ManagerMachine(RuleBasedStateMachine):
             "kvtool.idle_drain_steps": 2,
         }
         self.rig = Rig.with_config(extra, num_blocks=24, capacity_blocks=capacity,
-                                   world_size=world_size, pool_class=ProtectCountingPool,
+                                   world_size=world_size,
                                    max_step_blocks=max_step)
-        assert isinstance(self.rig.pool, ProtectCountingPool)
+        assert isinstance(self.rig.pool, InMemoryBlockPool)
         self.pool = self.rig.pool
         self.world_size = world_size
         # job id -> (job, workers that have not reported yet)
         self.jobs: dict[int, tuple[StoreJob | LoadJob, set[int]]] = {}
+        self.voided: set[int] = set()  # store jobs in flight across a reset
         self.seen_counters = (self.rig.manager.stats.revision, self.rig.manager.stats.as_dict())
         self.job_ok: dict[int, bool] = {}
         self.arena: dict[int, BlockKey] = {}  # what the simulated workers wrote per slot
@@ -111,6 +94,13 @@ class ManagerMachine(RuleBasedStateMachine):
     def reset_prefix_cache(self) -> None:
         self.pool.reset_prefix_cache()
 
+    @rule()
+    def reset_connector(self) -> None:
+        assert self.rig.manager.reset() is True
+        # Stores in flight now complete into nothing (counted as dropped by reset).
+        self.voided |= {job_id for job_id, (job, _) in self.jobs.items()
+                        if isinstance(job, StoreJob)}
+
     @rule(tokens=st.sampled_from([0, 0, 16, 64]), seconds=st.sampled_from([0.0, 1.0, 6.0]))
     def step(self, tokens: int, seconds: float) -> None:
         self.rig.clock.now += seconds
@@ -125,11 +115,6 @@ class ManagerMachine(RuleBasedStateMachine):
         job_id = data.draw(st.sampled_from(sorted(self.jobs)))
         job, waiting = self.jobs[job_id]
         worker = data.draw(st.sampled_from(sorted(waiting)))
-        if ok and isinstance(job, StoreJob):
-            for block, key in zip(job.block_ids, job.keys, strict=True):
-                # The worker copies now: the block must still hold the admitted KV.
-                assert self.pool.block_hash(block) == key.block_hash, "stale KV stored"
-                assert self.pool.protects[block] > 0, "copied an unprotected block"
         if ok and isinstance(job, LoadJob):
             for slot, key in zip(job.slots, job.keys, strict=True):
                 assert self.arena.get(slot) == key, "load reads a slot holding other bytes"
@@ -137,7 +122,7 @@ class ManagerMachine(RuleBasedStateMachine):
         self.job_ok[job_id] = self.job_ok.get(job_id, True) and ok
         if not waiting:
             del self.jobs[job_id]
-            if isinstance(job, StoreJob) and self.job_ok[job_id]:
+            if isinstance(job, StoreJob) and self.job_ok[job_id] and job_id not in self.voided:
                 self.stored_ok += len(job.block_ids)
         self.rig.manager.on_job_reports([JobReport(job_id, ok)])
 
@@ -157,8 +142,7 @@ class ManagerMachine(RuleBasedStateMachine):
         stats = self.rig.manager.stats
         assert stats.ledger_balanced(), stats.as_dict()
         shipped = [job for job, _ in self.jobs.values() if isinstance(job, StoreJob)]
-        held = self.rig.manager.held_for_next_step  # released at a finish, not yet shipped
-        in_flight = sum(len(job.block_ids) for job in [*shipped, *held])
+        in_flight = sum(len(job.block_ids) for job in shipped)
         assert stats.in_flight == in_flight
         assert stats.stored == self.stored_ok
 
@@ -173,13 +157,10 @@ class ManagerMachine(RuleBasedStateMachine):
         self.seen_counters = (stats.revision, stats.as_dict())
 
     @invariant()
-    def in_flight_blocks_stay_protected(self) -> None:
-        needed: Counter[int] = Counter()
-        for job, _ in self.jobs.values():
-            if isinstance(job, StoreJob):
-                needed.update(job.block_ids)
-        for block, count in needed.items():
-            assert self.pool.protects[block] >= count, f"block {block} unprotected early"
+    def only_requests_reference_blocks(self) -> None:
+        held = Counter(block for blocks in self.rig.held.values() for block in blocks)
+        for block in range(self.pool.num_blocks):
+            assert self.pool.ref_cnt(block) == held[block], f"block {block} held by the manager"
 
     def teardown(self) -> None:
         if not hasattr(self, "rig"):
@@ -190,7 +171,6 @@ class ManagerMachine(RuleBasedStateMachine):
         stats = self.rig.manager.stats
         assert stats.pending == 0 and stats.in_flight == 0
         assert stats.ledger_balanced()
-        assert sum(self.pool.protects.values()) == 0, "protects and unprotects do not balance"
 
     # ------------------------------------------------------------------ helpers
 
@@ -203,7 +183,8 @@ class ManagerMachine(RuleBasedStateMachine):
 
     def _emit(self, job: StoreJob) -> None:
         for block, key in zip(job.block_ids, job.keys, strict=True):
-            assert self.pool.block_hash(block) == key.block_hash
+            # Every worker copies in this step: the block must still hold the admitted KV.
+            assert self.pool.block_hash(block) == key.block_hash, "stale KV stored"
         for slot, key in zip(job.slots, job.keys, strict=True):
             self.arena[slot] = key
         self.jobs[job.job_id] = (job, set(range(self.world_size)))

@@ -11,7 +11,7 @@ def _stored(index: StoreIndex, *hashes: str) -> list[int]:
     slots = []
     for block_hash in hashes:
         slots.append(index.reserve(block_hash))
-        index.commit(block_hash)
+        index.commit(block_hash, slots[-1])
     return slots
 
 
@@ -24,10 +24,10 @@ def test_capacity_in_bytes_sets_the_slot_count() -> None:
 def test_longest_prefix_stops_at_the_first_missing_or_unfinished_block() -> None:
     index = StoreIndex(10, 1, "fp")
     _stored(index, "a", "b", "d")
-    index.reserve("c")  # being written: not servable yet
+    slot = index.reserve("c")  # being written: not servable yet
     assert index.longest_prefix(["a", "b", "c", "d"]) == 2
     assert index.longest_prefix(["x", "a"]) == 0
-    index.commit("c")
+    index.commit("c", slot)
     assert index.longest_prefix(["a", "b", "c", "d"]) == 4
 
 
@@ -36,26 +36,25 @@ def test_lru_evicts_the_least_recently_used_idle_entry() -> None:
     slots = _stored(index, "a", "b", "c")
     assert slots == [0, 1, 2]  # a fresh store hands out consecutive slots
     index.acquire(["a"])  # read "a": now most recently used
-    index.release(["a"])
+    index.release(["a"], slots[:1])
     assert index.reserve("d") == slots[1]  # "b" was least recently used
     assert not index.known("b") and index.evictions == 1
 
 
 def test_entries_in_use_are_never_evicted() -> None:
     index = StoreIndex(2, 1, "fp")
-    _stored(index, "a")
+    slots = _stored(index, "a")
     index.acquire(["a"])  # an in-flight load reads it
     index.reserve("b")  # an in-flight store writes it
     with pytest.raises(StoreFullError):
         index.reserve("c")
-    index.release(["a"])
+    index.release(["a"], slots)
     assert index.reserve("c") == 0
 
 
 def test_failed_store_frees_its_slot() -> None:
     index = StoreIndex(1, 1, "fp")
-    index.reserve("a")
-    index.abort("a")
+    index.abort("a", index.reserve("a"))
     assert not index.known("a") and index.reserve("b") == 0
 
 
@@ -71,3 +70,30 @@ def test_keys_carry_the_model_layout_dtype_fingerprint() -> None:
     assert base not in others and len(others) == 4
     other = fingerprint("qwen", "x", "y", 1)
     assert StoreIndex(1, 1, base).key("h") != StoreIndex(1, 1, other).key("h")
+
+
+def test_reset_starts_a_new_epoch_and_retires_slots_until_their_transfers_end() -> None:
+    index = StoreIndex(2, 1, "fp")
+    (read,) = _stored(index, "a")
+    index.acquire(["a"])  # a load is reading slot 0
+    writing = index.reserve("b")  # a store is writing slot 1
+    old_key = index.key("a")
+    index.reset()
+    assert index.key("a") != old_key and index.longest_prefix(["a"]) == 0
+    with pytest.raises(StoreFullError):
+        index.reserve("c")  # both slots still in use by transfers of the old epoch
+    assert index.commit("b", writing) is False  # lands in nothing
+    index.release(["a"], [read])
+    assert sorted([index.reserve("c"), index.reserve("d")]) == [0, 1]
+
+
+def test_evict_forgets_entries_but_keeps_a_slot_being_read_until_released() -> None:
+    index = StoreIndex(1, 1, "fp")
+    slots = _stored(index, "a")
+    index.acquire(["a"])
+    assert index.evict(["a", "never-stored"]) == 1
+    assert index.longest_prefix(["a"]) == 0
+    with pytest.raises(StoreFullError):
+        index.reserve("b")
+    index.release(["a"], slots)
+    assert index.reserve("b") == slots[0]

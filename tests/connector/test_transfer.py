@@ -22,7 +22,6 @@ from kvtool.connector.transfer import (  # noqa: E402
     TransferEngine,
     block_segments,
     joint_runs,
-    slot_runs,
     stacked_view,
     widest_view,
 )
@@ -214,9 +213,9 @@ def test_a_job_of_many_runs_round_trips_through_one_indexed_copy() -> None:
         assert torch.count_nonzero(t[list(blocks)].float()) == 0
 
 
-def test_slot_runs_group_consecutive_slots() -> None:
-    assert slot_runs([4, 5, 6, 9, 10, 2]) == [(0, 4, 3), (3, 9, 2), (5, 2, 1)]
-    assert slot_runs([]) == []
+def test_joint_runs_group_blocks_and_slots_that_both_count_up() -> None:
+    assert joint_runs([7, 8, 9, 3, 4], [4, 5, 6, 9, 11]) == [(7, 4, 3), (3, 9, 1), (4, 11, 1)]
+    assert joint_runs([], []) == []
 
 
 @pytest.mark.parametrize(("row_elems", "dtype", "wide"), [
@@ -246,3 +245,26 @@ def test_gpu_check_refuses_clearly_without_cuda() -> None:
                           timeout=120)
     assert done.returncode == 2
     assert "no CUDA device visible to torch" in done.stderr
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_block_permuted_inside_but_dense_round_trips(device: str) -> None:
+    # vLLM's LBNHC: memory [B, N, H, C], viewed [B, H, N, C] (a permutation, not contiguous).
+    physical = torch.arange(10 * 4 * 3 * 8, dtype=torch.float16, device=device).view(10, 4, 3, 8)
+    layer = physical.permute(0, 2, 1, 3)
+    assert not layer[0].is_contiguous()
+    original = layer.clone()
+    engine = TransferEngine.from_kv_caches({"l0": layer}, num_slots=4)
+    assert engine.block_bytes == 4 * 3 * 8 * 2
+    keys = (("h", 1), ("h", 6))
+    assert _run(engine, Job(1, (1, 6), (0, 1), keys), store=True)
+    layer.zero_()
+    assert _run(engine, Job(2, (2, 7), (0, 1), keys), store=False)
+    assert torch.equal(layer[2], original[1]) and torch.equal(layer[7], original[6])
+
+
+def test_a_block_split_per_head_is_refused_with_the_layouts_to_use() -> None:
+    # vLLM's LHBNC: memory [H, B, N, C] per layer, viewed [B, H, N, C].
+    layer = torch.zeros(3, 10, 4, 8).permute(1, 0, 2, 3)
+    with pytest.raises(ValueError, match=r"not one dense run of bytes.*LBHNC"):
+        block_segments(layer)

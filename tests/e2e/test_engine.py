@@ -101,9 +101,10 @@ def test_eviction_aware_stores_blocks_before_the_engine_recycles_them(
     during = run["stats_during_traffic"]
     assert during["stored"] > 0
     assert during["released_by_eviction_window"] == during["released"]
-    # Blocks of a request that finishes into a short free queue are protected at
-    # its finish, before the next scheduling pass could recycle them.
-    assert during["dropped_evicted"] == 0
+    # Blocks of a request that finishes into a short free queue are released at its
+    # finish and shipped first in the next step. Nothing is pinned meanwhile (so vLLM's
+    # cache resets always succeed): what that very pass recycles is lost, and counted.
+    assert during["stored"] > during["dropped_evicted"], during
     # Prompt 0's blocks were recycled by later traffic (the baseline engine gets no
     # local hit for it), yet it is served from the host store with the same tokens.
     assert eviction_run["baseline_again"][0]["cached_tokens"] == 0

@@ -1,0 +1,242 @@
+"""The connector's worker pipeline on one device, every byte verified, with its copy speed.
+
+Usage: python scripts/bench/gpu_pipeline.py [--json] [--dry-run] [--steps N]
+
+For each KV cache layout the transfer engine accepts (vLLM 0.32's LBHNC,
+LBNHC, BLHNC, BLNHC; per-layer views ``[B, H, N, C]`` over one buffer, as
+vLLM's ``allocate_kv_cache`` builds them) it runs engine steps the way a
+vLLM worker does: ``fence`` (the connector's ``bind_connector_metadata``),
+loads of blocks stored earlier into freshly "allocated" blocks, a
+compute-stream "forward" that first checks every loaded block on the device
+and then overwrites the blocks stored in the previous step (a missing fence
+would let it overwrite them before their copy read them) and writes this
+step's new blocks, then stores of those blocks on the side stream. Every
+loaded byte is compared on the device; the mismatch count is read once at
+the end. Host synchronisations inside the step loop are counted with
+``torch.cuda.set_sync_debug_mode("warn")``.
+
+Then it times one large store (device -> pinned host) and one large load
+(host -> device) of runs of consecutive blocks against a plain pinned copy of
+the same bytes in the same run (target ratio >= 0.8), and reports the device
+staging the engine allocates (none by design).
+
+``--dry-run`` runs the same pipeline on CPU with small tensors (copies are
+synchronous there; no timing targets). Imports only torch and
+``kvtool.connector.transfer``, so it runs on a GPU machine without vLLM or
+kvtool's other dependencies (scripts/gpu_check.sh). Exit code 1 when a byte
+differs, a host sync happens in the step loop, or a ratio misses its target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+from collections.abc import Hashable
+from typing import Any, NamedTuple
+
+import torch
+
+from kvtool.connector.transfer import TransferEngine
+
+# Logical [L, B, H, N, C] -> physical order, as vLLM 0.32's KVCacheLayout values.
+LAYOUTS: dict[str, tuple[int, ...]] = {
+    "LBHNC": (0, 1, 2, 3, 4),
+    "LBNHC": (0, 1, 3, 2, 4),
+    "BLHNC": (1, 0, 2, 3, 4),
+    "BLNHC": (1, 0, 3, 2, 4),
+}
+RATIO_TARGET = 0.8
+
+
+class Shape(NamedTuple):
+    layers: int
+    blocks: int
+    heads: int
+    tokens: int  # per block
+    content: int  # K and V of one head and token
+    dtype: torch.dtype
+
+
+# A Llama-3-8B-like rank (8 KV heads, head size 128, 16-token blocks, fp16):
+# 64 KiB per block and layer, 32 layers.
+DEVICE_SHAPE = Shape(32, 2048, 8, 16, 256, torch.float16)
+DRY_RUN_SHAPE = Shape(3, 64, 2, 4, 8, torch.float16)
+
+
+class Job(NamedTuple):
+    job_id: int
+    block_ids: tuple[int, ...]
+    slots: tuple[int, ...]
+    keys: tuple[Hashable, ...]
+
+
+def kv_views(shape: Shape, order: tuple[int, ...], device: torch.device) -> dict[str, Any]:
+    """Per-layer ``[B, H, N, C]`` views of one buffer laid out in ``order``."""
+    logical = (shape.layers, shape.blocks, shape.heads, shape.tokens, shape.content)
+    physical = [logical[i] for i in order]
+    buffer = torch.zeros(physical, dtype=shape.dtype, device=device)
+    inverse = [order.index(i) for i in range(5)]
+    whole = buffer.permute(inverse)
+    return {f"model.layers.{i}.self_attn.attn": whole[i] for i in range(shape.layers)}
+
+
+def pattern(step: int, block: int, layer: int) -> float:
+    """The value the fake forward writes into a block: exact in fp16 (< 2048)."""
+    return float((step * 131 + block * 7 + layer * 3) % 2000 + 1)
+
+
+def run_pipeline(shape: Shape, order: tuple[int, ...], device: torch.device,
+                 steps: int, per_step: int) -> dict[str, Any]:
+    kv = kv_views(shape, order, device)
+    names = sorted(kv)
+    engine = TransferEngine.from_kv_caches(kv, num_slots=per_step * (steps + 1))
+    mismatches = torch.zeros((), dtype=torch.int64, device=device)
+    job_ids = iter(range(1, 1 << 30))
+    stored: list[tuple[int, tuple[int, ...], tuple[int, ...]]] = []  # (step, blocks, slots)
+    syncs = 0
+    half = shape.blocks // 2
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        if device.type == "cuda":
+            torch.cuda.set_sync_debug_mode("warn")
+        for step in range(steps):
+            engine.fence()
+            # Loads: what the previous step stored, into blocks of the other half.
+            loads: list[tuple[int, tuple[int, ...]]] = []
+            if stored:
+                src_step, blocks, slots = stored[-1]
+                targets = tuple(half + b for b in blocks)
+                engine.submit_load(Job(next(job_ids), targets, slots,
+                                       tuple(("k", src_step, b) for b in blocks)))
+                loads.append((src_step, blocks))
+            # The forward on the compute stream: check loaded blocks, then write.
+            for src_step, blocks in loads:
+                for layer, name in enumerate(names):
+                    for b in blocks:
+                        want = pattern(src_step, b, layer)
+                        mismatches += (kv[name][half + b] != want).sum()
+            # The same blocks every step: the forward overwrites what the previous
+            # step's store may still be copying, which only the fence orders.
+            new_blocks = tuple(range(per_step))
+            for layer, name in enumerate(names):
+                for b in new_blocks:
+                    kv[name][b].fill_(pattern(step, b, layer))
+            slots = tuple(range(step * per_step, (step + 1) * per_step))
+            engine.submit_store(Job(next(job_ids), new_blocks, slots,
+                                    tuple(("k", step, b) for b in new_blocks)))
+            stored.append((step, new_blocks, slots))
+            engine.poll()
+        if device.type == "cuda":
+            torch.cuda.set_sync_debug_mode("default")
+        syncs = sum("synchroniz" in str(w.message).lower() for w in caught)
+    results = engine.wait_all()
+    failed = [r for r in results if not r.ok]
+    return {
+        "steps": steps, "blocks_per_step": per_step,
+        "mismatched_elements": int(mismatches.item()) if not failed else -1,
+        "failed_jobs": [r.error for r in failed],
+        "host_syncs_per_step": syncs / steps,
+        "device_staging_bytes": engine.staging_bytes,
+    }
+
+
+def _timed(device: torch.device, action: Any, repeats: int) -> float:
+    """Median seconds of ``action`` (device work fully included)."""
+    times = []
+    for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        action()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
+
+
+def bandwidth(shape: Shape, device: torch.device, blocks: int, run: int,
+              repeats: int) -> dict[str, Any]:
+    """Store and load of ``blocks`` blocks in runs of ``run`` consecutive ones, vs a plain
+    pinned copy of the same bytes."""
+    kv = kv_views(shape, LAYOUTS["LBHNC"], device)
+    engine = TransferEngine.from_kv_caches(kv, num_slots=blocks)
+    block_ids = tuple(start + i for start in range(0, 2 * blocks, 2 * run)
+                      for i in range(run))[:blocks]
+    slots = tuple(range(blocks))
+    keys = tuple(("k", b) for b in block_ids)
+    nbytes = blocks * engine.block_bytes
+    pin = device.type == "cuda"
+    flat_device = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    flat_host = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pin)
+
+    def store() -> None:
+        engine.submit_store(Job(1, block_ids, slots, keys))
+        engine.wait_all()
+
+    def load() -> None:
+        engine.submit_load(Job(2, block_ids, slots, keys))
+        engine.wait_all()
+
+    store()  # warm up, and give the load something to read
+    load()
+    d2h = _timed(device, store, repeats)
+    h2d = _timed(device, load, repeats)
+    plain_d2h = _timed(device, lambda: flat_host.copy_(flat_device, non_blocking=True), repeats)
+    plain_h2d = _timed(device, lambda: flat_device.copy_(flat_host, non_blocking=True), repeats)
+
+    def gbps(seconds: float) -> float:
+        return round(nbytes / seconds / 1e9, 2)
+
+    return {
+        "bytes": nbytes, "blocks": blocks, "run_length": run,
+        "store_d2h_gbps": gbps(d2h), "plain_d2h_gbps": gbps(plain_d2h),
+        "store_ratio": round(plain_d2h / d2h, 3),
+        "load_h2d_gbps": gbps(h2d), "plain_h2d_gbps": gbps(plain_h2d),
+        "load_ratio": round(plain_h2d / h2d, 3),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    parser.add_argument("--dry-run", action="store_true", help="CPU, small tensors, no targets")
+    parser.add_argument("--steps", type=int, default=6)
+    args = parser.parse_args(argv)
+    if args.dry_run:
+        device, shape = torch.device("cpu"), DRY_RUN_SHAPE
+    elif torch.cuda.is_available():
+        device, shape = torch.device("cuda"), DEVICE_SHAPE
+    else:
+        print("gpu_pipeline: no CUDA device visible to torch (use --dry-run on CPU)",
+              file=sys.stderr)
+        return 2
+    per_step = 4 if args.dry_run else 64
+    report: dict[str, Any] = {"device": str(device) if args.dry_run else
+                              torch.cuda.get_device_name(device), "layouts": {}}
+    for name, order in LAYOUTS.items():
+        report["layouts"][name] = run_pipeline(shape, order, device, args.steps, per_step)
+    blocks = 16 if args.dry_run else 256
+    report["bandwidth"] = bandwidth(shape, device, blocks, run=8, repeats=3 if args.dry_run else 10)
+    problems = [f"{name}: {r}" for name, r in report["layouts"].items()
+                if r["mismatched_elements"] != 0 or r["failed_jobs"]
+                or (not args.dry_run and r["host_syncs_per_step"] > 0)]
+    if not args.dry_run:
+        bw = report["bandwidth"]
+        problems += [f"{k} {bw[k]} < {RATIO_TARGET}" for k in ("store_ratio", "load_ratio")
+                     if bw[k] < RATIO_TARGET]
+    report["problems"] = problems
+    if args.json:
+        print(json.dumps(report))
+    else:
+        for name, r in report["layouts"].items():
+            print(f"{name}: {r}")
+        print(f"bandwidth: {report['bandwidth']}")
+        print("problems: " + ("; ".join(problems) or "none"))
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
