@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import hashlib
 import json
 import re
 import subprocess
@@ -35,6 +34,10 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from releasegen import wheels
+from releasegen.build import sha256_of
+
 _REPO = Path(__file__).resolve().parent.parent
 # 0.3.0 published no CPython 3.11 manylinux wheel; 0.3.1 is the first with one.
 OLDEST = Version("0.3.1")
@@ -42,17 +45,6 @@ GENERATOR_VERSION = 1
 _ENV_NAME = re.compile(r"^LM_?CACHE_[A-Z0-9_]+$")
 _CONFIG_MODULE = "lmcache/v1/config.py"
 _MP_PREFIX = "lmcache.mp."
-_PIP_PLATFORM = (
-    "--only-binary=:all:",
-    "--implementation",
-    "cp",
-    "--python-version",
-    "3.11",
-    "--platform",
-    "manylinux_2_28_x86_64",
-    "--platform",
-    "manylinux_2_17_x86_64",
-)
 
 
 def _log(message: str) -> None:
@@ -82,30 +74,7 @@ def released_versions() -> list[str]:
 
 def download(cache: Path, version: str) -> Path:
     """The lmcache wheel of ``version`` in ``cache``, fetched by pip when missing."""
-    existing = sorted(cache.glob(f"lmcache-{version}-*.whl"))
-    if existing:
-        return existing[0]
-    cache.mkdir(parents=True, exist_ok=True)
-    spec = f"lmcache=={version}"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(cache),
-         *_PIP_PLATFORM, spec],
-        capture_output=True,
-        text=True,
-    )
-    existing = sorted(cache.glob(f"lmcache-{version}-*.whl"))
-    if proc.returncode != 0 or not existing:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise RuntimeError(f"pip download {spec} failed: {tail[0]}")
-    return existing[0]
-
-
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return wheels.download(wheels.default_pip(), cache, version, distribution="lmcache")
 
 
 def _trees(wheel: zipfile.ZipFile) -> dict[str, ast.Module]:

@@ -59,25 +59,29 @@ def released_versions(pip: list[str]) -> list[str]:
     return [str(v) for v in sorted(found)]
 
 
-def cached_wheel(cache: Path, version: str) -> Path | None:
-    prefix = distribution_for(version).replace("-", "_")
+def cached_wheel(cache: Path, version: str, distribution: str | None = None) -> Path | None:
+    prefix = (distribution or distribution_for(version)).replace("-", "_")
     matches = sorted(cache.glob(f"{prefix}-{version}-*.whl"))
     return matches[0] if matches else None
 
 
-def download(pip: list[str], cache: Path, version: str) -> Path:
-    """Download one wheel into ``cache`` (a no-op when it is already there)."""
-    found = cached_wheel(cache, version)
+def download(pip: list[str], cache: Path, version: str, distribution: str | None = None) -> Path:
+    """Download one wheel into ``cache`` (a no-op when it is already there).
+
+    ``distribution`` defaults to the vLLM distribution that ships ``version``.
+    """
+    distribution = distribution or distribution_for(version)
+    found = cached_wheel(cache, version, distribution)
     if found is not None:
         return found
     cache.mkdir(parents=True, exist_ok=True)
-    spec = f"{distribution_for(version)}=={version}"
+    spec = f"{distribution}=={version}"
     proc = subprocess.run(
         [*pip, "download", "--no-deps", "--quiet", "-d", str(cache), *_PLATFORM_ARGS, spec],
         capture_output=True,
         text=True,
     )
-    found = cached_wheel(cache, version)
+    found = cached_wheel(cache, version, distribution)
     if proc.returncode != 0 or found is None:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         raise RuntimeError(f"pip download {spec} failed: {tail[0]}")

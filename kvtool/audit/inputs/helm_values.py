@@ -122,19 +122,8 @@ def _production_stack(
             flag("--chat-template", template),
             flag(f"/templates/{yaml_tree.scalar(template)}", template),
         ]
-    repository = yaml_tree.scalar(yaml_tree.get(spec, "repository"))
-    tag = yaml_tree.scalar(yaml_tree.get(spec, "tag"))
-    context = ShellContext(
-        file=file,
-        kind="helm-values",
-        base_dir=source.base_dir,
-        env=tuple(env),
-        image=f"{repository}:{tag}" if repository and tag else repository,
-        label=f"{file or '<input>'}: production-stack modelSpec {name}",
-        suppressions=comments,
-    )
-    found = container_invocations(words, text, context, image_entrypoint=None)
-    return [_with_notes(i, notes) for i in found]
+    label = f"production-stack modelSpec {name}"
+    return _chart_invocations(words, text, source, env, spec, label, comments, notes)
 
 
 def _vllm_config_words(
@@ -224,15 +213,30 @@ def _vllm_chart(
     file = source.file
     words = words_from_node(yaml_tree.get(image, "command"), text, file)
     env = _env_list(yaml_tree.get(image, "env"), file)
-    repository = yaml_tree.scalar(yaml_tree.get(image, "repository"))
-    tag = yaml_tree.scalar(yaml_tree.get(image, "tag"))
+    label = "vLLM chart image.command"
+    return _chart_invocations(words, text, source, env, image, label, comments, notes)
+
+
+def _chart_invocations(
+    words: list[ArgvWord],
+    text: str,
+    source: ReadSource,
+    env: list[EnvAssignment],
+    image_node: yaml.Node | None,
+    label: str,
+    comments: tuple[Suppression, ...],
+    notes: tuple[str, ...],
+) -> list[Invocation]:
+    """The invocations a chart's container renders to, its image from ``repository``/``tag``."""
+    repository = yaml_tree.scalar(yaml_tree.get(image_node, "repository"))
+    tag = yaml_tree.scalar(yaml_tree.get(image_node, "tag"))
     context = ShellContext(
-        file=file,
+        file=source.file,
         kind="helm-values",
         base_dir=source.base_dir,
         env=tuple(env),
         image=f"{repository}:{tag}" if repository and tag else repository,
-        label=f"{file or '<input>'}: vLLM chart image.command",
+        label=f"{source.file or '<input>'}: {label}",
         suppressions=comments,
     )
     found = container_invocations(words, text, context, image_entrypoint=None)
