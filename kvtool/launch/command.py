@@ -19,6 +19,7 @@ from kvtool.output.options import (
     QuietOption,
     TextOrJson,
 )
+from kvtool.termsafe import terminal_line
 
 _TARGETS = ("shell", "compose", "k8s", "json")
 
@@ -230,14 +231,20 @@ def launch(
     )
     plan = result.plan
     if result.release_note:
-        out.chatter.print(f"kvtool launch: {result.release_note}", markup=False, soft_wrap=True)
+        out.chatter.print(
+            f"kvtool launch: {terminal_line(result.release_note)}", markup=False, soft_wrap=True
+        )
     for warning in plan.warnings:
-        out.warnings.print(f"kvtool launch: warning: {warning}", markup=False, soft_wrap=True)
+        out.warnings.print(
+            f"kvtool launch: warning: {terminal_line(warning)}", markup=False, soft_wrap=True
+        )
     if output_dir is None:
         emit(LAUNCH, result, output_format.value, out)
     else:
         for path in _write(result.files, output_dir, force):
-            out.chatter.print(f"kvtool launch: wrote {path}", markup=False, soft_wrap=True)
+            out.chatter.print(
+                f"kvtool launch: wrote {terminal_line(str(path))}", markup=False, soft_wrap=True
+            )
     out.chatter.print(
         f"kvtool launch: {plan.recipe} for vLLM {plan.vllm_version}, target {target}",
         markup=False,

@@ -18,6 +18,7 @@ from kvtool.output.kinds import ReportKind
 from kvtool.sizing import arithmetic as ar
 from kvtool.sizing.facts import sizing_facts
 from kvtool.sizing.results import SizingReport
+from kvtool.termsafe import terminal_line
 
 
 def flag_gib(value: float) -> str:
@@ -69,7 +70,7 @@ def render_text(report: SizingReport, console: Console, explain: bool) -> None:
         f"block {r.block_size}, {r.gpu} {r.attention_backend}"
     )
     # The title is its own line: a table title wraps at the table's width.
-    console.print(f"[bold]{escape(title)}[/bold]", soft_wrap=True)
+    console.print(f"[bold]{escape(terminal_line(title))}[/bold]", soft_wrap=True)
     table = Table(show_header=True, header_style="bold")
     table.add_column("figure")
     table.add_column("value", justify="right")
@@ -152,7 +153,7 @@ def render_text(report: SizingReport, console: Console, explain: bool) -> None:
             f"[yellow]warning[/yellow] {escape(f'[{w.code}]')} {escape(w.message)}", soft_wrap=True
         )
     for note in r.assumptions:
-        console.print(f"[dim]assumed: {escape(note)}[/dim]", soft_wrap=True)
+        console.print(f"[dim]assumed: {escape(terminal_line(note))}[/dim]", soft_wrap=True)
 
 
 @dataclass(frozen=True)

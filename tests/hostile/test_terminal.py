@@ -37,3 +37,28 @@ def test_error_lines_escape_control_characters(kvtool_cli: Any, tmp_path: Path) 
     result = kvtool_cli("audit", str(tmp_path / f"missing{CLEAR_AND_LIE}.sh"))
     assert result.exit_code == 2
     assert "\x1b" not in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_size_and_launch_show_a_hostile_name_escaped(
+    kvtool_cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A config.json's file name is the size report's title; a model name a launch note.
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / f"cfg{CLEAR_AND_LIE}.json"
+    config.write_text(
+        '{"model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32,'
+        ' "num_key_value_heads": 8, "num_hidden_layers": 32, "vocab_size": 1000,'
+        ' "torch_dtype": "bfloat16"}'
+    )
+    sized = kvtool_cli("size", "--model", config.name)
+    assert sized.exit_code == 0, sized.stderr
+    out_dir = tmp_path / "out"
+    launched = kvtool_cli(
+        "launch", "native-cpu-offload", "--model", config.name, "--host-ram-gib", "64",
+        "--vllm-version", "0.32.0", "-d", str(out_dir),
+    )  # fmt: skip
+    assert launched.exit_code == 0, launched.stderr
+    for result in (sized, launched):
+        shown = result.stdout + result.stderr
+        assert "\x1b" not in shown and "\x9b" not in shown and "\r" not in shown
+    assert "\\x1b[2J" in sized.stdout
