@@ -13,6 +13,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from generated_files import write_or_check
+
 from kvtool.audit.inputs.registry import describe as describe_inputs
 from kvtool.audit.ruledocs import markdown
 
@@ -31,18 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only compare, do not write")
     args = parser.parse_args(argv)
-    stale = 0
-    for path, text in generated().items():
-        current = path.read_text(encoding="utf-8") if path.exists() else ""
-        if current == text:
-            continue
-        if args.check:
-            print(f"{path} is out of date: run python scripts/gen_rule_docs.py", file=sys.stderr)
-            stale += 1
-        else:
-            path.write_text(text, encoding="utf-8")
-            print(f"wrote {path}", file=sys.stderr)
-    return 1 if stale else 0
+    return write_or_check(generated(), "python scripts/gen_rule_docs.py", check=args.check)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ import json
 import sys
 from pathlib import Path
 
+from generated_files import write_or_check
+
 from kvtool.output.kinds import REPORT_KINDS, document_schema, report_kind
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "docs" / "schemas"
@@ -35,19 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only compare, do not write")
     args = parser.parse_args(argv)
-    stale = 0
-    SCHEMAS.mkdir(parents=True, exist_ok=True)
-    for path, text in generated().items():
-        current = path.read_text(encoding="utf-8") if path.exists() else ""
-        if current == text:
-            continue
-        if args.check:
-            print(f"{path} is out of date: run python scripts/gen_schemas.py", file=sys.stderr)
-            stale += 1
-        else:
-            path.write_text(text, encoding="utf-8")
-            print(f"wrote {path}", file=sys.stderr)
-    return 1 if stale else 0
+    return write_or_check(generated(), "python scripts/gen_schemas.py", check=args.check)
 
 
 if __name__ == "__main__":
