@@ -82,6 +82,44 @@ class SkippedInput(msgspec.Struct, frozen=True, kw_only=True):
         return f"{self.file}{':' if self.reason[:1].isdigit() else ': '}{self.reason}"
 
 
+class Quantity(msgspec.Struct, frozen=True, kw_only=True):
+    """A Kubernetes resource quantity as written (``64Gi``) and its value in bytes."""
+
+    text: str
+    bytes: int
+    location: Location | None = None
+
+
+class VolumeMount(msgspec.Struct, frozen=True, kw_only=True):
+    """A pod volume mounted into the engine's container, with what backs it."""
+
+    mount_path: str
+    volume: str  # the volume's name
+    source: str | None  # the volume source kind: "emptyDir", "hostPath", ...; None: not found
+    medium: str | None = None  # emptyDir ``medium`` ("Memory": a tmpfs counted as memory)
+    size_limit: Quantity | None = None  # emptyDir ``sizeLimit``
+    location: Location | None = None  # the volumeMount's mountPath
+
+
+class ContainerResources(msgspec.Struct, frozen=True, kw_only=True):
+    """What the engine's pod gives its container: memory, volumes and the host IPC namespace.
+
+    Read from a Kubernetes PodSpec (``resources``, ``volumeMounts`` joined with the
+    pod's ``volumes``, ``hostIPC``); rules about host memory and ``/dev/shm`` read it.
+    """
+
+    memory_limit: Quantity | None = None
+    memory_request: Quantity | None = None
+    mounts: tuple[VolumeMount, ...] = ()
+    host_ipc: Location | None = None  # where ``hostIPC: true`` was written
+
+    def mount_at(self, path: str) -> VolumeMount | None:
+        """The mount whose path is ``path`` (trailing slashes ignored), the last if several."""
+        wanted = path.rstrip("/") or "/"
+        found = [m for m in self.mounts if (m.mount_path.rstrip("/") or "/") == wanted]
+        return found[-1] if found else None
+
+
 class Invocation(msgspec.Struct, kw_only=True):
     """One ``vllm serve`` command found in an input, before normalisation.
 
@@ -103,6 +141,8 @@ class Invocation(msgspec.Struct, kw_only=True):
     settings: dict[str, tuple[Any, Location | None]] = msgspec.field(default_factory=dict)
     # What the reader could not resolve, e.g. a --config file that is not on this machine.
     notes: tuple[str, ...] = ()
+    # The container's memory, volumes and IPC namespace, for inputs that describe a pod.
+    resources: ContainerResources | None = None
 
 
 class ServeOption(msgspec.Struct, kw_only=True):

@@ -28,6 +28,7 @@ from kvtool.audit.inputs.container import (
     words_from_node,
 )
 from kvtool.audit.inputs.detect import known_flag_spellings
+from kvtool.audit.inputs.pod_resources import attach as attach_pod_resources
 from kvtool.audit.inputs.shell import ShellContext
 from kvtool.audit.inputs.source import ConfigMaps, ReadSource
 from kvtool.audit.inputs.suppressions import (
@@ -134,7 +135,8 @@ def _document(
             suppressions = object_annotations + local
             if item.pod is not None:
                 suppressions = _annotation_suppressions(item.pod, file) + suppressions
-            found.extend(_container(item.container, text, source, where, suppressions, model))
+            invocations = _container(item.container, text, source, where, suppressions, model)
+            found.extend(attach_pod_resources(invocations, item.container, item.pod, file))
         found.extend(_kubeai_model(node, kind, text, source, owner, local))
         if kind == "RayService":
             found.extend(ray_serve.read_serve_config(node, text, source, owner, local))

@@ -16,6 +16,7 @@ from kvtool.audit.rules import (
     lmcache,
     meta,
     models,
+    podmem,
     sizing,
     versiongates,
 )
@@ -27,6 +28,7 @@ FAMILY_MODULES = (
     models,
     sizing,
     hostmem,
+    podmem,
     lazy,
     lmcache,
     extra_config,

@@ -1,0 +1,124 @@
+"""A Kubernetes container's memory, volumes and IPC namespace, for the host-memory rules.
+
+From the container: ``resources.limits.memory`` / ``resources.requests.memory`` and its
+``volumeMounts``; from its PodSpec (the mapping that holds the container list): the
+``volumes`` those mounts name (an ``emptyDir``'s ``medium`` and ``sizeLimit``) and
+``hostIPC``. Shapes: https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/pod-v1/
+(Container resources and volumeMounts; PodSpec volumes and hostIPC).
+
+Only a whole container (one that names its ``image``) is read: a kustomize or Helm patch
+that sets only ``args`` says nothing about the volumes of the pod it patches.
+"""
+
+from __future__ import annotations
+
+import msgspec
+import yaml
+
+from kvtool.audit.inputs import yaml_tree
+from kvtool.audit.inputs.quantity import parse_bytes
+from kvtool.audit.model import ContainerResources, Invocation, Quantity, VolumeMount
+
+_CONTAINER_LISTS = ("containers", "initContainers")
+
+
+def attach(
+    invocations: list[Invocation], container: yaml.Node, pod: yaml.Node | None, file: str | None
+) -> list[Invocation]:
+    """``invocations`` (all from ``container``) with the container's resources attached."""
+    if not invocations or yaml_tree.get(container, "image") is None:
+        return invocations
+    notes: list[str] = []
+    resources = read_resources(container, _pod_spec(container, pod), file, notes)
+    return [
+        msgspec.structs.replace(i, resources=resources, notes=i.notes + tuple(notes))
+        for i in invocations
+    ]
+
+
+def _pod_spec(container: yaml.Node, above: yaml.Node | None) -> yaml.Node | None:
+    """The mapping that holds ``container`` (its PodSpec, or KServe's predictor for
+    ``predictor.model``): ``above`` itself or one of its values (the container finder
+    reports the mapping one level above the container list, for its annotations)."""
+    candidates = [above, *(value for _, _, value in yaml_tree.items(above))]
+    for candidate in candidates:
+        held = [
+            item
+            for key in _CONTAINER_LISTS
+            for item in yaml_tree.sequence(yaml_tree.get(candidate, key))
+        ]
+        holds_model = yaml_tree.get(candidate, "model") is container
+        if holds_model or any(item is container for item in held):
+            return candidate
+    return None
+
+
+def read_resources(
+    container: yaml.Node, pod: yaml.Node | None, file: str | None, notes: list[str]
+) -> ContainerResources:
+    """The container's memory and mounts; what cannot be read is explained in ``notes``."""
+    resources = yaml_tree.get(container, "resources")
+    host_ipc = yaml_tree.get(pod, "hostIPC")
+    return ContainerResources(
+        memory_limit=_quantity(yaml_tree.get_path(resources, "limits", "memory"), file, notes),
+        memory_request=_quantity(
+            yaml_tree.get_path(resources, "requests", "memory"), file, notes
+        ),
+        mounts=tuple(_mounts(container, pod, file, notes)),
+        host_ipc=(
+            yaml_tree.location(host_ipc, file)
+            if host_ipc is not None and (yaml_tree.scalar(host_ipc) or "").lower() == "true"
+            else None
+        ),
+    )
+
+
+def _quantity(node: yaml.Node | None, file: str | None, notes: list[str]) -> Quantity | None:
+    text = yaml_tree.scalar(node)
+    if node is None or text is None:
+        return None
+    value = parse_bytes(text)
+    if value is None:
+        notes.append(
+            f"{yaml_tree.where(node, file)}: {text!r} is not a Kubernetes quantity; not read"
+        )
+        return None
+    return Quantity(text=text, bytes=value, location=yaml_tree.location(node, file))
+
+
+def _mounts(
+    container: yaml.Node, pod: yaml.Node | None, file: str | None, notes: list[str]
+) -> list[VolumeMount]:
+    volumes = {
+        name: volume
+        for volume in yaml_tree.sequence(yaml_tree.get(pod, "volumes"))
+        if (name := yaml_tree.scalar(yaml_tree.get(volume, "name"))) is not None
+    }
+    found: list[VolumeMount] = []
+    for mount in yaml_tree.sequence(yaml_tree.get(container, "volumeMounts")):
+        path_node = yaml_tree.get(mount, "mountPath")
+        path = yaml_tree.scalar(path_node)
+        name = yaml_tree.scalar(yaml_tree.get(mount, "name"))
+        if path_node is None or path is None or name is None:
+            continue
+        volume = volumes.get(name)
+        source = _source_kind(volume)
+        empty_dir = yaml_tree.get(volume, "emptyDir")
+        found.append(
+            VolumeMount(
+                mount_path=path,
+                volume=name,
+                source=source,
+                medium=yaml_tree.scalar(yaml_tree.get(empty_dir, "medium")) or None,
+                size_limit=_quantity(yaml_tree.get(empty_dir, "sizeLimit"), file, notes),
+                location=yaml_tree.location(path_node, file),
+            )
+        )
+    return found
+
+
+def _source_kind(volume: yaml.Node | None) -> str | None:
+    """The volume source key (``emptyDir``, ``hostPath``, ...) of a pod volume."""
+    if volume is None:
+        return None
+    return next((key for key, _, _ in yaml_tree.items(volume) if key != "name"), None)

@@ -1,0 +1,442 @@
+"""SZ012-SZ014: the host tier against the pod it runs in (memory limit and /dev/shm).
+
+A pod's container has a memory limit (the cgroup OOM-kills past it) and a ``/dev/shm``
+that is 64 MiB unless a ``medium: Memory`` emptyDir or ``hostIPC`` gives it more. The
+CPU tiers vLLM and LMCache allocate live in that memory, some of them in ``/dev/shm``.
+These rules read what the Kubernetes reader captured (``Invocation.resources``); they
+are quiet for inputs that describe no pod.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from kvtool.audit.context import KV_OFFLOADING_SIZE, KV_TRANSFER_CONFIG, RuleContext
+from kvtool.audit.model import ContainerResources, Finding, Location, Severity
+from kvtool.audit.references import Reference, lmcache_source, vllm_issue, vllm_pr, vllm_source
+from kvtool.audit.registry import ConfigRule, register
+from kvtool.audit.rules.hostmem import GIB, NATIVE, PINNED
+
+DEV_SHM = "/dev/shm"
+# containerd's CRI and Docker give a container a 64 MiB /dev/shm unless told otherwise.
+RUNTIME_DEFAULT_SHM_BYTES = 64 << 20
+# Resident memory of one vLLM worker process beyond its share of the tier: PR #48436 measured
+# per-worker RSS of "~35GB (32GB + 3)" and "~43GB ... 40GB + 3" at TP 2, so 3 GiB a worker.
+# A floor, not an estimate: vllm#53042 saw 35 GiB of anonymous memory for 4 GB200 workers.
+WORKER_OVERHEAD_GIB = 3.0
+SHM_REGION = "kv_offloading.shm_region"
+SHM_CHECKED = "shm.free_space_checked"
+LMCACHE_IN_PROCESS = "LMCacheConnectorV1"
+
+CONTAINERD_DEFAULT_SHM = Reference(
+    "https://github.com/containerd/containerd/blob/v1.6.0/pkg/cri/server/helpers_linux.go",
+    "containerd's CRI: defaultShmSize, the sandbox /dev/shm, is 64 MiB",
+)
+K8S_EMPTYDIR = Reference(
+    "https://kubernetes.io/docs/concepts/storage/volumes/#emptydir",
+    "Kubernetes emptyDir: medium Memory is a tmpfs counted against the container's memory "
+    "limit; sizeLimit caps it",
+)
+VLLM_DOCKER_SHM = Reference(
+    "https://docs.vllm.ai/en/v0.32.0/deployment/docker/",
+    "vLLM docs: use --ipc=host or --shm-size; PyTorch shares memory between processes, "
+    "particularly for tensor parallel inference",
+)
+SHM_BROADCAST_032 = vllm_source(
+    "0.32.0", "vllm/distributed/device_communicators/shm_broadcast.py",
+    "check_shm_free_space at 0.32.0: 'Insufficient space in /dev/shm' before each ring buffer",
+)
+SHARED_REGION_032 = vllm_source(
+    "0.32.0", "vllm/v1/kv_offload/cpu/shared_offload_region.py",
+    "SharedOffloadRegion at 0.32.0: the CPU tier is /dev/shm/vllm_offload_{engine_id}.mmap",
+)
+LMCACHE_CONFIG = lmcache_source(
+    "lmcache/v1/config.py", "LMCache config: max_local_cpu_size, local_disk, max_local_disk_size"
+)
+
+
+@dataclass(frozen=True)
+class HostTier:
+    """One host-memory tier the engine's container allocates, summed over its ranks."""
+
+    what: str  # how the config sets it, e.g. "--kv-offloading-size 100"
+    flag: str
+    gib: float  # what the host really maps (rounding included)
+    location: Location | None
+    in_dev_shm: bool
+    native: bool = False  # vLLM's own tier (vLLM checks /dev/shm for it before mapping)
+    rounding: str = ""  # how ``gib`` exceeds the nominal size, when it does
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if number > 0 and math.isfinite(number) else None
+
+
+def _native_setting(ctx: RuleContext) -> tuple[float, str, str, Location | None] | None:
+    """The native tier's TP x PP-wide GiB, how it was written, its flag and where."""
+    mapping = ctx.backend_mapping
+    size = ctx.float_option(KV_OFFLOADING_SIZE)
+    if mapping is not None and mapping.size_scope == "total" and mapping.size_passed_on and size:
+        if mapping.connector != NATIVE:
+            return None  # in-process LMCache (_lmcache_tiers) or SimpleCPUOffload
+        what = f"{KV_OFFLOADING_SIZE} {size:g}"
+        return size, what, KV_OFFLOADING_SIZE, ctx.location_of(KV_OFFLOADING_SIZE)
+    for name, extra in ctx.connector_extra_configs:
+        raw = _number(extra.get("cpu_bytes_to_use"))
+        if name == NATIVE and raw is not None:
+            location = ctx.location_of(KV_TRANSFER_CONFIG)
+            return raw / GIB, f"cpu_bytes_to_use {raw:g}", "cpu_bytes_to_use", location
+    return None
+
+
+def _native_tier(ctx: RuleContext) -> HostTier | None:
+    """The native CPU tier, rounded as SZ011 rounds it on releases that pin per-rank
+    tensors, and in /dev/shm on releases that map one shared region."""
+    setting = _native_setting(ctx)
+    if setting is None:
+        return None
+    total, what, flag, location = setting
+    resident, rounding = total, ""
+    if ctx.semantics.holds(PINNED, ctx.version):
+        per_rank = total / ctx.world
+        rounded = 2.0 ** math.ceil(math.log2(per_rank))
+        if rounded > per_rank:
+            resident = rounded * ctx.world
+            rounding = f"pinned as {rounded:g} GiB per rank (next power of two, SZ011)"
+    return HostTier(
+        what=what,
+        flag=flag,
+        gib=resident,
+        location=location,
+        in_dev_shm=ctx.semantics.holds(SHM_REGION, ctx.version),
+        native=True,
+        rounding=rounding,
+    )
+
+
+def _lmcache_setting(ctx: RuleContext, key: str) -> tuple[Any, str, Location | None] | None:
+    """An in-process LMCache setting: the ``lmcache.<key>`` extra-config key (which wins)
+    or the ``LMCACHE_<KEY>`` env var, with how it was written and where."""
+    for name, extra in ctx.connector_extra_configs:
+        if name == LMCACHE_IN_PROCESS and f"lmcache.{key}" in extra:
+            return extra[f"lmcache.{key}"], f"lmcache.{key}", ctx.location_of(KV_TRANSFER_CONFIG)
+    env_name = f"LMCACHE_{key.upper()}"
+    env = ctx.env(env_name)
+    if env is not None and env.value is not None:
+        return env.value, env_name, env.location
+    return None
+
+
+def _lmcache_tiers(ctx: RuleContext) -> list[HostTier]:
+    """In-process LMCache: every TP x PP worker allocates ``max_local_cpu_size`` and, when
+    ``local_disk`` is under /dev/shm, fills ``max_local_disk_size`` of tmpfs."""
+    if LMCACHE_IN_PROCESS not in ctx.connector_names:
+        return []
+    tiers: list[HostTier] = []
+    mapping = ctx.backend_mapping
+    size = ctx.float_option(KV_OFFLOADING_SIZE)
+    if mapping is not None and mapping.replaces_extra_config and size:
+        # vLLM passes lmcache.max_local_cpu_size = size / (TP x PP) per rank (SZ003).
+        tiers.append(
+            HostTier(
+                f"{KV_OFFLOADING_SIZE} {size:g}", KV_OFFLOADING_SIZE, size,
+                ctx.location_of(KV_OFFLOADING_SIZE), in_dev_shm=False,
+            )
+        )
+    else:
+        cpu = _lmcache_setting(ctx, "max_local_cpu_size")
+        per_rank = _number(cpu[0]) if cpu is not None else None
+        if cpu is not None and per_rank is not None:
+            tiers.append(
+                HostTier(
+                    f"{cpu[1]}={per_rank:g} per rank x {ctx.world}", cpu[1],
+                    per_rank * ctx.world, cpu[2], in_dev_shm=False,
+                )
+            )
+    disk = _lmcache_setting(ctx, "local_disk")
+    disk_size = _lmcache_setting(ctx, "max_local_disk_size")
+    disk_per_rank = _number(disk_size[0]) if disk_size is not None else None
+    if (
+        disk is not None
+        and disk_size is not None
+        and disk_per_rank is not None
+        and DEV_SHM in str(disk[0])
+    ):
+        tiers.append(
+            HostTier(
+                f"{disk[1]}={disk[0]} with {disk_size[1]}={disk_per_rank:g} per rank x "
+                f"{ctx.world}",
+                disk_size[1], disk_per_rank * ctx.world, disk_size[2], in_dev_shm=True,
+            )
+        )
+    return tiers
+
+
+def host_tiers(ctx: RuleContext) -> list[HostTier]:
+    """Every host tier this engine's container allocates."""
+    native = _native_tier(ctx)
+    return ([native] if native is not None else []) + _lmcache_tiers(ctx)
+
+
+def _resources(ctx: RuleContext) -> ContainerResources | None:
+    return ctx.config.invocation.resources
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def _size(size_bytes: int) -> str:
+    """``64 MiB`` below one GiB, else ``32 GiB``."""
+    if size_bytes < GIB:
+        return f"{_fmt(size_bytes / (1 << 20))} MiB"
+    return f"{_fmt(size_bytes / GIB)} GiB"
+
+
+@register
+class HostTierExceedsMemoryLimit(ConfigRule):
+    """Reports host KV tiers that do not fit the container's memory limit.
+
+    What
+    ----
+    The CPU tiers the engine allocates in its own container - native
+    `--kv-offloading-size` / `cpu_bytes_to_use` (with the per-rank power-of-two rounding
+    of releases before 0.27.0, SZ011), in-process LMCache's `max_local_cpu_size` times
+    TP x PP, and an LMCache `local_disk` under /dev/shm - added up, against
+    `resources.limits.memory` of the pod's container.
+
+    Why
+    ---
+    Pinned and shared-memory pages cannot be reclaimed: past the limit the cgroup
+    OOM-kills the engine (vllm#53042: "turns a nominally-fitting configuration into an
+    OOMKill"). The tier alone over the limit is an error. The tier plus 3 GiB per worker
+    process is a warning: vLLM PR #48436 measured each worker's RSS at its tier share
+    "+ 3" GB, a floor (vllm#53042's 4 GB200 workers held 35 GiB of anonymous memory) that
+    leaves out weights staging and the API server.
+
+    Example
+    -------
+    `--kv-offloading-size 120 -tp 2` in a container limited to `memory: 120Gi`
+    (120 + 2 x 3 = 126 GiB).
+
+    Fix
+    ---
+    Raise the memory limit or lower the tier, leaving at least 3 GiB per worker plus
+    room for loading weights.
+
+    Releases
+    --------
+    Every release; the rounding follows `kv_offloading.pinned_power_of_two`.
+    """
+
+    code = "SZ012"
+    name = "host-tier-exceeds-memory-limit"
+    default_severity = Severity.error
+    summary = "host KV tiers (plus worker overhead) exceed the container's memory limit"
+    fix_applicability = "display"
+    references = (
+        vllm_issue(53042, "shared-memory tier pages are unreclaimable: the cgroup OOM-kills"),
+        vllm_pr(48436, "per-worker RSS is the tier share + about 3 GB"),
+        K8S_EMPTYDIR,
+    )
+    since = "0.2.0"
+    other_severities = (Severity.warning,)
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        resources = _resources(ctx)
+        if resources is None or resources.memory_limit is None:
+            return
+        tiers = host_tiers(ctx)
+        if not tiers:
+            return
+        limit = resources.memory_limit
+        limit_gib = limit.bytes / GIB
+        tier_gib = sum(t.gib for t in tiers)
+        overhead = WORKER_OVERHEAD_GIB * ctx.world
+        if tier_gib + overhead <= limit_gib:
+            return
+        parts = "; ".join(t.what + (f" ({t.rounding})" if t.rounding else "") for t in tiers)
+        alone = tier_gib > limit_gib
+        tail = (
+            "the tier alone does not fit: the cgroup OOM-kills the engine."
+            if alone
+            else f"with at least {WORKER_OVERHEAD_GIB:g} GiB per worker process x "
+            f"{ctx.world} ({_fmt(tier_gib + overhead)} GiB), it does not fit, before "
+            "weights staging."
+        )
+        first = tiers[0]
+        yield self.finding(
+            f"host KV tiers take {_fmt(tier_gib)} GiB ({parts}) in a container limited to "
+            f"`memory: {limit.text}` ({_fmt(limit_gib)} GiB); {tail}",
+            flag=first.flag,
+            location=first.location or limit.location,
+            severity=Severity.error if alone else Severity.warning,
+            tier_gib=tier_gib,
+            limit_gib=limit_gib,
+            overhead_gib=overhead,
+        )
+
+
+def dev_shm_capacity(resources: ContainerResources) -> tuple[int | None, str]:
+    """Bytes /dev/shm can hold in this container (None: bounded only by memory or the
+    host), and how that was decided."""
+    if resources.host_ipc is not None:
+        return None, "hostIPC: true (the host's /dev/shm)"
+    mount = resources.mount_at(DEV_SHM)
+    if mount is None:
+        return RUNTIME_DEFAULT_SHM_BYTES, "no volume at /dev/shm: the runtime's 64 MiB"
+    if mount.source == "emptyDir" and mount.medium == "Memory":
+        if mount.size_limit is None:
+            return None, f"emptyDir {mount.volume} (medium: Memory, no sizeLimit)"
+        return mount.size_limit.bytes, (
+            f"emptyDir {mount.volume} (medium: Memory, sizeLimit: {mount.size_limit.text})"
+        )
+    return None, f"volume {mount.volume} ({mount.source or 'not in the pod spec'})"
+
+
+@register
+class TierExceedsDevShm(ConfigRule):
+    """Reports a host tier that lives in /dev/shm when the pod's /dev/shm cannot hold it.
+
+    What
+    ----
+    A tier in /dev/shm - the native CPU tier from 0.27.0 (one shared mapping
+    `/dev/shm/vllm_offload_{engine_id}.mmap` of the whole `--kv-offloading-size`), or an
+    in-process LMCache `local_disk` path under /dev/shm (`max_local_disk_size` per rank) -
+    is larger than the container's /dev/shm: 64 MiB without a volume there (containerd's
+    and Docker's default), or the `sizeLimit` of a `medium: Memory` emptyDir at /dev/shm.
+
+    Why
+    ---
+    vLLM 0.32 checks the free space first and refuses to start ("Insufficient space in
+    /dev/shm for CPU KV offload shared region"); without the check, or for LMCache's
+    files, writes past the tmpfs size fail with SIGBUS/ENOSPC, and a full Memory emptyDir
+    gets the pod evicted.
+
+    Example
+    -------
+    `--kv-offloading-size 64` on 0.32.0 in a Deployment with no /dev/shm volume.
+
+    Fix
+    ---
+    Mount an emptyDir with `medium: Memory` at /dev/shm whose `sizeLimit` holds the tier
+    (and count it in the memory limit), or set `hostIPC: true`.
+
+    Releases
+    --------
+    Native tier: `kv_offloading.shm_region` in `rules/curated/semantics.toml` (0.27.0+).
+    """
+
+    code = "SZ013"
+    name = "tier-exceeds-dev-shm"
+    default_severity = Severity.error
+    summary = "a host tier in /dev/shm is larger than the pod's /dev/shm"
+    fix_applicability = "display"
+    references = (SHARED_REGION_032, SHM_BROADCAST_032, CONTAINERD_DEFAULT_SHM, K8S_EMPTYDIR)
+    since = "0.2.0"
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        resources = _resources(ctx)
+        if resources is None:
+            return
+        capacity, how = dev_shm_capacity(resources)
+        if capacity is None:
+            return
+        for tier in host_tiers(ctx):
+            if not tier.in_dev_shm or tier.gib * GIB <= capacity:
+                continue
+            yield self.finding(
+                f"{tier.what} puts {_fmt(tier.gib)} GiB in /dev/shm, which holds "
+                f"{_size(capacity)} in this pod ({how}): the engine "
+                + (
+                    "refuses to start (\"Insufficient space in /dev/shm\")."
+                    if tier.native and ctx.semantics.holds(SHM_CHECKED, ctx.version)
+                    else "fails once the tier fills past it (SIGBUS or ENOSPC)."
+                ),
+                flag=tier.flag,
+                location=tier.location,
+                tier_gib=tier.gib,
+                dev_shm_bytes=capacity,
+            )
+
+
+@register
+class DefaultDevShmWithTensorParallel(ConfigRule):
+    """Reports TP x PP > 1 in a pod whose /dev/shm is the runtime's 64 MiB.
+
+    What
+    ----
+    The engine runs more than one worker process (`-tp`/`-pp` > 1) and its pod mounts no
+    volume at /dev/shm and does not set `hostIPC: true`.
+
+    Why
+    ---
+    vLLM's workers exchange scheduler output through shared-memory ring buffers and NCCL
+    uses /dev/shm too; vLLM's docs ask for `--ipc=host` or a larger `--shm-size`
+    "particularly for tensor parallel inference". vLLM 0.32 checks the space before each
+    ring buffer (the scheduler's broadcast queue alone is 16 MiB x 10 chunks = 160 MiB)
+    and refuses to start with "Insufficient space in /dev/shm": an error there. Releases
+    without that check (PR #48879) start, then can die with SIGBUS once the buffers fill
+    under load: a warning.
+
+    Example
+    -------
+    A Deployment running `vllm serve m -tp 2` with no /dev/shm volume.
+
+    Fix
+    ---
+    Mount an emptyDir with `medium: Memory` at /dev/shm (vLLM's Kubernetes guide uses one),
+    sized for the ring buffers and NCCL, or set `hostIPC: true`.
+
+    Releases
+    --------
+    `shm.free_space_checked` in `rules/curated/semantics.toml` (read in 0.32.0) decides
+    error or warning.
+    """
+
+    code = "SZ014"
+    name = "default-dev-shm-with-tensor-parallel"
+    default_severity = Severity.error
+    summary = "TP x PP > 1 in a pod whose /dev/shm is the 64 MiB default"
+    fix_applicability = "display"
+    references = (
+        VLLM_DOCKER_SHM,
+        SHM_BROADCAST_032,
+        vllm_pr(48879, "fail fast when /dev/shm is too small for the shm ring buffer"),
+        CONTAINERD_DEFAULT_SHM,
+    )
+    since = "0.2.0"
+    other_severities = (Severity.warning,)
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        resources = _resources(ctx)
+        if resources is None or ctx.world == 1:
+            return
+        if resources.host_ipc is not None or resources.mount_at(DEV_SHM) is not None:
+            return
+        _, how = dev_shm_capacity(resources)
+        refuses = ctx.semantics.holds(SHM_CHECKED, ctx.version)
+        outcome = (
+            f"vLLM {ctx.version} refuses to start (\"Insufficient space in /dev/shm\": its "
+            "broadcast queue alone needs 160 MiB)."
+            if refuses
+            else "workers can die with SIGBUS once the shared-memory queues fill under load."
+        )
+        tp = ctx.option("--tensor-parallel-size") or ctx.option("--pipeline-parallel-size")
+        yield self.finding(
+            f"TP x PP = {ctx.world} worker processes share memory through /dev/shm, and this "
+            f"pod has {how}; {outcome} Mount a `medium: Memory` emptyDir at /dev/shm or set "
+            "`hostIPC: true`.",
+            flag=tp.flag if tp is not None else None,
+            location=tp.location if tp is not None else None,
+            severity=Severity.error if refuses else Severity.warning,
+        )

@@ -1,0 +1,145 @@
+"""The Kubernetes reader carries the container's memory, its mounts and hostIPC.
+
+Shapes: vLLM's Kubernetes guide mounts a ``medium: Memory`` emptyDir at /dev/shm with a
+``sizeLimit`` and sets ``resources.limits.memory``
+(https://github.com/vllm-project/vllm/blob/v0.32.0/docs/deployment/k8s.md); KServe's
+``predictor`` carries ``volumes`` next to ``model``
+(https://kserve.github.io/website/docs/model-serving/predictive-inference/frameworks/huggingface/).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kvtool.audit.inputs import read_text
+from kvtool.audit.inputs.quantity import parse_bytes
+
+DEPLOYMENT = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: vllm}
+spec:
+  template:
+    spec:
+      containers:
+        - name: vllm
+          image: vllm/vllm-openai:v0.32.0
+          command: ["vllm", "serve", "m", "-tp", "2"]
+          resources:
+            limits:
+              memory: 200Gi
+            requests:
+              memory: 128974848000m
+          volumeMounts:
+            - name: shm
+              mountPath: /dev/shm
+            - name: cache
+              mountPath: /root/.cache
+      volumes:
+        - name: cache
+          persistentVolumeClaim: {claimName: models}
+        - name: shm
+          emptyDir:
+            medium: Memory
+            sizeLimit: "2Gi"
+"""
+
+
+def _line(text: str, needle: str) -> int:
+    return next(n for n, line in enumerate(text.splitlines(), 1) if needle in line)
+
+
+def test_deployment_memory_and_dev_shm_volume_with_their_lines() -> None:
+    (invocation,) = read_text(DEPLOYMENT, "deploy.yaml")
+    resources = invocation.resources
+    assert resources is not None and resources.host_ipc is None
+    assert resources.memory_limit is not None and resources.memory_limit.bytes == 200 << 30
+    assert resources.memory_limit.location is not None
+    assert resources.memory_limit.location.line == _line(DEPLOYMENT, "memory: 200Gi")
+    # 128974848000m is 128974848 bytes (Kubernetes' own example of the milli suffix).
+    assert resources.memory_request is not None
+    assert resources.memory_request.bytes == 128974848
+    shm = resources.mount_at("/dev/shm/")
+    assert shm is not None and (shm.source, shm.medium, shm.volume) == ("emptyDir", "Memory", "shm")
+    assert shm.size_limit is not None and shm.size_limit.bytes == 2 << 30
+    assert shm.location is not None and shm.location.line == _line(DEPLOYMENT, "/dev/shm")
+    cache = resources.mount_at("/root/.cache")
+    assert cache is not None and cache.source == "persistentVolumeClaim" and cache.medium is None
+
+
+def test_kserve_predictor_volumes_and_host_ipc() -> None:
+    text = """\
+apiVersion: serving.kserve.io/v1beta1
+kind: InferenceService
+metadata: {name: llm}
+spec:
+  predictor:
+    hostIPC: true
+    model:
+      modelFormat: {name: huggingface}
+      image: vllm/vllm-openai:v0.32.0
+      command: ["vllm", "serve", "m"]
+      resources: {limits: {memory: 64G}}
+      volumeMounts: [{name: dshm, mountPath: /dev/shm}]
+    volumes:
+      - name: dshm
+        emptyDir: {medium: Memory}
+"""
+    (invocation,) = read_text(text, "isvc.yaml")
+    resources = invocation.resources
+    assert resources is not None and resources.host_ipc is not None
+    assert resources.memory_limit is not None and resources.memory_limit.bytes == 64 * 10**9
+    shm = resources.mount_at("/dev/shm")
+    assert shm is not None and shm.medium == "Memory" and shm.size_limit is None
+
+
+def test_a_patch_without_an_image_carries_no_resources() -> None:
+    # A kustomize patch that only sets args says nothing about the pod's volumes.
+    text = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: vllm}
+spec:
+  template:
+    spec:
+      containers:
+        - name: vllm
+          args: ["--model", "m", "-tp", "2"]
+"""
+    (invocation,) = read_text(text, "patch.yaml")
+    assert invocation.resources is None
+
+
+def test_a_bad_quantity_is_a_note_not_a_value() -> None:
+    text = DEPLOYMENT.replace("memory: 200Gi", "memory: 200GB")
+    (invocation,) = read_text(text, "deploy.yaml")
+    assert invocation.resources is not None and invocation.resources.memory_limit is None
+    assert any("'200GB' is not a Kubernetes quantity" in note for note in invocation.notes)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # https://kubernetes.io/docs/reference/kubernetes-api/common-definitions/quantity/
+        ("64Mi", 64 * 2**20),
+        ("1Ti", 2**40),
+        ("1.5Gi", 3 * 2**29),
+        ("500M", 500 * 10**6),
+        ("2k", 2000),
+        ("1e9", 10**9),
+        ("12E-1", 2),  # 1.2 bytes, rounded up as Quantity.Value() rounds
+        ("1E", 10**18),
+        ("128974848", 128974848),
+        ("129e6", 129 * 10**6),
+        ("123Mi", 123 * 2**20),
+        ("0.1Gi", 107374183),  # 107374182.4 bytes: exact decimal arithmetic, rounded up
+        ("+.5k", 500),
+    ],
+)
+def test_kubernetes_quantities(text: str, expected: int) -> None:
+    assert parse_bytes(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "Gi", "1GB", "1 Gi", "-1Gi", "1e99999", "1.2.3", "1gi"])
+def test_not_quantities(text: str) -> None:
+    assert parse_bytes(text) is None

@@ -1,0 +1,159 @@
+"""The host tier against the pod: memory limit (SZ012), /dev/shm (SZ013, SZ014).
+
+Facts: vLLM 0.32 maps the native CPU tier as /dev/shm/vllm_offload_{engine_id}.mmap and
+checks /dev/shm's free space first
+(https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/v1/kv_offload/cpu/shared_offload_region.py),
+as it does before each shared-memory ring buffer of the TP message queues
+(https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/distributed/device_communicators/shm_broadcast.py);
+a pod's /dev/shm is containerd's 64 MiB without a volume there; vLLM PR #48436 measured
+per-worker RSS as the tier share + ~3 GB.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from kvtool.audit.inputs.quantity import parse_bytes
+from kvtool.audit.model import (
+    ContainerResources,
+    Location,
+    Quantity,
+    ServeConfig,
+    ServeOption,
+    VolumeMount,
+)
+from tests.audit.rulekit import FILE, codes, config, ktc, only, opt, run
+
+TP2 = opt("--tensor-parallel-size", "2")
+SHM_MOUNT = Location(file=FILE, line=9)
+
+
+def _quantity(text: str) -> Quantity:
+    value = parse_bytes(text)
+    assert value is not None
+    return Quantity(text=text, bytes=value, location=Location(file=FILE, line=7))
+
+
+def _pod(
+    version: str,
+    *options: ServeOption,
+    limit: str | None = None,
+    shm: str | None = None,
+    shm_volume: bool = False,
+    host_ipc: bool = False,
+    env: dict[str, str] | None = None,
+    model: str | None = "meta-llama/Llama-3.1-8B-Instruct",
+) -> ServeConfig:
+    """A config whose invocation came from a pod with these resources."""
+    mounts: tuple[VolumeMount, ...] = ()
+    if shm is not None or shm_volume:
+        mounts = (
+            VolumeMount(
+                mount_path="/dev/shm",
+                volume="dshm",
+                source="emptyDir",
+                medium="Memory",
+                size_limit=_quantity(shm) if shm is not None else None,
+                location=SHM_MOUNT,
+            ),
+        )
+    resources = ContainerResources(
+        memory_limit=_quantity(limit) if limit is not None else None,
+        mounts=mounts,
+        host_ipc=Location(file=FILE, line=5) if host_ipc else None,
+    )
+    cfg = config(version, *options, env=env, model=model)
+    invocation = msgspec.structs.replace(cfg.invocation, kind="kubernetes", resources=resources)
+    return msgspec.structs.replace(cfg, invocation=invocation)
+
+
+# -- SZ012 ----------------------------------------------------------------------------
+
+
+def test_native_tier_over_the_memory_limit_is_an_error() -> None:
+    cfg = _pod("0.32.0", opt("--kv-offloading-size", "100"), TP2, limit="64Gi", shm="128Gi")
+    finding = only(run(cfg), "SZ012")
+    assert finding.severity.value == "error" and finding.flag == "--kv-offloading-size"
+    assert finding.evidence["tier_gib"] == 100 and finding.evidence["limit_gib"] == 64
+
+
+def test_tier_plus_worker_overhead_over_the_limit_is_a_warning() -> None:
+    # 120 GiB + 2 workers x 3 GiB = 126 GiB > 124 GiB; 126Gi fits.
+    size = opt("--kv-offloading-size", "120")
+    finding = only(run(_pod("0.32.0", size, TP2, limit="124Gi", shm="128Gi")), "SZ012")
+    assert finding.severity.value == "warning" and finding.evidence["overhead_gib"] == 6
+    assert "SZ012" not in codes(run(_pod("0.32.0", size, TP2, limit="126Gi", shm="128Gi")))
+
+
+def test_the_limit_counts_the_pinned_rounding_before_0_27() -> None:
+    # 0.26.0 pins each rank's 40 GiB share as 64 GiB (SZ011): 128 GiB in a 100Gi container.
+    cfg = _pod("0.26.0", opt("--kv-offloading-size", "80"), TP2, limit="100Gi")
+    finding = only(run(cfg), "SZ012")
+    assert finding.severity.value == "error" and finding.evidence["tier_gib"] == 128
+    assert "next power of two" in finding.message
+
+
+def test_in_process_lmcache_cpu_size_is_per_rank_and_cpu_bytes_to_use_counts() -> None:
+    lmcache = ktc(kv_connector="LMCacheConnectorV1", kv_role="kv_both")
+    env = {"LMCACHE_MAX_LOCAL_CPU_SIZE": "40"}
+    finding = only(run(_pod("0.32.0", lmcache, TP2, limit="64Gi", env=env)), "SZ012")
+    assert finding.evidence["tier_gib"] == 80 and finding.flag == "LMCACHE_MAX_LOCAL_CPU_SIZE"
+    assert "SZ012" not in codes(run(_pod("0.32.0", lmcache, TP2, limit="100Gi", env=env)))
+    native = ktc(
+        kv_connector="OffloadingConnector",
+        kv_role="kv_both",
+        kv_connector_extra_config={"cpu_bytes_to_use": 48 << 30},
+    )
+    finding = only(run(_pod("0.32.0", native, limit="32Gi", shm="64Gi")), "SZ012")
+    assert finding.flag == "cpu_bytes_to_use" and finding.evidence["tier_gib"] == 48
+
+
+def test_no_limit_or_no_pod_is_quiet() -> None:
+    size = opt("--kv-offloading-size", "100")
+    assert "SZ012" not in codes(run(_pod("0.32.0", size, shm="128Gi")))
+    assert "SZ012" not in codes(run(config("0.32.0", size)))
+
+
+# -- SZ013 ----------------------------------------------------------------------------
+
+
+def test_native_tier_in_the_default_dev_shm_refuses_to_start_from_0_27() -> None:
+    size = opt("--kv-offloading-size", "64")
+    finding = only(run(_pod("0.32.0", size, limit="200Gi")), "SZ013")
+    assert finding.severity.value == "error" and "Insufficient space" in finding.message
+    assert "64 MiB" in finding.message
+    # A Memory emptyDir at /dev/shm that holds the tier, or hostIPC, is quiet.
+    assert "SZ013" not in codes(run(_pod("0.32.0", size, limit="200Gi", shm="65Gi")))
+    assert "SZ013" not in codes(run(_pod("0.32.0", size, limit="200Gi", host_ipc=True)))
+    assert "SZ013" not in codes(run(_pod("0.32.0", size, limit="200Gi", shm_volume=True)))
+    # Before 0.27.0 the tier is pinned tensors, not a /dev/shm file.
+    assert "SZ013" not in codes(run(_pod("0.26.0", size, limit="200Gi")))
+
+
+def test_a_sizelimit_smaller_than_the_tier_fires() -> None:
+    finding = only(run(_pod("0.32.0", opt("--kv-offloading-size", "64"), shm="32Gi")), "SZ013")
+    assert "sizeLimit: 32Gi" in finding.message
+
+
+def test_lmcache_local_disk_under_dev_shm_needs_room_there() -> None:
+    lmcache = ktc(kv_connector="LMCacheConnectorV1", kv_role="kv_both")
+    env = {"LMCACHE_LOCAL_DISK": "file:///dev/shm/lmcache/", "LMCACHE_MAX_LOCAL_DISK_SIZE": "20"}
+    finding = only(run(_pod("0.32.0", lmcache, TP2, env=env, shm="32Gi")), "SZ013")
+    assert finding.evidence["tier_gib"] == 40 and finding.flag == "LMCACHE_MAX_LOCAL_DISK_SIZE"
+    assert "SZ013" not in codes(run(_pod("0.32.0", lmcache, TP2, env=env, shm="40Gi")))
+    on_disk = {**env, "LMCACHE_LOCAL_DISK": "file:///mnt/nvme/lmcache/"}
+    assert "SZ013" not in codes(run(_pod("0.32.0", lmcache, TP2, env=on_disk, shm="1Gi")))
+
+
+# -- SZ014 ----------------------------------------------------------------------------
+
+
+def test_tensor_parallel_with_the_default_dev_shm() -> None:
+    finding = only(run(_pod("0.32.0", TP2)), "SZ014")
+    assert finding.severity.value == "error" and "160 MiB" in finding.message
+    # Before the fail-fast check it starts, and can die under load: a warning.
+    assert only(run(_pod("0.31.0", TP2)), "SZ014").severity.value == "warning"
+    assert "SZ014" not in codes(run(_pod("0.32.0", TP2, shm="2Gi")))
+    assert "SZ014" not in codes(run(_pod("0.32.0", TP2, host_ipc=True)))
+    assert "SZ014" not in codes(run(_pod("0.32.0")))  # one worker: no queues between workers
+    assert "SZ014" not in codes(run(config("0.32.0", TP2)))  # not a pod
