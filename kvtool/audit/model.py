@@ -83,7 +83,7 @@ class SkippedInput(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Quantity(msgspec.Struct, frozen=True, kw_only=True):
-    """A Kubernetes resource quantity as written (``64Gi``) and its value in bytes."""
+    """A memory size as written (``64Gi``, ``16gb``) and its value in bytes."""
 
     text: str
     bytes: int
@@ -105,13 +105,16 @@ class ContainerResources(msgspec.Struct, frozen=True, kw_only=True):
     """What the engine's pod gives its container: memory, volumes and the host IPC namespace.
 
     Read from a Kubernetes PodSpec (``resources``, ``volumeMounts`` joined with the
-    pod's ``volumes``, ``hostIPC``); rules about host memory and ``/dev/shm`` read it.
+    pod's ``volumes``, ``hostIPC``) or a Compose service (``mem_limit`` or
+    ``deploy.resources.limits.memory``, ``shm_size``, ``ipc: host``); rules about host
+    memory and ``/dev/shm`` read it.
     """
 
     memory_limit: Quantity | None = None
     memory_request: Quantity | None = None
     mounts: tuple[VolumeMount, ...] = ()
-    host_ipc: Location | None = None  # where ``hostIPC: true`` was written
+    host_ipc: Location | None = None  # where ``hostIPC: true`` / ``ipc: host`` was written
+    shm_size: Quantity | None = None  # Docker/Compose ``shm_size``: the /dev/shm tmpfs size
 
     def mount_at(self, path: str) -> VolumeMount | None:
         """The mount whose path is ``path`` (trailing slashes ignored), the last if several."""

@@ -120,3 +120,12 @@ def test_dense_models_and_no_reuse_are_quiet() -> None:
     assert "SZ022" not in codes(run(config("0.32.0", model=DENSE)))
     off = opt("--enable-prefix-caching", False, written="--no-enable-prefix-caching")
     assert "SZ022" not in codes(run(config("0.32.0", off, model=HYBRID)))
+
+
+def test_server_args_without_autostart_start_nothing() -> None:
+    # mp_server_launcher.py reads server_args only when lmcache.mp.autostart is true: the
+    # server runs elsewhere, its chunk is not in this config, so the default's failure is
+    # only a warning.
+    extra = {"lmcache.mp.autostart.server_args": "--chunk-size 256"}
+    mp = ktc(kv_connector="LMCacheMPConnector", kv_role="kv_both", kv_connector_extra_config=extra)
+    assert only(run(config("0.32.0", mp, model=HYBRID)), "SZ021").severity.value == "warning"

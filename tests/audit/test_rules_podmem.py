@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import msgspec
 
-from kvtool.audit.inputs.quantity import parse_bytes
+from kvtool.audit.inputs.quantity import parse_bytes, parse_docker_bytes
 from kvtool.audit.model import (
     ContainerResources,
+    InputKind,
     Location,
     Quantity,
     ServeConfig,
@@ -34,6 +35,12 @@ def _quantity(text: str) -> Quantity:
     return Quantity(text=text, bytes=value, location=Location(file=FILE, line=7))
 
 
+def _docker_size(text: str) -> Quantity:
+    value = parse_docker_bytes(text)
+    assert value is not None
+    return Quantity(text=text, bytes=value, location=Location(file=FILE, line=6))
+
+
 def _pod(
     version: str,
     *options: ServeOption,
@@ -43,8 +50,10 @@ def _pod(
     host_ipc: bool = False,
     env: dict[str, str] | None = None,
     model: str | None = "meta-llama/Llama-3.1-8B-Instruct",
+    shm_size: str | None = None,
+    kind: InputKind = "kubernetes",
 ) -> ServeConfig:
-    """A config whose invocation came from a pod with these resources."""
+    """A config whose invocation came from a pod (or Compose service) with these resources."""
     mounts: tuple[VolumeMount, ...] = ()
     if shm is not None or shm_volume:
         mounts = (
@@ -61,9 +70,10 @@ def _pod(
         memory_limit=_quantity(limit) if limit is not None else None,
         mounts=mounts,
         host_ipc=Location(file=FILE, line=5) if host_ipc else None,
+        shm_size=_docker_size(shm_size) if shm_size is not None else None,
     )
     cfg = config(version, *options, env=env, model=model)
-    invocation = msgspec.structs.replace(cfg.invocation, kind="kubernetes", resources=resources)
+    invocation = msgspec.structs.replace(cfg.invocation, kind=kind, resources=resources)
     return msgspec.structs.replace(cfg, invocation=invocation)
 
 
@@ -157,3 +167,32 @@ def test_tensor_parallel_with_the_default_dev_shm() -> None:
     assert "SZ014" not in codes(run(_pod("0.32.0", TP2, host_ipc=True)))
     assert "SZ014" not in codes(run(_pod("0.32.0")))  # one worker: no queues between workers
     assert "SZ014" not in codes(run(config("0.32.0", TP2)))  # not a pod
+
+
+def test_an_autostarted_lmcache_server_counts_in_the_container() -> None:
+    # The MP connector runs `lmcache server` as a child of the engine with server_args
+    # appended (LMCache lmcache/integration/vllm/mp_server_launcher.py): its L1 is memory
+    # of this container.
+    extra = {"lmcache.mp.autostart": True, "lmcache.mp.autostart.server_args": "--l1-size-gb 60"}
+    mp = ktc(kv_connector="LMCacheMPConnector", kv_role="kv_both", kv_connector_extra_config=extra)
+    finding = only(run(_pod("0.32.0", mp, limit="48Gi")), "SZ012")
+    assert finding.evidence["tier_gib"] == 60 and "auto-started server" in finding.message
+    # A server elsewhere (no autostart) is not in this container.
+    remote = ktc(
+        kv_connector="LMCacheMPConnector",
+        kv_role="kv_both",
+        kv_connector_extra_config={"lmcache.mp.autostart.server_args": "--l1-size-gb 60"},
+    )
+    assert "SZ012" not in codes(run(_pod("0.32.0", remote, limit="48Gi")))
+
+
+def test_compose_shm_size_holds_or_misses_the_tier() -> None:
+    size = opt("--kv-offloading-size", "64")
+    small = _pod("0.32.0", size, shm_size="16gb", kind="compose")
+    finding = only(run(small), "SZ013")
+    assert "shm_size: 16gb" in finding.message and "`shm_size` or `ipc: host`" in finding.message
+    assert "SZ013" not in codes(run(_pod("0.32.0", size, shm_size="80gb", kind="compose")))
+    # shm_size set on purpose: SZ014 leaves the size to SZ013.
+    assert "SZ014" not in codes(run(_pod("0.32.0", TP2, shm_size="1g", kind="compose")))
+    finding = only(run(_pod("0.32.0", TP2, kind="compose")), "SZ014")
+    assert "`shm_size` or `ipc: host`" in finding.message

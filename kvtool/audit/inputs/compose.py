@@ -16,6 +16,7 @@ import yaml
 
 from kvtool.audit.inputs import yaml_tree
 from kvtool.audit.inputs.container import container_invocations, words_from_node
+from kvtool.audit.inputs.pod_resources import service_resources
 from kvtool.audit.inputs.shell import ShellContext
 from kvtool.audit.inputs.source import ReadSource
 from kvtool.audit.inputs.suppressions import yaml_comment_suppressions
@@ -51,8 +52,12 @@ def read_compose(text: str, file: str | None, base_dir: Path | None) -> list[Inv
                     c for c in comments if c.target_line and first <= c.target_line <= last
                 ),
             )
+            notes: list[str] = []
+            resources = service_resources(service, file, notes)
             found.extend(
-                msgspec.structs.replace(i, notes=i.notes + duplicates)
+                msgspec.structs.replace(
+                    i, notes=i.notes + duplicates + tuple(notes), resources=resources
+                )
                 for i in container_invocations(
                     words,
                     text,

@@ -1,5 +1,6 @@
-"""A Kubernetes container's memory, volumes and IPC namespace, for the host-memory rules.
+"""A container's memory, volumes and IPC namespace, for the host-memory rules.
 
+Kubernetes:
 From the container: ``resources.limits.memory`` / ``resources.requests.memory`` and its
 ``volumeMounts``; from its PodSpec (the mapping that holds the container list): the
 ``volumes`` those mounts name (an ``emptyDir``'s ``medium`` and ``sizeLimit``) and
@@ -8,6 +9,10 @@ From the container: ``resources.limits.memory`` / ``resources.requests.memory`` 
 
 Only a whole container (one that names its ``image``) is read: a kustomize or Helm patch
 that sets only ``args`` says nothing about the volumes of the pod it patches.
+
+Compose: a service's ``mem_limit`` (or ``deploy.resources.limits.memory``), ``shm_size``
+and ``ipc: host`` (https://github.com/compose-spec/compose-spec/blob/master/05-services.md),
+sizes in Docker's units.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import msgspec
 import yaml
 
 from kvtool.audit.inputs import yaml_tree
-from kvtool.audit.inputs.quantity import parse_bytes
+from kvtool.audit.inputs.quantity import parse_bytes, parse_docker_bytes
 from kvtool.audit.model import ContainerResources, Invocation, Quantity, VolumeMount
 
 _CONTAINER_LISTS = ("containers", "initContainers")
@@ -73,17 +78,35 @@ def read_resources(
     )
 
 
-def _quantity(node: yaml.Node | None, file: str | None, notes: list[str]) -> Quantity | None:
+def _quantity(
+    node: yaml.Node | None, file: str | None, notes: list[str], *, docker: bool = False
+) -> Quantity | None:
     text = yaml_tree.scalar(node)
     if node is None or text is None:
         return None
-    value = parse_bytes(text)
+    value = parse_docker_bytes(text) if docker else parse_bytes(text)
     if value is None:
-        notes.append(
-            f"{yaml_tree.where(node, file)}: {text!r} is not a Kubernetes quantity; not read"
-        )
+        kind = "Docker size" if docker else "Kubernetes quantity"
+        notes.append(f"{yaml_tree.where(node, file)}: {text!r} is not a {kind}; not read")
         return None
     return Quantity(text=text, bytes=value, location=yaml_tree.location(node, file))
+
+
+def service_resources(service: yaml.Node, file: str | None, notes: list[str]) -> ContainerResources:
+    """A Compose service's memory limit, ``shm_size`` and ``ipc: host``."""
+    limit = yaml_tree.get(service, "mem_limit") or yaml_tree.get_path(
+        service, "deploy", "resources", "limits", "memory"
+    )
+    ipc = yaml_tree.get(service, "ipc")
+    return ContainerResources(
+        memory_limit=_quantity(limit, file, notes, docker=True),
+        shm_size=_quantity(yaml_tree.get(service, "shm_size"), file, notes, docker=True),
+        host_ipc=(
+            yaml_tree.location(ipc, file)
+            if ipc is not None and yaml_tree.scalar(ipc) == "host"
+            else None
+        ),
+    )
 
 
 def _mounts(

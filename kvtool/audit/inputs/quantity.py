@@ -1,9 +1,15 @@
-"""Kubernetes resource quantities (``64Gi``, ``500M``, ``1e9``, ``128974848000m``) in bytes.
+"""Memory sizes as containers write them, in bytes.
+
+Kubernetes resource quantities (``64Gi``, ``500M``, ``1e9``, ``128974848000m``):
 
 The grammar is Kubernetes' own (https://kubernetes.io/docs/reference/kubernetes-api/common-definitions/quantity/):
 a signed decimal number, then a binary suffix (Ki Mi Gi Ti Pi Ei), a decimal suffix
 (m, none, k M G T P E) or a decimal exponent (``e3``, ``E-2``). A fractional byte count
 is rounded up, as ``Quantity.Value()`` rounds. Exact arithmetic: ``0.1Gi`` is not a float.
+
+Docker and Compose sizes (``shm_size: 16gb``, ``--shm-size 2g``, ``mem_limit: 64g``) use
+go-units' ``RAMInBytes``: a number, an optional space, then k/m/g/t/p with optional ``i`` and
+``b``, all powers of 1024 (https://github.com/docker/go-units/blob/v0.5.0/size.go).
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ _QUANTITY = re.compile(
     r"(?P<number>[+-]?(?:\d+\.?\d*|\.\d+))"
     r"(?:(?P<binary>[KMGTPE]i)|[eE](?P<exponent>[+-]?\d+)|(?P<decimal>[mkMGTPE]?))"
 )
+_DOCKER_SIZE = re.compile(r"(\d+(?:\.\d+)*) ?([kKmMgGtTpP])?[iI]?[bB]?")
+_DOCKER_UNITS = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40, "p": 2**50}
 # Kubernetes refuses exponents past this; a bound also keeps 1e999999 from being computed.
 _MAX_EXPONENT = 64
 
@@ -50,3 +58,12 @@ def parse_bytes(text: str) -> int | None:
     if value < 0:
         return None
     return math.ceil(value)
+
+
+def parse_docker_bytes(text: str) -> int | None:
+    """The byte count of a Docker/Compose size (``RAMInBytes``); None when it is not one."""
+    match = _DOCKER_SIZE.fullmatch(text.strip())
+    if match is None or match[1].count(".") > 1:
+        return None
+    multiplier = _DOCKER_UNITS[match[2].lower()] if match[2] else 1
+    return int(Fraction(match[1]) * multiplier)

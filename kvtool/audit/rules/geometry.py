@@ -9,7 +9,6 @@ pinned ``--block-size``, LMCache's chunk size and short prompts meet there.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Iterable
 
 from kvtool.audit.context import RuleContext
@@ -17,9 +16,13 @@ from kvtool.audit.kv_layout import BLOCK_SIZE, KvLayout, kv_layout, pinned_block
 from kvtool.audit.model import Finding, Severity
 from kvtool.audit.references import lmcache_issue, lmcache_source, vllm_issue, vllm_pr, vllm_source
 from kvtool.audit.registry import ConfigRule, register
+from kvtool.audit.rules._mp_server import (
+    MP_CONNECTOR,
+    SERVER_ARGS,
+    autostarted,
+    server_option,
+)
 
-MP_CONNECTOR = "LMCacheMPConnector"
-SERVER_ARGS = "lmcache.mp.autostart.server_args"
 CHUNK_SIZE_OPTION = "--chunk-size"
 MAX_MODEL_LEN = "--max-model-len"
 
@@ -102,23 +105,10 @@ class PinnedBlockSizeRaisedForHybrid(ConfigRule):
 
 
 def _server_chunk_size(ctx: RuleContext) -> int | None:
-    """``--chunk-size`` of an LMCache server the MP connector auto-starts, when given."""
-    for name, extra in ctx.connector_extra_configs:
-        args = extra.get(SERVER_ARGS) if name == MP_CONNECTOR else None
-        if not isinstance(args, str):
-            continue
-        try:
-            words = shlex.split(args)
-        except ValueError:
-            return None
-        for index, word in enumerate(words):
-            option, _, value = word.partition("=")
-            if option != CHUNK_SIZE_OPTION:
-                continue
-            if not value and index + 1 < len(words):
-                value = words[index + 1]
-            return int(value) if value.isdigit() and int(value) > 0 else None
-    return None
+    """``--chunk-size`` of an LMCache server the MP connector auto-starts, when given
+    (``server_args`` without ``lmcache.mp.autostart`` start nothing)."""
+    value = server_option(ctx, CHUNK_SIZE_OPTION) if autostarted(ctx) else None
+    return int(value) if value is not None and value.isdigit() and int(value) > 0 else None
 
 
 @register

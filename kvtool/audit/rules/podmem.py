@@ -1,10 +1,10 @@
 """SZ012-SZ014: the host tier against the pod it runs in (memory limit and /dev/shm).
 
-A pod's container has a memory limit (the cgroup OOM-kills past it) and a ``/dev/shm``
-that is 64 MiB unless a ``medium: Memory`` emptyDir or ``hostIPC`` gives it more. The
+A container has a memory limit (the cgroup OOM-kills past it) and a ``/dev/shm`` that is
+64 MiB unless a ``medium: Memory`` emptyDir, ``shm_size`` or host IPC gives it more. The
 CPU tiers vLLM and LMCache allocate live in that memory, some of them in ``/dev/shm``.
-These rules read what the Kubernetes reader captured (``Invocation.resources``); they
-are quiet for inputs that describe no pod.
+These rules read what the Kubernetes and Compose readers captured
+(``Invocation.resources``); they are quiet for inputs that describe no container.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from kvtool.audit.context import KV_OFFLOADING_SIZE, KV_TRANSFER_CONFIG, RuleCon
 from kvtool.audit.model import ContainerResources, Finding, Location, Severity
 from kvtool.audit.references import Reference, lmcache_source, vllm_issue, vllm_pr, vllm_source
 from kvtool.audit.registry import ConfigRule, register
+from kvtool.audit.rules._mp_server import SERVER_ARGS, autostarted, server_option
 from kvtool.audit.rules.hostmem import GIB, NATIVE, PINNED
 
 DEV_SHM = "/dev/shm"
@@ -30,6 +31,7 @@ WORKER_OVERHEAD_GIB = 3.0
 SHM_REGION = "kv_offloading.shm_region"
 SHM_CHECKED = "shm.free_space_checked"
 LMCACHE_IN_PROCESS = "LMCacheConnectorV1"
+L1_SIZE_OPTION = "--l1-size-gb"  # the LMCache server's L1 capacity (GiB)
 
 CONTAINERD_DEFAULT_SHM = Reference(
     "https://github.com/containerd/containerd/blob/v1.6.0/pkg/cri/server/helpers_linux.go",
@@ -40,10 +42,15 @@ K8S_EMPTYDIR = Reference(
     "Kubernetes emptyDir: medium Memory is a tmpfs counted against the container's memory "
     "limit; sizeLimit caps it",
 )
-VLLM_DOCKER_SHM = Reference(
-    "https://docs.vllm.ai/en/v0.32.0/deployment/docker/",
-    "vLLM docs: use --ipc=host or --shm-size; PyTorch shares memory between processes, "
-    "particularly for tensor parallel inference",
+VLLM_DOCKER_SHM = vllm_source(
+    "0.32.0", "docs/getting_started/installation/gpu.cuda.inc.md",
+    "vLLM's Docker guide: use --ipc=host or --shm-size; PyTorch shares memory between "
+    "processes, particularly for tensor parallel inference",
+)
+VLLM_K8S_GUIDE = vllm_source(
+    "0.32.0", "docs/deployment/k8s.md",
+    "vLLM's Kubernetes guide: an emptyDir with medium Memory mounted at /dev/shm for tensor "
+    "parallel inference",
 )
 SHM_BROADCAST_032 = vllm_source(
     "0.32.0", "vllm/distributed/device_communicators/shm_broadcast.py",
@@ -181,10 +188,28 @@ def _lmcache_tiers(ctx: RuleContext) -> list[HostTier]:
     return tiers
 
 
+def _mp_server_tier(ctx: RuleContext) -> HostTier | None:
+    """The L1 of an LMCache server the MP connector auto-starts in this container."""
+    if not autostarted(ctx):
+        return None
+    size = _number(server_option(ctx, L1_SIZE_OPTION))
+    if size is None:
+        return None
+    return HostTier(
+        f"{SERVER_ARGS} {L1_SIZE_OPTION} {size:g} (the auto-started server's L1)",
+        SERVER_ARGS, size, ctx.connector_location, in_dev_shm=False,
+    )
+
+
 def host_tiers(ctx: RuleContext) -> list[HostTier]:
     """Every host tier this engine's container allocates."""
     native = _native_tier(ctx)
-    return ([native] if native is not None else []) + _lmcache_tiers(ctx)
+    server = _mp_server_tier(ctx)
+    return (
+        ([native] if native is not None else [])
+        + _lmcache_tiers(ctx)
+        + ([server] if server is not None else [])
+    )
 
 
 def _resources(ctx: RuleContext) -> ContainerResources | None:
@@ -211,8 +236,10 @@ class HostTierExceedsMemoryLimit(ConfigRule):
     The CPU tiers the engine allocates in its own container - native
     `--kv-offloading-size` / `cpu_bytes_to_use` (with the per-rank power-of-two rounding
     of releases before 0.27.0, SZ011), in-process LMCache's `max_local_cpu_size` times
-    TP x PP, and an LMCache `local_disk` under /dev/shm - added up, against
-    `resources.limits.memory` of the pod's container.
+    TP x PP, an LMCache `local_disk` under /dev/shm, and the `--l1-size-gb` of an LMCache
+    server the MP connector auto-starts in the container - added up, against
+    the container's memory limit (a pod's `resources.limits.memory`, a Compose service's
+    `mem_limit` or `deploy.resources.limits.memory`).
 
     Why
     ---
@@ -247,6 +274,7 @@ class HostTierExceedsMemoryLimit(ConfigRule):
         vllm_issue(53042, "shared-memory tier pages are unreclaimable: the cgroup OOM-kills"),
         vllm_pr(48436, "per-worker RSS is the tier share + about 3 GB"),
         K8S_EMPTYDIR,
+        LMCACHE_CONFIG,
     )
     since = "0.2.0"
     other_severities = (Severity.warning,)
@@ -276,7 +304,7 @@ class HostTierExceedsMemoryLimit(ConfigRule):
         first = tiers[0]
         yield self.finding(
             f"host KV tiers take {_fmt(tier_gib)} GiB ({parts}) in a container limited to "
-            f"`memory: {limit.text}` ({_fmt(limit_gib)} GiB); {tail}",
+            f"{limit.text} ({_fmt(limit_gib)} GiB); {tail}",
             flag=first.flag,
             location=first.location or limit.location,
             severity=Severity.error if alone else Severity.warning,
@@ -286,14 +314,23 @@ class HostTierExceedsMemoryLimit(ConfigRule):
         )
 
 
+def _shm_fix(ctx: RuleContext) -> str:
+    """How this input kind gives the container a larger /dev/shm."""
+    if ctx.config.invocation.kind == "compose":
+        return "set the service's `shm_size` or `ipc: host`"
+    return "mount an emptyDir with `medium: Memory` at /dev/shm or set `hostIPC: true`"
+
+
 def dev_shm_capacity(resources: ContainerResources) -> tuple[int | None, str]:
     """Bytes /dev/shm can hold in this container (None: bounded only by memory or the
     host), and how that was decided."""
     if resources.host_ipc is not None:
-        return None, "hostIPC: true (the host's /dev/shm)"
+        return None, "the host's /dev/shm (host IPC)"
     mount = resources.mount_at(DEV_SHM)
+    if mount is None and resources.shm_size is not None:
+        return resources.shm_size.bytes, f"shm_size: {resources.shm_size.text}"
     if mount is None:
-        return RUNTIME_DEFAULT_SHM_BYTES, "no volume at /dev/shm: the runtime's 64 MiB"
+        return RUNTIME_DEFAULT_SHM_BYTES, "nothing sizes /dev/shm: the runtime's 64 MiB"
     if mount.source == "emptyDir" and mount.medium == "Memory":
         if mount.size_limit is None:
             return None, f"emptyDir {mount.volume} (medium: Memory, no sizeLimit)"
@@ -305,15 +342,16 @@ def dev_shm_capacity(resources: ContainerResources) -> tuple[int | None, str]:
 
 @register
 class TierExceedsDevShm(ConfigRule):
-    """Reports a host tier that lives in /dev/shm when the pod's /dev/shm cannot hold it.
+    """Reports a host tier that lives in /dev/shm when the container's /dev/shm cannot hold it.
 
     What
     ----
     A tier in /dev/shm - the native CPU tier from 0.27.0 (one shared mapping
     `/dev/shm/vllm_offload_{engine_id}.mmap` of the whole `--kv-offloading-size`), or an
     in-process LMCache `local_disk` path under /dev/shm (`max_local_disk_size` per rank) -
-    is larger than the container's /dev/shm: 64 MiB without a volume there (containerd's
-    and Docker's default), or the `sizeLimit` of a `medium: Memory` emptyDir at /dev/shm.
+    is larger than the container's /dev/shm: 64 MiB when nothing sizes it (containerd's
+    and Docker's default), the `sizeLimit` of a `medium: Memory` emptyDir at /dev/shm, or
+    a Compose service's `shm_size`.
 
     Why
     ---
@@ -329,7 +367,8 @@ class TierExceedsDevShm(ConfigRule):
     Fix
     ---
     Mount an emptyDir with `medium: Memory` at /dev/shm whose `sizeLimit` holds the tier
-    (and count it in the memory limit), or set `hostIPC: true`.
+    (and count it in the memory limit), or set `hostIPC: true`; in Compose, a `shm_size`
+    that holds it, or `ipc: host`.
 
     Releases
     --------
@@ -339,9 +378,15 @@ class TierExceedsDevShm(ConfigRule):
     code = "SZ013"
     name = "tier-exceeds-dev-shm"
     default_severity = Severity.error
-    summary = "a host tier in /dev/shm is larger than the pod's /dev/shm"
+    summary = "a host tier in /dev/shm is larger than the container's /dev/shm"
     fix_applicability = "display"
-    references = (SHARED_REGION_032, SHM_BROADCAST_032, CONTAINERD_DEFAULT_SHM, K8S_EMPTYDIR)
+    references = (
+        SHARED_REGION_032,
+        SHM_BROADCAST_032,
+        CONTAINERD_DEFAULT_SHM,
+        K8S_EMPTYDIR,
+        LMCACHE_CONFIG,
+    )
     since = "0.2.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
@@ -356,12 +401,13 @@ class TierExceedsDevShm(ConfigRule):
                 continue
             yield self.finding(
                 f"{tier.what} puts {_fmt(tier.gib)} GiB in /dev/shm, which holds "
-                f"{_size(capacity)} in this pod ({how}): the engine "
+                f"{_size(capacity)} in this container ({how}): the engine "
                 + (
-                    "refuses to start (\"Insufficient space in /dev/shm\")."
+                    "refuses to start (\"Insufficient space in /dev/shm\")"
                     if tier.native and ctx.semantics.holds(SHM_CHECKED, ctx.version)
-                    else "fails once the tier fills past it (SIGBUS or ENOSPC)."
-                ),
+                    else "fails once the tier fills past it (SIGBUS or ENOSPC)"
+                )
+                + f"; give /dev/shm room for it: {_shm_fix(ctx)}.",
                 flag=tier.flag,
                 location=tier.location,
                 tier_gib=tier.gib,
@@ -371,12 +417,13 @@ class TierExceedsDevShm(ConfigRule):
 
 @register
 class DefaultDevShmWithTensorParallel(ConfigRule):
-    """Reports TP x PP > 1 in a pod whose /dev/shm is the runtime's 64 MiB.
+    """Reports TP x PP > 1 in a container whose /dev/shm is the runtime's 64 MiB.
 
     What
     ----
-    The engine runs more than one worker process (`-tp`/`-pp` > 1) and its pod mounts no
-    volume at /dev/shm and does not set `hostIPC: true`.
+    The engine runs more than one worker process (`-tp`/`-pp` > 1) and nothing sizes its
+    /dev/shm: a pod mounts no volume there and does not set `hostIPC: true`; a Compose
+    service sets neither `shm_size` nor `ipc: host`.
 
     Why
     ---
@@ -395,7 +442,8 @@ class DefaultDevShmWithTensorParallel(ConfigRule):
     Fix
     ---
     Mount an emptyDir with `medium: Memory` at /dev/shm (vLLM's Kubernetes guide uses one),
-    sized for the ring buffers and NCCL, or set `hostIPC: true`.
+    sized for the ring buffers and NCCL, or set `hostIPC: true`; in Compose, `shm_size`
+    or `ipc: host`.
 
     Releases
     --------
@@ -406,10 +454,11 @@ class DefaultDevShmWithTensorParallel(ConfigRule):
     code = "SZ014"
     name = "default-dev-shm-with-tensor-parallel"
     default_severity = Severity.error
-    summary = "TP x PP > 1 in a pod whose /dev/shm is the 64 MiB default"
+    summary = "TP x PP > 1 in a container whose /dev/shm is the 64 MiB default"
     fix_applicability = "display"
     references = (
         VLLM_DOCKER_SHM,
+        VLLM_K8S_GUIDE,
         SHM_BROADCAST_032,
         vllm_pr(48879, "fail fast when /dev/shm is too small for the shm ring buffer"),
         CONTAINERD_DEFAULT_SHM,
@@ -423,6 +472,8 @@ class DefaultDevShmWithTensorParallel(ConfigRule):
             return
         if resources.host_ipc is not None or resources.mount_at(DEV_SHM) is not None:
             return
+        if resources.shm_size is not None:
+            return  # sized on purpose; SZ013 checks it against a tier in /dev/shm
         _, how = dev_shm_capacity(resources)
         refuses = ctx.semantics.holds(SHM_CHECKED, ctx.version)
         outcome = (
@@ -433,9 +484,8 @@ class DefaultDevShmWithTensorParallel(ConfigRule):
         )
         tp = ctx.option("--tensor-parallel-size") or ctx.option("--pipeline-parallel-size")
         yield self.finding(
-            f"TP x PP = {ctx.world} worker processes share memory through /dev/shm, and this "
-            f"pod has {how}; {outcome} Mount a `medium: Memory` emptyDir at /dev/shm or set "
-            "`hostIPC: true`.",
+            f"TP x PP = {ctx.world} worker processes share memory through /dev/shm, and in "
+            f"this container {how}; {outcome} To fix, {_shm_fix(ctx)}.",
             flag=tp.flag if tp is not None else None,
             location=tp.location if tp is not None else None,
             severity=Severity.error if refuses else Severity.warning,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from kvtool.audit.inputs import read_text
-from kvtool.audit.inputs.quantity import parse_bytes
+from kvtool.audit.inputs.quantity import parse_bytes, parse_docker_bytes
 
 DEPLOYMENT = """\
 apiVersion: apps/v1
@@ -143,3 +143,56 @@ def test_kubernetes_quantities(text: str, expected: int) -> None:
 @pytest.mark.parametrize("text", ["", "Gi", "1GB", "1 Gi", "-1Gi", "1e99999", "1.2.3", "1gi"])
 def test_not_quantities(text: str) -> None:
     assert parse_bytes(text) is None
+
+
+def test_compose_service_memory_shm_size_and_ipc() -> None:
+    # Compose spec services: mem_limit / deploy.resources.limits.memory, shm_size, ipc
+    # (https://github.com/compose-spec/compose-spec/blob/master/05-services.md).
+    text = """\
+services:
+  engine:
+    image: vllm/vllm-openai:v0.32.0
+    command: ["--model", "m", "-tp", "2"]
+    shm_size: 16gb
+    deploy:
+      resources:
+        limits:
+          memory: 96g
+  host:
+    image: vllm/vllm-openai:v0.32.0
+    command: ["--model", "m"]
+    ipc: host
+    mem_limit: 1.5GiB
+"""
+    engine, host = read_text(text, "compose.yaml")
+    assert engine.resources is not None and host.resources is not None
+    assert engine.resources.shm_size is not None and engine.resources.shm_size.bytes == 16 << 30
+    assert engine.resources.memory_limit is not None
+    assert engine.resources.memory_limit.bytes == 96 << 30
+    assert engine.resources.host_ipc is None
+    assert host.resources.host_ipc is not None and host.resources.shm_size is None
+    assert host.resources.memory_limit is not None
+    assert host.resources.memory_limit.bytes == 3 << 29
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # go-units RAMInBytes (https://github.com/docker/go-units/blob/v0.5.0/size.go):
+        # binary multiples, optional i/b, one optional space.
+        ("16gb", 16 << 30),
+        ("2g", 2 << 30),
+        ("64m", 64 << 20),
+        ("1024", 1024),
+        ("1.5GiB", 3 << 29),
+        ("10 GB", 10 << 30),
+        ("512k", 512 << 10),
+    ],
+)
+def test_docker_sizes(text: str, expected: int) -> None:
+    assert parse_docker_bytes(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "g", "1x", "1..2g", "1.2.3g", "-1g", "1  g"])
+def test_not_docker_sizes(text: str) -> None:
+    assert parse_docker_bytes(text) is None
