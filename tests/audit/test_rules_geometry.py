@@ -97,35 +97,35 @@ def test_chunks_that_are_multiples_are_quiet() -> None:
 
 # -- SZ022 ----------------------------------------------------------------------------
 
+PREFIX = opt("--enable-prefix-caching", True)
+
 
 def test_a_hybrid_block_names_the_shortest_prompt_that_can_hit() -> None:
     block = _block(HYBRID)
-    finding = only(run(config("0.32.0", model=HYBRID)), "SZ022")
+    finding = only(run(config("0.32.0", PREFIX, model=HYBRID)), "SZ022")
     assert finding.severity.value == "info" and f"shorter than {block} tokens" in finding.message
     # TP 8 shrinks the state page per rank, so the block too.
-    tp8 = only(run(config("0.32.0", opt("--tensor-parallel-size", "8"), model=HYBRID)), "SZ022")
-    assert tp8.evidence["block_size"] == _block(HYBRID, tp=8) < block
+    tp8 = opt("--tensor-parallel-size", "8")
+    finding = only(run(config("0.32.0", PREFIX, tp8, model=HYBRID)), "SZ022")
+    assert finding.evidence["block_size"] == _block(HYBRID, tp=8) < block
+    # KV offload asks for reuse as well.
+    offload = opt("--kv-offloading-size", "10")
+    assert only(run(config("0.32.0", offload, model=HYBRID)), "SZ022")
 
 
 def test_max_model_len_below_the_block_makes_caching_inert() -> None:
     block = _block(HYBRID)
     short = opt("--max-model-len", str(block - 32))
-    finding = only(run(config("0.32.0", short, model=HYBRID)), "SZ022")
+    finding = only(run(config("0.32.0", PREFIX, short, model=HYBRID)), "SZ022")
     assert finding.severity.value == "warning" and finding.flag == "--max-model-len"
     longer = opt("--max-model-len", str(block * 4))
-    assert only(run(config("0.32.0", longer, model=HYBRID)), "SZ022").severity.value == "info"
+    finding = only(run(config("0.32.0", PREFIX, longer, model=HYBRID)), "SZ022")
+    assert finding.severity.value == "info"
 
 
 def test_dense_models_and_no_reuse_are_quiet() -> None:
-    assert "SZ022" not in codes(run(config("0.32.0", model=DENSE)))
+    assert "SZ022" not in codes(run(config("0.32.0", PREFIX, model=DENSE)))
     off = opt("--enable-prefix-caching", False, written="--no-enable-prefix-caching")
     assert "SZ022" not in codes(run(config("0.32.0", off, model=HYBRID)))
-
-
-def test_server_args_without_autostart_start_nothing() -> None:
-    # mp_server_launcher.py reads server_args only when lmcache.mp.autostart is true: the
-    # server runs elsewhere, its chunk is not in this config, so the default's failure is
-    # only a warning.
-    extra = {"lmcache.mp.autostart.server_args": "--chunk-size 256"}
-    mp = ktc(kv_connector="LMCacheMPConnector", kv_role="kv_both", kv_connector_extra_config=extra)
-    assert only(run(config("0.32.0", mp, model=HYBRID)), "SZ021").severity.value == "warning"
+    # Nothing asked for: the model is not even looked up.
+    assert "SZ022" not in codes(run(config("0.32.0", model=HYBRID)))

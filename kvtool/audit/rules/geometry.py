@@ -25,6 +25,7 @@ from kvtool.audit.rules._mp_server import (
 
 CHUNK_SIZE_OPTION = "--chunk-size"
 MAX_MODEL_LEN = "--max-model-len"
+ENABLE_PREFIX_CACHING = "--enable-prefix-caching"
 
 ALIGN_HYBRID_032 = vllm_source(
     "0.32.0", "vllm/platforms/interface.py",
@@ -206,7 +207,8 @@ class HybridBlockHidesShortPrompts(ConfigRule):
     What
     ----
     The served model's block is raised for its state layers (Qwen3-Next at TP 1: 544
-    tokens instead of 16) while prefix caching is on or a KV connector reuses KV.
+    tokens instead of 16) and the config asks for KV reuse: a KV connector or KV offload,
+    or `--enable-prefix-caching` written out.
 
     Why
     ---
@@ -217,8 +219,8 @@ class HybridBlockHidesShortPrompts(ConfigRule):
 
     Example
     -------
-    `vllm serve Qwen/Qwen3-Coder-Next` (block 544 at TP 1), or the same with
-    `--max-model-len 512`.
+    `vllm serve Qwen/Qwen3-Coder-Next --enable-prefix-caching` (block 544 at TP 1), or the
+    same with `--max-model-len 512`.
 
     Fix
     ---
@@ -243,7 +245,10 @@ class HybridBlockHidesShortPrompts(ConfigRule):
     other_severities = (Severity.warning,)
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
-        if ctx.prefix_caching_off and ctx.connector is None:
+        # Only where the config asks for KV reuse: the model lookup is not free, and a
+        # config that names no reuse is not what this audit is about.
+        asked = ctx.connector is not None or ctx.bool_option(ENABLE_PREFIX_CACHING) is True
+        if not asked:
             return
         layout = _hybrid_layout(ctx)
         if layout is None or layout.block_size <= layout.backend_block_size:
