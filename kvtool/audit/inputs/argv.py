@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kvtool.audit.inputs.command_line import find_serve
+from kvtool.audit.inputs.pod_resources import docker_run_resources
 from kvtool.audit.inputs.vllm_config import referenced_config
 from kvtool.audit.model import EnvAssignment, Invocation, SourceToken
 from kvtool.errors import KvtoolError
@@ -40,6 +41,12 @@ def read_argv(argv: list[str]) -> Invocation:
         if position >= start
     )
     items, notes = referenced_config(tokens, None)
+    sizing_notes: list[str] = []
+    resources = (
+        docker_run_resources(match, argv, lambda _: None, sizing_notes)
+        if match is not None
+        else None
+    )
     return Invocation(
         kind="argv",
         label="<argv>",
@@ -47,5 +54,6 @@ def read_argv(argv: list[str]) -> Invocation:
         env=tuple(env),
         image=image,
         config_items=items,
-        notes=notes,
+        notes=notes + tuple(sizing_notes),
+        resources=resources,
     )

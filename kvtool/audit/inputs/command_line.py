@@ -23,6 +23,8 @@ _MENTIONING = frozenset({"echo", "printf", "logger", "grep", "pgrep", "pkill", "
 # The OpenAI server module: serve arguments follow it directly (no "serve" word).
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 CLI_MAIN_MODULE = "vllm.entrypoints.cli.main"
+# `docker run` options that size the container's memory and /dev/shm.
+CONTAINER_SIZING_OPTIONS = frozenset({"--shm-size", "--ipc", "-m", "--memory"})
 # `docker run` options that take a separate value; everything else is a bare switch.
 _DOCKER_VALUE_OPTIONS = frozenset(
     {
@@ -45,6 +47,9 @@ class ServeMatch(msgspec.Struct, frozen=True):
     program: int  # index of the word that starts vLLM (or the shell)
     env: dict[int, str] = msgspec.field(default_factory=dict)  # word index -> "NAME=value"
     image: str | None = None
+    # ``docker run`` options that size the container (--shm-size, --ipc, -m/--memory):
+    # index of the word holding the value (``--ipc=host`` itself, or the word after) -> option.
+    container_options: dict[int, str] = msgspec.field(default_factory=dict)
 
 
 def basename(word: str) -> str:
@@ -64,7 +69,12 @@ def find_serve(words: list[str], start: int = 0) -> ServeMatch | None:
                 i: w for i, w in enumerate(words[start : match.program], start) if _is_assignment(w)
             }
             return ServeMatch(
-                match.kind, match.args_start, match.program, {**env, **match.env}, match.image
+                match.kind,
+                match.args_start,
+                match.program,
+                {**env, **match.env},
+                match.image,
+                match.container_options,
             )
         index += 1
     return None
@@ -99,6 +109,7 @@ def _match_at(words: list[str], index: int) -> ServeMatch | None:
 
 def _match_container_run(words: list[str], index: int) -> ServeMatch | None:
     env: dict[int, str] = {}
+    sizing: dict[int, str] = {}
     position = index + 2
     entrypoint: str | None = None
     while position < len(words):
@@ -109,6 +120,8 @@ def _match_container_run(words: list[str], index: int) -> ServeMatch | None:
         if not word.startswith("-"):
             break
         name, has_value, value = word.partition("=")
+        if name in CONTAINER_SIZING_OPTIONS:
+            sizing[position if has_value else position + 1] = name
         if name in _DOCKER_VALUE_OPTIONS and not has_value:
             value = words[position + 1] if position + 1 < len(words) else ""
             if name in ("-e", "--env") and _is_assignment(value):
@@ -127,9 +140,11 @@ def _match_container_run(words: list[str], index: int) -> ServeMatch | None:
     image = words[position]
     inner = find_serve(words, position + 1)
     if inner is not None:
-        return ServeMatch(inner.kind, inner.args_start, inner.program, {**env, **inner.env}, image)
+        return ServeMatch(
+            inner.kind, inner.args_start, inner.program, {**env, **inner.env}, image, sizing
+        )
     from kvtool.releases.images import serve_entrypoint
 
     if entrypoint is None and serve_entrypoint(image) is not None:
-        return ServeMatch("image_entrypoint", position + 1, position, env, image)
+        return ServeMatch("image_entrypoint", position + 1, position, env, image, sizing)
     return None

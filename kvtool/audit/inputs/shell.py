@@ -16,6 +16,7 @@ from typing import Literal
 import msgspec
 
 from kvtool.audit.inputs.command_line import ServeMatch, find_serve
+from kvtool.audit.inputs.pod_resources import docker_run_resources
 from kvtool.audit.inputs.positions import LineIndex, OffsetMap
 from kvtool.audit.inputs.shell_lexer import Command, Comment, LexError, Word, lex
 from kvtool.audit.inputs.source import ReadSource
@@ -156,6 +157,13 @@ def _invocation(
     first_line = locate(command.words[0].start, command.words[0].end).line
     last_line = locate(command.words[-1].start, command.words[-1].end).line
     items, notes = referenced_config(tokens, context.base_dir, context.written)
+    sizing_notes: list[str] = []
+    resources = docker_run_resources(
+        match,
+        [w.text for w in command.words],
+        lambda index: locate(command.words[index].start, command.words[index].end),
+        sizing_notes,
+    )
     where = f"{context.file or '<input>'}:{program.line}"
     label = f"{context.label} ({where})" if context.label else where
     return Invocation(
@@ -168,7 +176,8 @@ def _invocation(
         suppressions=context.suppressions
         + tuple(_command_suppressions(comments, locate, first_line, last_line)),
         config_items=items,
-        notes=notes,
+        notes=notes + tuple(sizing_notes),
+        resources=resources,
     )
 
 

@@ -316,9 +316,12 @@ class HostTierExceedsMemoryLimit(ConfigRule):
 
 def _shm_fix(ctx: RuleContext) -> str:
     """How this input kind gives the container a larger /dev/shm."""
-    if ctx.config.invocation.kind == "compose":
+    kind = ctx.config.invocation.kind
+    if kind == "compose":
         return "set the service's `shm_size` or `ipc: host`"
-    return "mount an emptyDir with `medium: Memory` at /dev/shm or set `hostIPC: true`"
+    if kind in ("kubernetes", "kaito", "helm-values"):
+        return "mount an emptyDir with `medium: Memory` at /dev/shm or set `hostIPC: true`"
+    return "pass `--shm-size` or `--ipc=host` to `docker run`"
 
 
 def dev_shm_capacity(resources: ContainerResources) -> tuple[int | None, str]:
@@ -328,7 +331,7 @@ def dev_shm_capacity(resources: ContainerResources) -> tuple[int | None, str]:
         return None, "the host's /dev/shm (host IPC)"
     mount = resources.mount_at(DEV_SHM)
     if mount is None and resources.shm_size is not None:
-        return resources.shm_size.bytes, f"shm_size: {resources.shm_size.text}"
+        return resources.shm_size.bytes, f"a /dev/shm of {resources.shm_size.text}"
     if mount is None:
         return RUNTIME_DEFAULT_SHM_BYTES, "nothing sizes /dev/shm: the runtime's 64 MiB"
     if mount.source == "emptyDir" and mount.medium == "Memory":

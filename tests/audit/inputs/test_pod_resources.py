@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvtool.audit.inputs import read_text
+from kvtool.audit.inputs import read_argv, read_text
 from kvtool.audit.inputs.quantity import parse_bytes, parse_docker_bytes
 
 DEPLOYMENT = """\
@@ -196,3 +196,32 @@ def test_docker_sizes(text: str, expected: int) -> None:
 @pytest.mark.parametrize("text", ["", "g", "1x", "1..2g", "1.2.3g", "-1g", "1  g"])
 def test_not_docker_sizes(text: str) -> None:
     assert parse_docker_bytes(text) is None
+
+
+def test_docker_run_sizing_options_in_a_script() -> None:
+    # vLLM's Docker guide runs the image with --ipc=host; --shm-size and -m/--memory size
+    # /dev/shm and the memory limit (https://docs.docker.com/reference/cli/docker/container/run/).
+    text = """\
+docker run --gpus all -m 100g --shm-size=2g vllm/vllm-openai:v0.32.0 --model m -tp 2
+docker run --gpus all --ipc host vllm/vllm-openai:v0.32.0 --model m
+vllm serve m -tp 2
+"""
+    sized, host, bare = read_text(text, "run.sh")
+    assert sized.resources is not None and host.resources is not None
+    assert sized.resources.memory_limit is not None
+    assert sized.resources.memory_limit.bytes == 100 << 30
+    assert sized.resources.shm_size is not None and sized.resources.shm_size.bytes == 2 << 30
+    assert sized.resources.shm_size.location is not None
+    assert sized.resources.shm_size.location.line == 1
+    assert host.resources.host_ipc is not None and host.resources.shm_size is None
+    assert bare.resources is None  # not a container: nothing to say about /dev/shm
+
+
+def test_docker_run_in_argv() -> None:
+    invocation = read_argv(
+        ["docker", "run", "--shm-size", "1g", "--ipc=private", "vllm/vllm-openai:v0.32.0", "m"]
+    )
+    assert invocation.resources is not None and invocation.resources.host_ipc is None
+    assert invocation.resources.shm_size is not None
+    assert invocation.resources.shm_size.bytes == 1 << 30
+    assert read_argv(["vllm", "serve", "m"]).resources is None
