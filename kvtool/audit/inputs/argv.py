@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kvtool.audit.inputs.command_line import find_serve
-from kvtool.audit.inputs.pod_resources import docker_run_resources
+from kvtool.audit.inputs.container_resources import docker_run_resources
 from kvtool.audit.inputs.vllm_config import referenced_config
 from kvtool.audit.model import EnvAssignment, Invocation, SourceToken
 from kvtool.errors import KvtoolError

@@ -16,7 +16,7 @@ import yaml
 
 from kvtool.audit.inputs import yaml_tree
 from kvtool.audit.inputs.container import container_invocations, words_from_node
-from kvtool.audit.inputs.pod_resources import service_resources
+from kvtool.audit.inputs.container_resources import service_resources
 from kvtool.audit.inputs.shell import ShellContext
 from kvtool.audit.inputs.source import ReadSource
 from kvtool.audit.inputs.suppressions import yaml_comment_suppressions

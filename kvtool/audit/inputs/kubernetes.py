@@ -27,8 +27,8 @@ from kvtool.audit.inputs.container import (
     expand_k8s_vars,
     words_from_node,
 )
+from kvtool.audit.inputs.container_resources import attach as attach_pod_resources
 from kvtool.audit.inputs.detect import known_flag_spellings
-from kvtool.audit.inputs.pod_resources import attach as attach_pod_resources
 from kvtool.audit.inputs.shell import ShellContext
 from kvtool.audit.inputs.source import ConfigMaps, ReadSource
 from kvtool.audit.inputs.suppressions import (

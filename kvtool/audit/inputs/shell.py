@@ -16,7 +16,7 @@ from typing import Literal
 import msgspec
 
 from kvtool.audit.inputs.command_line import ServeMatch, find_serve
-from kvtool.audit.inputs.pod_resources import docker_run_resources
+from kvtool.audit.inputs.container_resources import docker_run_resources
 from kvtool.audit.inputs.positions import LineIndex, OffsetMap
 from kvtool.audit.inputs.shell_lexer import Command, Comment, LexError, Word, lex
 from kvtool.audit.inputs.source import ReadSource

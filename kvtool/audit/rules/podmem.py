@@ -3,7 +3,7 @@
 A container has a memory limit (the cgroup OOM-kills past it) and a ``/dev/shm`` that is
 64 MiB unless a ``medium: Memory`` emptyDir, ``shm_size`` or host IPC gives it more. The
 CPU tiers vLLM and LMCache allocate live in that memory, some of them in ``/dev/shm``.
-These rules read what the Kubernetes and Compose readers captured
+These rules read what the Kubernetes, Compose and ``docker run`` readers captured
 (``Invocation.resources``); they are quiet for inputs that describe no container.
 """
 
@@ -239,7 +239,7 @@ class HostTierExceedsMemoryLimit(ConfigRule):
     TP x PP, an LMCache `local_disk` under /dev/shm, and the `--l1-size-gb` of an LMCache
     server the MP connector auto-starts in the container - added up, against
     the container's memory limit (a pod's `resources.limits.memory`, a Compose service's
-    `mem_limit` or `deploy.resources.limits.memory`).
+    `mem_limit` or `deploy.resources.limits.memory`, `docker run -m`).
 
     Why
     ---
@@ -354,7 +354,7 @@ class TierExceedsDevShm(ConfigRule):
     in-process LMCache `local_disk` path under /dev/shm (`max_local_disk_size` per rank) -
     is larger than the container's /dev/shm: 64 MiB when nothing sizes it (containerd's
     and Docker's default), the `sizeLimit` of a `medium: Memory` emptyDir at /dev/shm, or
-    a Compose service's `shm_size`.
+    a Compose `shm_size` / `docker run --shm-size`.
 
     Why
     ---
@@ -370,8 +370,8 @@ class TierExceedsDevShm(ConfigRule):
     Fix
     ---
     Mount an emptyDir with `medium: Memory` at /dev/shm whose `sizeLimit` holds the tier
-    (and count it in the memory limit), or set `hostIPC: true`; in Compose, a `shm_size`
-    that holds it, or `ipc: host`.
+    (and count it in the memory limit), or set `hostIPC: true`; in Compose or `docker run`,
+    a `shm_size` / `--shm-size` that holds it, or host IPC.
 
     Releases
     --------
@@ -426,7 +426,8 @@ class DefaultDevShmWithTensorParallel(ConfigRule):
     ----
     The engine runs more than one worker process (`-tp`/`-pp` > 1) and nothing sizes its
     /dev/shm: a pod mounts no volume there and does not set `hostIPC: true`; a Compose
-    service sets neither `shm_size` nor `ipc: host`.
+    service sets neither `shm_size` nor `ipc: host`; `docker run` passes neither
+    `--shm-size` nor `--ipc=host`.
 
     Why
     ---
@@ -446,7 +447,7 @@ class DefaultDevShmWithTensorParallel(ConfigRule):
     ---
     Mount an emptyDir with `medium: Memory` at /dev/shm (vLLM's Kubernetes guide uses one),
     sized for the ring buffers and NCCL, or set `hostIPC: true`; in Compose, `shm_size`
-    or `ipc: host`.
+    or `ipc: host`; with `docker run`, `--shm-size` or `--ipc=host`.
 
     Releases
     --------
