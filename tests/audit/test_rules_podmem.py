@@ -197,3 +197,22 @@ def test_compose_shm_size_holds_or_misses_the_tier() -> None:
     assert "SZ014" not in codes(run(_pod("0.32.0", TP2, shm_size="1g", kind="compose")))
     finding = only(run(_pod("0.32.0", TP2, kind="compose")), "SZ014")
     assert "`shm_size` or `ipc: host`" in finding.message
+
+
+def test_simple_cpu_offload_sizes_count_per_rank_or_total() -> None:
+    # SimpleCPUOffloadConnector: cpu_bytes_to_use is server-wide, cpu_bytes_to_use_per_rank
+    # wins over it (vllm v0.32.0 distributed/kv_transfer/kv_connector/v1/
+    # simple_cpu_offload_connector.py); neither lives in /dev/shm.
+    def simple(**extra: int) -> ServeOption:
+        return ktc(
+            kv_connector="SimpleCPUOffloadConnector",
+            kv_role="kv_both",
+            kv_connector_extra_config=extra,
+        )
+
+    per_rank = simple(cpu_bytes_to_use=8 << 30, cpu_bytes_to_use_per_rank=40 << 30)
+    finding = only(run(_pod("0.32.0", per_rank, TP2, limit="64Gi", shm="1Gi")), "SZ012")
+    assert finding.evidence["tier_gib"] == 80 and finding.flag == "cpu_bytes_to_use_per_rank"
+    total = simple(cpu_bytes_to_use=40 << 30)
+    assert "SZ012" not in codes(run(_pod("0.32.0", total, TP2, limit="64Gi", shm="1Gi")))
+    assert "SZ013" not in codes(run(_pod("0.32.0", per_rank, TP2, limit="100Gi", shm="1Gi")))

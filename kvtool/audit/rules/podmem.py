@@ -31,6 +31,9 @@ WORKER_OVERHEAD_GIB = 3.0
 SHM_REGION = "kv_offloading.shm_region"
 SHM_CHECKED = "shm.free_space_checked"
 LMCACHE_IN_PROCESS = "LMCacheConnectorV1"
+SIMPLE = "SimpleCPUOffloadConnector"
+TOTAL_BYTES = "cpu_bytes_to_use"
+PER_RANK_BYTES = "cpu_bytes_to_use_per_rank"  # SimpleCPUOffload's per-rank override
 L1_SIZE_OPTION = "--l1-size-gb"  # the LMCache server's L1 capacity (GiB)
 
 CONTAINERD_DEFAULT_SHM = Reference(
@@ -74,7 +77,7 @@ class HostTier:
     gib: float  # what the host really maps (rounding included)
     location: Location | None
     in_dev_shm: bool
-    native: bool = False  # vLLM's own tier (vLLM checks /dev/shm for it before mapping)
+    native: bool = False  # the OffloadingConnector tier (vLLM checks /dev/shm before mapping)
     rounding: str = ""  # how ``gib`` exceeds the nominal size, when it does
 
 
@@ -88,32 +91,43 @@ def _number(value: Any) -> float | None:
     return number if number > 0 and math.isfinite(number) else None
 
 
-def _native_setting(ctx: RuleContext) -> tuple[float, str, str, Location | None] | None:
-    """The native tier's TP x PP-wide GiB, how it was written, its flag and where."""
+def _vllm_cpu_setting(ctx: RuleContext) -> tuple[str, float, str, str, Location | None] | None:
+    """vLLM's own CPU tier: (connector, TP x PP-wide GiB, how it was written, flag, where).
+
+    From ``--kv-offloading-size`` where it becomes the native or SimpleCPUOffload
+    connector, else from the extra config: ``cpu_bytes_to_use`` (a total) or
+    SimpleCPUOffload's ``cpu_bytes_to_use_per_rank`` (which wins over it).
+    """
     mapping = ctx.backend_mapping
     size = ctx.float_option(KV_OFFLOADING_SIZE)
     if mapping is not None and mapping.size_scope == "total" and mapping.size_passed_on and size:
-        if mapping.connector != NATIVE:
-            return None  # in-process LMCache (_lmcache_tiers) or SimpleCPUOffload
+        if mapping.connector not in (NATIVE, SIMPLE):
+            return None  # in-process LMCache: _lmcache_tiers
         what = f"{KV_OFFLOADING_SIZE} {size:g}"
-        return size, what, KV_OFFLOADING_SIZE, ctx.location_of(KV_OFFLOADING_SIZE)
+        location = ctx.location_of(KV_OFFLOADING_SIZE)
+        return mapping.connector, size, what, KV_OFFLOADING_SIZE, location
+    location = ctx.location_of(KV_TRANSFER_CONFIG)
     for name, extra in ctx.connector_extra_configs:
-        raw = _number(extra.get("cpu_bytes_to_use"))
-        if name == NATIVE and raw is not None:
-            location = ctx.location_of(KV_TRANSFER_CONFIG)
-            return raw / GIB, f"cpu_bytes_to_use {raw:g}", "cpu_bytes_to_use", location
+        per_rank = _number(extra.get(PER_RANK_BYTES)) if name == SIMPLE else None
+        if per_rank is not None:
+            what = f"{PER_RANK_BYTES} {per_rank:g} x {ctx.world}"
+            return name, per_rank * ctx.world / GIB, what, PER_RANK_BYTES, location
+        total = _number(extra.get(TOTAL_BYTES)) if name in (NATIVE, SIMPLE) else None
+        if total is not None:
+            return name, total / GIB, f"{TOTAL_BYTES} {total:g}", TOTAL_BYTES, location
     return None
 
 
-def _native_tier(ctx: RuleContext) -> HostTier | None:
-    """The native CPU tier, rounded as SZ011 rounds it on releases that pin per-rank
-    tensors, and in /dev/shm on releases that map one shared region."""
-    setting = _native_setting(ctx)
+def _vllm_cpu_tier(ctx: RuleContext) -> HostTier | None:
+    """vLLM's CPU tier, rounded as SZ011 rounds the native one on releases that pin
+    per-rank tensors, and in /dev/shm on releases that map one shared region."""
+    setting = _vllm_cpu_setting(ctx)
     if setting is None:
         return None
-    total, what, flag, location = setting
+    connector, total, what, flag, location = setting
+    native = connector == NATIVE
     resident, rounding = total, ""
-    if ctx.semantics.holds(PINNED, ctx.version):
+    if native and ctx.semantics.holds(PINNED, ctx.version):
         per_rank = total / ctx.world
         rounded = 2.0 ** math.ceil(math.log2(per_rank))
         if rounded > per_rank:
@@ -124,8 +138,8 @@ def _native_tier(ctx: RuleContext) -> HostTier | None:
         flag=flag,
         gib=resident,
         location=location,
-        in_dev_shm=ctx.semantics.holds(SHM_REGION, ctx.version),
-        native=True,
+        in_dev_shm=native and ctx.semantics.holds(SHM_REGION, ctx.version),
+        native=native,
         rounding=rounding,
     )
 
@@ -203,7 +217,7 @@ def _mp_server_tier(ctx: RuleContext) -> HostTier | None:
 
 def host_tiers(ctx: RuleContext) -> list[HostTier]:
     """Every host tier this engine's container allocates."""
-    native = _native_tier(ctx)
+    native = _vllm_cpu_tier(ctx)
     server = _mp_server_tier(ctx)
     return (
         ([native] if native is not None else [])
@@ -233,10 +247,10 @@ class HostTierExceedsMemoryLimit(ConfigRule):
 
     What
     ----
-    The CPU tiers the engine allocates in its own container - native
-    `--kv-offloading-size` / `cpu_bytes_to_use` (with the per-rank power-of-two rounding
-    of releases before 0.27.0, SZ011), in-process LMCache's `max_local_cpu_size` times
-    TP x PP, an LMCache `local_disk` under /dev/shm, and the `--l1-size-gb` of an LMCache
+    The CPU tiers the engine allocates in its own container - native or SimpleCPUOffload
+    `--kv-offloading-size` / `cpu_bytes_to_use` / `cpu_bytes_to_use_per_rank` (with the
+    native tier's per-rank power-of-two rounding before 0.27.0, SZ011), in-process
+    LMCache's `max_local_cpu_size` times TP x PP, an LMCache `local_disk` under /dev/shm, and the `--l1-size-gb` of an LMCache
     server the MP connector auto-starts in the container - added up, against
     the container's memory limit (a pod's `resources.limits.memory`, a Compose service's
     `mem_limit` or `deploy.resources.limits.memory`, `docker run -m`).
