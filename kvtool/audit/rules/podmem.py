@@ -252,8 +252,9 @@ class HostTierExceedsMemoryLimit(ConfigRule):
     native tier's per-rank power-of-two rounding before 0.27.0, SZ011), in-process
     LMCache's `max_local_cpu_size` times TP x PP, an LMCache `local_disk` under /dev/shm,
     and the `--l1-size-gb` of an LMCache server the MP connector auto-starts in the
-    container - added up, against the container's memory limit (a pod's `resources.limits.memory`, a Compose service's
-    `mem_limit` or `deploy.resources.limits.memory`, `docker run -m`).
+    container - added up, against the container's memory limit (a pod's
+    `resources.limits.memory`, a Compose service's `mem_limit` or
+    `deploy.resources.limits.memory`, `docker run -m`).
 
     Why
     ---
