@@ -109,6 +109,8 @@ def test_in_process_lmcache_cpu_size_is_per_rank_and_cpu_bytes_to_use_counts() -
     finding = only(run(_pod("0.32.0", lmcache, TP2, limit="64Gi", env=env)), "SZ012")
     assert finding.evidence["tier_gib"] == 80 and finding.flag == "LMCACHE_MAX_LOCAL_CPU_SIZE"
     assert "SZ012" not in codes(run(_pod("0.32.0", lmcache, TP2, limit="100Gi", env=env)))
+    no_cpu = {**env, "LMCACHE_LOCAL_CPU": "False"}
+    assert "SZ012" not in codes(run(_pod("0.32.0", lmcache, TP2, limit="64Gi", env=no_cpu)))
     native = ktc(
         kv_connector="OffloadingConnector",
         kv_role="kv_both",

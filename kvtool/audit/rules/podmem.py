@@ -34,6 +34,7 @@ LMCACHE_IN_PROCESS = "LMCacheConnectorV1"
 SIMPLE = "SimpleCPUOffloadConnector"
 TOTAL_BYTES = "cpu_bytes_to_use"
 PER_RANK_BYTES = "cpu_bytes_to_use_per_rank"  # SimpleCPUOffload's per-rank override
+_FALSE = frozenset({"false", "0", "no", "off"})
 L1_SIZE_OPTION = "--l1-size-gb"  # the LMCache server's L1 capacity (GiB)
 
 CONTAINERD_DEFAULT_SHM = Reference(
@@ -176,7 +177,10 @@ def _lmcache_tiers(ctx: RuleContext) -> list[HostTier]:
     else:
         cpu = _lmcache_setting(ctx, "max_local_cpu_size")
         per_rank = _number(cpu[0]) if cpu is not None else None
-        if cpu is not None and per_rank is not None:
+        local_cpu = _lmcache_setting(ctx, "local_cpu")
+        # local_cpu off: no CPU backend; not counted rather than guessed.
+        cpu_off = local_cpu is not None and str(local_cpu[0]).strip().lower() in _FALSE
+        if cpu is not None and per_rank is not None and not cpu_off:
             tiers.append(
                 HostTier(
                     f"{cpu[1]}={per_rank:g} per rank x {ctx.world}", cpu[1],
