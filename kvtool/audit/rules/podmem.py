@@ -265,9 +265,11 @@ class HostTierExceedsMemoryLimit(ConfigRule):
     Pinned and shared-memory pages cannot be reclaimed: past the limit the cgroup
     OOM-kills the engine (vllm#53042: "turns a nominally-fitting configuration into an
     OOMKill"). The tier alone over the limit is an error. The tier plus 3 GiB per worker
-    process is a warning: vLLM PR #48436 measured each worker's RSS at its tier share
-    "+ 3" GB, a floor (vllm#53042's 4 GB200 workers held 35 GiB of anonymous memory) that
-    leaves out weights staging and the API server.
+    process is a warning: vLLM PR #48436 measured each TP worker's RSS at its tier share
+    "+ 3" GB after loading (CUDA context, PyTorch, what stays of weight loading). It is a
+    floor: vllm#53042's 4 GB200 workers held 35 GiB of anonymous memory, and the API
+    server and page cache of the weights come on top (page cache is reclaimed before an
+    OOM kill, so it is not counted).
 
     Example
     -------
@@ -316,9 +318,9 @@ class HostTierExceedsMemoryLimit(ConfigRule):
         tail = (
             "the tier alone does not fit: the cgroup OOM-kills the engine."
             if alone
-            else f"with at least {WORKER_OVERHEAD_GIB:g} GiB per worker process x "
-            f"{ctx.world} ({_fmt(tier_gib + overhead)} GiB), it does not fit, before "
-            "weights staging."
+            else f"with the {WORKER_OVERHEAD_GIB:g} GiB each worker process holds beyond its "
+            f"share (vLLM PR #48436's measured RSS) x {ctx.world} workers, "
+            f"{_fmt(tier_gib + overhead)} GiB, it does not fit."
         )
         first = tiers[0]
         yield self.finding(
