@@ -11,6 +11,10 @@ per-worker RSS as the tier share + ~3 GB.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from pathlib import Path
+
 import msgspec
 
 from kvtool.audit.inputs.quantity import parse_bytes, parse_docker_bytes
@@ -24,8 +28,11 @@ from kvtool.audit.model import (
     VolumeMount,
 )
 from tests.audit.rulekit import FILE, codes, config, ktc, only, opt, run
+from tests.conftest import CliResult
 
 TP2 = opt("--tensor-parallel-size", "2")
+POD_RULES = ("SZ012", "SZ013", "SZ014")
+Cli = Callable[..., CliResult]
 SHM_MOUNT = Location(file=FILE, line=9)
 
 
@@ -218,3 +225,50 @@ def test_simple_cpu_offload_sizes_count_per_rank_or_total() -> None:
     total = simple(cpu_bytes_to_use=40 << 30)
     assert "SZ012" not in codes(run(_pod("0.32.0", total, TP2, limit="64Gi", shm="1Gi")))
     assert "SZ013" not in codes(run(_pod("0.32.0", per_rank, TP2, limit="100Gi", shm="1Gi")))
+
+
+E2E_DEPLOYMENT = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: offload}
+spec:
+  template:
+    spec:
+      containers:
+        - name: vllm
+          image: vllm/vllm-openai:v0.32.0
+          command: ["vllm", "serve", "Qwen/Qwen3-8B", "-tp", "2", "--kv-offloading-size", "120"]
+          resources:
+            limits: {memory: 124Gi}
+"""
+# The same pod, sized as vLLM's Kubernetes guide sizes /dev/shm (an emptyDir, medium Memory).
+E2E_SIZED = E2E_DEPLOYMENT.replace("memory: 124Gi", "memory: 140Gi") + """\
+          volumeMounts: [{name: shm, mountPath: /dev/shm}]
+      volumes:
+        - name: shm
+          emptyDir: {medium: Memory, sizeLimit: 130Gi}
+"""
+
+
+def test_a_deployment_end_to_end(kvtool_cli: Cli, tmp_path: Path) -> None:
+    def findings(text: str) -> dict[str, dict[str, object]]:
+        path = tmp_path / "deploy.yaml"
+        path.write_text(text)
+        result = kvtool_cli(
+            "audit", str(path), "--vllm-version", "0.32.0", "--output-format", "json"
+        )
+        report = json.loads(result.stdout)
+        return {f["code"]: f for f in report["findings"] if f["code"] in POD_RULES}
+
+    found = findings(E2E_DEPLOYMENT)
+    assert {code: f["severity"] for code, f in found.items()} == {
+        "SZ012": "warning",  # 120 + 2 x 3 GiB > 124 GiB
+        "SZ013": "error",  # 120 GiB in a 64 MiB /dev/shm
+        "SZ014": "error",  # TP 2 on the 64 MiB default
+    }
+    location = found["SZ012"]["location"]
+    command_line = 1 + E2E_DEPLOYMENT.splitlines().index(
+        next(line for line in E2E_DEPLOYMENT.splitlines() if "command:" in line)
+    )
+    assert isinstance(location, dict) and location["line"] == command_line
+    assert findings(E2E_SIZED) == {}
