@@ -47,6 +47,11 @@ def _hybrid_layout(ctx: RuleContext) -> KvLayout | None:
     return layout if layout is not None and layout.has_state else None
 
 
+def _served(ctx: RuleContext, layout: KvLayout) -> str:
+    """``Qwen/Qwen3-Next-80B-A3B at TP 1``: the model as the config names it."""
+    return f"{ctx.config.model or layout.model} at TP {ctx.tp}"
+
+
 def _arithmetic_note(ctx: RuleContext) -> str:
     return "" if ctx.version == "0.32.0" else " (vLLM 0.32's arithmetic)"
 
@@ -95,7 +100,7 @@ class PinnedBlockSizeRaisedForHybrid(ConfigRule):
         if pinned is None or layout is None or layout.block_size == pinned:
             return
         yield self.finding(
-            f"`{BLOCK_SIZE} {pinned}` is too small for {layout.model} at TP {ctx.tp}: vLLM "
+            f"`{BLOCK_SIZE} {pinned}` is too small for {_served(ctx, layout)}: vLLM "
             f"runs every KV cache group with blocks of {layout.block_size} tokens "
             f"({layout.reason}){_arithmetic_note(ctx)}.",
             flag=BLOCK_SIZE,
@@ -166,7 +171,7 @@ class LmcacheChunkNotMultipleOfBlock(ConfigRule):
         layout = kv_layout(ctx)
         pinned = pinned_block_size(ctx)
         if layout is not None:
-            block, why = layout.block_size, f"{layout.model} at TP {ctx.tp}: {layout.reason}"
+            block, why = layout.block_size, f"{_served(ctx, layout)}: {layout.reason}"
         elif pinned is not None and not (ctx.model is not None and ctx.model.mamba):
             block, why = pinned, f"{BLOCK_SIZE} {pinned}"
         else:
@@ -263,7 +268,7 @@ class HybridBlockHidesShortPrompts(ConfigRule):
             f"cache or an offload tier, and hits are whole multiples of {layout.block_size}."
         )
         yield self.finding(
-            f"{layout.model} at TP {ctx.tp} runs with blocks of {layout.block_size} tokens "
+            f"{_served(ctx, layout)} runs with blocks of {layout.block_size} tokens "
             f"instead of {layout.backend_block_size} ({layout.reason})"
             f"{_arithmetic_note(ctx)}: {tail}",
             flag=MAX_MODEL_LEN if inert else BLOCK_SIZE,
