@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from kvtool.audit.context import RuleContext
 from kvtool.audit.kv_layout import BLOCK_SIZE, KvLayout, kv_layout, pinned_block_size
-from kvtool.audit.model import Finding, Severity
+from kvtool.audit.model import Finding, Fix, Severity
 from kvtool.audit.references import lmcache_issue, lmcache_source, vllm_issue, vllm_pr, vllm_source
 from kvtool.audit.registry import ConfigRule, register
 from kvtool.audit.rules._mp_server import (
@@ -105,6 +105,10 @@ class PinnedBlockSizeRaisedForHybrid(ConfigRule):
             f"({layout.reason}){_arithmetic_note(ctx)}.",
             flag=BLOCK_SIZE,
             location=ctx.location_of(BLOCK_SIZE),
+            fix=Fix(
+                applicability="display",
+                description=f"drop {BLOCK_SIZE}, or pin {layout.block_size}",
+            ),
             block_size=layout.block_size,
             pinned_block_size=pinned,
         )
@@ -199,6 +203,10 @@ class LmcacheChunkNotMultipleOfBlock(ConfigRule):
             f"{outcome}. Use a chunk of {multiple} tokens (or another multiple of {block}).",
             flag=SERVER_ARGS,
             location=ctx.connector_location,
+            fix=Fix(
+                applicability="display",
+                description=f"start the LMCache server with {CHUNK_SIZE_OPTION} {multiple}",
+            ),
             severity=Severity.error if written is not None else Severity.warning,
             block_size=block,
             chunk_size=chunk,

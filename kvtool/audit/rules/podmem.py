@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvtool.audit.context import KV_OFFLOADING_SIZE, KV_TRANSFER_CONFIG, RuleContext
-from kvtool.audit.model import ContainerResources, Finding, Location, Severity
+from kvtool.audit.model import ContainerResources, Finding, Fix, Location, Severity
 from kvtool.audit.references import Reference, lmcache_source, vllm_issue, vllm_pr, vllm_source
 from kvtool.audit.registry import ConfigRule, register
 from kvtool.audit.rules._mp_server import SERVER_ARGS, autostarted, server_option
@@ -328,6 +328,11 @@ class HostTierExceedsMemoryLimit(ConfigRule):
             f"{limit.text} ({_fmt(limit_gib)} GiB); {tail}",
             flag=first.flag,
             location=first.location or limit.location,
+            fix=Fix(
+                applicability="display",
+                description=f"a memory limit of at least {math.ceil(tier_gib + overhead)} GiB, "
+                "or a smaller tier",
+            ),
             severity=Severity.error if alone else Severity.warning,
             tier_gib=tier_gib,
             limit_gib=limit_gib,
@@ -434,6 +439,11 @@ class TierExceedsDevShm(ConfigRule):
                 + f"; give /dev/shm room for it: {_shm_fix(ctx)}.",
                 flag=tier.flag,
                 location=tier.location,
+                fix=Fix(
+                    applicability="display",
+                    description=f"/dev/shm of at least {math.ceil(tier.gib)} GiB: "
+                    + _shm_fix(ctx),
+                ),
                 tier_gib=tier.gib,
                 dev_shm_bytes=capacity,
             )
@@ -513,5 +523,6 @@ class DefaultDevShmWithTensorParallel(ConfigRule):
             f"this container {how}; {outcome} To fix, {_shm_fix(ctx)}.",
             flag=tp.flag if tp is not None else None,
             location=tp.location if tp is not None else None,
+            fix=Fix(applicability="display", description=_shm_fix(ctx)),
             severity=Severity.error if refuses else Severity.warning,
         )
