@@ -225,3 +225,42 @@ def test_docker_run_in_argv() -> None:
     assert invocation.resources.shm_size is not None
     assert invocation.resources.shm_size.bytes == 1 << 30
     assert read_argv(["vllm", "serve", "m"]).resources is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # A bare Pod: the PodSpec is the document's spec.
+        """\
+apiVersion: v1
+kind: Pod
+metadata: {name: p}
+spec:
+  containers:
+    - {name: vllm, image: vllm/vllm-openai:v0.32.0, command: [vllm, serve, m],
+       volumeMounts: [{name: dshm, mountPath: /dev/shm}]}
+  volumes: [{name: dshm, emptyDir: {medium: Memory, sizeLimit: 8Gi}}]
+""",
+        # kubernetes-sigs/lws docs/examples/vllm: leaderTemplate / workerTemplate PodSpecs.
+        """\
+apiVersion: leaderworkerset.x-k8s.io/v1
+kind: LeaderWorkerSet
+metadata: {name: lws}
+spec:
+  leaderWorkerTemplate:
+    leaderTemplate:
+      spec:
+        containers:
+          - name: vllm-leader
+            image: vllm/vllm-openai:v0.32.0
+            command: [vllm, serve, m]
+            volumeMounts: [{name: dshm, mountPath: /dev/shm}]
+        volumes: [{name: dshm, emptyDir: {medium: Memory, sizeLimit: 8Gi}}]
+""",
+    ],
+)
+def test_the_pod_spec_is_found_next_to_its_container(text: str) -> None:
+    (invocation,) = read_text(text, "pod.yaml")
+    assert invocation.resources is not None
+    shm = invocation.resources.mount_at("/dev/shm")
+    assert shm is not None and shm.size_limit is not None and shm.size_limit.bytes == 8 << 30
