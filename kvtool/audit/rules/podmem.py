@@ -28,6 +28,9 @@ RUNTIME_DEFAULT_SHM_BYTES = 64 << 20
 # per-worker RSS of "~35GB (32GB + 3)" and "~43GB ... 40GB + 3" at TP 2, so 3 GiB a worker.
 # A floor, not an estimate: vllm#53042 saw 35 GiB of anonymous memory for 4 GB200 workers.
 WORKER_OVERHEAD_GIB = 3.0
+# The scheduler's broadcast ring buffer at 0.32: VLLM_MQ_MAX_CHUNK_BYTES_MB (16) x 10
+# chunks (tests/audit/test_vllm_shm_facts.py reads both from the installed vLLM).
+BROADCAST_QUEUE_MIB = 160
 SHM_REGION = "kv_offloading.shm_region"
 SHM_CHECKED = "shm.free_space_checked"
 LMCACHE_IN_PROCESS = "LMCacheConnectorV1"
@@ -513,7 +516,7 @@ class DefaultDevShmWithTensorParallel(ConfigRule):
         refuses = ctx.semantics.holds(SHM_CHECKED, ctx.version)
         outcome = (
             f"vLLM {ctx.version} refuses to start (\"Insufficient space in /dev/shm\": its "
-            "broadcast queue alone needs 160 MiB)."
+            f"broadcast queue alone needs {BROADCAST_QUEUE_MIB} MiB)."
             if refuses
             else "workers can die with SIGBUS once the shared-memory queues fill under load."
         )
