@@ -170,9 +170,15 @@ def test_lmcache_local_disk_under_dev_shm_needs_room_there() -> None:
 def test_tensor_parallel_with_the_default_dev_shm() -> None:
     finding = only(run(_pod("0.32.0", TP2)), "SZ014")
     assert finding.severity.value == "error" and "160 MiB" in finding.message
+    assert "240 MiB" in finding.message
     # Before the fail-fast check it starts, and can die under load: a warning.
     assert only(run(_pod("0.31.0", TP2)), "SZ014").severity.value == "warning"
     assert "SZ014" not in codes(run(_pod("0.32.0", TP2, shm="2Gi")))
+    # Sized, but below one worker's 240 MiB response queue: 0.32 refuses it too.
+    small = only(run(_pod("0.32.0", TP2, shm="128Mi")), "SZ014")
+    assert small.severity.value == "error" and "sizeLimit: 128Mi" in small.message
+    assert "SZ014" not in codes(run(_pod("0.32.0", TP2, shm="256Mi")))
+    assert "SZ014" not in codes(run(_pod("0.31.0", TP2, shm="128Mi")))  # no check there
     assert "SZ014" not in codes(run(_pod("0.32.0", TP2, host_ipc=True)))
     assert "SZ014" not in codes(run(_pod("0.32.0")))  # one worker: no queues between workers
     assert "SZ014" not in codes(run(config("0.32.0", TP2)))  # not a pod

@@ -19,7 +19,12 @@ from pathlib import Path
 import pytest
 
 from kvtool.audit.context import vtuple
-from kvtool.audit.rules.podmem import BROADCAST_QUEUE_MIB, SHM_CHECKED, SHM_REGION
+from kvtool.audit.rules.podmem import (
+    BROADCAST_QUEUE_MIB,
+    SHM_CHECKED,
+    SHM_REGION,
+    WORKER_QUEUE_MIB,
+)
 from kvtool.audit.semantics import load_semantics
 from tests.vllm_env import vllm_python, vllm_subprocess_env
 
@@ -79,6 +84,12 @@ def test_shm_and_block_facts_agree_with_the_installed_vllm(tmp_path: Path) -> No
     envs = (root / "envs.py").read_text()
     chunk_mib = int(envs.split('os.getenv("VLLM_MQ_MAX_CHUNK_BYTES_MB", "')[1].split('"')[0])
     assert chunk_mib * max_chunks == BROADCAST_QUEUE_MIB
+    # Each worker's response queue: MessageQueue(1, 1) with the default chunk size.
+    default_chunk = ast.unparse(defaults["max_chunk_bytes"])
+    assert default_chunk == "1024 * 1024 * 24"
+    assert 24 * max_chunks == WORKER_QUEUE_MIB
+    executor = (root / "v1/executor/multiproc_executor.py").read_text()
+    assert "self.worker_response_mq = MessageQueue(1, 1)" in executor
 
     # SZ020 is a warning: vLLM raises a smaller block, it never refuses it.
     align = ast.unparse(

@@ -28,9 +28,13 @@ RUNTIME_DEFAULT_SHM_BYTES = 64 << 20
 # per-worker RSS of "~35GB (32GB + 3)" and "~43GB ... 40GB + 3" at TP 2, so 3 GiB a worker.
 # A floor, not an estimate: vllm#53042 saw 35 GiB of anonymous memory for 4 GB200 workers.
 WORKER_OVERHEAD_GIB = 3.0
-# The scheduler's broadcast ring buffer at 0.32: VLLM_MQ_MAX_CHUNK_BYTES_MB (16) x 10
-# chunks (tests/audit/test_vllm_shm_facts.py reads both from the installed vLLM).
+# vLLM 0.32's shared-memory ring buffers for TP x PP > 1 (tests/audit/test_vllm_shm_facts.py
+# reads the defaults from the installed vLLM): the scheduler's broadcast queue,
+# VLLM_MQ_MAX_CHUNK_BYTES_MB (16) x 10 chunks, and each worker's response queue,
+# MessageQueue's default 24 MiB x 10 chunks. /dev/shm is checked before each is created.
 BROADCAST_QUEUE_MIB = 160
+WORKER_QUEUE_MIB = 240
+SMALLEST_DEV_SHM_MIB = max(BROADCAST_QUEUE_MIB, WORKER_QUEUE_MIB)
 SHM_REGION = "kv_offloading.shm_region"
 SHM_CHECKED = "shm.free_space_checked"
 LMCACHE_IN_PROCESS = "LMCacheConnectorV1"
@@ -461,15 +465,17 @@ class DefaultDevShmWithTensorParallel(ConfigRule):
     The engine runs more than one worker process (`-tp`/`-pp` > 1) and nothing sizes its
     /dev/shm: a pod mounts no volume there and does not set `hostIPC: true`; a Compose
     service sets neither `shm_size` nor `ipc: host`; `docker run` passes neither
-    `--shm-size` nor `--ipc=host`.
+    `--shm-size` nor `--ipc=host`. Or, where vLLM checks the space, /dev/shm is sized
+    below its largest ring buffer (240 MiB at 0.32).
 
     Why
     ---
     vLLM's workers exchange scheduler output through shared-memory ring buffers and NCCL
     uses /dev/shm too; vLLM's docs ask for `--ipc=host` or a larger `--shm-size`
     "particularly for tensor parallel inference". vLLM 0.32 checks the space before each
-    ring buffer (the scheduler's broadcast queue alone is 16 MiB x 10 chunks = 160 MiB)
-    and refuses to start with "Insufficient space in /dev/shm": an error there. Releases
+    ring buffer (the scheduler's broadcast queue is 16 MiB x 10 chunks = 160 MiB, each
+    worker's response queue 24 MiB x 10 = 240 MiB) and refuses to start with
+    "Insufficient space in /dev/shm": an error there. Releases
     without that check (PR #48879) start, then can die with SIGBUS once the buffers fill
     under load: a warning.
 
@@ -492,7 +498,7 @@ class DefaultDevShmWithTensorParallel(ConfigRule):
     code = "SZ014"
     name = "default-dev-shm-with-tensor-parallel"
     default_severity = Severity.error
-    summary = "TP x PP > 1 in a container whose /dev/shm is the 64 MiB default"
+    summary = "TP x PP > 1 with /dev/shm at the 64 MiB default or below vLLM's ring buffers"
     fix_applicability = "display"
     references = (
         VLLM_DOCKER_SHM,
@@ -508,15 +514,19 @@ class DefaultDevShmWithTensorParallel(ConfigRule):
         resources = _resources(ctx)
         if resources is None or ctx.world == 1:
             return
-        if resources.host_ipc is not None or resources.mount_at(DEV_SHM) is not None:
+        capacity, how = dev_shm_capacity(resources)
+        if capacity is None:
             return
-        if resources.shm_size is not None:
-            return  # sized on purpose; SZ013 checks it against a tier in /dev/shm
-        _, how = dev_shm_capacity(resources)
         refuses = ctx.semantics.holds(SHM_CHECKED, ctx.version)
+        unsized = resources.mount_at(DEV_SHM) is None and resources.shm_size is None
+        # A size written on purpose is only wrong where vLLM's check says so: below the
+        # largest single ring buffer it creates (each is checked on its own).
+        if not unsized and not (refuses and capacity < SMALLEST_DEV_SHM_MIB << 20):
+            return
         outcome = (
-            f"vLLM {ctx.version} refuses to start (\"Insufficient space in /dev/shm\": its "
-            f"broadcast queue alone needs {BROADCAST_QUEUE_MIB} MiB)."
+            f"vLLM {ctx.version} refuses to start (\"Insufficient space in /dev/shm\": the "
+            f"scheduler's broadcast queue is {BROADCAST_QUEUE_MIB} MiB and each worker's "
+            f"response queue {WORKER_QUEUE_MIB} MiB, each checked as it is created)."
             if refuses
             else "workers can die with SIGBUS once the shared-memory queues fill under load."
         )
