@@ -177,6 +177,7 @@ def test_tensor_parallel_with_the_default_dev_shm() -> None:
     # Sized, but below one worker's 240 MiB response queue: 0.32 refuses it too.
     small = only(run(_pod("0.32.0", TP2, shm="128Mi")), "SZ014")
     assert small.severity.value == "error" and "sizeLimit: 128Mi" in small.message
+    assert only(run(_pod("0.32.0", TP2, shm="240Mi")), "SZ014")  # + metadata: still short
     assert "SZ014" not in codes(run(_pod("0.32.0", TP2, shm="256Mi")))
     assert "SZ014" not in codes(run(_pod("0.31.0", TP2, shm="128Mi")))  # no check there
     assert "SZ014" not in codes(run(_pod("0.32.0", TP2, host_ipc=True)))

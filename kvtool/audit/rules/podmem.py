@@ -519,9 +519,10 @@ class DefaultDevShmWithTensorParallel(ConfigRule):
             return
         refuses = ctx.semantics.holds(SHM_CHECKED, ctx.version)
         unsized = resources.mount_at(DEV_SHM) is None and resources.shm_size is None
-        # A size written on purpose is only wrong where vLLM's check says so: below the
-        # largest single ring buffer it creates (each is checked on its own).
-        if not unsized and not (refuses and capacity < SMALLEST_DEV_SHM_MIB << 20):
+        # A size written on purpose is only wrong where vLLM's check says so: not above the
+        # largest single ring buffer it creates (each is checked on its own, and each is a
+        # few bytes of metadata per chunk larger than its chunks).
+        if not unsized and not (refuses and capacity <= SMALLEST_DEV_SHM_MIB << 20):
             return
         outcome = (
             f"vLLM {ctx.version} refuses to start (\"Insufficient space in /dev/shm\": the "
