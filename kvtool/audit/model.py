@@ -101,6 +101,14 @@ class VolumeMount(msgspec.Struct, frozen=True, kw_only=True):
     location: Location | None = None  # the volumeMount's mountPath
 
 
+class Sidecar(msgspec.Struct, frozen=True, kw_only=True):
+    """Another container of the engine's pod (an LMCache server, a router), by its words."""
+
+    name: str
+    words: tuple[str, ...]  # command + args, a ``sh -c`` script split like a shell line
+    location: Location | None = None  # the container's name
+
+
 class ContainerResources(msgspec.Struct, frozen=True, kw_only=True):
     """What the engine's pod gives its container: memory, volumes and the host IPC namespace.
 
@@ -115,6 +123,7 @@ class ContainerResources(msgspec.Struct, frozen=True, kw_only=True):
     mounts: tuple[VolumeMount, ...] = ()
     host_ipc: Location | None = None  # where ``hostIPC: true`` / ``ipc: host`` was written
     shm_size: Quantity | None = None  # Docker/Compose ``shm_size``: the /dev/shm tmpfs size
+    sidecars: tuple[Sidecar, ...] = ()  # the pod's other containers
 
     def mount_at(self, path: str) -> VolumeMount | None:
         """The mount whose path is ``path`` (trailing slashes ignored), the last if several."""

@@ -13,9 +13,10 @@ LMCache #4782, #4094).
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
-from kvtool.audit.model import ServeOption
+from kvtool.audit.model import ContainerResources, Location, ServeConfig, ServeOption, Sidecar
 from kvtool.sizing import load_model_spec, make_deployment
 from kvtool.sizing.facts import sizing_facts
 from kvtool.sizing.kv_plan import plan_kv_cache
@@ -129,3 +130,33 @@ def test_dense_models_and_no_reuse_are_quiet() -> None:
     assert "SZ022" not in codes(run(config("0.32.0", off, model=HYBRID)))
     # Nothing asked for: the model is not even looked up.
     assert "SZ022" not in codes(run(config("0.32.0", model=HYBRID)))
+
+
+def test_an_lmcache_sidecar_in_the_pod_shows_the_chunk() -> None:
+    # llm-d / KServe pods run `lmcache server` next to the engine; its --chunk-size is the
+    # chunk the adapter checks.
+    def with_sidecar(*words: str) -> ServeConfig:
+        cfg = config("0.32.0", _mp_remote(), model=HYBRID)
+        sidecar = Sidecar(name="lmcache", words=words, location=Location(file="pod.yaml", line=30))
+        resources = ContainerResources(sidecars=(sidecar,))
+        invocation = msgspec.structs.replace(
+            cfg.invocation, kind="kubernetes", resources=resources
+        )
+        return msgspec.structs.replace(cfg, invocation=invocation)
+
+    block = _block(HYBRID)
+    wrong = only(run(with_sidecar("lmcache", "server", "--chunk-size", "256")), "SZ021")
+    assert wrong.severity.value == "error" and "container lmcache" in wrong.message
+    assert wrong.location is not None and wrong.location.line == 30
+    fits = with_sidecar("lmcache", "server", f"--chunk-size={2 * block}")
+    assert "SZ021" not in codes(run(fits))
+    # A sidecar that is not LMCache's says nothing about the chunk.
+    other = with_sidecar("router", "--chunk-size", "256")
+    assert only(run(other), "SZ021").severity.value == "warning"
+
+
+def _mp_remote() -> ServeOption:
+    extra = {"lmcache.mp.host": "tcp://localhost", "lmcache.mp.port": 5555}
+    return ktc(
+        kv_connector="LMCacheMPConnector", kv_role="kv_both", kv_connector_extra_config=extra
+    )

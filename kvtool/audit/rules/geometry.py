@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from kvtool.audit.context import RuleContext
 from kvtool.audit.kv_layout import BLOCK_SIZE, KvLayout, kv_layout, pinned_block_size
-from kvtool.audit.model import Finding, Fix, Severity
+from kvtool.audit.model import Finding, Fix, Location, Severity
 from kvtool.audit.references import lmcache_issue, lmcache_source, vllm_issue, vllm_pr, vllm_source
 from kvtool.audit.registry import ConfigRule, register
 from kvtool.audit.rules._mp_server import (
@@ -114,11 +114,34 @@ class PinnedBlockSizeRaisedForHybrid(ConfigRule):
         )
 
 
-def _server_chunk_size(ctx: RuleContext) -> int | None:
-    """``--chunk-size`` of an LMCache server the MP connector auto-starts, when given
-    (``server_args`` without ``lmcache.mp.autostart`` start nothing)."""
-    value = server_option(ctx, CHUNK_SIZE_OPTION) if autostarted(ctx) else None
+def _chunk(value: str | None) -> int | None:
     return int(value) if value is not None and value.isdigit() and int(value) > 0 else None
+
+
+def _written_chunk(ctx: RuleContext) -> tuple[int, str, Location | None] | None:
+    """The LMCache server's ``--chunk-size`` where the input shows it: the server the MP
+    connector auto-starts (``server_args``, read only with ``lmcache.mp.autostart``), else
+    an LMCache container next to the engine in its pod. (chunk, where in words, location)"""
+    if autostarted(ctx):
+        chunk = _chunk(server_option(ctx, CHUNK_SIZE_OPTION))
+        if chunk is not None:
+            source = f"`{SERVER_ARGS}` sets `{CHUNK_SIZE_OPTION} {chunk}`"
+            return chunk, source, ctx.connector_location
+    resources = ctx.config.invocation.resources
+    for sidecar in resources.sidecars if resources is not None else ():
+        if not any("lmcache" in word.lower() for word in sidecar.words):
+            continue
+        for index, word in enumerate(sidecar.words):
+            option, has_value, value = word.partition("=")
+            if option != CHUNK_SIZE_OPTION:
+                continue
+            if not has_value and index + 1 < len(sidecar.words):
+                value = sidecar.words[index + 1]
+            chunk = _chunk(value)
+            if chunk is not None:
+                source = f"the pod's LMCache container {sidecar.name} runs `{option} {chunk}`"
+                return chunk, source, sidecar.location
+    return None
 
 
 @register
@@ -129,8 +152,9 @@ class LmcacheChunkNotMultipleOfBlock(ConfigRule):
     ----
     `LMCacheMPConnector` with a block size (a hybrid model's raised block, or a pinned
     `--block-size`) that does not divide the LMCache server's chunk size: the server's
-    `--chunk-size` when the connector auto-starts it with `lmcache.mp.autostart.server_args`,
-    else the server default (256 tokens).
+    `--chunk-size` when the connector auto-starts it with `lmcache.mp.autostart.server_args`
+    or an LMCache container of the same pod runs with it, else the server default (256
+    tokens).
 
     Why
     ---
@@ -180,9 +204,10 @@ class LmcacheChunkNotMultipleOfBlock(ConfigRule):
             block, why = pinned, f"{BLOCK_SIZE} {pinned}"
         else:
             return
-        written = _server_chunk_size(ctx)
+        written = _written_chunk(ctx)
+        location = ctx.connector_location
         if written is not None:
-            chunk, source = written, f"`{SERVER_ARGS}` sets `{CHUNK_SIZE_OPTION} {written}`"
+            chunk, source, location = written[0], written[1], written[2] or location
         else:
             from kvtool.sizing.facts import sizing_facts
 
@@ -202,7 +227,7 @@ class LmcacheChunkNotMultipleOfBlock(ConfigRule):
             f"not a multiple: LMCache's MP adapter asserts chunk_size % block_size == 0, so "
             f"{outcome}. Use a chunk of {multiple} tokens (or another multiple of {block}).",
             flag=SERVER_ARGS,
-            location=ctx.connector_location,
+            location=location,
             fix=Fix(
                 applicability="display",
                 description=f"start the LMCache server with {CHUNK_SIZE_OPTION} {multiple}",

@@ -264,3 +264,28 @@ def test_the_pod_spec_is_found_next_to_its_container(text: str) -> None:
     assert invocation.resources is not None
     shm = invocation.resources.mount_at("/dev/shm")
     assert shm is not None and shm.size_limit is not None and shm.size_limit.bytes == 8 << 30
+
+
+def test_the_pods_other_containers_are_carried_by_their_words() -> None:
+    text = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: engine}
+spec:
+  template:
+    spec:
+      containers:
+        - name: vllm
+          image: vllm/vllm-openai:v0.32.0
+          command: [vllm, serve, m, --kv-offloading-backend, lmcache]
+        - name: lmcache
+          image: lmcache/standalone:latest
+          command: ["/bin/sh", "-c"]
+          args: ["lmcache server --l1-size-gb 60 --chunk-size 1088"]
+"""
+    (invocation,) = read_text(text, "deploy.yaml")
+    assert invocation.resources is not None
+    (sidecar,) = invocation.resources.sidecars
+    assert sidecar.name == "lmcache" and sidecar.location is not None
+    assert sidecar.location.line == _line(text, "name: lmcache")
+    assert sidecar.words[-4:] == ("--l1-size-gb", "60", "--chunk-size", "1088")
