@@ -12,6 +12,7 @@ from functools import cache
 
 SHELL_SUFFIXES = (".sh", ".bash", ".zsh", ".env", ".cmd")
 YAML_SUFFIXES = (".yaml", ".yml")
+KUSTOMIZATION_NAMES = ("kustomization.yaml", "kustomization.yml")
 VLLM_COMMAND = re.compile(r"\bvllm\s+serve\b|vllm\.entrypoints\.openai\.api_server")
 
 _K8S_HEAD = re.compile(r"^apiVersion:\s*\S", re.MULTILINE)
@@ -82,6 +83,8 @@ def is_kaito(text: str, name: str) -> bool:
 def is_kubernetes(text: str, name: str) -> bool:
     if _K8S_HEAD.search(text) and _K8S_KIND.search(text):
         return True
+    if name in KUSTOMIZATION_NAMES:
+        return True  # apiVersion and kind are optional in a kustomization file
     return not name.endswith(".json") and bool(_CONTAINERS_KEY.search(text))
 
 
