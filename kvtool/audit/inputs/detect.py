@@ -96,6 +96,16 @@ def is_skypilot(text: str, name: str) -> bool:
     return bool(_SKYPILOT_RUN.search(text) and _SKYPILOT_SECTION.search(text))
 
 
+# A GitHub Actions workflow: top-level `jobs:` and its trigger, `on:` (which YAML 1.1
+# readers may see as `true:`, so some files quote it).
+_WORKFLOW_JOBS = re.compile(r"^jobs:\s*$", re.MULTILINE)
+_WORKFLOW_ON = re.compile(r"^(?:on|\"on\"|'on'|true):", re.MULTILINE)
+
+
+def is_github_workflow(text: str, name: str) -> bool:
+    return bool(_WORKFLOW_JOBS.search(text) and _WORKFLOW_ON.search(text))
+
+
 def is_helm_values(text: str, name: str) -> bool:
     return bool(_HELM_VALUES.search(text))
 

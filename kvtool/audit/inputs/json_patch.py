@@ -155,4 +155,4 @@ def graft(root: yaml.Node, file: str | None, embedded: Embedded | None) -> None:
 def _moved(mark: yaml.Mark, mapping: OffsetMap, index: LineIndex) -> yaml.Mark:
     offset = mapping.to_source(mark.index)
     line, column = index.line_col(offset)
-    return yaml.Mark(mark.name, offset, line - 1, column - 1, None, None)
+    return yaml.Mark(mark.name, offset, line - 1, column - 1, None, 0)

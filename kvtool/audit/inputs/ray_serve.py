@@ -99,7 +99,10 @@ def skip_user_code(documents: list[yaml.Node], text: str, file: str | None) -> N
     if unread:
         from kvtool.audit.inputs import NoServerCommand
 
-        raise NoServerCommand(f"{file or '<input>'}: user code ({'; '.join(unread)}): how it starts vLLM is not in the manifest")
+        raise NoServerCommand(
+            f"{file or '<input>'}: user code ({'; '.join(unread)}): how it starts vLLM "
+            "is not in the manifest"
+        )
 
 
 def unread_apps(node: yaml.Node, text: str, file: str | None) -> list[str]:

@@ -55,6 +55,13 @@ READERS: tuple[InputReader, ...] = (
         (".dockerfile", ".containerfile"),  # and the names of detect.is_dockerfile_name
     ),
     InputReader(
+        "github-actions",
+        "GitHub Actions workflows: run: steps (vllm serve, python -m vllm..., docker run), env:",
+        detect.is_github_workflow,
+        "github_actions",
+        _DOCUMENTS,
+    ),
+    InputReader(
         "kaito",
         "KAITO inference ConfigMaps (inference_config.yaml with a vllm: section)",
         detect.is_kaito,
@@ -70,7 +77,9 @@ READERS: tuple[InputReader, ...] = (
     ),
     InputReader(
         "kubernetes",
-        "Kubernetes objects of any kind: every container of every PodSpec, custom resources too",
+        "Kubernetes objects of any kind: every container of every PodSpec, custom resources "
+        "too; KServe's Hugging Face runtime args; Ray Serve apps; kustomize patches (JSON "
+        "6902 ones applied to the base they target)",
         lambda text, name: detect.is_json_manifest(text, name) or detect.is_kubernetes(text, name),
         "kubernetes",
         _DOCUMENTS,
