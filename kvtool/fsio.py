@@ -55,10 +55,17 @@ def read_input_bytes(path: Path | str, *, limit: limits.Limit = limits.INPUT_BYT
         raise KvtoolError(f"cannot read {describe_os_error(error, path)}") from None
     with open(descriptor, "rb", closefd=True) as handle:
         try:
-            mode = os.fstat(descriptor).st_mode
-            if not stat.S_ISREG(mode):
-                raise KvtoolError(f"{path}: not a regular file ({_kind(mode)}); give a file or -")
-            data = handle.read(cap + 1)
+            status = os.fstat(descriptor)
+            if not stat.S_ISREG(status.st_mode):
+                raise KvtoolError(
+                    f"{path}: not a regular file ({_kind(status.st_mode)}); give a file or -"
+                )
+            # Ask for the file's size (plus one byte, to see it grew), not the cap: a read
+            # of cap + 1 bytes allocates that much for every file of a directory walk.
+            want = min(status.st_size, cap) + 1
+            data = handle.read(want)
+            if len(data) == want and want <= cap:
+                data += handle.read(cap + 1 - want)  # it grew since fstat: up to the cap
         except OSError as error:
             raise KvtoolError(f"cannot read {describe_os_error(error, path)}") from None
     if len(data) > cap:

@@ -10,7 +10,7 @@ is never read as vLLM's; only a cited bundle row maps it to the vLLM release ins
 from __future__ import annotations
 
 import re
-from functools import cache
+from functools import cache, lru_cache
 from typing import Annotated, Literal
 
 import msgspec
@@ -132,6 +132,7 @@ def image_names() -> tuple[str, ...]:
     return tuple(sorted({r.repository.rsplit("/", 1)[-1].lower() for r in image_rows()}))
 
 
+@lru_cache(maxsize=1024)  # pure in the image; each container's image is asked several times
 def image_row(image: str) -> ImageRow | None:
     """The most specific row for ``image`` (an exact repository before a ``*/name``)."""
     repository = parse_image(image).repository
@@ -140,6 +141,7 @@ def image_row(image: str) -> ImageRow | None:
     return rows[0] if rows else None
 
 
+@lru_cache(maxsize=1024)
 def vllm_version_of_image(image: str) -> str | None:
     """The vLLM release an image's tag names, or None when the tag names none.
 

@@ -82,16 +82,19 @@ def read_input_set(
     result = InputSet()
     pending: list[_Pending] = []
     seen: set[str] = set()  # absolute paths, not resolved: a symlinked twin is read again
+    # One directory's walk names each file once: only several paths need the check.
+    check_twins = len(paths) > 1
     for path in paths:
         if not path.exists():
             raise KvtoolError(f"{path}: no such file or directory")
         named = not path.is_dir()
         files = [str(path)] if named else list(candidate_paths(path))
         for name in files:
-            key = os.path.abspath(name)
-            if key in seen:
-                continue
-            seen.add(key)
+            if check_twins:
+                key = os.path.abspath(name)
+                if key in seen:
+                    continue
+                seen.add(key)
             text = _read_file(name, result, named=named)
             if text is not None:
                 pending.append(_Pending(text, name, os.path.dirname(name) or "."))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from importlib import import_module
 
 from kvtool.audit.inputs import detect
@@ -30,10 +31,16 @@ class InputReader:
     suffixes: tuple[str, ...] = ()  # names a directory walk looks at for this kind
 
     def read(self, text: str, source: ReadSource) -> list[Invocation]:
-        reader: Callable[[str, ReadSource], list[Invocation]] = import_module(
-            f"kvtool.audit.inputs.{self.module}"
-        ).read
-        return reader(text, source)
+        return _reader_function(self.module)(text, source)
+
+
+@cache
+def _reader_function(module: str) -> Callable[[str, ReadSource], list[Invocation]]:
+    """A reader module's ``read``, imported once (a directory walk reads thousands)."""
+    reader: Callable[[str, ReadSource], list[Invocation]] = import_module(
+        f"kvtool.audit.inputs.{module}"
+    ).read
+    return reader
 
 
 _DOCUMENTS = (*detect.YAML_SUFFIXES, ".json")
