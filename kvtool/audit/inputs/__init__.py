@@ -203,6 +203,8 @@ def _render_template(item: _Pending, result: InputSet) -> _Pending | None:
     """
     from kvtool.audit.inputs import helm_render
 
+    if not helm_render.available():
+        return None
     try:
         text = helm_render.rendered_template(Path(item.name))
     except KvtoolError as error:
