@@ -39,6 +39,7 @@ __all__ = [
     "read_text",
 ]
 
+NO_SERVER = "no vLLM server command found"
 RENDER_HINT = (
     "render it first: helm template RELEASE CHART -f values.yaml | "
     "kvtool audit - --stdin-filename rendered.yaml"
@@ -177,6 +178,12 @@ def _read_one(
         reason = "not a deployment file kvtool reads (no vLLM server)"
         result.skipped.append(SkippedInput(file=item.name, reason=reason))
         return
+    reader = reader_for(kind)
+    if reader is not None and not reader.may_find(item.text):
+        # What read_text would say, without reading: most scripts of a repository.
+        reason = f"{NO_SERVER} (read as {kind})"
+        result.skipped.append(SkippedInput(file=item.name, reason=reason))
+        return
     base_dir = Path(item.base_dir) if item.base_dir is not None else None
     source = ReadSource(file=item.name, base_dir=base_dir, configmaps=configmaps)
     try:
@@ -248,7 +255,7 @@ def read_text(
         raise KvtoolError(f"--input-format: unknown format {kind!r}")
     found = reader.read(text, source or ReadSource(file=file, base_dir=base_dir))
     if not found:
-        raise NoServerCommand(f"{name}: no vLLM server command found (read as {kind})")
+        raise NoServerCommand(f"{name}: {NO_SERVER} (read as {kind})")
     return found
 
 

@@ -5,7 +5,8 @@ Shape: ``jobs.<id>.steps[].run`` scripts with ``env:`` at workflow, job and step
 vllm-project/vllm and LMCache/LMCache CI workflows start ``vllm serve``,
 ``python -m vllm.entrypoints.openai.api_server`` and ``docker run vllm/vllm-openai``
 in such steps). Each script is read by the shell reader with offsets mapped back into
-the workflow, so a finding points at its line. A ``${{ expression }}`` is a value only
+the workflow, so a finding points at its line. A workflow that names neither vLLM nor
+a known image is not parsed (the registry's prefilter). A ``${{ expression }}`` is a value only
 known when the workflow runs: the shell reader keeps it as a dynamic word.
 """
 
@@ -15,7 +16,7 @@ import yaml
 
 from kvtool.audit.inputs import yaml_tree
 from kvtool.audit.inputs.positions import LineIndex, OffsetMap
-from kvtool.audit.inputs.shell import ShellContext, may_start_vllm, read_script
+from kvtool.audit.inputs.shell import ShellContext, read_script
 from kvtool.audit.inputs.source import ReadSource
 from kvtool.audit.inputs.suppressions import yaml_comment_suppressions
 from kvtool.audit.model import EnvAssignment, Invocation, Location
@@ -24,8 +25,6 @@ _EXPRESSION = "${{"
 
 
 def read(text: str, source: ReadSource) -> list[Invocation]:
-    if not may_start_vllm(text):
-        return []  # most workflows: not worth parsing
     file = source.file
     comments = tuple(yaml_comment_suppressions(text, file))
     index = LineIndex(text, file)

@@ -29,9 +29,17 @@ class InputReader:
     detect: Detector  # (text, lower-cased base name) -> is it this kind?
     module: str  # kvtool.audit.inputs.<module> holds ``read(text, source)``
     suffixes: tuple[str, ...] = ()  # names a directory walk looks at for this kind
+    # A cheap test the text must pass for the reader to find anything (None: no such
+    # test); a file of this kind that fails it is skipped without being read.
+    prefilter: Callable[[str], bool] | None = None
 
     def read(self, text: str, source: ReadSource) -> list[Invocation]:
+        if not self.may_find(text):
+            return []
         return _reader_function(self.module)(text, source)
+
+    def may_find(self, text: str) -> bool:
+        return self.prefilter is None or self.prefilter(text)
 
 
 @cache
@@ -53,6 +61,7 @@ READERS: tuple[InputReader, ...] = (
         detect.is_shell,
         "shell",
         detect.SHELL_SUFFIXES,
+        detect.may_start_vllm,
     ),
     InputReader(
         "dockerfile",
@@ -67,6 +76,7 @@ READERS: tuple[InputReader, ...] = (
         detect.is_github_workflow,
         "github_actions",
         _DOCUMENTS,
+        detect.may_start_vllm,
     ),
     InputReader(
         "kaito",

@@ -51,18 +51,7 @@ class ShellContext(msgspec.Struct, frozen=True):
 
 
 def read(text: str, source: ReadSource) -> list[Invocation]:
-    if not may_start_vllm(text):
-        return []  # most scripts of a repository: not worth lexing
     return read_shell_file(text, source.file, source.base_dir)
-
-
-def may_start_vllm(text: str) -> bool:
-    """False only when ``text`` cannot start a vLLM server: it names neither vLLM nor an
-    image of the image table (whose entrypoint may be vLLM's)."""
-    from kvtool.releases.images import image_names
-
-    lowered = text.lower()
-    return "vllm" in lowered or any(name in lowered for name in image_names())
 
 
 def read_shell_file(text: str, file: str | None, base_dir: Path | None) -> list[Invocation]:
