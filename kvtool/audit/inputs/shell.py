@@ -15,7 +15,7 @@ from typing import Literal
 
 import msgspec
 
-from kvtool.audit.inputs.command_line import ServeMatch, find_serve
+from kvtool.audit.inputs.command_line import ServeMatch, find_serve, serve_arguments
 from kvtool.audit.inputs.positions import LineIndex, OffsetMap
 from kvtool.audit.inputs.shell_lexer import Command, Comment, LexError, Word, lex
 from kvtool.audit.inputs.source import ReadSource
@@ -131,9 +131,10 @@ def _invocation(
     context: ShellContext,
     comments: list[Comment],
 ) -> Invocation:
+    served = [command.words[i] for i in serve_arguments([w.text for w in command.words], match)]
     tokens = tuple(
         SourceToken(text=w.text, location=locate(w.start, w.end), conditional=w.conditional)
-        for w in command.words[match.args_start :]
+        for w in served
         if not (w.dynamic and w.text in _PASS_THROUGH)
     )
     env = list(context.env)

@@ -396,6 +396,27 @@ spec:
           - name: ray-head
             image: rayproject/ray-ml:2.33.0-py311
 """,
+    # kaito-project/kaito: the StatefulSet its controller writes for a vLLM preset
+    # (docs' `kubectl describe` output and pkg/... tests: /bin/sh -c with KAITO's wrapper,
+    # vLLM flags and KAITO's own --kaito-* options).
+    "kaito-inference-api": f"""\
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {{name: phi-4}}
+spec:
+  template:
+    spec:
+      containers:
+        - name: phi-4
+          image: mcr.microsoft.com/aks/kaito/kaito-base:0.4.2
+          command:
+            - /bin/sh
+            - -c
+            - python3 /workspace/vllm/inference_api.py --served-model-name=phi-4
+              --model=microsoft/phi-4 --gpu-memory-utilization=0.84
+              --kaito-config-file=/mnt/config/inference_config.yaml
+              {F}
+""",
     # Args only on llm-d's image: its entrypoint is the api_server module.
     "llm-d-image-args-only": f"""\
 apiVersion: apps/v1
@@ -585,3 +606,12 @@ def test_ray_user_code_app_reads_env_and_is_skipped_without_engine_arguments(
     (skipped,) = found.skipped
     assert "user code" in skipped.reason and "serve:model" in skipped.reason
     assert not skipped.problem
+
+
+def test_kaito_wrapper_options_are_not_vllm_arguments() -> None:
+    (invocation,) = read_text(SHAPES["kaito-inference-api"], "sts.yaml")
+    assert [t.text for t in invocation.tokens] == [
+        "--served-model-name=phi-4", "--model=microsoft/phi-4",
+        "--gpu-memory-utilization=0.84", F,
+    ]  # fmt: skip
+    assert version_from_image(invocation.image or "") == "0.22.1"  # kaito-base 0.4.x, cited
