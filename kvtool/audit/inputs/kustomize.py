@@ -25,6 +25,7 @@ import msgspec
 import yaml
 
 from kvtool.audit.inputs import json_patch, yaml_tree
+from kvtool.audit.inputs.detect import KUSTOMIZATION_NAMES
 from kvtool.audit.inputs.positions import LineIndex, OffsetMap
 from kvtool.audit.inputs.source import ReadSource
 from kvtool.audit.model import Invocation, Location
@@ -34,7 +35,7 @@ from kvtool.fsio import read_input_text
 Reader = Callable[[str, ReadSource], list[Invocation]]
 # Reads one (patched) object of a file: (object node, the file's text, its source).
 ObjectReader = Callable[[yaml.Node, str, ReadSource], list[Invocation]]
-KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
+KUSTOMIZATION_FILES = (*KUSTOMIZATION_NAMES, "Kustomization")
 # How deep kustomization directories may refer to each other (kustomize refuses cycles).
 _MAX_DEPTH = 8
 
