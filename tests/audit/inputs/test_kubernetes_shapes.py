@@ -615,3 +615,16 @@ def test_kaito_wrapper_options_are_not_vllm_arguments() -> None:
         "--gpu-memory-utilization=0.84", F,
     ]  # fmt: skip
     assert version_from_image(invocation.image or "") == "0.22.1"  # kaito-base 0.4.x, cited
+
+
+def test_ray_serve_llm_runtime_env_is_the_server_environment() -> None:
+    # Ray Serve LLM's LLMConfig takes a runtime_env (docs.ray.io serve/llm), as apps do.
+    text = SHAPES["ray-serve-llm"].replace(
+        "          engine_kwargs:\n",
+        "          runtime_env:\n            env_vars: {PYTHONHASHSEED: '0'}\n"
+        "          engine_kwargs:\n",
+    )
+    (invocation,) = read_text(text, "rs.yaml")
+    (env,) = invocation.env
+    assert (env.name, env.value) == ("PYTHONHASHSEED", "0")
+    assert env.location is not None and env.location.line == line_of(text, "PYTHONHASHSEED")
