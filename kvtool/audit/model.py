@@ -65,6 +65,7 @@ InputKind = Literal[
     "helm-values",
     "dockerfile",
     "skypilot",
+    "github-actions",
 ]
 
 

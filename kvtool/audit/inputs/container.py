@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 import yaml
 
 from kvtool.audit.inputs import yaml_tree
-from kvtool.audit.inputs.command_line import find_serve
+from kvtool.audit.inputs.command_line import find_serve, serve_arguments
 from kvtool.audit.inputs.positions import LineIndex, OffsetMap
 from kvtool.audit.inputs.shell import ShellContext, read_script
 from kvtool.audit.inputs.shell_lexer import LexError, lex
@@ -102,7 +102,8 @@ def container_invocations(
             return []
         return _shell_item(words[match.args_start], source, context)
     if match is not None:
-        start, image = match.args_start, match.image or context.image
+        served = serve_arguments(texts, match)
+        image = match.image or context.image
         env = context.env + tuple(
             EnvAssignment(
                 name=t.partition("=")[0], value=t.partition("=")[2], location=words[i].location
@@ -110,10 +111,10 @@ def container_invocations(
             for i, t in sorted(match.env.items())
         )
     elif image_entrypoint is not None:
-        start, image, env = 0, context.image, context.env
+        served, image, env = list(range(len(words))), context.image, context.env
     else:
         return []
-    tokens = tuple(SourceToken(text=w.text, location=w.location) for w in words[start:])
+    tokens = tuple(SourceToken(text=words[i].text, location=words[i].location) for i in served)
     items, notes = referenced_config(tokens, context.base_dir)
     return [
         Invocation(

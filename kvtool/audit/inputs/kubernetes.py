@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import msgspec
 import yaml
 
-from kvtool.audit.inputs import kaito, kustomize, ray_serve, vllm_runtime, yaml_tree
+from kvtool.audit.inputs import kaito, kserve, kustomize, ray_serve, vllm_runtime, yaml_tree
 from kvtool.audit.inputs.container import (
     ArgvWord,
     container_invocations,
@@ -51,14 +51,23 @@ _MODEL_COMMANDS = {"vllmServe": ("vllm", "serve")}
 def read(text: str, source: ReadSource) -> list[Invocation]:
     comments = yaml_comment_suppressions(text, source.file)
     found: list[Invocation] = []
-    for document in yaml_tree.compose_documents(text, source.file):
+    documents = yaml_tree.compose_documents(text, source.file)
+    for document in documents:
         rendered_from = _helm_source(text, document)
         doc_notes = tuple(yaml_tree.duplicate_keys(document, source.file))
         if rendered_from:
             doc_notes += (f"rendered by Helm from {rendered_from}",)
         for invocation in _document(document, text, source, comments, rendered_from):
             found.append(msgspec.structs.replace(invocation, notes=invocation.notes + doc_notes))
+    if not found:
+        ray_serve.skip_user_code(documents, text, source.file)
     return found
+
+
+def _read_object(node: yaml.Node, text: str, source: ReadSource) -> list[Invocation]:
+    """One object of a file (a kustomize base, patched), read as :func:`read` reads it."""
+    comments = yaml_comment_suppressions(text, source.file)
+    return _document(node, text, source, comments, _helm_source(text, node))
 
 
 def configmaps_in(text: str, file: str | None) -> dict[str, dict[str, tuple[str, Location | None]]]:
@@ -118,9 +127,10 @@ def _document(
         if kind == "ConfigMap":
             found.extend(kaito.read_configmap(node, text, file, comments))
             continue
-        if kind == "Kustomization":
+        if kustomize.is_kustomization(node, kind, file):
             for patch in kustomize.inline_patches(node):
                 found.extend(kustomize.read_inline(patch, text, source, read))
+            found.extend(kustomize.read_json6902(node, text, source, _read_object))
             continue
         name = yaml_tree.scalar(yaml_tree.get_path(node, "metadata", "name")) or "?"
         first, last = node.start_mark.line + 1, node.end_mark.line + 1
@@ -226,7 +236,11 @@ def _container(
     words = expand_k8s_vars(words + args, env)
     entrypoint_is_image = command_node is None and model_command not in _MODEL_COMMANDS
     entrypoint: tuple[str, ...] | None = None
-    if entrypoint_is_image:
+    if entrypoint_is_image and kserve.runs_huggingface_server(container, image):
+        words = kserve.engine_argv(words, kserve.default_model_word(container, file)) or []
+        entrypoint = () if words else None
+        notes.append(kserve.IGNORED_NOTE)
+    elif entrypoint_is_image:
         entrypoint = _entrypoint(image, name, [w.text for w in words], notes)
     context = ShellContext(
         file=file,
