@@ -456,7 +456,38 @@ class RuleContext:
         once, in order; empty when there is no connector."""
         return self.connector.names if self.connector is not None else ()
 
+    @cached_property
+    def external_connectors(self) -> tuple[str, ...]:
+        """Connectors of ``--kv-transfer-config`` that vLLM loads from their own
+        ``kv_connector_module_path`` (the connector itself, MultiConnector children), in order.
+
+        Their classes are not the release's registered ones (the module path wins over the
+        registry), so the release tables cannot say what they support.
+        """
+        conn = self.connector
+        if conn is None or conn.via != "kv-transfer-config":
+            return ()
+        found: list[str] = []
+        if _module_path(self.kv_transfer_config):
+            found.append(conn.name)
+        connectors = self.extra_config.get("connectors")
+        for child in connectors if isinstance(connectors, list) else ():
+            if isinstance(child, dict) and _module_path(child):
+                found.append(str(child.get("kv_connector")))
+        return tuple(dict.fromkeys(found))
+
     def non_hma_connectors(self) -> list[str]:
-        """Connectors of the effective config that lack SupportsHMA (MultiConnector: its
-        children too)."""
-        return [name for name in self.connector_names if self.supports_hma(name) is False]
+        """Registered connectors of the effective config that lack SupportsHMA
+        (MultiConnector: its children too); classes loaded by module path are not judged."""
+        external = set(self.external_connectors)
+        return [
+            name
+            for name in self.connector_names
+            if name not in external and self.supports_hma(name) is False
+        ]
+
+
+def _module_path(connector_config: Mapping[str, Any]) -> bool:
+    """True when a (child) transfer config loads its class from ``kv_connector_module_path``."""
+    path = connector_config.get("kv_connector_module_path")
+    return isinstance(path, str) and bool(path)
