@@ -82,6 +82,16 @@ class SkippedInput(msgspec.Struct, frozen=True, kw_only=True):
         return f"{self.file}{':' if self.reason[:1].isdigit() else ': '}{self.reason}"
 
 
+class PodContainer(msgspec.Struct, frozen=True, kw_only=True):
+    """Another container of the pod a vLLM command runs in (a routing sidecar, a cache
+    server), as written: rules about what runs next to the engine read it."""
+
+    name: str
+    image: str | None = None
+    argv: tuple[SourceToken, ...] = ()  # ``command`` then ``args``, one word each
+    location: Location | None = None  # where the container is written
+
+
 class Invocation(msgspec.Struct, kw_only=True):
     """One ``vllm serve`` command found in an input, before normalisation.
 
@@ -95,6 +105,8 @@ class Invocation(msgspec.Struct, kw_only=True):
     tokens: tuple[SourceToken, ...] = ()
     env: tuple[EnvAssignment, ...] = ()
     image: str | None = None  # container image, when the input names one
+    # The other containers of the same pod (Kubernetes inputs; init containers included).
+    pod_containers: tuple[PodContainer, ...] = ()
     suppressions: tuple[Suppression, ...] = ()
     # Options read from a --config YAML are already key/value pairs, not argv words.
     config_items: tuple[tuple[str, Any, Location | None], ...] = ()

@@ -7,11 +7,13 @@ so a name is wrong when no tabled release reads it.
 
 from __future__ import annotations
 
+import itertools
+import re
 from collections.abc import Iterable
 
 from kvtool import lmcache
 from kvtool.audit.context import KV_TRANSFER_CONFIG, RuleContext
-from kvtool.audit.model import Finding, Severity
+from kvtool.audit.model import Finding, PodContainer, Severity
 from kvtool.audit.references import LMCACHE_MP_CONNECTOR, VLLM_CONFIG_032, lmcache_source
 from kvtool.audit.registry import ConfigRule, register
 from kvtool.audit.rules._common import closest, did_you_mean
@@ -214,6 +216,21 @@ AUTOSTART = "lmcache.mp.autostart"
 CONTAINER_INPUTS = ("kubernetes", "kaito", "compose")
 
 
+MP_SERVER_MODULE = "lmcache.v1.multiprocess.server"
+
+
+def _runs_mp_server(container: PodContainer) -> bool:
+    """True when a pod container starts LMCache's MP server: `lmcache server ...` or
+    `python -m lmcache.v1.multiprocess.server ...`, directly or inside a `sh -c` script."""
+    words = [token.text for token in container.argv]
+    if any(MP_SERVER_MODULE in word for word in words):
+        return True
+    for first, second in itertools.pairwise(words):
+        if first.rsplit("/", 1)[-1] == "lmcache" and second == "server":
+            return True
+    return any(re.search(r"(^|[\s/])lmcache\s+server\b", word) for word in words)
+
+
 @register
 class LmcacheMpServerNotStarted(ConfigRule):
     """Notes that LMCacheMPConnector needs an LMCache server reachable from the engine's pod.
@@ -221,9 +238,10 @@ class LmcacheMpServerNotStarted(ConfigRule):
     What
     ----
     A containerised engine (Kubernetes, KAITO or Compose input) loads `LMCacheMPConnector`,
-    does not ask the connector to start the server (`lmcache.mp.autostart`), and names no
-    server (`lmcache.mp.host` / `lmcache.mp.server_urls`), so it connects to the default
-    `tcp://localhost:5555` inside its own pod.
+    does not ask the connector to start the server (`lmcache.mp.autostart`), names no
+    server (`lmcache.mp.host` / `lmcache.mp.server_urls`), and no other container of its
+    pod runs `lmcache server` or `python -m lmcache.v1.multiprocess.server`, so it connects
+    to the default `tcp://localhost:5555` inside its own pod.
 
     Why
     ---
@@ -269,6 +287,8 @@ class LmcacheMpServerNotStarted(ConfigRule):
         named = any(k in extra for k in ("lmcache.mp.host", "lmcache.mp.server_urls"))
         if extra.get(AUTOSTART) or named:
             return
+        if any(_runs_mp_server(c) for c in ctx.config.invocation.pod_containers):
+            return  # a sidecar in the same pod serves tcp://localhost:5555
         yield self.finding(
             "LMCacheMPConnector connects to an LMCache server at tcp://localhost:5555 inside "
             "this pod; nothing in this config starts one (no lmcache.mp.autostart, no "
