@@ -89,7 +89,56 @@ def _bug_matches(ctx: RuleContext, bug: KnownBug) -> bool:
         return False
     if bug.when_model and not re.search(bug.when_model, ctx.config.model or ""):
         return False
+    if not all(
+        _matches(pattern, _option_value(ctx, path)) for path, pattern in bug.when_values.items()
+    ):
+        return False
+    if bug.when_extra and not any(
+        all(
+            _matches(pattern, _extra_values(extra, path))
+            for path, pattern in bug.when_extra.items()
+        )
+        for name, extra in ctx.connector_extra_configs
+        if not bug.when_connectors or name in bug.when_connectors
+    ):
+        return False
+    if bug.when_state_layers and not (ctx.model is not None and ctx.model.mamba):
+        return False
     return not (bug.when_hybrid and not (ctx.model is not None and ctx.model.hybrid))
+
+
+def _matches(pattern: str, values: list[object]) -> bool:
+    """One of ``values`` (scalars only) matches ``pattern`` in full, ignoring case."""
+    return any(
+        not isinstance(value, dict | list)
+        and re.fullmatch(
+            pattern, str(value).lower() if isinstance(value, bool) else str(value), re.IGNORECASE
+        )
+        is not None
+        for value in values
+    )
+
+
+def _option_value(ctx: RuleContext, path: str) -> list[object]:
+    """The value of ``--flag`` or of ``--flag.key.key`` in a JSON-valued flag ([] when unset)."""
+    flag, _, keys = path.partition(".")
+    if keys:
+        return _extra_values(ctx.config.json_values.get(flag, {}), keys)
+    option = ctx.option(flag)
+    return [] if option is None or option.value is None else [option.value]
+
+
+def _extra_values(tree: object, path: str) -> list[object]:
+    """Every value at ``key.key`` below ``tree``; a list on the way yields each element's."""
+    found = [tree]
+    for key in path.split("."):
+        step: list[object] = []
+        for node in found:
+            for item in node if isinstance(node, list) else [node]:
+                if isinstance(item, dict) and key in item:
+                    step.append(item[key])
+        found = step
+    return [leaf for value in found for leaf in (value if isinstance(value, list) else [value])]
 
 
 @register
