@@ -155,8 +155,9 @@ class Semantics:
         )
 
     def bugs_at(self, version: str) -> tuple[KnownBug, ...]:
-        """Known bugs whose range covers ``version`` (an lmcache row's range is lmcache's:
-        a serve config does not name the lmcache release, so those rows always apply)."""
+        """Known bugs whose range covers ``version`` (an lmcache row's range is lmcache's
+        and is not checked here: the known-bug rule checks it against the LMCache release
+        the user names)."""
         return self._memoized(
             ("bugs", "", version),
             lambda: tuple(

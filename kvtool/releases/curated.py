@@ -101,6 +101,7 @@ class KnownBug(VersionRange, frozen=True, kw_only=True):
     ``when_offload`` KV offload configured; ``when_model`` regex on the model name;
     ``when_hybrid`` the model is a hybrid (Mamba/SWA + attention) model;
     ``when_state_layers`` it has Mamba/Gated DeltaNet/linear-attention state layers;
+    ``unless_env`` not every one of these env vars has its value (a documented way out);
     ``when_values`` each option's value matches its regex in full (case-insensitive;
     ``--flag.key.key`` addresses a key of a JSON-valued flag); ``when_extra`` each
     ``kv_connector_extra_config`` path (``key.key``; a list matches when one element
@@ -117,6 +118,7 @@ class KnownBug(VersionRange, frozen=True, kw_only=True):
     when_flags: tuple[str, ...] = ()
     when_connectors: tuple[str, ...] = ()
     when_env: dict[str, str] = msgspec.field(default_factory=dict)
+    unless_env: dict[str, str] = msgspec.field(default_factory=dict)
     when_offload: bool = False
     when_model: str | None = None
     when_hybrid: bool = False

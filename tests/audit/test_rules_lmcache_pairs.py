@@ -64,3 +64,27 @@ def test_an_lmcache_release_outside_the_table_is_one_info() -> None:
 
 def test_the_cli_value_reaches_the_settings() -> None:
     assert apply_cli(AuditSettings(), lmcache_version="0.4.7").lmcache_version == "0.4.7"
+
+
+def known_bugs(version: str, lmcache: str | None, *options: Any) -> list[str]:
+    ctx = dataclasses.replace(context(config(version, *options)), lmcache_version=lmcache)
+    return [f.evidence["bug"] for f in check_config(ctx, Selection(enabled={"SC002"}))]
+
+
+def test_lmcache_3688_matches_the_lmcache_releases_that_ship_the_assertion() -> None:
+    # LMCache#3688: request_finished's FINISHED_ABORTED branch asserts lmcache_engine is not
+    # None (lmcache 0.5.0 wheel, vllm_v1_adapter.py:1849); 0.5.1 guards it (LMCache#3337).
+    v1 = ktc(kv_connector="LMCacheConnectorV1", kv_role="kv_both")
+    assert "LMCache/LMCache#3688" in known_bugs("0.32.0", "0.5.0", v1)
+    assert "LMCache/LMCache#3688" in known_bugs("0.32.0", "0.4.5", v1)
+    assert "LMCache/LMCache#3688" not in known_bugs("0.32.0", "0.5.1", v1)  # guarded
+    assert "LMCache/LMCache#3688" not in known_bugs("0.32.0", "0.4.4", v1)  # not yet there
+    # The scheduler builds the engine with bypass lookup on (vllm_service_factory.py:166).
+    bypass = {"LMCACHE_ENABLE_SCHEDULER_BYPASS_LOOKUP": "True"}
+    ctx = context(config("0.32.0", v1, env=bypass))
+    ctx = dataclasses.replace(ctx, lmcache_version="0.5.0")
+    assert not check_config(ctx, Selection(enabled={"SC002"}))
+    # Unknown LMCache release: a fixed LMCache row says nothing; an open one still applies.
+    assert "LMCache/LMCache#3688" not in known_bugs("0.32.0", None, v1)
+    mp = ktc(kv_connector="LMCacheMPConnector", kv_role="kv_both")
+    assert "LMCache/LMCache#3688" not in known_bugs("0.32.0", "0.5.0", mp)
