@@ -158,3 +158,15 @@ def test_lmcache_4134_drift_is_in_the_table() -> None:
     }
     assert "takes 6 arguments, vLLM passes 7" in reasons["0.5.0"]
     assert "'server_url'" in reasons["0.5.6"]
+
+
+def test_vllm_42911_pair_is_the_parallel_strategy_signature() -> None:
+    # vllm-project/vllm#42911: vllm 0.21.0+cu129 with lmcache 0.4.7 and LMCacheMPConnector
+    # fails; vLLM 0.21.0 builds ParallelStrategy with seven arguments, LMCache 0.4.7's
+    # dataclass has five fields (use_mla, vllm_world_size, vllm_worker_id, tp_size, pp_size).
+    row = next(
+        r
+        for r in lmcache.vllm_pairs().pairs
+        if (r.vllm, r.lmcache, r.connector) == ("0.21.0", "0.4.7", "LMCacheMPConnector")
+    )
+    assert row.reason.startswith("TypeError: ParallelStrategy() takes 5 arguments, vLLM passes 7")

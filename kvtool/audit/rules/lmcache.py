@@ -19,6 +19,7 @@ from kvtool.audit.references import (
     VLLM_CONFIG_032,
     lmcache_issue,
     lmcache_source,
+    vllm_issue,
     vllm_source,
 )
 from kvtool.audit.registry import ConfigRule, register
@@ -237,7 +238,8 @@ class LmcacheVllmPairDoesNotStart(ConfigRule):
     The engine dies while constructing the connector: `ImportError: cannot import name
     'cdiv' from 'vllm.utils'` (LMCache 0.3.x on vLLM 0.14+), or `TypeError` from
     `ParallelStrategy(...)` / `LMCacheMPSchedulerAdapter(server_url=...)` when vLLM's own
-    MP connector meets a newer LMCache (LMCache#4134 on vLLM 0.19/0.20).
+    MP connector meets a newer LMCache (LMCache#4134 on vLLM 0.19/0.20; vllm#42911 with
+    vLLM 0.21.0 and LMCache 0.4.7).
 
     Example
     -------
@@ -261,6 +263,7 @@ class LmcacheVllmPairDoesNotStart(ConfigRule):
     summary = "the LMCache release next to vLLM cannot start this connector with this vLLM"
     references = (
         lmcache_issue(4134, "MP connector variants drifted: ParallelStrategy arity, server_urls"),
+        vllm_issue(42911, "vLLM 0.21.0 with LMCache 0.4.7: LMCacheMPConnector fails to start"),
         vllm_source(
             "0.20.0",
             "vllm/distributed/kv_transfer/kv_connector/v1/lmcache_mp_connector.py",
