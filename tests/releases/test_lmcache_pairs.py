@@ -161,9 +161,11 @@ def test_lmcache_4134_drift_is_in_the_table() -> None:
 
 
 def test_vllm_42911_pair_is_the_parallel_strategy_signature() -> None:
-    # vllm-project/vllm#42911: vllm 0.21.0+cu129 with lmcache 0.4.7 and LMCacheMPConnector
-    # fails; vLLM 0.21.0 builds ParallelStrategy with seven arguments, LMCache 0.4.7's
-    # dataclass has five fields (use_mla, vllm_world_size, vllm_worker_id, tp_size, pp_size).
+    # vllm-project/vllm#42911 (2026-06-15 comment) runs vllm 0.21.0+cu129 with lmcache 0.4.7
+    # and LMCacheMPConnector. The wheels say that pair cannot start: vLLM 0.21.0 does not try
+    # LMCache's own connector and builds ParallelStrategy with seven arguments; LMCache
+    # 0.4.7's dataclass has five fields (use_mla, vllm_world_size, vllm_worker_id, tp_size,
+    # pp_size).
     row = next(
         r
         for r in lmcache.vllm_pairs().pairs

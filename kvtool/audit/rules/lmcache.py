@@ -238,8 +238,8 @@ class LmcacheVllmPairDoesNotStart(ConfigRule):
     The engine dies while constructing the connector: `ImportError: cannot import name
     'cdiv' from 'vllm.utils'` (LMCache 0.3.x on vLLM 0.14+), or `TypeError` from
     `ParallelStrategy(...)` / `LMCacheMPSchedulerAdapter(server_url=...)` when vLLM's own
-    MP connector meets a newer LMCache (LMCache#4134 on vLLM 0.19/0.20; vllm#42911 with
-    vLLM 0.21.0 and LMCache 0.4.7).
+    MP connector meets a newer LMCache (LMCache#4134 on vLLM 0.19/0.20; the vLLM 0.21.0 +
+    LMCache 0.4.7 pair a vllm#42911 comment runs).
 
     Example
     -------
@@ -263,7 +263,7 @@ class LmcacheVllmPairDoesNotStart(ConfigRule):
     summary = "the LMCache release next to vLLM cannot start this connector with this vLLM"
     references = (
         lmcache_issue(4134, "MP connector variants drifted: ParallelStrategy arity, server_urls"),
-        vllm_issue(42911, "vLLM 0.21.0 with LMCache 0.4.7: LMCacheMPConnector fails to start"),
+        vllm_issue(42911, "LMCache on vLLM 0.19.1/0.21.0; a comment pairs 0.21.0 with 0.4.7"),
         vllm_source(
             "0.20.0",
             "vllm/distributed/kv_transfer/kv_connector/v1/lmcache_mp_connector.py",
