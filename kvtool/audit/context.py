@@ -416,8 +416,13 @@ class RuleContext:
         )
 
     def _multi_children(self) -> tuple[str, ...]:
+        """MultiConnector's ``connectors``; only MultiConnector (or a class loaded by module
+        path, which may subclass it) reads that key."""
         connectors = self.extra_config.get("connectors")
-        if not isinstance(connectors, list):
+        name = self.kv_transfer_config.get("kv_connector")
+        if not isinstance(connectors, list) or not (
+            name == "MultiConnector" or _module_path(self.kv_transfer_config)
+        ):
             return ()
         return tuple(
             str(child["kv_connector"])
@@ -434,7 +439,7 @@ class RuleContext:
         if conn is None or conn.via != "kv-transfer-config":
             return ()
         pairs: list[tuple[str, dict[str, Any]]] = [(conn.name, self.extra_config)]
-        connectors = self.extra_config.get("connectors")
+        connectors = self.extra_config.get("connectors") if conn.children else None
         for child in connectors if isinstance(connectors, list) else ():
             if isinstance(child, dict) and isinstance(child.get("kv_connector"), str):
                 extra = child.get("kv_connector_extra_config")

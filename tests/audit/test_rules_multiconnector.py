@@ -85,3 +85,16 @@ def test_before_the_per_connector_decision_the_class_does_not_matter() -> None:
     found = run(config("0.21.0", ktc(**PRIVATE), model=QWEN35))
     assert only(found, "CN011").severity.value == "error"
     assert "CN014" not in codes(found)
+
+
+def test_a_connectors_list_under_another_connector_is_not_read() -> None:
+    # Only MultiConnector reads kv_connector_extra_config.connectors
+    # (v1/multi_connector.py, _get_connector_classes_and_configs at v0.32.0): under
+    # NixlConnector (SupportsHMA) the list is inert, so HMA stays on.
+    stray = ktc(
+        kv_connector="NixlConnector",
+        kv_role="kv_both",
+        kv_connector_extra_config={"connectors": [LMCACHE_V1]},
+    )
+    assert "CN011" not in codes(run(config("0.32.0", stray, model=QWEN35)))
+    assert "CN011" in codes(run(config("0.32.0", multi(LMCACHE_V1), model=QWEN35)))
