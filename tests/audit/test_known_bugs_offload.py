@@ -60,3 +60,16 @@ def test_55503_stays_quiet_without_the_fs_tier_or_mtp() -> None:
     cpu_only = ktc(kv_connector="OffloadingConnector", kv_role="kv_both")
     assert "vllm-project/vllm#55503" not in bugs("0.32.0", cpu_only, MTP)
     assert "vllm-project/vllm#55503" not in bugs("0.22.1", tiered("fs"), MTP)  # no fs tier yet
+
+
+def test_51094_wrong_output_at_chunk_boundaries_in_all_mode_until_0_28() -> None:
+    # resolve_mamba_align_size (offloading/scheduler.py) aligns only "align" groups in the
+    # 0.24.0-0.27.1 wheels and "align" or "all" from 0.28.0 (PR #51100, Fixes #51094).
+    offload = opt("--kv-offloading-size", "32")
+    assert "vllm-project/vllm#51094" in bugs("0.27.1", offload, ALL)
+    assert "vllm-project/vllm#51094" not in bugs("0.28.0", offload, ALL)  # fixed
+    assert "vllm-project/vllm#51094" not in bugs(
+        "0.27.1", offload, opt("--mamba-cache-mode", "align")
+    )
+    dense = "meta-llama/Llama-3.1-8B-Instruct"
+    assert "vllm-project/vllm#51094" not in bugs("0.27.1", offload, ALL, model=dense)
