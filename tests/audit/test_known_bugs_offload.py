@@ -73,3 +73,16 @@ def test_51094_wrong_output_at_chunk_boundaries_in_all_mode_until_0_28() -> None
     )
     dense = "meta-llama/Llama-3.1-8B-Instruct"
     assert "vllm-project/vllm#51094" not in bugs("0.27.1", offload, ALL, model=dense)
+
+
+def test_45268_external_hit_on_mamba_align_until_0_23() -> None:
+    # Scheduler._mamba_block_aligned_split asserts num_external_computed_tokens == 0 in the
+    # 0.15.0-0.22.1 wheels; gone from 0.23.0 (PR #42554, regression test PR #45613).
+    offload = opt("--kv-offloading-size", "32")
+    align = opt("--mamba-cache-mode", "align")
+    assert "vllm-project/vllm#45268" in bugs("0.22.0", offload, align)
+    assert "vllm-project/vllm#45268" not in bugs("0.23.0", offload, align)  # fixed
+    assert "vllm-project/vllm#45268" not in bugs("0.22.0", offload)  # mode not written
+    assert "vllm-project/vllm#45268" not in bugs("0.22.0", align)  # no connector
+    dense = "meta-llama/Llama-3.1-8B-Instruct"
+    assert "vllm-project/vllm#45268" not in bugs("0.22.0", offload, align, model=dense)
