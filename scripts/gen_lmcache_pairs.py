@@ -4,6 +4,7 @@ cannot start, read from both projects' released wheels.
 
     python scripts/gen_lmcache_pairs.py            # every tabled vLLM x LMCache release
     python scripts/gen_lmcache_pairs.py --check    # exit 1 when the table drifts
+    python scripts/gen_lmcache_pairs.py --check --versions 0.21.0   # one vLLM release
 
 vLLM and LMCache wheels are fetched like the release and LMCache tables
 (``.cache/wheels/``, ``.cache/lmcache/``) and read with ``ast``; nothing is imported.
@@ -42,6 +43,7 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from packaging.version import Version
 
@@ -383,7 +385,7 @@ def _tabled(folder: Path) -> list[str]:
 
 def build(
     vllm_versions: list[str], lmcache_versions: list[str], vllm_cache: Path, lmcache_cache: Path
-) -> dict[str, object]:
+) -> dict[str, Any]:
     pip = wheels.default_pip()
     lmcaches = []
     for version in lmcache_versions:
@@ -411,28 +413,46 @@ def build(
     }
 
 
+def _only(table: dict[str, Any], vllm_versions: list[str]) -> dict[str, Any]:
+    """``table`` restricted to ``vllm_versions`` (every LMCache release kept)."""
+    return {
+        **table,
+        "vllm_wheels": {v: w for v, w in table["vllm_wheels"].items() if v in vllm_versions},
+        "pairs": [row for row in table["pairs"] if row["vllm"] in vllm_versions],
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="compare with the committed table")
+    parser.add_argument(
+        "--versions", nargs="+", help="with --check: only these vLLM releases (default: all)"
+    )
     parser.add_argument("--vllm-cache-dir", type=Path, default=_REPO / ".cache" / "wheels")
     parser.add_argument("--lmcache-cache-dir", type=Path, default=_REPO / ".cache" / "lmcache")
     parser.add_argument("--out", type=Path, default=_REPO / "rules" / "lmcache" / "vllm_pairs.json")
     args = parser.parse_args(argv)
     vllm_versions = _tabled(_REPO / "rules" / "releases")
+    if args.versions:
+        if not args.check:
+            parser.error("--versions only narrows --check; the table covers every release")
+        vllm_versions = [v for v in vllm_versions if v in set(args.versions)]
     lmcache_versions = _tabled(_REPO / "rules" / "lmcache")
     try:
         table = build(vllm_versions, lmcache_versions, args.vllm_cache_dir, args.lmcache_cache_dir)
     except RuntimeError as exc:
         _log(f"error: {exc}")
         return 2
-    text = json.dumps(table, indent=1, ensure_ascii=False) + "\n"
     if args.check:
-        if not args.out.exists() or args.out.read_text(encoding="utf-8") != text:
+        committed = json.loads(args.out.read_text(encoding="utf-8")) if args.out.exists() else {}
+        if args.versions:
+            committed = _only(committed, vllm_versions) if committed else {}
+        if committed != table:
             _log(f"drift: {args.out.name} differs from the one derived from the wheels")
             return 1
         return 0
-    args.out.write_text(text, encoding="utf-8")
-    _log(f"wrote {args.out} ({len(table['pairs'])} failing pairs)")  # type: ignore[arg-type]
+    args.out.write_text(json.dumps(table, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    _log(f"wrote {args.out} ({len(table['pairs'])} failing pairs)")
     return 0
 
 

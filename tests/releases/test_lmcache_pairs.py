@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
 import sys
 import zipfile
 from functools import cache
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 from kvtool import lmcache
 from tests.conftest import REPO_ROOT
+from tests.releases.wheelcache import pypi_reachable
 
 ADAPTER = "lmcache/integration/vllm/vllm_multi_process_adapter.py"
 VLLM_MP = "vllm/distributed/kv_transfer/kv_connector/v1/lmcache_mp_connector.py"
@@ -172,3 +176,25 @@ def test_vllm_42911_pair_is_the_parallel_strategy_signature() -> None:
         if (r.vllm, r.lmcache, r.connector) == ("0.21.0", "0.4.7", "LMCacheMPConnector")
     )
     assert row.reason.startswith("TypeError: ParallelStrategy() takes 5 arguments, vLLM passes 7")
+
+
+@pytest.mark.network
+@pytest.mark.timeout(600)
+def test_the_table_re_derives_from_the_wheels_for_one_release() -> None:
+    cached = (REPO_ROOT / ".cache" / "lmcache").is_dir() and (
+        REPO_ROOT / ".cache" / "wheels"
+    ).is_dir()
+    if not cached and not pypi_reachable():
+        pytest.skip("the wheels are not cached and pypi.org:443 is unreachable")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO_ROOT / "scripts" / "gen_lmcache_pairs.py"),
+            "--check",
+            "--versions",
+            "0.21.0",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
