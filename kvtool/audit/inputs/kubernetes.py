@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import msgspec
 import yaml
 
-from kvtool.audit.inputs import kaito, kserve, kustomize, ray_serve, vllm_runtime, yaml_tree
+from kvtool.audit.inputs import kaito, kserve, kustomize, pod, ray_serve, vllm_runtime, yaml_tree
 from kvtool.audit.inputs.container import (
     ArgvWord,
     container_invocations,
@@ -36,7 +36,7 @@ from kvtool.audit.inputs.suppressions import (
     annotation_suppressions,
     yaml_comment_suppressions,
 )
-from kvtool.audit.model import EnvAssignment, Invocation, Location, Suppression
+from kvtool.audit.model import EnvAssignment, Invocation, Location, PodContainer, Suppression
 from kvtool.releases.images import serve_entrypoint
 
 _CONTAINER_LISTS = ("initContainers", "containers")
@@ -140,12 +140,19 @@ def _document(
             owner += f" (from {rendered_from})"
         object_annotations = _annotation_suppressions(node, file)
         model = _model_name(node)
-        for item in _containers(node):
+        items = list(_containers(node))
+        pod_siblings = _pod_siblings(items, text, file)
+        for item in items:
             where = owner + (f" {item.role}" if item.role else "")
             suppressions = object_annotations + local
             if item.pod is not None:
                 suppressions = _annotation_suppressions(item.pod, file) + suppressions
-            invocations = _container(item.container, text, source, where, suppressions, model)
+            invocations = [
+                msgspec.structs.replace(invocation, pod_containers=pod_siblings[id(item.container)])
+                for invocation in _container(
+                    item.container, text, source, where, suppressions, model
+                )
+            ]
             found.extend(attach_pod_resources(invocations, item.container, item.pod, file))
         found.extend(_kubeai_model(node, kind, text, source, owner, local))
         if kind == "RayService":
@@ -184,6 +191,20 @@ def _containers(root: yaml.Node) -> Iterator[_Found]:
             elif key not in ("metadata", "status", "env", "envFrom"):
                 children.append((value, _role(role, key), node))
         stack.extend(reversed(children))
+
+
+def _pod_siblings(
+    items: list[_Found], text: str, file: str | None
+) -> dict[int, tuple[PodContainer, ...]]:
+    """Each container's pod mates: containers under one pod template share its holder and
+    role (a values file's ``prefill``/``decode`` lists share the holder, not the role)."""
+    pods: dict[tuple[int, str], list[yaml.Node]] = {}
+    for item in items:
+        pods.setdefault((id(item.pod), item.role), []).append(item.container)
+    found: dict[int, tuple[PodContainer, ...]] = {}
+    for containers in pods.values():
+        found.update(pod.siblings(containers, text, file))
+    return found
 
 
 def _role(role: str, key: str) -> str:
