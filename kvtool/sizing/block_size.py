@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvtool.sizing.backends import Backend
+from kvtool.sizing.backends import Backend, preferred_block_for
 from kvtool.sizing.layer_pages import LayerPages
 
 
@@ -40,16 +40,23 @@ def choose_block_size(
     pinned: int | None,
     default_block_size: int,
     mla: bool,
+    layer_backends: tuple[Backend, ...] = (),
 ) -> BlockChoice:
-    """vLLM's block size for these layers on ``backend`` (``pinned`` = ``--block-size``)."""
+    """vLLM's block size for these layers on ``backend`` (``pinned`` = ``--block-size``).
+
+    ``layer_backends`` are the backends of other cache layers (the DSA indexer's): the
+    block is then one every backend takes.
+    """
+    backends = [backend, *(b for b in layer_backends if b != backend)]
+    names = " and ".join(b.name for b in backends)
     if pinned is not None:
         block, reason = pinned, f"--block-size {pinned}"
     else:
-        block = backend.preferred_block(default_block_size)
+        block = preferred_block_for(backends, default_block_size)
         reason = (
-            f"vLLM default {default_block_size}, accepted by {backend.name}"
+            f"vLLM default {default_block_size}, accepted by {names}"
             if block == default_block_size
-            else f"{backend.name} kernels take blocks of {block}"
+            else f"{names} kernels take blocks of {block}"
         )
     states = [p.state_bytes for p in pages if p.kind == "state"]
     attention = [p.bytes_per_token for p in pages if p.kind != "state"]

@@ -11,14 +11,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvtool.sizing.backends import AttentionFamily, Backend, backend_by_name, select_backend
+import msgspec
+
+from kvtool.sizing.backends import (
+    AttentionFamily,
+    Backend,
+    backend_by_name,
+    layer_backend,
+    select_backend,
+)
 from kvtool.sizing.block_size import BlockChoice, choose_block_size
 from kvtool.sizing.deployment import Deployment
 from kvtool.sizing.dtypes import kv_dtype_bytes
 from kvtool.sizing.facts import SizingFacts
 from kvtool.sizing.kv_groups import KvPool, build_pool
 from kvtool.sizing.layer_pages import LayerPages, layer_pages
-from kvtool.sizing.spec import ModelSpec
+from kvtool.sizing.spec import AttentionKind, ModelSpec
 
 # vLLM's "auto" model dtype on CUDA downcasts a float32 checkpoint to the platform's first
 # supported dtype, bfloat16 (config/model.py _resolve_auto_dtype; platforms/cuda.py).
@@ -28,6 +36,7 @@ CUDA_PREFERRED_DTYPE = "bfloat16"
 
 @dataclass(frozen=True)
 class KvPlan:
+    spec: ModelSpec  # the model as the backend stores it (packed latent bytes filled in)
     model_dtype: str
     kv_cache_dtype: str  # resolved: "auto" only when it means the model dtype
     kv_bytes: int
@@ -62,7 +71,25 @@ def resolve_kv_cache_dtype(spec: ModelSpec, dep: Deployment) -> tuple[str, str |
 
 
 def attention_family(spec: ModelSpec) -> AttentionFamily:
+    if spec.is_sparse_mla:
+        return "sparse_mla"
     return "mla" if spec.is_mla else "attention"
+
+
+def _as_stored(spec: ModelSpec, backend: Backend, kv_dtype: str) -> tuple[ModelSpec, str | None]:
+    """``spec`` with the latent bytes of a backend that packs it (FlashMLA-sparse fp8_ds_mla)."""
+    packed = backend.packed_token_bytes(kv_dtype) if spec.is_sparse_mla else None
+    if packed is None:
+        return spec, None
+    attention = tuple(
+        msgspec.structs.replace(g, token_bytes=packed) if g.kind is AttentionKind.MLA else g
+        for g in spec.attention
+    )
+    note = (
+        f"{backend.name} stores --kv-cache-dtype {kv_dtype} as fp8_ds_mla: "
+        f"{packed} B per token per layer"
+    )
+    return msgspec.structs.replace(spec, attention=attention), note
 
 
 def plan_kv_cache(spec: ModelSpec, dep: Deployment, facts: SizingFacts) -> KvPlan:
@@ -76,14 +103,22 @@ def plan_kv_cache(spec: ModelSpec, dep: Deployment, facts: SizingFacts) -> KvPla
         backend = backend_by_name(dep.attention_backend)
     else:
         backend = select_backend(dep.gpu, attention_family(spec), kv_dtype)
+    spec, note = _as_stored(spec, backend, kv_dtype)
+    notes += [note] if note else []
     ssm_dtype = dep.mamba_ssm_dtype or spec.ssm_state_dtype or model_dtype
     pages = layer_pages(spec, dep.tp, dep.pp, kv_bytes, model_dtype, ssm_dtype)
-    block = choose_block_size(pages, backend, dep.block_size, facts.default_block_size, spec.is_mla)
+    others = tuple(
+        b for p in pages if p.count and (b := layer_backend(p.kind)) is not None
+    )
+    block = choose_block_size(
+        pages, backend, dep.block_size, facts.default_block_size, spec.is_mla, others
+    )
     state_page = block.state_page_padded_bytes or max(
         (p.state_bytes for p in pages if p.kind == "state"), default=0
     )
     pool = build_pool(pages, block.block_size, state_page)
     return KvPlan(
+        spec=spec,
         model_dtype=model_dtype,
         kv_cache_dtype=kv_dtype,
         kv_bytes=kv_bytes,

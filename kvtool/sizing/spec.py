@@ -18,6 +18,9 @@ class AttentionKind(str, Enum):
     SLIDING = "sliding"
     CHUNKED = "chunked"  # chunked local attention (Llama 4): a window that restarts per chunk
     MLA = "mla"
+    # The DSA indexer's key cache beside sparse MLA (DeepSeek-V3.2, GLM-5): one fp8 key
+    # and its scales per token, replicated on every TP rank like the latent.
+    INDEXER = "indexer"
 
 
 class SpecError(ValueError):
@@ -47,9 +50,11 @@ class _Frozen(msgspec.Struct, frozen=True, kw_only=True):
 class AttentionGroup(_Frozen, frozen=True, kw_only=True):
     """``num_layers`` attention layers with the same cache geometry.
 
-    Invariant: MLA groups have ``num_kv_heads == 1`` and ``head_size_v == 0`` (one latent
-    vector per token, replicated on every TP rank); sliding groups have a window, and
+    Invariant: MLA and indexer groups have ``num_kv_heads == 1`` and ``head_size_v == 0``
+    (one vector per token, replicated on every TP rank); sliding groups have a window, and
     chunked-local groups carry their ``attention_chunk_size`` in ``sliding_window``.
+    ``token_bytes`` fixes a layer's bytes per token whatever the KV cache dtype: the
+    indexer's uint8 cache, or a latent the attention backend packs (fp8_ds_mla).
     """
 
     MINIMUMS: ClassVar[dict[str, int]] = {
@@ -58,6 +63,7 @@ class AttentionGroup(_Frozen, frozen=True, kw_only=True):
         "head_size_k": 1,
         "head_size_v": 0,
         "sliding_window": 1,
+        "token_bytes": 1,
     }
 
     kind: AttentionKind
@@ -66,15 +72,21 @@ class AttentionGroup(_Frozen, frozen=True, kw_only=True):
     head_size_k: int
     head_size_v: int
     sliding_window: int | None = None
+    token_bytes: int | None = None
 
     @property
     def is_local(self) -> bool:
         """The layer attends to a bounded window, not the whole sequence."""
         return self.kind in (AttentionKind.SLIDING, AttentionKind.CHUNKED)
 
+    @property
+    def is_replicated(self) -> bool:
+        """Every TP rank holds the whole vector (MLA latent, DSA indexer key)."""
+        return self.kind in (AttentionKind.MLA, AttentionKind.INDEXER)
+
     def kv_heads_per_rank(self, tp: int) -> int:
         """KV heads one TP rank holds: a shard, or one replicated head when heads < TP."""
-        if self.kind is AttentionKind.MLA:
+        if self.is_replicated:
             return 1
         return max(1, self.num_kv_heads // tp)
 
@@ -84,8 +96,20 @@ class AttentionGroup(_Frozen, frozen=True, kw_only=True):
 
     def logical_elements_per_token_per_layer(self) -> int:
         """Elements per token per layer for the whole model, with no replica counted."""
-        heads = 1 if self.kind is AttentionKind.MLA else self.num_kv_heads
+        heads = 1 if self.is_replicated else self.num_kv_heads
         return heads * (self.head_size_k + self.head_size_v)
+
+    def bytes_per_token_per_layer(self, tp: int, kv_bytes: int) -> int:
+        """Bytes one rank stores per token per layer at ``kv_bytes`` per KV element."""
+        if self.token_bytes is not None:
+            return self.token_bytes
+        return self.elements_per_token_per_layer(tp) * kv_bytes
+
+    def logical_bytes_per_token_per_layer(self, kv_bytes: int) -> int:
+        """Bytes per token per layer for the whole model, with no replica counted."""
+        if self.token_bytes is not None:
+            return self.token_bytes
+        return self.logical_elements_per_token_per_layer() * kv_bytes
 
 
 class Mamba1Group(_Frozen, frozen=True, kw_only=True):
@@ -223,6 +247,11 @@ class ModelSpec(_Frozen, frozen=True, kw_only=True):
     @property
     def is_mla(self) -> bool:
         return any(g.kind is AttentionKind.MLA for g in self.attention)
+
+    @property
+    def is_sparse_mla(self) -> bool:
+        """MLA with a DSA indexer cache (vLLM: the config has ``index_topk``)."""
+        return any(g.kind is AttentionKind.INDEXER for g in self.attention)
 
     @property
     def is_hybrid_state(self) -> bool:

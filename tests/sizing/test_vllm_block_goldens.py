@@ -16,7 +16,13 @@ import pytest
 
 from kvtool.sizing import SizingReport, compute, load_model_spec, make_deployment
 from kvtool.sizing.backends import backend_table
-from tests.sizing.cache_tensors import kv_page_bytes, mla_page_bytes
+from kvtool.sizing.catalog import find_entry
+from tests.sizing.cache_tensors import (
+    ds_mla_page_bytes,
+    dsa_indexer_page_bytes,
+    kv_page_bytes,
+    mla_page_bytes,
+)
 
 GIB = 1 << 30
 
@@ -376,3 +382,78 @@ def test_qwen3_vl_text_part(tmp_path: Path, tp: int, dtype: str) -> None:
     element = 1 if dtype == "fp8" else 2
     assert groups(r) == [("full", 32, 16)]
     assert r.kv_bytes_per_token_per_rank == 32 * kv_page_bytes(1, 32 // tp, 128, element)
+
+
+# DeepSeek-V3.2 and GLM-5 (catalog entries): 61 / 78 layers, kv_lora_rank 512 + rope 64,
+# index_head_dim 128, an indexer on every layer.
+SPARSE_MLA_LAYERS = {"deepseek-v3.2": 61, "glm-5": 78}
+
+
+@pytest.mark.parametrize("model", sorted(SPARSE_MLA_LAYERS))
+@pytest.mark.parametrize(("tp", "dtype"), [(1, "auto"), (8, "auto"), (1, "fp8"), (8, "fp8")])
+def test_sparse_mla_latent_and_indexer_pages_share_one_group(
+    model: str, tp: int, dtype: str
+) -> None:
+    # vLLM 0.32 on SM90 (platforms/cuda.py): only the sparse backends serve a config with
+    # index_topk; FLASH_ATTN_MLA_SPARSE takes no fp8, so fp8 runs FLASHMLA_SPARSE, which
+    # stores it as fp8_ds_mla (mla_attention.py). Both take MultipleOf(64) and the indexer
+    # backend exactly 64, so the block is 64. The latent and indexer specs are both
+    # MLAAttentionSpec: one UniformTypeKVCacheSpecs group, a pool block is every page.
+    layers = SPARSE_MLA_LAYERS[model]
+    r = report(model, tp=tp, kv_cache_dtype=dtype, gpu_kv_gib=40, context_len=4096)
+    latent = (
+        ds_mla_page_bytes(64, 512, 64, 128) if dtype == "fp8" else mla_page_bytes(64, 576, 2)
+    )
+    indexer = dsa_indexer_page_bytes(64, 128, 128)
+    backend = "FLASHMLA_SPARSE" if dtype == "fp8" else "FLASH_ATTN_MLA_SPARSE"
+    assert (r.attention_backend, r.block_size) == (backend, 64)
+    (group,) = r.kv_cache_groups
+    assert (group.kind, group.layers, group.page_bytes) == ("mla", 2 * layers, latent)
+    assert sorted((p.page_bytes, p.layers) for p in group.layer_pages) == sorted(
+        [(latent, layers), (indexer, layers)]
+    )
+    assert r.pool_block_bytes == layers * (latent + indexer)
+    assert r.num_gpu_blocks == 40 * GIB // r.pool_block_bytes
+    # get_max_concurrency_for_kv_cache_config: blocks / cdiv(4096, 64) x 4096.
+    assert r.gpu_tier_tokens == int(r.num_gpu_blocks / (4096 // 64) * 4096)
+    # Every rank holds the whole latent and the whole indexer key (replicated).
+    assert r.kv_bytes_per_token_per_rank == layers * (latent + indexer) // 64
+
+
+def test_shared_indexer_layers_hold_no_indexer_cache(tmp_path: Path) -> None:
+    # GLM-5.2 shape: index_topk_freq 4, index_skip_topk_offset 3. vLLM 0.32
+    # models/deepseek_v32/attention.py builds an indexer where
+    # max(i - offset + 1, 0) % freq == 0: layers 0-2, then 6, 10, ..., 74 of 78 (21).
+    entry = find_entry("glm-5")
+    assert entry is not None
+    config = {**entry.config, "index_topk_freq": 4, "index_skip_topk_offset": 3}
+    r = compute(load_model_spec(_model_dir(tmp_path, config)), make_deployment())
+    indexed = [i for i in range(78) if max(i - 3 + 1, 0) % 4 == 0]
+    assert len(indexed) == 3 + len(range(6, 78, 4))
+    latent, indexer = mla_page_bytes(64, 576, 2), dsa_indexer_page_bytes(64, 128, 128)
+    assert r.pool_block_bytes == 78 * latent + len(indexed) * indexer
+    # An explicit index_topk_pattern wins: "S" marks a layer that skips the indexer.
+    pattern = {**config, "index_topk_pattern": "FS" * 39}
+    r = compute(load_model_spec(_model_dir(tmp_path, pattern)), make_deployment())
+    assert r.pool_block_bytes == 78 * latent + 39 * indexer
+
+
+def test_sparse_mla_without_index_topk_names_the_field(tmp_path: Path) -> None:
+    from kvtool.errors import KvtoolError
+
+    entry = find_entry("deepseek-v3.2")
+    assert entry is not None
+    config = {k: v for k, v in entry.config.items() if k != "index_topk"}
+    with pytest.raises(KvtoolError, match="index_topk"):
+        load_model_spec(_model_dir(tmp_path, config))
+
+
+def test_blackwell_sparse_mla_fp8_prefers_flashinfer_and_keeps_block_64() -> None:
+    # platforms/cuda.py SM100 with an fp8 KV cache: FLASHINFER_MLA_SPARSE first
+    # (MultipleOf(32)); with the indexer's [64] the common block is lcm(32, 64) = 64,
+    # and fp8 stays plain fp8 (576 B): only FLASHMLA_SPARSE packs fp8_ds_mla.
+    r = report("deepseek-v3.2", gpu="b200", kv_cache_dtype="fp8")
+    assert (r.attention_backend, r.block_size) == ("FLASHINFER_MLA_SPARSE", 64)
+    assert r.pool_block_bytes == 61 * (
+        mla_page_bytes(64, 576, 1) + dsa_indexer_page_bytes(64, 128, 128)
+    )

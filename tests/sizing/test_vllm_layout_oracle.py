@@ -48,14 +48,25 @@ MODELS = {
     "minimax-m2": None,  # GQA
     # Gemma 4 text part: sliding and full layers with different page sizes.
     "gemma-4-31b": {"architectures": ["Gemma4ForCausalLM"]},
+    # Sparse MLA: the latent and the DSA indexer's keys on every layer, one group.
+    "deepseek-v3.2": None,
+    "glm-5": None,
+    # GLM-5.2's shared indexer (index_topk_freq 4, index_skip_topk_offset 3): an indexer
+    # cache on layers 0-2 and every 4th layer from 6 only.
+    "glm-5.2-shared-indexer": None,
+}
+# Cases that are a catalog entry with some fields changed: name -> (entry, fields).
+VARIANTS = {
+    "glm-5.2-shared-indexer": ("glm-5", {"index_topk_freq": 4, "index_skip_topk_offset": 3}),
 }
 CASES = [(m, tp, dt) for m in MODELS for tp in (1, 8) for dt in ("auto", "fp8")]
 
 
 def _config(name: str) -> dict[str, Any]:
-    entry = find_entry(name)
+    entry_name, changed = VARIANTS.get(name, (name, {}))
+    entry = find_entry(entry_name)
     assert entry is not None
-    config = dict(entry.config)
+    config = {**entry.config, **changed}
     override = MODELS[name]
     if override is not None:
         text = dict(config.pop("text_config"))
@@ -130,9 +141,23 @@ def test_kvtool_matches_vllm_layout(
     assert ours.model_dtype == theirs["model_dtype"]
     assert ours.block_size == theirs["block_size"], ours.block_size_reason
     assert sorted(
-        (g.kind, g.layers, g.block_size, g.page_bytes) for g in ours.kv_cache_groups
+        (
+            g.kind,
+            g.layers,
+            g.block_size,
+            g.page_bytes,
+            sorted((p.page_bytes, p.layers) for p in g.layer_pages),
+        )
+        for g in ours.kv_cache_groups
     ) == sorted(
-        (g["kind"], g["layers"], g["block_size"], g["page_bytes"]) for g in theirs["groups"]
+        (
+            g["kind"],
+            g["layers"],
+            g["block_size"],
+            g["page_bytes"],
+            sorted((page, layers) for page, layers in g["layer_pages"]),
+        )
+        for g in theirs["groups"]
     )
     assert ours.num_gpu_blocks == theirs["num_blocks"]
     assert ours.gpu_tier_tokens == theirs["capacity_tokens"]
