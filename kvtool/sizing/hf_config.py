@@ -532,6 +532,12 @@ def layout_rows() -> dict[str, dict[str, Any]]:
     return rows
 
 
+def auto_kv_cache_dtypes(model_type: str) -> tuple[tuple[int, str], ...]:
+    """(capability major, dtype) pairs a layout row gives ``--kv-cache-dtype auto``."""
+    row = layout_rows().get(model_type) or {}
+    return tuple(sorted((int(k), str(v)) for k, v in row.get("auto_kv_cache_dtype", {}).items()))
+
+
 def parser_for(model_type: str) -> _Parser | None:
     row = layout_rows().get(model_type)
     return None if row is None else LAYOUT_PARSERS[row["layout"]](row)
@@ -626,5 +632,6 @@ def spec_from_config(
         max_position_embeddings=max_len if isinstance(max_len, int) else None,
         checkpoint_kv_cache_dtype=declared[0] if declared else None,
         checkpoint_kv_cache_source=f"{quant_file}: {declared[1]}" if declared else None,
+        auto_kv_cache_dtype_by_gpu=auto_kv_cache_dtypes(model_type),
         assumptions=tuple(assumptions),
     )

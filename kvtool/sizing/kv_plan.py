@@ -17,6 +17,7 @@ from kvtool.sizing.backends import (
     AttentionFamily,
     Backend,
     backend_by_name,
+    gpu_capability,
     layer_backend,
     select_backend,
 )
@@ -62,6 +63,13 @@ def resolve_model_dtype(spec: ModelSpec, dep: Deployment) -> tuple[str, str | No
 
 def resolve_kv_cache_dtype(spec: ModelSpec, dep: Deployment) -> tuple[str, str | None]:
     """``--kv-cache-dtype`` with ``auto`` resolved the way vLLM 0.32 resolves it."""
+    if dep.kv_cache_dtype == "auto":
+        by_gpu = dict(spec.auto_kv_cache_dtype_by_gpu).get(gpu_capability(dep.gpu))
+        if by_gpu is not None:
+            return by_gpu, (
+                f"--kv-cache-dtype auto is {by_gpu} for {spec.architecture} on {dep.gpu}: "
+                "vLLM's per-model config hook (model_executor/models/config.py) sets it"
+            )
     if dep.kv_cache_dtype != "auto" or spec.checkpoint_kv_cache_dtype is None:
         return dep.kv_cache_dtype, None
     return spec.checkpoint_kv_cache_dtype, (

@@ -242,6 +242,9 @@ class ModelSpec(_Frozen, frozen=True, kw_only=True):
     # the file and field it was read from.
     checkpoint_kv_cache_dtype: str | None = None
     checkpoint_kv_cache_source: str | None = None
+    # (CUDA capability major, dtype): what vLLM's per-model config hook makes of
+    # --kv-cache-dtype auto on that GPU generation (GLM-5 on SM100: fp8_e4m3).
+    auto_kv_cache_dtype_by_gpu: tuple[tuple[int, str], ...] = ()
     assumptions: tuple[str, ...] = ()  # defaults kvtool filled in, said out loud
 
     @property

@@ -457,3 +457,15 @@ def test_blackwell_sparse_mla_fp8_prefers_flashinfer_and_keeps_block_64() -> Non
     assert r.pool_block_bytes == 61 * (
         mla_page_bytes(64, 576, 1) + dsa_indexer_page_bytes(64, 128, 128)
     )
+
+
+def test_glm5_auto_kv_dtype_is_fp8_on_blackwell_only() -> None:
+    # vLLM 0.32 models/config.py GlmMoeDsaForCausalLM.verify_and_update_config: "auto"
+    # becomes fp8_e4m3 on SM100-family GPUs; Hopper keeps the bf16 model dtype.
+    b200 = report("glm-5", gpu="b200")
+    assert (b200.kv_cache_dtype_resolved, b200.kv_dtype_bytes) == ("fp8_e4m3", 1)
+    assert any("config hook" in note for note in b200.assumptions)
+    assert report("glm-5").kv_cache_dtype_resolved == "auto"
+    assert report("glm-5", gpu="b200", kv_cache_dtype="bfloat16").kv_dtype_bytes == 2
+    # DeepSeek-V3.2 has no such hook.
+    assert report("deepseek-v3.2", gpu="b200").kv_cache_dtype_resolved == "auto"
