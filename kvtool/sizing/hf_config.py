@@ -543,6 +543,15 @@ def parser_for(model_type: str) -> _Parser | None:
     return None if row is None else LAYOUT_PARSERS[row["layout"]](row)
 
 
+def has_layout(raw: Mapping[str, Any]) -> bool:
+    """Whether a config.json's model_type (its text part's when it has one) has a layout row."""
+    text = raw.get("text_config")
+    model_type = (text.get("model_type") if isinstance(text, Mapping) else None) or raw.get(
+        "model_type"
+    )
+    return isinstance(model_type, str) and model_type in layout_rows()
+
+
 def supported_model_types() -> tuple[str, ...]:
     """The config.json model_type values kvtool size knows the cache layout of."""
     return tuple(sorted(layout_rows()))

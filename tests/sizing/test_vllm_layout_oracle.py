@@ -25,6 +25,7 @@ from tests.vllm_env import vllm_python, vllm_subprocess_env
 pytestmark = pytest.mark.vllm
 
 SCRIPT = Path(__file__).with_name("vllm_kv_layout.py")
+REGISTRY_KEY = "__model_registry__"  # vllm_kv_layout.REGISTRY_KEY (run in another env)
 GIB = 1 << 30
 KV_MEMORY_GIB = 40
 MAX_MODEL_LEN = 4096
@@ -126,8 +127,9 @@ def vllm_layouts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     )
     assert done.returncode == 0, done.stderr[-4000:]
     layouts: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    for case in layouts.values():
-        case["root"] = str(root)
+    for case_id, case in layouts.items():
+        if case_id != REGISTRY_KEY:
+            case["root"] = str(root)
     return layouts
 
 
@@ -183,3 +185,17 @@ def test_every_layout_row_cites_a_model_file_of_the_vllm_release() -> None:
     for model_type, row in layout_rows().items():
         cited = row["vllm"].split()[0].rstrip(":")
         assert (models_dir / cited).is_file(), f"{model_type}: {cited} not in {models_dir}"
+
+
+def test_release_table_registry_is_vllms_own(vllm_layouts: dict[str, Any]) -> None:
+    # The 0.32.0 table's model registry (read from the wheel's source by the generator)
+    # equals what vLLM's own registry module holds when imported.
+    from kvtool.releases import load_release
+
+    registry = load_release("0.32.0").model_registry
+    assert registry is not None
+    theirs = vllm_layouts[REGISTRY_KEY]
+    transformers = {k: v[1] for k, v in theirs["all"].items() if v[0] == "transformers"}
+    assert registry.transformers_backend == transformers
+    assert set(registry.native) == set(theirs["all"]) - set(transformers)
+    assert registry.previously_supported == theirs["previous"]

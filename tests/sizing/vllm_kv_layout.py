@@ -333,9 +333,22 @@ def layout(case: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+REGISTRY_KEY = "__model_registry__"
+
+
+def model_registry() -> dict[str, Any]:
+    """vLLM's own model registry as imported: every architecture and the removed ones."""
+    from vllm.model_executor.models import registry
+
+    return {
+        "all": {arch: list(target) for arch, target in registry._VLLM_MODELS.items()},
+        "previous": dict(registry._PREVIOUSLY_SUPPORTED_MODELS),
+    }
+
+
 def main(cases_file: str) -> None:
     cases = json.loads(Path(cases_file).read_text())
-    results: dict[str, Any] = {}
+    results: dict[str, Any] = {REGISTRY_KEY: model_registry()}
     for case in cases:
         try:
             results[case["id"]] = layout(case)
