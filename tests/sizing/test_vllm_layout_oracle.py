@@ -37,8 +37,9 @@ MODELS = {
     "deepseek-v3": None,  # MLA
     "gpt-oss-120b": None,  # sliding window + full, 2 groups
     "qwen3-coder-next": None,  # Qwen3-Next: Gated DeltaNet + full attention
-    # (Qwen3.5 is left to the goldens: vLLM's qwen3_5.py imports torchvision through
-    # qwen3_vl.py, which the suite's vLLM environment does not install.)
+    # Qwen3.5's text part (qwen3_5.py imports torchvision through qwen3_vl.py for the
+    # vision tower; vllm_kv_layout.py stubs it, as the text model never calls it).
+    "qwen3.5-9b": {"architectures": ["Qwen3_5ForCausalLM"]},
     "nemotron-h-8b": None,  # Mamba-2 + attention
     # Gemma 3's text part as Gemma3ForCausalLM: vLLM's CPU wheel cannot inspect the
     # multimodal classes offline, and the KV cache is the text model's.

@@ -78,6 +78,48 @@ def _stub_cuda_flash_attn() -> None:
             sys.modules[name] = stub
 
 
+def _stub_absent_package(package: str) -> None:
+    """Let model files that import ``package`` for their vision towers load without it.
+
+    Only the text model's KV cache is asked for, so no stubbed name is ever called; any
+    import of ``package`` or a submodule gets an empty module whose attributes are
+    placeholder classes.
+    """
+    import importlib.abc
+    import importlib.machinery
+    import importlib.util
+    import types
+
+    if importlib.util.find_spec(package) is not None:
+        return
+
+    class _Placeholder:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+    class _Loader(importlib.abc.Loader):
+        def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+            module = types.ModuleType(spec.name)
+            module.__path__ = []
+            module.__getattr__ = lambda attr: (  # type: ignore[method-assign]
+                _Placeholder if not attr.startswith("__") else None
+            )
+            return module
+
+        def exec_module(self, module: types.ModuleType) -> None:
+            return None
+
+    class _Finder(importlib.abc.MetaPathFinder):
+        def find_spec(
+            self, fullname: str, path: Any = None, target: Any = None
+        ) -> importlib.machinery.ModuleSpec | None:
+            if fullname == package or fullname.startswith(package + "."):
+                return importlib.machinery.ModuleSpec(fullname, _Loader(), is_package=True)
+            return None
+
+    sys.meta_path.insert(0, _Finder())
+
+
 def _sparse_mla_specs(
     model_config: Any, backend: Any, block_size: int, cache_dtype: str
 ) -> dict[str, Any]:
@@ -158,6 +200,7 @@ def _attention_kinds(model_config: Any) -> list[str | None]:
 @cache
 def _model_config(model_dir: str, max_model_len: int) -> Any:
     """vLLM's ModelConfig for a config.json directory (independent of TP and KV dtype)."""
+    _stub_absent_package("torchvision")  # Qwen3.5's file imports it for its vision tower
     from vllm.config import ModelConfig
     from vllm.model_executor.models import registry
 
