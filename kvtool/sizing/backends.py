@@ -57,6 +57,13 @@ class Backend(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
         """Each listed kernel block size, and the base of ``multiple_of``."""
         return (*self.sizes, *((self.multiple_of,) if self.multiple_of else ()))
 
+    def describe_blocks(self) -> str:
+        """The kernel block constraint in words, e.g. ``multiples of 16`` or ``64``."""
+        parts = [str(size) for size in self.sizes]
+        if self.multiple_of:
+            parts.append(f"multiples of {self.multiple_of}")
+        return " or ".join(parts)
+
     def accepts_block(self, block_size: int) -> bool:
         """vLLM's ``supports_block_size``: a multiple of some supported kernel block."""
         return any(block_size % base == 0 for base in self.kernel_bases)

@@ -63,7 +63,7 @@ def resolve_model_dtype(spec: ModelSpec, dep: Deployment) -> tuple[str, str | No
 
 def resolve_kv_cache_dtype(spec: ModelSpec, dep: Deployment) -> tuple[str, str | None]:
     """``--kv-cache-dtype`` with ``auto`` resolved the way vLLM 0.32 resolves it."""
-    if dep.kv_cache_dtype == "auto":
+    if dep.kv_cache_dtype == "auto" and spec.auto_kv_cache_dtype_by_gpu:
         by_gpu = dict(spec.auto_kv_cache_dtype_by_gpu).get(gpu_capability(dep.gpu))
         if by_gpu is not None:
             return by_gpu, (

@@ -469,3 +469,17 @@ def test_glm5_auto_kv_dtype_is_fp8_on_blackwell_only() -> None:
     assert report("glm-5", gpu="b200", kv_cache_dtype="bfloat16").kv_dtype_bytes == 2
     # DeepSeek-V3.2 has no such hook.
     assert report("deepseek-v3.2", gpu="b200").kv_cache_dtype_resolved == "auto"
+
+
+def test_a_pinned_block_no_kernel_divides_is_refused_naming_the_backends() -> None:
+    from kvtool.errors import KvtoolError
+
+    # v1/worker/utils.py select_common_block_size: the kernel block must divide the block;
+    # the DSA indexer's backend takes exactly 64, FLASH_ATTN multiples of 16.
+    with pytest.raises(KvtoolError, match="DEEPSEEK_V32_INDEXER"):
+        report("deepseek-v3.2", block_size=32)
+    assert report("deepseek-v3.2", block_size=128).block_size == 128
+    with pytest.raises(KvtoolError, match=r"--block-size 8: .*FLASH_ATTN"):
+        report("llama-3.1-8b", block_size=8)
+    # A hybrid's block is raised past the pinned one, as vLLM does, so it is not refused.
+    assert report("qwen3-coder-next", block_size=8).block_size % 16 == 0
