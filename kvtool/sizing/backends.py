@@ -26,6 +26,22 @@ AttentionFamily = Literal["attention", "mla", "sparse_mla"]
 _QUANTIZED_PREFIX = "fp8"
 
 
+class KernelOverride(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Kernel block sizes a backend takes instead for one head size and KV dtype on some GPUs."""
+
+    capabilities: tuple[int, ...]
+    head_size: int
+    kv_dtypes: tuple[str, ...]
+    sizes: tuple[int, ...]
+
+    def applies(self, capability: int, head_size: int | None, kv_cache_dtype: str) -> bool:
+        return (
+            capability in self.capabilities
+            and head_size == self.head_size
+            and kv_cache_dtype in self.kv_dtypes
+        )
+
+
 class Backend(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One attention backend: the KV dtypes it takes and its kernel block constraint.
 
@@ -41,7 +57,17 @@ class Backend(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     # per token (sparse MLA only; the layout replaces kv_lora_rank + rope elements).
     ds_mla_kv_dtypes: tuple[str, ...] = ()
     ds_mla_token_bytes: int | None = None
+    kernel_overrides: tuple[KernelOverride, ...] = ()
     source: str
+
+    def for_layers(self, capability: int, head_size: int | None, kv_cache_dtype: str) -> Backend:
+        """This backend as it runs layers of ``head_size`` (its kernel override, if one applies)."""
+        for override in self.kernel_overrides:
+            if override.applies(capability, head_size, kv_cache_dtype):
+                return msgspec.structs.replace(
+                    self, sizes=override.sizes, multiple_of=None, kernel_overrides=()
+                )
+        return self
 
     def packed_token_bytes(self, kv_cache_dtype: str) -> int | None:
         """Bytes per token of a latent page when this backend packs ``kv_cache_dtype``."""

@@ -565,6 +565,16 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+def _model_head_size(text: _Config, attention: tuple[AttentionGroup, ...]) -> int | None:
+    """vLLM's ``get_head_size`` for a non-MLA model; None when it has no meaning or no value."""
+    if not attention or attention[0].is_replicated:
+        return None
+    try:
+        return text.head_dim()
+    except KvtoolError:  # per-layer geometry only (the groups carry their own head sizes)
+        return None
+
+
 def spec_from_config(
     raw: Mapping[str, Any],
     *,
@@ -635,6 +645,7 @@ def spec_from_config(
         model_type=model_type,
         dtype=str(dtype).removeprefix("torch."),
         num_attention_heads=text.positive_int("num_attention_heads"),
+        head_size=_model_head_size(text, attention),
         attention=attention,
         states=states,
         ssm_state_dtype=ssm_dtype,

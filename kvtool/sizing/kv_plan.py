@@ -9,10 +9,12 @@ sizing rules all reach this through :func:`kvtool.sizing.compute`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import msgspec
 
+from kvtool.errors import KvtoolError
 from kvtool.sizing.backends import (
     AttentionFamily,
     Backend,
@@ -26,7 +28,7 @@ from kvtool.sizing.deployment import Deployment
 from kvtool.sizing.dtypes import kv_dtype_bytes
 from kvtool.sizing.facts import SizingFacts
 from kvtool.sizing.kv_groups import KvPool, build_pool
-from kvtool.sizing.layer_pages import LayerPages, layer_pages
+from kvtool.sizing.layer_pages import LayerPages, layer_page_kind, layer_pages
 from kvtool.sizing.spec import AttentionKind, ModelSpec
 
 # vLLM's "auto" model dtype on CUDA downcasts a float32 checkpoint to the platform's first
@@ -100,6 +102,37 @@ def _as_stored(spec: ModelSpec, backend: Backend, kv_dtype: str) -> tuple[ModelS
     return msgspec.structs.replace(spec, attention=attention), note
 
 
+def _check_layer_kernels(
+    spec: ModelSpec, pool: KvPool, backend: Backend, capability: int, kv_dtype: str, block: int
+) -> None:
+    """Refuse a layout vLLM cannot start: layers whose kernels take blocks their group lacks.
+
+    A backend may run some head size in fixed kernel blocks (FA4's fp8 kernel on SM90 for
+    head size 512) that vLLM's default block, chosen from the model's head_dim, does not
+    account for; the worker then finds no kernel block dividing the group's block
+    (``select_common_block_size``) and fails.
+    """
+    for group in spec.attention:
+        runs_on = backend.for_layers(capability, group.head_size_k, kv_dtype)
+        if runs_on is backend:
+            continue
+        kind = layer_page_kind(group.kind)
+        blocked = [
+            g for g in pool.groups if g.kind == kind and not runs_on.accepts_block(g.block_size)
+        ]
+        if not blocked:
+            continue
+        needed = [s // math.gcd(s, g.block_size // block) for g in blocked for s in runs_on.sizes]
+        suggest = math.lcm(backend.smallest_kernel_block, min(needed))
+        raise KvtoolError(
+            f"vLLM cannot start this layout: {backend.name} runs the {group.head_size_k}-dim "
+            f"{kv_dtype} layers in kernel blocks of exactly {runs_on.describe_blocks()} "
+            f"tokens, which do not divide their {blocked[0].block_size}-token blocks "
+            f"(block {block}, from the model's head_dim {spec.head_size}); "
+            f"--block-size {suggest} avoids it"
+        )
+
+
 def plan_kv_cache(spec: ModelSpec, dep: Deployment, facts: SizingFacts) -> KvPlan:
     notes: list[str] = []
     model_dtype, note = resolve_model_dtype(spec, dep)
@@ -118,13 +151,17 @@ def plan_kv_cache(spec: ModelSpec, dep: Deployment, facts: SizingFacts) -> KvPla
     others = tuple(
         b for p in pages if p.count and (b := layer_backend(p.kind)) is not None
     )
+    capability = gpu_capability(dep.gpu)
+    # vLLM's default block asks the backend about the model's head_dim only.
+    as_model = backend.for_layers(capability, spec.head_size, kv_dtype)
     block = choose_block_size(
-        pages, backend, dep.block_size, facts.default_block_size, spec.is_mla, others
+        pages, as_model, dep.block_size, facts.default_block_size, spec.is_mla, others
     )
     state_page = block.state_page_padded_bytes or max(
         (p.state_bytes for p in pages if p.kind == "state"), default=0
     )
     pool = build_pool(pages, block.block_size, state_page)
+    _check_layer_kernels(spec, pool, backend, capability, kv_dtype, block.block_size)
     return KvPlan(
         spec=spec,
         model_dtype=model_dtype,

@@ -44,6 +44,11 @@ _PAGE_KINDS: dict[AttentionKind, PageKind] = {
 }
 
 
+def layer_page_kind(kind: AttentionKind) -> PageKind:
+    """The page kind of an attention group's layers."""
+    return _PAGE_KINDS[kind]
+
+
 def _stage_layers(count: int, pp: int) -> int:
     """Layers of one kind on the first pipeline stage (vLLM splits layers evenly)."""
     return -(-count // pp)

@@ -233,6 +233,9 @@ class ModelSpec(_Frozen, frozen=True, kw_only=True):
     model_type: str
     dtype: str  # model dtype; "auto" KV caches and recurrent states use it
     num_attention_heads: int
+    # vLLM's ModelConfig.get_head_size for a non-MLA model: the config's head_dim, else
+    # hidden_size / num_attention_heads (None for MLA and attention-free models).
+    head_size: int | None = None
     attention: tuple[AttentionGroup, ...] = ()
     states: tuple[StateGroup, ...] = ()
     # SSM state dtype vLLM picks when --mamba-ssm-cache-dtype is "auto"; None = model dtype.

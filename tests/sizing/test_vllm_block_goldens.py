@@ -259,14 +259,39 @@ def test_gemma4_two_page_sizes_double_the_smaller_pages_block(tp: int, dtype: st
     # Gemma 4 31B: sliding layers 16 KV heads x 256, full layers 4 x 512 (attention_k_eq_v).
     # unify_kv_cache_spec_page_size: a smaller page that divides the largest gets a
     # proportionally larger block (kv_cache_utils.py); at TP 8 both pages are equal.
-    r = report("gemma-4-31b", tp=tp, kv_cache_dtype=dtype)
+    # fp8 on H200 needs a pinned block (test_gemma4_fp8_on_hopper_...): 64 here.
+    block = 64 if dtype == "fp8" else 16
+    pinned = {"block_size": block} if dtype == "fp8" else {}
+    r = report("gemma-4-31b", tp=tp, kv_cache_dtype=dtype, **pinned)
     element = 1 if dtype == "fp8" else 2
-    sliding = kv_page_bytes(16, 16 // tp, 256, element)
-    full = kv_page_bytes(16, max(1, 4 // tp), 512, element)
+    sliding = kv_page_bytes(block, 16 // tp, 256, element)
+    full = kv_page_bytes(block, max(1, 4 // tp), 512, element)
     assert r.pool_block_bytes == 10 * max(sliding, full)
-    full_block = 16 * max(sliding, full) // full
-    assert groups(r) == [("full", 10, full_block)] + [("sliding", 10, 16)] * 5
-    assert full_block == (32 if tp == 1 else 16)
+    full_block = block * max(sliding, full) // full
+    assert groups(r) == [("full", 10, full_block)] + [("sliding", 10, block)] * 5
+    assert full_block == block * (2 if tp == 1 else 1)
+
+
+@pytest.mark.parametrize("tp", [1, 8])
+def test_gemma4_fp8_on_hopper_needs_a_block_fa4_can_split(tp: int) -> None:
+    # vLLM 0.32 on SM90: FA3 stops at head size 256, so the 512-dim full layers run on FA4
+    # (fa_utils.py get_flash_attn_version), whose fp8-KV kernel takes exactly 64-token
+    # pages (flash_attn.py _get_sm90_fa4_fp8_kv_block_size). vLLM's default block follows
+    # the config's head_dim (256): 16, doubled to 32 for the full layers at TP 1, and the
+    # worker's select_common_block_size finds no kernel block (v1/worker/utils.py).
+    from kvtool.errors import KvtoolError
+
+    full_block = 16 * (2 if tp == 1 else 1)
+    with pytest.raises(KvtoolError, match=rf"exactly 64 tokens.*{full_block}-token blocks"):
+        report("gemma-4-31b", tp=tp, kv_cache_dtype="fp8")
+    # The suggested pin: its full-layer block (x2 at TP 1) is a multiple of 64.
+    suggested = 64 // (2 if tp == 1 else 1)
+    r = report("gemma-4-31b", tp=tp, kv_cache_dtype="fp8", block_size=suggested)
+    assert dict((kind, b) for kind, _, b in groups(r))["full"] == 64
+    # bf16 runs every layer on FA4 with blocks of any multiple of 16; Blackwell and Ampere
+    # pick other backends: none is refused.
+    assert report("gemma-4-31b", tp=tp).block_size == 16
+    assert report("gemma-4-31b", tp=tp, kv_cache_dtype="fp8", gpu="b200").block_size == 16
 
 
 def test_gemma4_kv_shared_layers_hold_no_cache(tmp_path: Path) -> None:
