@@ -541,6 +541,62 @@ def scenario_store_decode(model_dir: Path) -> dict[str, Any]:
     return stats
 
 
+def stop_as_vllm_does(sim: Sim, max_steps: int = 200) -> int:
+    """EngineCoreProc's shutdown loop at the default ``shutdown_timeout=0``
+    (vllm/v1/engine/core.py at v0.32.0, ``_handle_shutdown``): abort every
+    request, then keep stepping while the scheduler has requests, which counts
+    the connector's pending push work. Returns the steps it took."""
+    sim.scheduler.finish_requests(None, RequestStatus.FINISHED_ABORTED)
+    steps = 0
+    while sim.scheduler.has_requests():
+        assert steps < max_steps, f"still stepping after {max_steps} steps"
+        sim.step()
+        steps += 1
+    sim.flush()
+    return steps
+
+
+def tear_down_as_vllm_does(sim: Sim) -> None:
+    """``EngineCore.shutdown``: the workers first, the scheduler (and its connector) last."""
+    for rank in sim.ranks:
+        rank.connector.shutdown()
+    sim.scheduler.shutdown()
+
+
+def scenario_shutdown(model_dir: Path, mode: str) -> dict[str, Any]:
+    # EVICTION_AWARE with a roomy pool holds the blocks: they are still buffered at shutdown.
+    sim = Sim(model_dir, extra={"kvtool.policy": "eviction_aware", "kvtool.shutdown": mode},
+              num_blocks=64)
+    doc = tokens(90, 96)
+    sim.add("a", [*doc, 3], max_tokens=40)
+    sim.add("b", tokens(91, 64), max_tokens=40)
+    for _ in range(6):
+        sim.step()
+    sim.flush()
+    manager = sim.manager
+    buffered = manager.stats.pending
+    assert buffered > 0, "nothing buffered when the shutdown came"
+    steps = stop_as_vllm_does(sim)
+    if mode == "drain":
+        assert manager.stats.pending == manager.stats.in_flight == 0, manager.stats.as_dict()
+        assert manager.stats.stored >= buffered, manager.stats.as_dict()
+        # The drained blocks hold the KV the model computed: served back, every read checked.
+        assert sim.scheduler.reset_prefix_cache()
+        sim.add("a-again", [*doc, 4])
+        sim.run()
+        assert manager.stats.loaded >= len(doc) // BLOCK_SIZE, manager.stats.as_dict()
+    else:
+        assert manager.stats.pending == buffered, "drop must not keep the engine stepping"
+    tear_down_as_vllm_does(sim)
+    stats = manager.stats.as_dict()
+    assert stats["pending"] == 0 and stats["in_flight"] == 0, stats
+    if mode == "drain":
+        assert stats["dropped_shutdown"] == 0, stats
+    else:
+        assert stats["dropped_shutdown"] == buffered and stats["stored"] == 0, stats
+    return stats | {"shutdown_steps": steps, "buffered_at_shutdown": buffered}
+
+
 SCENARIOS: dict[str, Callable[[Path], dict[str, Any]]] = {
     "store_evict_load_eager": lambda d: scenario_store_evict_load(d, "eager"),
     "store_evict_load_fifo": lambda d: scenario_store_evict_load(d, "fifo"),
@@ -558,6 +614,8 @@ SCENARIOS: dict[str, Callable[[Path], dict[str, Any]]] = {
     "pause_with_stores_in_flight_async": lambda d: scenario_pause_with_stores_in_flight(d, True),
     "uneven_pp": scenario_uneven_pp,
     "store_decode": scenario_store_decode,
+    "shutdown_drain": lambda d: scenario_shutdown(d, "drain"),
+    "shutdown_drop": lambda d: scenario_shutdown(d, "drop"),
 }
 
 

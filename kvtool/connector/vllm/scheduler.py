@@ -305,9 +305,16 @@ class KvtoolConnectorScheduler:
         return KvtoolConnectorStats({"counters": counters, "gauges": gauges})
 
     def shutdown(self) -> None:
-        if self.manager is None:
+        manager = self.manager
+        if manager is None:
             return
-        # The engine no longer steps, so nothing released now could reach a
-        # worker: whatever is still buffered is dropped, and counted.
-        self.manager.shutdown(ShutdownMode.DROP)
-        logger.info("kvtool lazy offload at shutdown: %s", self.manager.stats.summary())
+        # vLLM shuts the workers down first, so nothing released now could reach
+        # one: whatever is still buffered is dropped, and counted. Under
+        # shutdown=drain that is only what the engine did not step long enough
+        # to store (an in-process shutdown does not step, or shutdown_drain_seconds ran out).
+        left = manager.stats.pending
+        if left and self.config.shutdown is ShutdownMode.DRAIN:
+            logger.warning("kvtool lazy offload: %d buffered block(s) dropped at shutdown: "
+                           "the engine stopped stepping before they were stored", left)
+        manager.shutdown(ShutdownMode.DROP)
+        logger.info("kvtool lazy offload at shutdown: %s", manager.stats.summary())
