@@ -39,12 +39,14 @@ from vllm import SamplingParams
 from vllm.config import (
     CacheConfig,
     DeviceConfig,
+    KVEventsConfig,
     KVTransferConfig,
     ModelConfig,
     ParallelConfig,
     SchedulerConfig,
     VllmConfig,
 )
+from vllm.distributed.kv_events import BlockRemoved, BlockStored
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
 from vllm.utils.hashing import sha256
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
@@ -163,6 +165,7 @@ class Sim:
         stage_layers: tuple[int, ...] = (2,),
         async_scheduling: bool = False,
         failure_policy: str = "fail",
+        kv_events: bool = False,
     ) -> None:
         pp = len(stage_layers)
         model = write_model(model_dir / f"layers{sum(stage_layers)}", sum(stage_layers))
@@ -180,6 +183,8 @@ class Sim:
                 kv_connector="KvtoolConnector", kv_connector_module_path="kvtool.connector.vllm",
                 kv_role="kv_both", kv_connector_extra_config=extra,
                 kv_load_failure_policy=failure_policy),
+            # "null": the scheduler collects events every step; publish() is caught below.
+            kv_events_config=KVEventsConfig(enable_kv_cache_events=kv_events, publisher="null"),
         )
         self.vllm_config.cache_config.num_gpu_blocks = num_blocks
         names, start = [], 0
@@ -199,6 +204,9 @@ class Sim:
             vllm_config=self.vllm_config, kv_cache_config=config_for(names[0]),
             structured_output_manager=StructuredOutputManager(self.vllm_config),
             block_size=BLOCK_SIZE, log_stats=True)
+        self.published: list[Any] = []  # every KV event the scheduler published, in order
+        self.scheduler.kv_event_publisher.publish = (  # type: ignore[method-assign]
+            lambda batch: self.published.extend(batch.events))
         self.ranks = [Rank(self.vllm_config, config_for(names[r // tp]), names[r // tp], r,
                            num_blocks) for r in range(tp * pp)]
         init_none_hash(sha256)
@@ -541,6 +549,46 @@ def scenario_store_decode(model_dir: Path) -> dict[str, Any]:
     return stats
 
 
+def scenario_kv_events(model_dir: Path) -> dict[str, Any]:
+    # Room for 8 blocks on the host (4096 bytes each: 2 layers of 2048): LRU evicts.
+    sim = Sim(model_dir, extra={"kvtool.policy": "eager", "kvtool.host_capacity_bytes": 8 * 4096},
+              num_blocks=48, kv_events=True)
+    for i in range(4):
+        sim.add(f"r{i}", tokens(95 + i, 64))  # 4 full blocks each
+        sim.run()
+    assert sim.scheduler.reset_prefix_cache()
+    sim.add("r3-again", tokens(98, 64))  # the newest is still on the host
+    sim.run()
+    assert sim.scheduler.reset_prefix_cache(reset_connector=True)
+    sim.step()  # the next step publishes what the reset removed
+    sim.flush()
+    tiered = [e for e in sim.published if isinstance(e, BlockStored | BlockRemoved)]
+    gpu_stored = {h for e in tiered if isinstance(e, BlockStored) and e.medium == "GPU"
+                  for h in e.block_hashes}
+    on_host: set[Any] = set()
+    stored = removed = 0
+    for event in tiered:
+        if event.medium != "CPU":
+            continue
+        assert event.group_idx == 0, event
+        if isinstance(event, BlockStored):
+            (block_hash,) = event.block_hashes
+            assert block_hash in gpu_stored, "the host tier names blocks as the GPU tier does"
+            assert block_hash not in on_host, "stored twice without a removal"
+            on_host.add(block_hash)
+            stored += 1
+        else:
+            assert set(event.block_hashes) <= on_host, "removed what was never stored"
+            on_host -= set(event.block_hashes)
+            removed += len(event.block_hashes)
+    stats = sim.stats()
+    assert stored == stats["stored"] == 16, stats
+    # 3 of its 4 blocks: the last token is always computed.
+    assert stats["store_evictions"] == 8 and stats["loaded"] == 3, stats
+    assert removed == stored and not on_host, "the reset emptied the host tier"
+    return stats | {"cpu_stored_events": stored, "cpu_removed_blocks": removed}
+
+
 def stop_as_vllm_does(sim: Sim, max_steps: int = 200) -> int:
     """EngineCoreProc's shutdown loop at the default ``shutdown_timeout=0``
     (vllm/v1/engine/core.py at v0.32.0, ``_handle_shutdown``): abort every
@@ -616,6 +664,7 @@ SCENARIOS: dict[str, Callable[[Path], dict[str, Any]]] = {
     "store_decode": scenario_store_decode,
     "shutdown_drain": lambda d: scenario_shutdown(d, "drain"),
     "shutdown_drop": lambda d: scenario_shutdown(d, "drop"),
+    "kv_events": scenario_kv_events,
 }
 
 

@@ -24,7 +24,7 @@ SCENARIOS = [
     "async_scheduling", "chunked_prefill_partial_overlap", "preemption", "aborts",
     "tp2_slow_worker", "load_failure_fail", "load_failure_recompute", "connector_reset",
     "pause_with_stores_in_flight", "pause_with_stores_in_flight_async", "uneven_pp", "store_decode",
-    "shutdown_drain", "shutdown_drop",
+    "shutdown_drain", "shutdown_drop", "kv_events",
 ]
 # mutant -> the scenario that must catch it
 MUTANTS = {

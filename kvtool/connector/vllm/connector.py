@@ -8,6 +8,7 @@ A hook called on the wrong role raises, naming it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (
@@ -28,6 +29,7 @@ from kvtool.connector.vllm.worker import KvtoolConnectorWorker
 
 if TYPE_CHECKING:
     import torch
+    from vllm.distributed.kv_events import KVCacheEvent
 
     from kvtool.connector.manager import LazyOffloadManager
     from kvtool.connector.transfer import TransferEngine
@@ -125,6 +127,9 @@ class KvtoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
 
     def has_pending_push_work(self) -> bool:
         return self._scheduler().has_pending_push_work()
+
+    def take_events(self) -> Iterable[KVCacheEvent]:
+        return self._scheduler().take_events()
 
     def get_kv_connector_stats(self) -> KvtoolConnectorStats | None:
         """Scheduler: what the manager counted since the last call (None if nothing).

@@ -9,6 +9,11 @@ the host store index; ``request_finished`` returns False so the blocks go back
 to vLLM's free queue still hashed; ``has_pending_push_work`` keeps the engine
 stepping while blocks are buffered or in flight, so the idle drain runs.
 
+KV events: when vLLM publishes them (``--kv-events-config`` with
+``enable_kv_cache_events``), ``take_events`` reports the host tier as medium
+``CPU``: a ``BlockStored`` when a store becomes servable, a ``BlockRemoved``
+when an entry leaves the host store (LRU eviction, a failed load, a reset).
+
 No vLLM block is ever referenced: a store job is checked against the block's
 hash in the step that ships it, and each worker fences its next forward on
 the copy, so vLLM's ``reset_prefix_cache``, ``pause_generation(clear_cache=True)``,
@@ -31,6 +36,9 @@ import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
+
+from vllm.distributed.kv_events import MEDIUM_CPU, BlockRemoved, BlockStored, KVCacheEvent
+from vllm.v1.core.kv_cache_utils import maybe_convert_block_hash
 
 from kvtool.connector.blockpool import BlockHash
 from kvtool.connector.config import ShutdownMode
@@ -120,6 +128,8 @@ class KvtoolConnectorScheduler:
         self._lookups: dict[str, _Lookup] = {}
         self._load_jobs: list[LoadJob] = []
         self._stats_reader: ChangeReader | None = None
+        events_config = vllm_config.kv_events_config
+        self._kv_events = events_config is not None and bool(events_config.enable_kv_cache_events)
         self.config.log_startup(logger)
 
     def bind_gpu_block_pool(self, gpu_block_pool: Any) -> None:
@@ -128,7 +138,7 @@ class KvtoolConnectorScheduler:
         self._hash_ratio = max(1, self._block_size // int(gpu_block_pool.hash_block_size))
         setup = self.setup
         store = StoreIndex(self.config.host_capacity_bytes, setup.host_block_bytes,
-                           setup.fingerprint)
+                           setup.fingerprint, record_events=self._kv_events)
         self.manager = LazyOffloadManager(
             self.config,
             VllmBlockPoolView(gpu_block_pool),
@@ -294,6 +304,28 @@ class KvtoolConnectorScheduler:
 
     def has_pending_push_work(self) -> bool:
         return self.manager is not None and self.manager.has_pending_work()
+
+    def take_events(self) -> list[KVCacheEvent]:
+        """The host tier's KV events since the last call (vLLM asks every step)."""
+        if not self._kv_events or self.manager is None:
+            return []
+        events: list[KVCacheEvent] = []
+        for event in self.manager.store.take_events():
+            hashes = [maybe_convert_block_hash(h) for h in event.block_hashes]
+            if not event.stored:
+                events.append(BlockRemoved(block_hashes=hashes, medium=MEDIUM_CPU, group_idx=0))
+                continue
+            # The host tier knows a block by its hash alone, so the payload is the
+            # one vLLM's OffloadingConnector sends without self-describing events
+            # (offloading/events.py at v0.32.0): no tokens, no parent, one block
+            # per event (several hashes in one event would claim a chain).
+            events += [
+                BlockStored(block_hashes=[h], parent_block_hash=None, token_ids=[],
+                            block_size=0, lora_id=None, medium=MEDIUM_CPU, lora_name=None,
+                            group_idx=0)
+                for h in hashes
+            ]
+        return events
 
     def get_stats(self) -> KvtoolConnectorStats | None:
         """What the manager counted since the last call (None if nothing)."""
