@@ -32,6 +32,11 @@ connectors (MultiConnector shares one extra config) and are ignored. Unknown
 - ``kvtool.shutdown_drain_seconds`` (30): the bound on that: after this long
   without a step that schedules a token, pending work no longer keeps the
   engine stepping (> 0).
+- ``kvtool.load_async`` (true): a request with a host hit waits in vLLM's
+  ``WAITING_FOR_REMOTE_KVS`` while its blocks load and joins a later batch, so
+  a load never holds back the requests already running; false loads before the
+  forward of the step that schedules the request (that whole batch waits for
+  the copy on a GPU).
 - ``kvtool.store_decode`` (false): also buffer the blocks that decoding fills,
   not only the prompt's (worth it when outputs are fed back as prompts, as in
   multi-turn chat).
@@ -93,6 +98,7 @@ class ConnectorConfig(BaseModel):
     host_capacity_bytes: int = 4 * _GIB
     shutdown: ShutdownMode = ShutdownMode.DRAIN
     shutdown_drain_seconds: float = 30.0
+    load_async: bool = True
     store_decode: bool = False
 
     @classmethod
@@ -132,6 +138,7 @@ class ConnectorConfig(BaseModel):
             f"shutdown={self.shutdown.value}"
             + (f" (up to {self.shutdown_drain_seconds:g} s)"
                if self.shutdown is ShutdownMode.DRAIN else ""),
+            f"load_async={str(self.load_async).lower()}",
             f"store_decode={str(self.store_decode).lower()}",
         ]
         return f"kvtool lazy offload enabled with {self.policy.value} policy: " + ", ".join(knobs)
@@ -246,6 +253,7 @@ _KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "kvtool.shutdown": ("shutdown", _shutdown),
     "kvtool.shutdown_drain_seconds": (
         "shutdown_drain_seconds", _float_range(0.0, inclusive=False)),
+    "kvtool.load_async": ("load_async", _bool),
     "kvtool.store_decode": ("store_decode", _bool),
 }
 """Documented key -> (model field, parser). The parsers own the range checks."""

@@ -217,6 +217,8 @@ class Sim:
         self.load_errors = 0
         self.finished: dict[str, RequestStatus] = {}
         self.outputs: dict[str, list[int]] = {}
+        self.waited_for_kv: set[str] = set()  # requests that sat in WAITING_FOR_REMOTE_KVS
+        self._recving: dict[str, int] = {}  # request -> ranks yet to report its load
         self._in_flight: Any = None
 
     @property
@@ -251,6 +253,11 @@ class Sim:
         previous, self._in_flight = self._in_flight, output
         if previous is not None:
             self._finish_step(previous)
+
+    def step_with(self, output: Any) -> None:
+        """One synchronous step with an output already scheduled (to look at it first)."""
+        assert not isinstance(self.scheduler, AsyncScheduler)
+        self._finish_step(output)
 
     def flush(self) -> None:
         if self._in_flight is not None:
@@ -327,10 +334,21 @@ class Sim:
             self._write(table, fps, computed, computed + count)
             done = computed + count >= request.num_tokens
             sampled.append([4 + fps[-1] % 400] if done else [])
+        self.waited_for_kv |= {rid for rid, request in self.scheduler.requests.items()
+                               if request.status is RequestStatus.WAITING_FOR_REMOTE_KVS}
         meta_out = None
+        finished_recving: set[str] = set()
         for rank in self.ranks:
             rank.connector.wait_for_save()
-            rank.connector.get_finished(output.finished_req_ids)
+            _, recving = rank.connector.get_finished(output.finished_req_ids)
+            # A load is done once every rank reported it, as vLLM's KVOutputAggregator
+            # counts (vllm/distributed/kv_transfer/kv_connector/utils.py at v0.32.0).
+            for rid in recving or ():
+                left = self._recving.get(rid, len(self.ranks)) - 1
+                self._recving[rid] = left
+                if left == 0:
+                    del self._recving[rid]
+                    finished_recving.add(rid)
             part = rank.connector.build_connector_worker_meta()
             if part is not None:
                 meta_out = part if meta_out is None else meta_out.aggregate(part)
@@ -340,6 +358,7 @@ class Sim:
             req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)},
             sampled_token_ids=sampled,
             kv_connector_output=KVConnectorOutput(kv_connector_worker_meta=meta_out,
+                                                  finished_recving=finished_recving,
                                                   invalid_block_ids=errors),
         )
 
@@ -377,9 +396,10 @@ def fill_and_evict(sim: Sim, rounds: int, length: int = 80, first: int = 0) -> N
     sim.run()
 
 
-def scenario_store_evict_load(model_dir: Path, policy: str, **kwargs: Any) -> dict[str, Any]:
+def scenario_store_evict_load(model_dir: Path, policy: str, load_async: bool = True,
+                              **kwargs: Any) -> dict[str, Any]:
     extra: dict[str, Any] = {"kvtool.policy": policy, "kvtool.fifo.threshold": 1,
-                             "kvtool.idle_drain_steps": 2}
+                             "kvtool.idle_drain_steps": 2, "kvtool.load_async": load_async}
     sim = Sim(model_dir, extra=extra, num_blocks=40, **kwargs)
     sim.add("a", tokens(1, 96))
     sim.add("b", tokens(2, 96))
@@ -391,6 +411,32 @@ def scenario_store_evict_load(model_dir: Path, policy: str, **kwargs: Any) -> di
     stats = sim.stats()
     assert stats["loaded"] > 0, f"no host hit after eviction: {stats}"
     assert stats["load_failed"] == 0 and sim.load_errors == 0, stats
+    return stats
+
+
+def scenario_host_hit_does_not_stall(model_dir: Path, load_async: bool) -> dict[str, Any]:
+    sim = Sim(model_dir, extra={"kvtool.policy": "eager", "kvtool.load_async": load_async},
+              num_blocks=48)
+    doc = tokens(5, 64)
+    sim.add("a", [*doc, 3])
+    sim.run()
+    assert sim.scheduler.reset_prefix_cache()
+    sim.add("busy", tokens(6, 20), max_tokens=30)
+    for _ in range(3):
+        sim.step()  # "busy" is decoding
+    sim.add("hit", [*doc, 4])
+    output = sim.scheduler.schedule()
+    sim.step_with(output)
+    hit_scheduled = "hit" in output.num_scheduled_tokens
+    # Asynchronous: the hit waits for its blocks while "busy" runs; synchronous: it
+    # joins this batch, which (on a GPU) waits for the copy.
+    assert "busy" in output.num_scheduled_tokens
+    assert hit_scheduled is not load_async, output.num_scheduled_tokens
+    assert ("hit" in sim.waited_for_kv) is load_async
+    sim.run()
+    stats = sim.stats()
+    assert stats["loaded"] == 4, stats  # all of doc: the 65th token is computed
+    assert sim.finished["hit"] is RequestStatus.FINISHED_LENGTH_CAPPED, sim.finished
     return stats
 
 
@@ -651,6 +697,10 @@ SCENARIOS: dict[str, Callable[[Path], dict[str, Any]]] = {
     "store_evict_load_eviction_aware": lambda d: scenario_store_evict_load(d, "eviction_aware"),
     "async_scheduling": lambda d: scenario_store_evict_load(d, "eviction_aware",
                                                             async_scheduling=True),
+    "host_hit_does_not_stall": lambda d: scenario_host_hit_does_not_stall(d, True),
+    "sync_load_joins_the_batch": lambda d: scenario_host_hit_does_not_stall(d, False),
+    "store_evict_load_sync": lambda d: scenario_store_evict_load(
+        d, "eviction_aware", load_async=False),
     "chunked_prefill_partial_overlap": scenario_chunked_prefill_partial_overlap,
     "preemption": scenario_preemption,
     "aborts": scenario_aborts,
@@ -689,9 +739,9 @@ def _mutant_load_into_wrong_block() -> None:
     """Workers load each block into the next engine block."""
     original = TransferEngine.submit_load
 
-    def submit_load(self: TransferEngine, job: Any) -> None:
+    def submit_load(self: TransferEngine, job: Any, **kwargs: Any) -> None:
         shifted = tuple((b + 1) % self.num_blocks for b in job.block_ids)
-        original(self, job._replace(block_ids=shifted))
+        original(self, job._replace(block_ids=shifted), **kwargs)
 
     TransferEngine.submit_load = submit_load  # type: ignore[method-assign]
 

@@ -23,6 +23,7 @@ def test_defaults_are_the_documented_ones() -> None:
     assert config.max_deferral_seconds == 0.0
     assert config.shutdown is ShutdownMode.DRAIN
     assert config.shutdown_drain_seconds == 30.0
+    assert config.load_async is True
 
 
 def test_keys_are_read_from_strings_and_native_values() -> None:
@@ -34,6 +35,7 @@ def test_keys_are_read_from_strings_and_native_values() -> None:
         "kvtool.host_capacity_bytes": "512MiB",
         "kvtool.shutdown": "drop",
         "kvtool.shutdown_drain_seconds": "2.5",
+        "kvtool.load_async": "false",
         "lmcache.mp.host": "localhost",  # another connector's key: ignored
     })
     assert config.policy is PolicyName.FIFO
@@ -42,6 +44,7 @@ def test_keys_are_read_from_strings_and_native_values() -> None:
     assert config.host_capacity_bytes == 512 * 2**20
     assert config.shutdown is ShutdownMode.DROP
     assert config.shutdown_drain_seconds == 2.5
+    assert config.load_async is False
 
 
 def test_unknown_key_names_the_closest_known_one() -> None:

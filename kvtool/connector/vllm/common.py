@@ -24,6 +24,9 @@ class KvtoolConnectorMetadata(KVConnectorMetadata):  # type: ignore[misc]
 
     load_jobs: list[LoadJob] = field(default_factory=list)
     store_jobs: list[StoreJob] = field(default_factory=list)
+    load_requests: dict[int, str] = field(default_factory=dict)
+    """Load job id -> the request waiting for it (``kvtool.load_async``): workers
+    report the request through ``get_finished`` once the job is done."""
 
 
 @dataclass

@@ -187,6 +187,10 @@ class KvtoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
         if meta is not None:
             self._worker().start_store(meta)
 
+    def get_finished(self, finished_req_ids: set[str]) -> tuple[set[str] | None, set[str] | None]:
+        # Nothing is ever sent on a request's behalf: blocks are never held for a store.
+        return None, self._worker().get_finished()
+
     def get_block_ids_with_load_errors(self) -> set[int]:
         return self._worker().get_block_ids_with_load_errors()
 

@@ -5,9 +5,12 @@ over a view of vLLM's ``BlockPool``; ``build_connector_meta`` buffers each
 request's newly full prompt blocks, runs one manager step and ships its store
 jobs plus this step's load jobs to the workers; ``update_connector_output``
 feeds the workers' reports back; ``get_num_new_matched_tokens`` answers from
-the host store index; ``request_finished`` returns False so the blocks go back
-to vLLM's free queue still hashed; ``has_pending_push_work`` keeps the engine
-stepping while blocks are buffered or in flight, so the idle drain runs.
+the host store index (with ``kvtool.load_async`` the request then waits in
+``WAITING_FOR_REMOTE_KVS`` until every worker reported its load through
+``get_finished``, so the batch never waits for the copy); ``request_finished``
+returns False so the blocks go back to vLLM's free queue still hashed;
+``has_pending_push_work`` keeps the engine stepping while blocks are buffered
+or in flight, so the idle drain runs.
 
 KV events: when vLLM publishes them (``--kv-events-config`` with
 ``enable_kv_cache_events``), ``take_events`` reports the host tier as medium
@@ -127,6 +130,7 @@ class KvtoolConnectorScheduler:
         self._buffering: set[str] = set()  # tracked ids whose prompt is not all buffered
         self._lookups: dict[str, _Lookup] = {}
         self._load_jobs: list[LoadJob] = []
+        self._load_requests: dict[int, str] = {}
         self._stats_reader: ChangeReader | None = None
         events_config = vllm_config.kv_events_config
         self._kv_events = events_config is not None and bool(events_config.enable_kv_cache_events)
@@ -178,7 +182,9 @@ class KvtoolConnectorScheduler:
         beyond = self._block_hashes(request, local_blocks, cap)
         hit_blocks = self._manager().lookup(beyond) if beyond else 0
         self._lookups[request.request_id] = _Lookup(local_blocks, hit_blocks)
-        return hit_blocks * bs, False
+        # Asynchronous: the request waits in WAITING_FOR_REMOTE_KVS until every
+        # worker reported its load (get_finished), instead of joining this batch.
+        return hit_blocks * bs, self.config.load_async and hit_blocks > 0
 
     def update_state_after_alloc(
         self, request: Any, blocks: Any, num_external_tokens: int
@@ -190,7 +196,10 @@ class KvtoolConnectorScheduler:
         start = lookup.local_blocks
         block_ids = blocks.get_block_ids()[0][start:start + n]
         hashes = self._block_hashes(request, start, start + n)
-        self._load_jobs.append(self._manager().plan_load(block_ids, hashes))
+        job = self._manager().plan_load(block_ids, hashes)
+        self._load_jobs.append(job)
+        if self.config.load_async:
+            self._load_requests[job.job_id] = request.request_id
 
     # ------------------------------------------------------------------ steps
 
@@ -232,8 +241,10 @@ class KvtoolConnectorScheduler:
         result = manager.step(
             StepInput(int(scheduler_output.total_num_scheduled_tokens), allocated))
         meta = KvtoolConnectorMetadata(load_jobs=self._load_jobs,
-                                       store_jobs=list(result.store_jobs))
-        self._load_jobs = []
+                                       store_jobs=list(result.store_jobs),
+                                       load_requests=self._load_requests)
+        if self._load_jobs:
+            self._load_jobs, self._load_requests = [], {}
         return meta
 
     def _buffer_running(

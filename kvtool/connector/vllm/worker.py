@@ -4,7 +4,8 @@
 ``fence`` (at ``bind_connector_metadata``) orders the next forward after the
 previous step's copies; ``start_load`` loads hits before the forward;
 ``wait_for_save`` copies released blocks after the forward that computed them;
-``build_connector_worker_meta`` reports finished jobs.
+``build_connector_worker_meta`` reports finished jobs, and ``get_finished``
+the requests whose asynchronous load (``kvtool.load_async``) is done.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ class KvtoolConnectorWorker:
         self._finished_reports: list[JobReport] = []
         self._load_blocks: dict[int, tuple[int, ...]] = {}
         self._load_errors: set[int] = set()
+        self._load_requests: dict[int, str] = {}  # async load job id -> its request
+        self._finished_recving: set[str] = set()
 
     def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
         from kvtool.connector.transfer import TransferEngine
@@ -78,9 +81,15 @@ class KvtoolConnectorWorker:
         engine = self._engine()
         for job in meta.load_jobs:
             self._load_blocks[job.job_id] = job.block_ids
-            engine.submit_load(job)
+            request = meta.load_requests.get(job.job_id)
+            if request is not None:
+                self._load_requests[job.job_id] = request
+            # A synchronous load feeds this step's forward, which must wait for it;
+            # an asynchronous one's request waits in the scheduler instead.
+            engine.submit_load(job, before_forward=request is None)
         # A load's key check happens at submit, so failures are known now and
-        # vLLM can recompute those blocks in this very step.
+        # vLLM can recompute those blocks in this very step (or, for an
+        # asynchronous load, learns of them with the request's get_finished).
         self._collect(engine)
 
     def start_store(self, meta: KvtoolConnectorMetadata) -> None:
@@ -97,7 +106,20 @@ class KvtoolConnectorWorker:
             blocks = self._load_blocks.pop(result.job_id, None)
             if blocks is not None and not result.ok:
                 self._load_errors.update(blocks)
+            request = self._load_requests.pop(result.job_id, None)
+            if request is not None:
+                self._finished_recving.add(request)
             self._finished_reports.append(JobReport(result.job_id, result.ok))
+
+    def get_finished(self) -> set[str] | None:
+        """Requests whose asynchronous load finished (failed blocks are reported by
+        :meth:`get_block_ids_with_load_errors` in the same pass, as vLLM requires)."""
+        if self.engine is not None and self._load_requests and self.engine.has_pending():
+            self._collect(self.engine)
+        if not self._finished_recving:
+            return None
+        finished, self._finished_recving = self._finished_recving, set()
+        return finished
 
     def get_block_ids_with_load_errors(self) -> set[int]:
         errors, self._load_errors = self._load_errors, set()
