@@ -243,8 +243,9 @@ class KvtoolConnectorScheduler:
         meta = KvtoolConnectorMetadata(load_jobs=self._load_jobs,
                                        store_jobs=list(result.store_jobs),
                                        load_requests=self._load_requests)
-        if self._load_jobs:
-            self._load_jobs, self._load_requests = [], {}
+        # New containers every step: the shipped ones may still be read by a worker
+        # (in-process executors share the object) while the next step plans loads.
+        self._load_jobs, self._load_requests = [], {}
         return meta
 
     def _buffer_running(
