@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import msgspec
 import yaml
 
-from kvtool.audit.inputs import kaito, kustomize, ray_serve, vllm_runtime, yaml_tree
+from kvtool.audit.inputs import kaito, kserve_llm, kustomize, ray_serve, vllm_runtime, yaml_tree
 from kvtool.audit.inputs.container import (
     ArgvWord,
     container_invocations,
@@ -135,8 +135,14 @@ def _document(
             suppressions = object_annotations + local
             if item.pod is not None:
                 suppressions = _annotation_suppressions(item.pod, file) + suppressions
-            invocations = _container(item.container, text, source, where, suppressions, model)
-            found.extend(attach_pod_resources(invocations, item.container, item.pod, file))
+            served = kserve_llm.main_command(node, kind, item.container, text, file)
+            invocations = _container(
+                item.container, text, source, where, suppressions, model, served
+            )
+            invocations = attach_pod_resources(invocations, item.container, item.pod, file)
+            if served is not None:
+                invocations = kserve_llm.with_config_mounts(invocations)
+            found.extend(invocations)
         found.extend(_kubeai_model(node, kind, text, source, owner, local))
         if kind == "RayService":
             found.extend(ray_serve.read_serve_config(node, text, source, owner, local))
@@ -208,11 +214,16 @@ def _container(
     where: str,
     suppressions: tuple[Suppression, ...],
     model: str | None,
+    configured_command: list[ArgvWord] | None = None,
 ) -> list[Invocation]:
+    """``configured_command``: what an operator's config runs when the container writes no
+    ``command`` (KServe's LLMInferenceService ``main``, see :mod:`.kserve_llm`)."""
     file = source.file
     name = yaml_tree.scalar(yaml_tree.get(container, "name")) or "?"
     image = _image(yaml_tree.get(container, "image"))
     env, notes = _env(container, source)
+    if configured_command is not None:
+        env = tuple(e for e in env if e.name != kserve_llm.ADDITIONAL_ARGS)
     command_node = yaml_tree.get(container, "command")
     words = words_from_node(command_node, text, file)
     model_command = yaml_tree.scalar(yaml_tree.get(container, "modelCommand"))
@@ -222,9 +233,13 @@ def _container(
         words = [ArgvWord(w, location) for w in _MODEL_COMMANDS[model_command]]
         if model is not None:
             words.append(ArgvWord(model, location))
+    elif command_node is None and configured_command is not None:
+        words = configured_command
     args = words_from_node(yaml_tree.get(container, "args"), text, file)
     words = expand_k8s_vars(words + args, env)
-    entrypoint_is_image = command_node is None and model_command not in _MODEL_COMMANDS
+    entrypoint_is_image = (
+        command_node is None and model_command not in _MODEL_COMMANDS and configured_command is None
+    )
     entrypoint: tuple[str, ...] | None = None
     if entrypoint_is_image:
         entrypoint = _entrypoint(image, name, [w.text for w in words], notes)

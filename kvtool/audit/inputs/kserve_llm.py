@@ -1,0 +1,93 @@
+"""KServe ``LLMInferenceService``: the ``vllm serve`` its ``main`` container runs.
+
+An LLMInferenceService's pod templates usually name the ``main`` container only to add
+env, resources or probes; KServe merges them with its well-known
+``LLMInferenceServiceConfig`` (``kserve-config-llm-template`` and its prefill/decode
+variants), whose ``main`` container runs, in a ``bash -c`` script,
+``vllm serve /mnt/models --served-model-name <spec.model.name> ... ${VLLM_ADDITIONAL_ARGS}``
+followed by the container's ``args`` (kserve/kserve
+config/llmisvcconfig/config-llm-template.yaml). So a ``main`` container that writes no
+``command`` starts that server: its flags are the words of ``VLLM_ADDITIONAL_ARGS`` (at
+the env value's line) and its ``args``.
+
+The model is the one ``spec.model.uri`` names (``hf://org/name``), whose weights KServe
+mounts at ``/mnt/models``: the model checks need the name, not the mount path.
+"""
+
+from __future__ import annotations
+
+import msgspec
+import yaml
+
+from kvtool.audit.inputs import yaml_tree
+from kvtool.audit.inputs.container import ArgvWord, words_from_node
+from kvtool.audit.model import ContainerResources, Invocation, Quantity, VolumeMount
+
+# An LLMInferenceServiceConfig's pod templates are merged over the same well-known config.
+KINDS = frozenset({"LLMInferenceService", "LLMInferenceServiceConfig"})
+MAIN_CONTAINER = "main"
+ADDITIONAL_ARGS = "VLLM_ADDITIONAL_ARGS"  # read by KServe's script, never by vLLM
+MOUNT_PATH = "/mnt/models"
+
+
+def main_command(
+    service: yaml.Node, kind: str, container: yaml.Node, text: str, file: str | None
+) -> list[ArgvWord] | None:
+    """The serve words KServe's config gives ``container``; None when it is not that case."""
+    if kind not in KINDS or yaml_tree.get(container, "command") is not None:
+        return None
+    if yaml_tree.scalar(yaml_tree.get(container, "name")) != MAIN_CONTAINER:
+        return None
+    model = yaml_tree.get_path(service, "spec", "model")
+    uri_node = yaml_tree.get(model, "uri")
+    name_node = yaml_tree.get(model, "name")
+    anchor = uri_node or name_node or container
+    here = yaml_tree.location(anchor, file)
+    words = [ArgvWord("vllm", here), ArgvWord("serve", here), ArgvWord(_model(uri_node), here)]
+    name = yaml_tree.scalar(name_node)
+    if name is not None and name_node is not None:
+        at = yaml_tree.location(name_node, file)
+        words += [ArgvWord("--served-model-name", at), ArgvWord(name, at)]
+    return words + _additional_args(container, text, file)
+
+
+def _model(uri_node: yaml.Node | None) -> str:
+    uri = yaml_tree.scalar(uri_node) or ""
+    scheme, _, rest = uri.partition("://")
+    return rest if scheme == "hf" and rest else MOUNT_PATH
+
+
+def _additional_args(container: yaml.Node, text: str, file: str | None) -> list[ArgvWord]:
+    """``VLLM_ADDITIONAL_ARGS`` split as the config's ``eval`` splits it, at its own line."""
+    for item in yaml_tree.sequence(yaml_tree.get(container, "env")):
+        if yaml_tree.scalar(yaml_tree.get(item, "name")) == ADDITIONAL_ARGS:
+            return words_from_node(yaml_tree.get(item, "value"), text, file)
+    return []
+
+
+# The well-known config's pod mounts a memory-backed emptyDir of 1Gi at /dev/shm
+# (volume ``dshm`` in config-llm-template.yaml); a template that mounts its own wins.
+SHM_PATH = "/dev/shm"
+_CONFIG_SHM = VolumeMount(
+    mount_path=SHM_PATH,
+    volume="dshm",
+    source="emptyDir",
+    medium="Memory",
+    size_limit=Quantity(text="1Gi", bytes=1 << 30),
+)
+
+
+def with_config_mounts(invocations: list[Invocation]) -> list[Invocation]:
+    """``invocations`` of a ``main`` container with the config's /dev/shm added to its pod."""
+    found: list[Invocation] = []
+    for invocation in invocations:
+        resources = invocation.resources or ContainerResources()
+        if resources.mount_at(SHM_PATH) is None:
+            mounts = (*resources.mounts, _CONFIG_SHM)
+            resources = msgspec.structs.replace(resources, mounts=mounts)
+            note = "/dev/shm: the 1Gi memory-backed emptyDir of KServe's well-known config"
+            invocation = msgspec.structs.replace(
+                invocation, resources=resources, notes=(*invocation.notes, note)
+            )
+        found.append(invocation)
+    return found

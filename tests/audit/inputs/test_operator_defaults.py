@@ -1,0 +1,162 @@
+"""Shapes where the operator, not the file, supplies the serve command (or where a
+values file carries template text), written in the form the cited public files use.
+
+- KServe LLMInferenceService whose ``main`` container writes only env/resources:
+  kserve/kserve docs/samples/llmisvc/single-node-gpu/llm-inference-service-pd-qwen2-7b-gpu.yaml
+  and docs/samples/llmisvc/precise-prefix-kv-cache-routing/ (flags in
+  ``VLLM_ADDITIONAL_ARGS``), run by config/llmisvcconfig/config-llm-template.yaml.
+- Helm values with ``{{ .Values.x }}`` text for ``tpl``:
+  llm-d-incubation/llm-d-modelservice examples/values-pd.yaml (``modelArtifacts.uri``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from kvtool.audit.engine import Auditor
+from kvtool.audit.inputs import read_input_set
+from kvtool.audit.inputs.detect import is_helm_values_name, is_template
+from kvtool.audit.normalize import normalize
+from kvtool.audit.settings import AuditSettings
+from kvtool.audit.tables import ShippedTables
+from tests.audit.inputs.removed_flag import GONE_AT, REMOVED, line_of, removed_in_text
+
+F = REMOVED
+KV = '{\\"kv_connector\\":\\"NixlConnector\\",\\"kv_role\\":\\"kv_consumer\\"}'
+
+LLM_SERVICE = f"""\
+apiVersion: serving.kserve.io/v1alpha2
+kind: LLMInferenceService
+metadata:
+  name: qwen-pd
+spec:
+  model:
+    uri: hf://Qwen/Qwen2.5-7B-Instruct
+    name: Qwen/Qwen2.5-7B-Instruct
+  template:
+    containers:
+      - name: main
+        env:
+          - name: VLLM_ADDITIONAL_ARGS
+            value: "--block-size 64 {F} --kv_transfer_config '{KV}'"
+        resources:
+          limits:
+            nvidia.com/gpu: "1"
+  prefill:
+    replicas: 2
+    template:
+      containers:
+        - name: main
+          image: ghcr.io/llm-d/llm-d-cuda:v0.9.0
+          env:
+            - name: VLLM_ADDITIONAL_ARGS
+              value: >-
+                --tensor-parallel-size=8
+                {F}
+"""
+
+
+def _audit(tmp_path: Path, name: str, text: str):  # type: ignore[no-untyped-def]
+    path = tmp_path / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    found = read_input_set([path])
+    settings = AuditSettings(vllm_version=GONE_AT)
+    report = Auditor(ShippedTables(), normalize, settings, version_from_cli=True).run(
+        found.invocations
+    )
+    return found, report
+
+
+def test_llm_service_main_container_runs_the_configs_vllm_serve(tmp_path: Path) -> None:
+    assert removed_in_text(tmp_path, "svc.yaml", LLM_SERVICE) == [
+        ("svc.yaml", line_of(LLM_SERVICE, F)),
+        ("svc.yaml", line_of(LLM_SERVICE, F, 2)),
+    ]
+    found, report = _audit(tmp_path, "svc.yaml", LLM_SERVICE)
+    decode, prefill = found.invocations
+    model = "Qwen/Qwen2.5-7B-Instruct"
+    assert [t.text for t in decode.tokens[:3]] == [model, "--served-model-name", model]
+    assert "--kv_transfer_config" in [t.text for t in decode.tokens]
+    assert "--tensor-parallel-size=8" in [t.text for t in prefill.tokens]
+    # KServe's script reads VLLM_ADDITIONAL_ARGS; vLLM never sees it, so it is no env finding.
+    assert all("VLLM_ADDITIONAL_ARGS" not in f.message for f in report.findings)
+
+
+def test_llm_service_pod_has_the_configs_dev_shm(tmp_path: Path) -> None:
+    found, report = _audit(tmp_path, "svc.yaml", LLM_SERVICE)
+    prefill = found.invocations[1]
+    assert prefill.resources is not None
+    shm = prefill.resources.mount_at("/dev/shm")
+    assert shm is not None and shm.medium == "Memory" and shm.size_limit is not None
+    assert shm.size_limit.bytes == 1 << 30
+    # TP 8 needs /dev/shm beyond the runtime's 64 MiB; the config's 1 GiB holds it.
+    assert all(f.code != "SZ014" for f in report.findings)
+
+
+def test_llm_service_own_dev_shm_wins(tmp_path: Path) -> None:
+    own = LLM_SERVICE.replace(
+        "          image: ghcr.io/llm-d/llm-d-cuda:v0.9.0\n",
+        "          image: ghcr.io/llm-d/llm-d-cuda:v0.9.0\n"
+        "          volumeMounts: [{name: shm, mountPath: /dev/shm}]\n",
+    ).replace(
+        "    replicas: 2\n    template:\n",
+        "    replicas: 2\n    template:\n      volumes:\n"
+        "        - {name: shm, emptyDir: {medium: Memory, sizeLimit: 16Gi}}\n",
+    )
+    found, _ = _audit(tmp_path, "svc.yaml", own)
+    resources = found.invocations[1].resources
+    assert resources is not None
+    shm = resources.mount_at("/dev/shm")
+    assert shm is not None and shm.volume == "shm" and shm.size_limit is not None
+    assert shm.size_limit.text == "16Gi"
+
+
+def test_a_main_container_elsewhere_or_with_a_command_is_read_as_written(tmp_path: Path) -> None:
+    deployment = (
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\nspec:\n  template:\n"
+        "    spec:\n      containers:\n        - name: main\n          env:\n"
+        "            - name: VLLM_ADDITIONAL_ARGS\n              value: --enforce-eager\n"
+    )
+    found, _ = _audit(tmp_path, "deploy.yaml", deployment)
+    assert found.invocations == []
+    commanded = LLM_SERVICE.replace(
+        "      - name: main\n        env:\n",
+        "      - name: main\n        command: [vllm, serve, /mnt/models, --enforce-eager]\n"
+        "        env:\n",
+    )
+    found, _ = _audit(tmp_path, "svc.yaml", commanded)
+    assert [t.text for t in found.invocations[0].tokens] == ["/mnt/models", "--enforce-eager"]
+
+
+VALUES_WITH_TPL = f"""\
+modelArtifacts:
+  name: facebook/opt-125m
+  uri: hf://"{{{{ .Values.modelArtifacts.name }}}}"
+  size: 20Gi
+decode:
+  create: true
+  containers:
+  - name: "vllm"
+    image: "ghcr.io/llm-d/llm-d-cuda:latest"
+    modelCommand: vllmServe
+    args:
+      - "--enforce-eager"
+      - "{F}"
+"""
+
+
+def test_values_file_with_tpl_text_is_read_not_skipped(tmp_path: Path) -> None:
+    assert removed_in_text(tmp_path, "examples/values-pd.yaml", VALUES_WITH_TPL) == [
+        ("values-pd.yaml", line_of(VALUES_WITH_TPL, F))
+    ]
+
+
+def test_a_template_is_still_a_template_whatever_its_name(tmp_path: Path) -> None:
+    assert is_template(VALUES_WITH_TPL, "chart/templates/values.yaml")
+    assert is_template(VALUES_WITH_TPL, "deployment.yaml")
+    assert not is_template(VALUES_WITH_TPL, "examples/values-pd.yaml")
+    for name in ("values.yaml", "values-pd.yaml", "ms-values.yml", "router.values.yaml"):
+        assert is_helm_values_name(f"guides/x/{name}"), name
+    for name in ("valuesets.yaml", "deployment.yaml", "values.json", "my_values_tool.py"):
+        assert not is_helm_values_name(name), name
