@@ -160,3 +160,45 @@ def test_a_template_is_still_a_template_whatever_its_name(tmp_path: Path) -> Non
         assert is_helm_values_name(f"guides/x/{name}"), name
     for name in ("valuesets.yaml", "deployment.yaml", "values.json", "my_values_tool.py"):
         assert not is_helm_values_name(name), name
+
+
+RAY_VALUES = f"""\
+servingEngineSpec:
+  modelSpec:
+  - name: "distilgpt2-raycluster"
+    repository: "lmcache/vllm-openai"
+    tag: "latest"
+    modelURL: "distilbert/distilgpt2"
+    vllmConfig:
+      tensorParallelSize: 1
+      pipelineParallelSize: 2
+      extraArgs: ["{F}"]
+    raySpec:
+      enabled: true
+      headNode:
+        requestGPU: 1
+"""
+
+
+def test_production_stack_ray_spec_runs_vllm_on_the_ray_head(tmp_path: Path) -> None:
+    """Shape: vllm-project/production-stack tutorials/assets/
+    values-15-a-minimal-pipeline-parallel-example-raycluster.yaml, rendered by
+    helm/templates/ray-cluster.yaml's vllm-entrypoint.sh."""
+    assert removed_in_text(tmp_path, "values-15.yaml", RAY_VALUES) == [
+        ("values-15.yaml", line_of(RAY_VALUES, F))
+    ]
+    found, _ = _audit(tmp_path, "values-15.yaml", RAY_VALUES)
+    (head,) = found.invocations
+    words = [t.text for t in head.tokens]
+    assert words[words.index("--distributed-executor-backend") + 1] == "ray"
+    assert words[words.index("--pipeline-parallel-size") + 1] == "2"
+    assert "--no-enable-prefix-caching" not in words  # the script writes only the true form
+
+
+def test_production_stack_ray_spec_disabled_is_the_deployment(tmp_path: Path) -> None:
+    off = RAY_VALUES.replace("      enabled: true\n", "      enabled: false\n")
+    found, _ = _audit(tmp_path, "values-15.yaml", off)
+    (engine,) = found.invocations
+    words = [t.text for t in engine.tokens]
+    assert "--distributed-executor-backend" not in words
+    assert "--no-enable-prefix-caching" in words  # deployment-vllm-multi.yaml's form
