@@ -32,6 +32,19 @@ class ArgvWord:
     span: tuple[int, int] | None = None  # offsets of the written form in the source text
 
 
+@dataclass(frozen=True)
+class ConfiguredCommand:
+    """What an operator or chart runs for a container that writes no ``command``.
+
+    ``words`` come before the container's own ``args``; with ``runs_image_entrypoint``
+    they are arguments to the image's entrypoint, else they start with the command.
+    """
+
+    words: list[ArgvWord]
+    runs_image_entrypoint: bool = False
+    consumed_env: tuple[str, ...] = ()  # read by the operator's script, never by vLLM
+
+
 def words_from_sequence(node: yaml.Node | None, file: str | None) -> list[ArgvWord]:
     words: list[ArgvWord] = []
     for item in yaml_tree.sequence(node):

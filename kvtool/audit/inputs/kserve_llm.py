@@ -20,7 +20,7 @@ import msgspec
 import yaml
 
 from kvtool.audit.inputs import yaml_tree
-from kvtool.audit.inputs.container import ArgvWord, words_from_node
+from kvtool.audit.inputs.container import ArgvWord, ConfiguredCommand, words_from_node
 from kvtool.audit.model import ContainerResources, Invocation, Quantity, VolumeMount
 
 # An LLMInferenceServiceConfig's pod templates are merged over the same well-known config.
@@ -32,7 +32,7 @@ MOUNT_PATH = "/mnt/models"
 
 def main_command(
     service: yaml.Node, kind: str, container: yaml.Node, text: str, file: str | None
-) -> list[ArgvWord] | None:
+) -> ConfiguredCommand | None:
     """The serve words KServe's config gives ``container``; None when it is not that case."""
     if kind not in KINDS or yaml_tree.get(container, "command") is not None:
         return None
@@ -48,7 +48,9 @@ def main_command(
     if name is not None and name_node is not None:
         at = yaml_tree.location(name_node, file)
         words += [ArgvWord("--served-model-name", at), ArgvWord(name, at)]
-    return words + _additional_args(container, text, file)
+    return ConfiguredCommand(
+        words=words + _additional_args(container, text, file), consumed_env=(ADDITIONAL_ARGS,)
+    )
 
 
 def _model(uri_node: yaml.Node | None) -> str:

@@ -202,3 +202,63 @@ def test_production_stack_ray_spec_disabled_is_the_deployment(tmp_path: Path) ->
     words = [t.text for t in engine.tokens]
     assert "--distributed-executor-backend" not in words
     assert "--no-enable-prefix-caching" in words  # deployment-vllm-multi.yaml's form
+
+
+MODELSERVICE_VALUES = """\
+modelArtifacts:
+  uri: "hf://Qwen/Qwen3-32B"
+  name: "Qwen/Qwen3-32B"
+decode:
+  create: true
+  parallelism:
+    tensor: 2
+    data: 4
+    workers: 2
+  containers:
+    - name: "vllm"
+      image: ghcr.io/llm-d/llm-d-cuda:v0.5.0
+      modelCommand: vllmServe
+      args:
+        - "--gpu-memory-utilization=0.95"
+"""
+
+
+def _words(tmp_path: Path, name: str, text: str) -> list[list[str]]:
+    found, _ = _audit(tmp_path, name, text)
+    return [[t.text for t in i.tokens] for i in found.invocations]
+
+
+def test_modelservice_parallelism_is_rendered_before_the_args(tmp_path: Path) -> None:
+    """Shape: llm-d/llm-d guides/inference-scheduling/ms-inference-scheduling/values.yaml
+    (``decode.parallelism.tensor``; the chart adds ``--tensor-parallel-size``, its
+    _helpers.tpl ``vllmServeModelCommand``)."""
+    (words,) = _words(tmp_path, "values.yaml", MODELSERVICE_VALUES)
+    assert words == [
+        "Qwen/Qwen3-32B",
+        "--tensor-parallel-size", "2",
+        "--data-parallel-size", "4",
+        "--data-parallel-size-local", "2",
+        "--served-model-name", "Qwen/Qwen3-32B",
+        "--gpu-memory-utilization=0.95",
+    ]  # fmt: skip
+    found, _ = _audit(tmp_path, "values.yaml", MODELSERVICE_VALUES)
+    tensor = found.invocations[0].tokens[1]
+    assert tensor.location is not None
+    assert tensor.location.line == line_of(MODELSERVICE_VALUES, "tensor: 2")
+
+
+def test_modelservice_single_gpu_and_image_default(tmp_path: Path) -> None:
+    single = MODELSERVICE_VALUES.replace("    tensor: 2\n    data: 4\n    workers: 2\n", "")
+    single = single.replace("  parallelism:\n", "")
+    (words,) = _words(tmp_path, "values.yaml", single)
+    assert "--tensor-parallel-size" not in words and "--data-parallel-size" not in words
+    image_default = single.replace("modelCommand: vllmServe", "modelCommand: imageDefault")
+    image_default = image_default.replace(
+        "ghcr.io/llm-d/llm-d-cuda:v0.5.0", "vllm/vllm-openai:v0.20.0"
+    )
+    (words,) = _words(tmp_path, "values.yaml", image_default)
+    assert words[:2] == ["--model", "Qwen/Qwen3-32B"]
+    simulator = image_default.replace(
+        "vllm/vllm-openai:v0.20.0", "ghcr.io/llm-d/llm-d-inference-sim:v0.3"
+    )
+    assert _words(tmp_path, "values.yaml", simulator) == []
