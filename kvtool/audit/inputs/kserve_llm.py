@@ -4,11 +4,21 @@ An LLMInferenceService's pod templates usually name the ``main`` container only 
 env, resources or probes; KServe merges them with its well-known
 ``LLMInferenceServiceConfig`` (``kserve-config-llm-template`` and its prefill/decode
 variants), whose ``main`` container runs, in a ``bash -c`` script,
-``vllm serve /mnt/models --served-model-name <spec.model.name> ... ${VLLM_ADDITIONAL_ARGS}``
-followed by the container's ``args`` (kserve/kserve
-config/llmisvcconfig/config-llm-template.yaml). So a ``main`` container that writes no
-``command`` starts that server: its flags are the words of ``VLLM_ADDITIONAL_ARGS`` (at
-the env value's line) and its ``args``.
+``vllm serve /mnt/models --served-model-name <spec.model.name> ${KV_TRANSFER_ARGS}
+--tensor-parallel-size <parallelism.tensor> ${VLLM_ADDITIONAL_ARGS}`` followed by the
+container's ``args`` (kserve/kserve config/llmisvcconfig/config-llm-template.yaml, and
+config-llm-prefill-template.yaml with ``spec.prefill``'s values). So a ``main``
+container that writes no ``command`` starts that server: its flags are the workload's
+``parallelism.tensor``, the OffloadingConnector its ``kvCacheOffloading`` asks for, the
+words of ``VLLM_ADDITIONAL_ARGS`` (at the env value's line) and its ``args``.
+
+``kvCacheOffloading`` becomes ``--kv-transfer-config`` as the controller's
+``kvTransferConfig`` template function writes it (pkg/controller/v1alpha2/llmisvc/
+config_merge.go): OffloadingConnector, kv_both, ``spec_name: TieringOffloadingSpec``,
+``cpu_bytes_to_use`` from ``cpu``, ``eviction_policy``, and one ``fs`` secondary tier at
+``/mnt/kv-cache-<i>`` per ``fileSystem`` entry; the script leaves it out when the
+additional args or ``args`` give a ``--kv-transfer-config`` of their own, and on vLLM
+releases before 0.22.0.
 
 The model is the one ``spec.model.uri`` names (``hf://org/name``), whose weights KServe
 mounts at ``/mnt/models``: the model checks need the name, not the mount path.
@@ -16,11 +26,14 @@ mounts at ``/mnt/models``: the model checks need the name, not the mount path.
 
 from __future__ import annotations
 
+import json
+
 import msgspec
 import yaml
 
 from kvtool.audit.inputs import yaml_tree
 from kvtool.audit.inputs.container import ArgvWord, ConfiguredCommand, words_from_node
+from kvtool.audit.inputs.quantity import parse_bytes
 from kvtool.audit.model import ContainerResources, Invocation, Quantity, VolumeMount
 
 # An LLMInferenceServiceConfig's pod templates are merged over the same well-known config.
@@ -48,9 +61,60 @@ def main_command(
     if name is not None and name_node is not None:
         at = yaml_tree.location(name_node, file)
         words += [ArgvWord("--served-model-name", at), ArgvWord(name, at)]
-    return ConfiguredCommand(
-        words=words + _additional_args(container, text, file), consumed_env=(ADDITIONAL_ARGS,)
-    )
+    workload = _workload(service, container)
+    additional = _additional_args(container, text, file)
+    args = yaml_tree.sequence(yaml_tree.get(container, "args"))
+    written = [w.text for w in additional] + [yaml_tree.scalar(item) or "" for item in args]
+    if not any(w.split("=", 1)[0] in _KV_TRANSFER_SPELLINGS for w in written):
+        words += _kv_offloading(yaml_tree.get(workload, "kvCacheOffloading"), file)
+    tensor_node = yaml_tree.get_path(workload, "parallelism", "tensor")
+    tensor = yaml_tree.scalar(tensor_node)
+    if tensor_node is not None and tensor:
+        at = yaml_tree.location(tensor_node, file)
+        words += [ArgvWord("--tensor-parallel-size", at), ArgvWord(tensor, at)]
+    return ConfiguredCommand(words=words + additional, consumed_env=(ADDITIONAL_ARGS,))
+
+
+_KV_TRANSFER_SPELLINGS = frozenset({"--kv-transfer-config", "--kv_transfer_config"})
+
+
+def _workload(service: yaml.Node, container: yaml.Node) -> yaml.Node | None:
+    """``spec.prefill`` when ``container`` is in the prefill pod, else ``spec`` (decode/main)."""
+    spec = yaml_tree.get(service, "spec")
+    prefill = yaml_tree.get(spec, "prefill")
+    for pod in ("template", "worker"):
+        held = yaml_tree.sequence(yaml_tree.get_path(prefill, pod, "containers"))
+        if any(item is container for item in held):
+            return prefill
+    return spec
+
+
+def _kv_offloading(node: yaml.Node | None, file: str | None) -> list[ArgvWord]:
+    """``--kv-transfer-config`` as KServe's ``kvTransferConfig`` renders ``kvCacheOffloading``."""
+    cpu_node = yaml_tree.get(node, "cpu")  # findings land on the size to change
+    cpu = yaml_tree.scalar(cpu_node)
+    if cpu_node is None or cpu is None:
+        return []
+    extra: dict[str, object] = {"spec_name": "TieringOffloadingSpec"}
+    size = parse_bytes(cpu)
+    extra["cpu_bytes_to_use"] = size if size is not None else cpu
+    policy = yaml_tree.scalar(yaml_tree.get(node, "evictionPolicy"))
+    if policy:
+        extra["eviction_policy"] = policy
+    tiers = [
+        {"type": "fs", "root_dir": f"/mnt/kv-cache-{index}"}
+        for index, tier in enumerate(yaml_tree.sequence(yaml_tree.get(node, "secondary")))
+        if yaml_tree.get(tier, "fileSystem") is not None
+    ]
+    if tiers:
+        extra["secondary_tiers"] = tiers
+    config = {
+        "kv_connector": "OffloadingConnector",
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": extra,
+    }
+    at = yaml_tree.location(cpu_node, file)
+    return [ArgvWord("--kv-transfer-config", at), ArgvWord(json.dumps(config), at)]
 
 
 def _model(uri_node: yaml.Node | None) -> str:

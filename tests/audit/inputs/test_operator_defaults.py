@@ -11,6 +11,7 @@ values file carries template text), written in the form the cited public files u
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from kvtool.audit.engine import Auditor
@@ -19,6 +20,7 @@ from kvtool.audit.inputs.detect import is_helm_values_name, is_template
 from kvtool.audit.normalize import normalize
 from kvtool.audit.settings import AuditSettings
 from kvtool.audit.tables import ShippedTables
+from kvtool.releases import release_index
 from tests.audit.inputs.removed_flag import GONE_AT, REMOVED, line_of, removed_in_text
 
 F = REMOVED
@@ -262,3 +264,81 @@ def test_modelservice_single_gpu_and_image_default(tmp_path: Path) -> None:
         "vllm/vllm-openai:v0.20.0", "ghcr.io/llm-d/llm-d-inference-sim:v0.3"
     )
     assert _words(tmp_path, "values.yaml", simulator) == []
+
+
+OFFLOADING_SERVICE = """\
+apiVersion: serving.kserve.io/v1alpha2
+kind: LLMInferenceService
+metadata:
+  name: qwen-offload
+spec:
+  model:
+    uri: hf://Qwen/Qwen2.5-7B-Instruct
+    name: Qwen/Qwen2.5-7B-Instruct
+  parallelism:
+    tensor: 2
+  template:
+    containers:
+      - name: main
+  kvCacheOffloading:
+    cpu: "10Gi"
+    evictionPolicy: lru
+    secondary:
+      - fileSystem:
+          emptyDir:
+            size: "100Gi"
+  prefill:
+    template:
+      containers:
+        - name: main
+          env:
+            - name: VLLM_ADDITIONAL_ARGS
+              value: --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
+"""
+
+
+def test_llm_service_kv_cache_offloading_and_parallelism(tmp_path: Path) -> None:
+    """Shape: kserve/kserve docs/samples/llmisvc/kv-cache-offloading/ (``kvCacheOffloading``
+    with a ``fileSystem`` tier), rendered by pkg/controller/v1alpha2/llmisvc/config_merge.go
+    ``kvTransferConfig``; ``parallelism`` is the WorkloadSpec field of
+    pkg/apis/serving/v1alpha2/llm_inference_service_types.go."""
+    found, _ = _audit(tmp_path, "svc.yaml", OFFLOADING_SERVICE)
+    decode, prefill = found.invocations
+    words = [t.text for t in decode.tokens]
+    config = json.loads(words[words.index("--kv-transfer-config") + 1])
+    assert config["kv_connector"] == "OffloadingConnector" and config["kv_role"] == "kv_both"
+    assert config["kv_connector_extra_config"] == {
+        "spec_name": "TieringOffloadingSpec",
+        "cpu_bytes_to_use": 10 * 2**30,
+        "eviction_policy": "lru",
+        "secondary_tiers": [{"type": "fs", "root_dir": "/mnt/kv-cache-0"}],
+    }
+    at = decode.tokens[words.index("--kv-transfer-config")].location
+    assert at is not None and at.line == line_of(OFFLOADING_SERVICE, 'cpu: "10Gi"')
+    assert words[words.index("--tensor-parallel-size") + 1] == "2"
+    # The prefill workload has no kvCacheOffloading or parallelism of its own, and its own
+    # --kv-transfer-config is the only one.
+    prefill_words = [t.text for t in prefill.tokens]
+    assert prefill_words.count("--kv-transfer-config") == 1
+    assert "--tensor-parallel-size" not in prefill_words
+
+
+def test_llm_service_offloading_beyond_the_configs_dev_shm_is_found(tmp_path: Path) -> None:
+    """10Gi of CPU tier against the well-known config's 1Gi /dev/shm: the newest release's
+    OffloadingConnector keeps its tier in /dev/shm (SZ013), so the finding lands on ``cpu``."""
+    path = tmp_path / "svc.yaml"
+    path.write_text(OFFLOADING_SERVICE, encoding="utf-8")
+    found = read_input_set([path])
+    newest = release_index().versions[-1]
+    settings = AuditSettings(vllm_version=newest)
+    report = Auditor(ShippedTables(), normalize, settings, version_from_cli=True).run(
+        found.invocations
+    )
+    (shm,) = [f for f in report.findings if f.code == "SZ013"]
+    assert shm.location is not None and shm.location.line == line_of(OFFLOADING_SERVICE, "cpu:")
+    roomy = OFFLOADING_SERVICE.replace('cpu: "10Gi"', 'cpu: "512Mi"')
+    path.write_text(roomy, encoding="utf-8")
+    report = Auditor(ShippedTables(), normalize, settings, version_from_cli=True).run(
+        read_input_set([path]).invocations
+    )
+    assert all(f.code != "SZ013" for f in report.findings)
