@@ -43,6 +43,7 @@ class ConfiguredCommand:
     words: list[ArgvWord]
     runs_image_entrypoint: bool = False
     consumed_env: tuple[str, ...] = ()  # read by the operator's script, never by vLLM
+    notes: tuple[str, ...] = ()  # what the reader could not map, for the report
 
 
 def words_from_sequence(node: yaml.Node | None, file: str | None) -> list[ArgvWord]:

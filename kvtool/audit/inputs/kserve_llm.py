@@ -72,7 +72,24 @@ def main_command(
     if tensor_node is not None and tensor:
         at = yaml_tree.location(tensor_node, file)
         words += [ArgvWord("--tensor-parallel-size", at), ArgvWord(tensor, at)]
-    return ConfiguredCommand(words=words + additional, consumed_env=(ADDITIONAL_ARGS,))
+    return ConfiguredCommand(
+        words=words + additional, consumed_env=(ADDITIONAL_ARGS,), notes=_misplaced(service, file)
+    )
+
+
+def _misplaced(service: yaml.Node, file: str | None) -> tuple[str, ...]:
+    """WorkloadSpec fields written under ``spec.workload``: the v1alpha2 type inlines them
+    into ``spec``, so the API server drops (or strict validation refuses) them there."""
+    workload = yaml_tree.get_path(service, "spec", "workload")
+    fields = ("kvCacheOffloading", "parallelism")
+    found = [key for key, _, _ in yaml_tree.items(workload) if key in fields]
+    if workload is None or not found:
+        return ()
+    where = yaml_tree.where(workload, file)
+    return (
+        f"{where}: spec.workload.{', spec.workload.'.join(found)} is not a field of "
+        "LLMInferenceService (these belong directly under spec); KServe never applies it",
+    )
 
 
 _KV_TRANSFER_SPELLINGS = frozenset({"--kv-transfer-config", "--kv_transfer_config"})

@@ -227,6 +227,7 @@ def _container(
     if command_node is None and configured is not None:
         words = list(configured.words)
         env = tuple(e for e in env if e.name not in configured.consumed_env)
+        notes.extend(configured.notes)
     args = words_from_node(yaml_tree.get(container, "args"), text, file)
     words = expand_k8s_vars(words + args, env)
     entrypoint_is_image = command_node is None and (

@@ -342,3 +342,19 @@ def test_llm_service_offloading_beyond_the_configs_dev_shm_is_found(tmp_path: Pa
         read_input_set([path]).invocations
     )
     assert all(f.code != "SZ013" for f in report.findings)
+
+
+def test_offloading_under_spec_workload_is_noted_not_applied(tmp_path: Path) -> None:
+    """kserve/kserve docs/samples/llmisvc/kv-cache-offloading/ writes ``spec.workload.
+    kvCacheOffloading``; the v1alpha2 type inlines WorkloadSpec into ``spec``."""
+    misplaced = OFFLOADING_SERVICE.replace(
+        '  kvCacheOffloading:\n    cpu: "10Gi"\n    evictionPolicy: lru\n',
+        '  workload:\n    kvCacheOffloading:\n      cpu: "10Gi"\n      evictionPolicy: lru\n',
+    ).replace(
+        "    secondary:\n      - fileSystem:\n          emptyDir:\n            size: \"100Gi\"\n",
+        "",
+    )
+    found, _ = _audit(tmp_path, "svc.yaml", misplaced)
+    decode = found.invocations[0]
+    assert "--kv-transfer-config" not in [t.text for t in decode.tokens]
+    assert any("spec.workload.kvCacheOffloading is not a field" in n for n in decode.notes)
