@@ -55,7 +55,7 @@ def read(text: str, source: ReadSource) -> list[Invocation]:
             found.extend(_production_stack(spec, text, source, comments, notes))
         image = yaml_tree.get(document, "image")
         if isinstance(image, yaml.MappingNode) and yaml_tree.get(image, "command") is not None:
-            found.extend(_vllm_chart(image, text, source, comments, notes))
+            found.extend(_vllm_chart(document, image, text, source, comments, notes))
     return found
 
 
@@ -203,7 +203,20 @@ def _positive(value: str) -> bool:
         return False
 
 
+def _vllm_chart_configs(document: yaml.Node, file: str | None) -> list[EnvAssignment]:
+    """``configs``: the chart's ConfigMap, given to the container by ``envFrom`` (so
+    ``image.env``, applied after it, wins) in vLLM's chart templates/configmap.yaml and
+    templates/deployment.yaml."""
+    return [
+        EnvAssignment(
+            name=key, value=yaml_tree.scalar(value), location=yaml_tree.location(key_node, file)
+        )
+        for key, key_node, value in yaml_tree.items(yaml_tree.get(document, "configs"))
+    ]
+
+
 def _vllm_chart(
+    document: yaml.Node,
     image: yaml.Node,
     text: str,
     source: ReadSource,
@@ -212,7 +225,7 @@ def _vllm_chart(
 ) -> list[Invocation]:
     file = source.file
     words = words_from_node(yaml_tree.get(image, "command"), text, file)
-    env = _env_list(yaml_tree.get(image, "env"), file)
+    env = _vllm_chart_configs(document, file) + _env_list(yaml_tree.get(image, "env"), file)
     label = "vLLM chart image.command"
     return _chart_invocations(words, text, source, env, image, label, comments, notes)
 

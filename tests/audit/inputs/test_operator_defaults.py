@@ -358,3 +358,30 @@ def test_offloading_under_spec_workload_is_noted_not_applied(tmp_path: Path) -> 
     decode = found.invocations[0]
     assert "--kv-transfer-config" not in [t.text for t in decode.tokens]
     assert any("spec.workload.kvCacheOffloading is not a field" in n for n in decode.notes)
+
+
+CHART_VALUES = """\
+image:
+  repository: "vllm/vllm-openai"
+  tag: "v0.20.0"
+  command: ["vllm", "serve", "/data/", "--served-model-name", "opt-125m"]
+  env:
+    - name: VLLM_LOGGING_LEVEL
+      value: "DEBUG"
+configs:
+  VLLM_LOGGING_LEVEL: INFO
+  PYTHONHASHSEED: "0"
+"""
+
+
+def test_vllm_chart_configs_are_the_containers_env(tmp_path: Path) -> None:
+    """Shape: vllm-project/vllm examples/online_serving/chart-helm/values.yaml ``configs``,
+    a ConfigMap the chart's templates/deployment.yaml gives the container by envFrom."""
+    found, _ = _audit(tmp_path, "values.yaml", CHART_VALUES)
+    (engine,) = found.invocations
+    env = {e.name: e for e in engine.env}
+    assert env["PYTHONHASHSEED"].value == "0"
+    seed = env["PYTHONHASHSEED"].location
+    assert seed is not None and seed.line == line_of(CHART_VALUES, "PYTHONHASHSEED")
+    # image.env is applied after envFrom: it wins
+    assert [e.value for e in engine.env if e.name == "VLLM_LOGGING_LEVEL"][-1] == "DEBUG"
