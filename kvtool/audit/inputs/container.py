@@ -128,7 +128,7 @@ def container_invocations(
     else:
         return []
     tokens = tuple(SourceToken(text=w.text, location=w.location) for w in words[start:])
-    items, notes = referenced_config(tokens, context.base_dir)
+    items, notes = referenced_config(tokens, context.base_dir, context.written)
     return [
         Invocation(
             kind=context.kind,

@@ -29,6 +29,7 @@ from kvtool.audit.inputs import (
     vllm_runtime,
     yaml_tree,
 )
+from kvtool.audit.inputs.configmap_files import mounted_files
 from kvtool.audit.inputs.container import (
     ArgvWord,
     ConfiguredCommand,
@@ -143,7 +144,9 @@ def _document(
             configured = kserve_llm.main_command(
                 node, kind, item.container, text, file
             ) or modelservice.configured_command(node, item.container, item.pod, file)
-            invocations = _container(item.container, text, source, where, suppressions, configured)
+            invocations = _container(
+                item.container, text, source, where, suppressions, configured, item.pod
+            )
             invocations = attach_pod_resources(invocations, item.container, item.pod, file)
             if kind in kserve_llm.KINDS and configured is not None:
                 invocations = kserve_llm.with_config_mounts(invocations)
@@ -214,6 +217,7 @@ def _container(
     where: str,
     suppressions: tuple[Suppression, ...],
     configured: ConfiguredCommand | None = None,
+    pod: yaml.Node | None = None,
 ) -> list[Invocation]:
     """``configured``: what a chart or operator runs when the container writes no
     ``command`` (llm-d-modelservice's ``modelCommand``, KServe's LLMInferenceService
@@ -244,6 +248,7 @@ def _container(
         image=image,
         label=f"{file or '<input>'}: {where} container {name}",
         suppressions=suppressions,
+        written=mounted_files(container, pod, source.configmaps),
     )
     found = container_invocations(words, text, context, image_entrypoint=entrypoint)
     return [msgspec.structs.replace(i, notes=i.notes + tuple(notes)) for i in found]

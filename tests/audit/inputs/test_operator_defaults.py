@@ -21,7 +21,13 @@ from kvtool.audit.normalize import normalize
 from kvtool.audit.settings import AuditSettings
 from kvtool.audit.tables import ShippedTables
 from kvtool.releases import release_index
-from tests.audit.inputs.removed_flag import GONE_AT, REMOVED, line_of, removed_in_text
+from tests.audit.inputs.removed_flag import (
+    GONE_AT,
+    REMOVED,
+    line_of,
+    removed_at,
+    removed_in_text,
+)
 
 F = REMOVED
 KV = '{\\"kv_connector\\":\\"NixlConnector\\",\\"kv_role\\":\\"kv_consumer\\"}'
@@ -385,3 +391,67 @@ def test_vllm_chart_configs_are_the_containers_env(tmp_path: Path) -> None:
     assert seed is not None and seed.line == line_of(CHART_VALUES, "PYTHONHASHSEED")
     # image.env is applied after envFrom: it wins
     assert [e.value for e in engine.env if e.name == "VLLM_LOGGING_LEVEL"][-1] == "DEBUG"
+
+
+CONFIGMAP_CONFIG = f"""\
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: vllm-config
+data:
+  serve.yaml: |
+    model: meta-llama/Llama-3.1-8B-Instruct
+    {F.removeprefix("--")}: true
+    max-model-len: 8192
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: vllm
+spec:
+  template:
+    spec:
+      containers:
+        - name: vllm
+          image: vllm/vllm-openai:v0.20.0
+          args: ["--config", "/etc/vllm/serve.yaml"]
+          volumeMounts:
+            - name: cfg
+              mountPath: /etc/vllm
+      volumes:
+        - name: cfg
+          configMap:
+            name: vllm-config
+"""
+
+
+def test_config_file_from_a_mounted_configmap_is_read(tmp_path: Path) -> None:
+    """vLLM's ``--config`` YAML (vllm-project/vllm docs/configuration/serve_args.md) kept
+    in a ConfigMap and mounted into the pod by a configMap volume
+    (https://kubernetes.io/docs/concepts/storage/volumes/#configmap)."""
+    assert removed_in_text(tmp_path, "deploy.yaml", CONFIGMAP_CONFIG) == [
+        ("deploy.yaml", line_of(CONFIGMAP_CONFIG, F.removeprefix("--") + ":"))
+    ]
+    sub_path = CONFIGMAP_CONFIG.replace(
+        "              mountPath: /etc/vllm\n",
+        "              mountPath: /etc/vllm/serve.yaml\n              subPath: serve.yaml\n",
+    )
+    assert removed_in_text(tmp_path, "deploy.yaml", sub_path) == [
+        ("deploy.yaml", line_of(CONFIGMAP_CONFIG, F.removeprefix("--") + ":"))
+    ]
+    # the ConfigMap in another file of the run is found too
+    head, _, deployment = CONFIGMAP_CONFIG.partition("---\n")
+    (tmp_path / "split").mkdir()
+    (tmp_path / "split" / "cm.yaml").write_text(head, encoding="utf-8")
+    (tmp_path / "split" / "deploy.yaml").write_text(deployment, encoding="utf-8")
+    assert removed_at(read_input_set([tmp_path / "split"])) == [
+        ("cm.yaml", line_of(head, F.removeprefix("--") + ":"))
+    ]
+
+
+def test_a_config_path_no_configmap_mounts_is_still_unread(tmp_path: Path) -> None:
+    elsewhere = CONFIGMAP_CONFIG.replace("mountPath: /etc/vllm\n", "mountPath: /etc/other\n")
+    found, _ = _audit(tmp_path, "deploy.yaml", elsewhere)
+    (engine,) = found.invocations
+    assert engine.config_items == ()
+    assert any("no such file here" in note for note in engine.notes)
