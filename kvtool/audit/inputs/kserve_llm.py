@@ -27,6 +27,7 @@ mounts at ``/mnt/models``: the model checks need the name, not the mount path.
 from __future__ import annotations
 
 import json
+import re
 
 import msgspec
 import yaml
@@ -41,6 +42,14 @@ KINDS = frozenset({"LLMInferenceService", "LLMInferenceServiceConfig"})
 MAIN_CONTAINER = "main"
 ADDITIONAL_ARGS = "VLLM_ADDITIONAL_ARGS"  # read by KServe's script, never by vLLM
 MOUNT_PATH = "/mnt/models"
+
+
+_CONFIG_KIND = re.compile(r"^kind:\s*LLMInferenceServiceConfig\s*$", re.MULTILINE)
+
+
+def is_config_template(text: str) -> bool:
+    """An LLMInferenceServiceConfig with Go template actions (KServe's well-known configs)."""
+    return bool(_CONFIG_KIND.search(text))
 
 
 def main_command(

@@ -455,3 +455,21 @@ def test_a_config_path_no_configmap_mounts_is_still_unread(tmp_path: Path) -> No
     (engine,) = found.invocations
     assert engine.config_items == ()
     assert any("no such file here" in note for note in engine.notes)
+
+
+def test_kserve_config_templates_are_skipped_with_what_to_audit(tmp_path: Path) -> None:
+    """kserve/kserve config/llmisvcconfig/config-llm-template.yaml: Go template actions
+    the KServe controller fills, not a Helm chart."""
+    config = tmp_path / "config-llm-template.yaml"
+    config.write_text(
+        "apiVersion: serving.kserve.io/v1alpha2\nkind: LLMInferenceServiceConfig\n"
+        "metadata:\n  name: kserve-config-llm-template\nspec:\n  template:\n    containers:\n"
+        "      - name: main\n        command: [/bin/bash, -c]\n        args:\n"
+        '          - vllm serve /mnt/models --served-model-name "{{ .Spec.Model.Name }}"'
+        " {{ if .GlobalConfig.EnableTLS }}--enable-ssl-refresh{{- end }}\n",
+        encoding="utf-8",
+    )
+    found = read_input_set([config])
+    (skipped,) = found.skipped
+    assert "LLMInferenceServiceConfig" in skipped.reason and "helm" not in skipped.reason
+    assert not skipped.problem
