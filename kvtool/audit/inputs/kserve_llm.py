@@ -60,6 +60,9 @@ def main_command(
         return None
     if yaml_tree.scalar(yaml_tree.get(container, "name")) != MAIN_CONTAINER:
         return None
+    workload = _workload(service, container)
+    if workload is None:
+        return None  # e.g. the router's scheduler, whose container is also named main
     model = yaml_tree.get_path(service, "spec", "model")
     uri_node = yaml_tree.get(model, "uri")
     name_node = yaml_tree.get(model, "name")
@@ -70,7 +73,6 @@ def main_command(
     if name is not None and name_node is not None:
         at = yaml_tree.location(name_node, file)
         words += [ArgvWord("--served-model-name", at), ArgvWord(name, at)]
-    workload = _workload(service, container)
     additional = _additional_args(container, text, file)
     args = yaml_tree.sequence(yaml_tree.get(container, "args"))
     written = [w.text for w in additional] + [yaml_tree.scalar(item) or "" for item in args]
@@ -105,14 +107,15 @@ _KV_TRANSFER_SPELLINGS = frozenset({"--kv-transfer-config", "--kv_transfer_confi
 
 
 def _workload(service: yaml.Node, container: yaml.Node) -> yaml.Node | None:
-    """``spec.prefill`` when ``container`` is in the prefill pod, else ``spec`` (decode/main)."""
+    """The WorkloadSpec whose pod (``template`` or ``worker``) holds ``container``:
+    ``spec`` (main/decode) or ``spec.prefill``; None for any other pod of the service."""
     spec = yaml_tree.get(service, "spec")
-    prefill = yaml_tree.get(spec, "prefill")
-    for pod in ("template", "worker"):
-        held = yaml_tree.sequence(yaml_tree.get_path(prefill, pod, "containers"))
-        if any(item is container for item in held):
-            return prefill
-    return spec
+    for workload in (spec, yaml_tree.get(spec, "prefill")):
+        for pod in ("template", "worker"):
+            held = yaml_tree.sequence(yaml_tree.get_path(workload, pod, "containers"))
+            if any(item is container for item in held):
+                return workload
+    return None
 
 
 def _kv_offloading(node: yaml.Node | None, file: str | None) -> list[ArgvWord]:

@@ -473,3 +473,19 @@ def test_kserve_config_templates_are_skipped_with_what_to_audit(tmp_path: Path) 
     (skipped,) = found.skipped
     assert "LLMInferenceServiceConfig" in skipped.reason and "helm" not in skipped.reason
     assert not skipped.problem
+
+
+def test_the_routers_main_container_is_not_a_vllm_server(tmp_path: Path) -> None:
+    """kserve/kserve docs/samples/llmisvc/e2e-gpt-oss/llmisvc_config_default.yaml: the
+    scheduler's container under ``router.scheduler.template`` is also named ``main``."""
+    with_router = LLM_SERVICE.replace(
+        "  template:\n    containers:\n      - name: main\n        env:\n",
+        "  router:\n    scheduler:\n      template:\n        containers:\n"
+        "          - name: main\n"
+        "            image: ghcr.io/llm-d/llm-d-router-endpoint-picker:v0.10.0\n"
+        "            args: [--pool-name, p, --zap-encoder, json, --secure-serving]\n"
+        "  template:\n    containers:\n      - name: main\n        env:\n",
+    )
+    found, report = _audit(tmp_path, "svc.yaml", with_router)
+    assert len(found.invocations) == 2  # main/decode and prefill, not the router
+    assert all(f.code != "VG001" for f in report.findings)
