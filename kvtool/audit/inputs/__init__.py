@@ -169,7 +169,7 @@ def _read_one(
     if input_format is None and kind != "shell" and is_template(item.text, item.name):
         rendered = _render_template(item, result)
         if rendered is None:
-            reason = f"a chart template, not YAML until rendered; {RENDER_HINT}"
+            reason = _template_reason(item.text)
             result.skipped.append(SkippedInput(file=item.name, reason=reason))
         elif rendered.text:
             _read_one(rendered, configmaps, None, result)
@@ -201,6 +201,18 @@ def _read_one(
         )
     else:
         result.invocations.extend(found)
+
+
+def _template_reason(text: str) -> str:
+    """Why a templated file is skipped, and what to audit instead."""
+    from kvtool.audit.inputs import kserve_llm
+
+    if kserve_llm.is_config_template(text):
+        return (
+            "a KServe LLMInferenceServiceConfig: its controller fills the {{ }} per service; "
+            "audit the LLMInferenceService, whose main container runs this config's command"
+        )
+    return f"a chart template, not YAML until rendered; {RENDER_HINT}"
 
 
 def _render_template(item: _Pending, result: InputSet) -> _Pending | None:

@@ -32,6 +32,20 @@ class ArgvWord:
     span: tuple[int, int] | None = None  # offsets of the written form in the source text
 
 
+@dataclass(frozen=True)
+class ConfiguredCommand:
+    """What an operator or chart runs for a container that writes no ``command``.
+
+    ``words`` come before the container's own ``args``; with ``runs_image_entrypoint``
+    they are arguments to the image's entrypoint, else they start with the command.
+    """
+
+    words: list[ArgvWord]
+    runs_image_entrypoint: bool = False
+    consumed_env: tuple[str, ...] = ()  # read by the operator's script, never by vLLM
+    notes: tuple[str, ...] = ()  # what the reader could not map, for the report
+
+
 def words_from_sequence(node: yaml.Node | None, file: str | None) -> list[ArgvWord]:
     words: list[ArgvWord] = []
     for item in yaml_tree.sequence(node):
@@ -115,7 +129,7 @@ def container_invocations(
     else:
         return []
     tokens = tuple(SourceToken(text=words[i].text, location=words[i].location) for i in served)
-    items, notes = referenced_config(tokens, context.base_dir)
+    items, notes = referenced_config(tokens, context.base_dir, context.written)
     return [
         Invocation(
             kind=context.kind,

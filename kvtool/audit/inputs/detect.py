@@ -69,7 +69,25 @@ def is_json_manifest(text: str, name: str) -> bool:
 
 def is_template(text: str, name: str) -> bool:
     """A Helm chart template or a Jinja-templated file: not YAML until rendered."""
+    if is_helm_values_name(name):
+        return False
     return bool(_TEMPLATE_ACTION.search(text) or _JINJA_BLOCK.search(text))
+
+
+# values.yaml, values-pd.yaml, values_gpu.yml, ms-values.yaml, agentic-serving.values.yaml
+_VALUES_NAME = re.compile(r"^(?:.*[._-])?values(?:[._-].*)?\.ya?ml$")
+
+
+def is_helm_values_name(path: str) -> bool:
+    """A file named as Helm values, outside a chart's ``templates/``: data, never a template.
+
+    Helm renders only ``templates/``; a ``{{ .Values.x }}`` written in a values file is
+    text the chart passes to ``tpl`` later
+    (https://helm.sh/docs/howto/charts_tips_and_tricks/#using-the-tpl-function), and the
+    file is still plain YAML, as llm-d-modelservice's examples/values-*.yaml write it.
+    """
+    parts = path.replace("\\", "/").split("/")
+    return "templates" not in parts[:-1] and bool(_VALUES_NAME.match(parts[-1].lower()))
 
 
 def is_kaito(text: str, name: str) -> bool:

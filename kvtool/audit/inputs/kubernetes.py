@@ -20,9 +20,21 @@ from dataclasses import dataclass
 import msgspec
 import yaml
 
-from kvtool.audit.inputs import kaito, kserve, kustomize, pod, ray_serve, vllm_runtime, yaml_tree
+from kvtool.audit.inputs import (
+    kaito,
+    kserve,
+    kserve_llm,
+    kustomize,
+    modelservice,
+    pod,
+    ray_serve,
+    vllm_runtime,
+    yaml_tree,
+)
+from kvtool.audit.inputs.configmap_files import mounted_files
 from kvtool.audit.inputs.container import (
     ArgvWord,
+    ConfiguredCommand,
     container_invocations,
     expand_k8s_vars,
     words_from_node,
@@ -43,9 +55,6 @@ _CONTAINER_LISTS = ("initContainers", "containers")
 # Keys on the way down to a PodSpec that say nothing about which pod it is.
 _PLAIN_KEYS = frozenset({"spec", "template", "podSpec", "podTemplate", "items", "jobTemplate"})
 _HELM_SOURCE = re.compile(r"^# Source: (\S+)", re.MULTILINE)
-# llm-d-modelservice: `modelCommand: vllmServe` renders `vllm serve MODEL` before the args
-# (llm-d-incubation/llm-d-modelservice charts/llm-d-modelservice/templates/_helpers.tpl).
-_MODEL_COMMANDS = {"vllmServe": ("vllm", "serve")}
 
 
 def read(text: str, source: ReadSource) -> list[Invocation]:
@@ -139,7 +148,6 @@ def _document(
         if rendered_from:
             owner += f" (from {rendered_from})"
         object_annotations = _annotation_suppressions(node, file)
-        model = _model_name(node)
         items = list(_containers(node))
         pod_siblings = _pod_siblings(items, text, file)
         for item in items:
@@ -147,13 +155,19 @@ def _document(
             suppressions = object_annotations + local
             if item.pod is not None:
                 suppressions = _annotation_suppressions(item.pod, file) + suppressions
+            configured = kserve_llm.main_command(
+                node, kind, item.container, text, file
+            ) or modelservice.configured_command(node, item.container, item.pod, file)
             invocations = [
                 msgspec.structs.replace(invocation, pod_containers=pod_siblings[id(item.container)])
                 for invocation in _container(
-                    item.container, text, source, where, suppressions, model
+                    item.container, text, source, where, suppressions, configured, item.pod
                 )
             ]
-            found.extend(attach_pod_resources(invocations, item.container, item.pod, file))
+            invocations = attach_pod_resources(invocations, item.container, item.pod, file)
+            if kind in kserve_llm.KINDS and configured is not None:
+                invocations = kserve_llm.with_config_mounts(invocations)
+            found.extend(invocations)
         found.extend(_kubeai_model(node, kind, text, source, owner, local))
         if kind == "RayService":
             found.extend(ray_serve.read_serve_config(node, text, source, owner, local))
@@ -218,11 +232,6 @@ def _is_kserve_model(node: yaml.Node) -> bool:
     return isinstance(node, yaml.MappingNode) and yaml_tree.get(node, "modelFormat") is not None
 
 
-def _model_name(root: yaml.Node) -> str | None:
-    """llm-d-modelservice values name the served model once, in ``modelArtifacts.name``."""
-    return yaml_tree.scalar(yaml_tree.get_path(root, "modelArtifacts", "name"))
-
-
 def _annotation_suppressions(node: yaml.Node, file: str | None) -> tuple[Suppression, ...]:
     annotations = yaml_tree.get_path(node, "metadata", "annotations")
     value_node = yaml_tree.get(annotations, ANNOTATION)
@@ -238,24 +247,27 @@ def _container(
     source: ReadSource,
     where: str,
     suppressions: tuple[Suppression, ...],
-    model: str | None,
+    configured: ConfiguredCommand | None = None,
+    pod: yaml.Node | None = None,
 ) -> list[Invocation]:
+    """``configured``: what a chart or operator runs when the container writes no
+    ``command`` (llm-d-modelservice's ``modelCommand``, KServe's LLMInferenceService
+    ``main``; see :mod:`.modelservice` and :mod:`.kserve_llm`)."""
     file = source.file
     name = yaml_tree.scalar(yaml_tree.get(container, "name")) or "?"
     image = _image(yaml_tree.get(container, "image"))
     env, notes = _env(container, source)
     command_node = yaml_tree.get(container, "command")
     words = words_from_node(command_node, text, file)
-    model_command = yaml_tree.scalar(yaml_tree.get(container, "modelCommand"))
-    if command_node is None and model_command in _MODEL_COMMANDS:
-        head = yaml_tree.get(container, "modelCommand")
-        location = yaml_tree.location(head, file) if head is not None else None
-        words = [ArgvWord(w, location) for w in _MODEL_COMMANDS[model_command]]
-        if model is not None:
-            words.append(ArgvWord(model, location))
+    if command_node is None and configured is not None:
+        words = list(configured.words)
+        env = tuple(e for e in env if e.name not in configured.consumed_env)
+        notes.extend(configured.notes)
     args = words_from_node(yaml_tree.get(container, "args"), text, file)
     words = expand_k8s_vars(words + args, env)
-    entrypoint_is_image = command_node is None and model_command not in _MODEL_COMMANDS
+    entrypoint_is_image = command_node is None and (
+        configured is None or configured.runs_image_entrypoint
+    )
     entrypoint: tuple[str, ...] | None = None
     if entrypoint_is_image and kserve.runs_huggingface_server(container, image):
         words = kserve.engine_argv(words, kserve.default_model_word(container, file)) or []
@@ -271,6 +283,7 @@ def _container(
         image=image,
         label=f"{file or '<input>'}: {where} container {name}",
         suppressions=suppressions,
+        written=mounted_files(container, pod, source.configmaps),
     )
     found = container_invocations(words, text, context, image_entrypoint=entrypoint)
     return [msgspec.structs.replace(i, notes=i.notes + tuple(notes)) for i in found]

@@ -88,7 +88,7 @@ def heredoc_files(text: str, file: str | None) -> dict[str, WrittenFile]:
 def read_script(text: str, locate: Locate, context: ShellContext) -> list[Invocation]:
     """Every vLLM server start in ``text``; ``locate(start, end)`` turns offsets into Locations."""
     try:
-        lexed = lex(text)
+        lexed = lex(text, _inherited_variables(context))
     except LexError as error:
         where = locate(error.offset, error.offset)
         raise KvtoolError(
@@ -107,6 +107,15 @@ def read_script(text: str, locate: Locate, context: ShellContext) -> list[Invoca
             continue
         found.append(_invocation(command, match, locate, context, comments))
     return found
+
+
+def _inherited_variables(context: ShellContext) -> dict[str, str]:
+    """The environment the script starts with, known values only: a container's ``env``
+    for its ``sh -c``, a SkyPilot task's ``envs``. Compose substitutes ``$VAR`` in its
+    file from the host's environment before any shell runs, so its services give none."""
+    if context.kind == "compose":
+        return {}
+    return {e.name: e.value for e in context.env if e.value is not None and not e.conditional}
 
 
 def _nested(outer: str, script: Word, locate: Locate, context: ShellContext) -> list[Invocation]:
