@@ -171,13 +171,18 @@ def build_plan(
 ) -> LaunchPlan:
     """The plan for ``recipe`` at ``facts.version``; a KvtoolError when it cannot run there."""
     reasons = unmet(recipe, facts, secure_only=not options.allow_below_security_floor)
+    insecure = below_security_floor(facts.version)
     if reasons:
+        # The override is named only where it would help: a security-floor reason.
+        override = (
+            "; --allow-below-security-floor accepts an affected release"
+            if set(insecure) & set(reasons)
+            else ""
+        )
         raise KvtoolError(
             f"recipe {recipe.name} does not support vLLM {facts.version}: {'; '.join(reasons)}"
-            " (see `kvtool launch --list` for the releases it supports; "
-            "--allow-below-security-floor accepts an affected release)"
+            f" (see `kvtool launch --list` for the releases it supports{override})"
         )
-    insecure = below_security_floor(facts.version)
     if options.target not in recipe.targets:
         raise KvtoolError(
             f"recipe {recipe.name} renders only for --target {'|'.join(recipe.targets)}, "

@@ -59,9 +59,7 @@ class RecipeSummary:
 
 
 def list_recipes() -> list[RecipeSummary]:
-    from kvtool.releases import available_versions
-
-    index = tuple(available_versions())
+    index = all_versions()
     summaries = []
     for recipe in load_recipes():
         versions = supported_versions(recipe)
@@ -80,12 +78,36 @@ def list_recipes() -> list[RecipeSummary]:
     return summaries
 
 
-def resolve_release(version: str | None) -> tuple[ReleaseFacts, str | None]:
-    """The table for ``--vllm-version`` (newest when None) and a note about the choice."""
+def resolve_release(
+    version: str | None, recipe: Recipe | None = None
+) -> tuple[ReleaseFacts, str | None]:
+    """The table for ``--vllm-version`` and a note about the choice.
+
+    Without a version it is the newest table, or, when ``recipe`` cannot run there but
+    runs on an older release (kvtool's own adapter is written for a few series), the
+    newest release ``recipe`` supports, so the default plan is one that starts.
+    """
     from kvtool.releases import load_release, resolve_target
 
     target = resolve_target(version, None)
+    if version is None and recipe is not None:
+        supported = supported_versions(recipe)
+        if supported and target.version not in supported:
+            chosen = supported[-1]
+            note = (
+                f"no --vllm-version given; recipe {recipe.name} supports vLLM "
+                f"{version_ranges(supported, all_versions())}, not the newest release table "
+                f"({target.version}): planning for {chosen}"
+            )
+            return load_release(chosen), note
     return load_release(target.version), target.warning
+
+
+def all_versions() -> tuple[str, ...]:
+    """Every tabled release, oldest first."""
+    from kvtool.releases import available_versions
+
+    return tuple(available_versions())
 
 
 @dataclass(frozen=True)
@@ -108,7 +130,7 @@ def launch(
 ) -> LaunchResult:
     """Build and render ``recipe_name``; every bad input is a KvtoolError."""
     recipe = find_recipe(recipe_name)
-    facts, note = resolve_release(vllm_version)
+    facts, note = resolve_release(vllm_version, recipe)
     sizes = launch_sizes(
         recipe,
         model=sizing_model or options.model,

@@ -1,10 +1,12 @@
-"""kv_connector_extra_config keys against the connector that reads them (LZ009, LZ010)."""
+"""kv_connector_extra_config keys against the connector that reads them (LZ009-LZ012)."""
 
 from __future__ import annotations
 
 import pytest
 
 from kvtool.connector.config import ConnectorConfig, ConnectorConfigError
+from kvtool.connector.series import adapter_supports
+from kvtool.releases import available_versions
 from tests.audit.rulekit import codes, config, ktc, only, run
 
 KVTOOL = {"kv_connector": "KvtoolConnector", "kv_connector_module_path": "kvtool.connector.vllm"}
@@ -39,6 +41,27 @@ def test_kvtool_child_of_multiconnector_is_checked_with_its_own_extra_config() -
         ktc(kv_connector="MultiConnector", kv_role="kv_both", kv_connector_extra_config=extra),
     )
     assert "kvtool.policy" in only(run(cfg), "LZ009").message
+
+
+def test_kvtool_connector_on_a_release_the_adapter_refuses_is_an_error() -> None:
+    supported = [v for v in available_versions() if adapter_supports(v)]
+    refused = [v for v in available_versions() if not adapter_supports(v)]
+    past = refused[-1]  # the newest table the adapter refuses (0.34.0 when it was written)
+    child = {**KVTOOL, "kv_role": "kv_both"}
+    extra = {"connectors": [{"kv_connector": "NixlConnector", "kv_role": "kv_both"}, child]}
+    for kv in (ktc(**child), ktc(kv_connector="MultiConnector", kv_role="kv_both",
+                                 kv_connector_extra_config=extra)):
+        finding = only(run(config(past, kv)), "LZ012")
+        assert finding.severity.value == "error"
+        assert f"vLLM {past}" in finding.message and supported[-1] in finding.message
+
+
+def test_kvtool_connector_on_a_supported_release_or_another_connector_is_quiet() -> None:
+    newest_supported = [v for v in available_versions() if adapter_supports(v)][-1]
+    assert "LZ012" not in codes(run(config(newest_supported, ktc(**KVTOOL, kv_role="kv_both"))))
+    native = ktc(kv_connector="OffloadingConnector", kv_role="kv_both",
+                 kv_connector_extra_config={"cpu_bytes_to_use": 10_000_000_000})
+    assert "LZ012" not in codes(run(config(available_versions()[-1], native)))
 
 
 def test_lazy_offload_inside_offloading_connector_is_ignored() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kvtool.releases import load_release
+from kvtool.releases import available_versions, load_release
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"  # an alias of llama-3.1-8b in the sizing catalog
 
@@ -256,22 +256,12 @@ def test_list_describes_every_recipe_with_its_releases(kvtool_cli: Any) -> None:
 
 
 def test_reference_connector_gate_agrees_with_the_adapter() -> None:
-    """The recipe's release gate must match the series kvtool.connector.vllm accepts.
-
-    The adapter imports vLLM, so its SUPPORTED_SERIES is read from source, not imported.
-    """
-    import ast
-
+    """The recipe's release gate must match the series kvtool.connector.vllm accepts."""
+    from kvtool.connector.series import SUPPORTED_SERIES
     from kvtool.launch.recipe import load_recipes
 
     adapter = Path(__file__).resolve().parents[2] / "kvtool" / "connector" / "vllm"
-    series: tuple[tuple[int, int], ...] | None = None
-    for node in ast.walk(ast.parse((adapter / "__init__.py").read_text())):
-        if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", None) == (
-            "SUPPORTED_SERIES"
-        ):
-            series = ast.literal_eval(node.value)  # type: ignore[arg-type]
-    assert series, "kvtool/connector/vllm/__init__.py defines SUPPORTED_SERIES"
+    series = SUPPORTED_SERIES
     recipe = next(r for r in load_recipes() if r.name == "kvtool-connector-eager")
     (gate,) = recipe.gates
     first, last = min(series), max(series)
@@ -282,6 +272,40 @@ def test_reference_connector_gate_agrees_with_the_adapter() -> None:
     assert engine.kv_transfer_config["kv_connector_module_path"] == "kvtool.connector.vllm"
     assert f"class {engine.kv_transfer_config['kv_connector']}(" in (
         adapter / "connector.py").read_text()
+
+
+def test_without_a_version_the_reference_connector_plans_for_a_release_it_supports(
+    kvtool_cli: Any,
+) -> None:
+    """The adapter is written for a few vLLM series; the newest table may be past them."""
+    from kvtool.launch.recipe import find_recipe
+    from kvtool.launch.service import supported_versions
+
+    supported = supported_versions(find_recipe("kvtool-connector-eager"))
+    result = kvtool_cli("launch", "kvtool-connector-eager", "--model", MODEL,
+                        "--host-ram-gib", "64", "--target", "json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["vllm_version"] == supported[-1]
+    if supported[-1] != available_versions()[-1]:
+        assert f"planning for {supported[-1]}" in result.stderr
+
+
+def test_a_release_past_the_adapter_is_refused_without_a_security_hint(kvtool_cli: Any) -> None:
+    from packaging.version import Version
+
+    from kvtool.launch.recipe import find_recipe
+    from kvtool.launch.service import supported_versions
+
+    newest_supported = supported_versions(find_recipe("kvtool-connector-eager"))[-1]
+    later = [v for v in available_versions() if Version(v) > Version(newest_supported)]
+    if not later:
+        pytest.skip(f"no table newer than {newest_supported}, the adapter's newest release")
+    refused = kvtool_cli("launch", "kvtool-connector-eager", "--model", MODEL,
+                         "--host-ram-gib", "64", "--vllm-version", later[0])
+    assert refused.exit_code == 2
+    assert f"does not support vLLM {later[0]}" in refused.stderr
+    assert "kvtool.connector.vllm" in refused.stderr  # the gate says which part refuses
+    assert "--allow-below-security-floor" not in refused.stderr  # it would not help
 
 
 @pytest.mark.parametrize(

@@ -103,8 +103,12 @@ def test_row12_p2p_pythonhashseed_check_0_27_0_to_0_28_x() -> None:
     assert _value("p2p.pythonhashseed_required", "0.29.0") is None
 
 
-def test_row13_newest_release_is_0_33_0_not_0_32_0() -> None:
-    assert resolve_target(None, None).version == "0.33.0"
+def test_row13_newest_release_is_the_newest_table_not_0_32_0() -> None:
+    from packaging.version import Version
+
+    newest = release_index().versions[-1]
+    assert resolve_target(None, None).version == newest
+    assert Version(newest) > Version("0.32.0")
 
 
 def test_row28_mrv2_default_before_0_29_0() -> None:

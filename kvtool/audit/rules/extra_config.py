@@ -1,8 +1,9 @@
-"""LZ009-LZ010: ``kv_connector_extra_config`` keys checked against the connector that reads them.
+"""LZ009-LZ012: ``kv_connector_extra_config`` keys checked against the connector that reads them.
 
 ``kvtool.*`` keys are validated by the very schema KvtoolConnector applies at start-up
 (:mod:`kvtool.connector.config`), so the audit refuses what the engine would refuse, with
-the same message. Keys that belong to another connector are ignored where they are.
+the same message; so is the vLLM release the adapter loads on (LZ012). Keys that belong
+to another connector are ignored where they are.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from kvtool.audit.model import Finding, Severity
 from kvtool.audit.references import LMCACHE_MP_CONNECTOR, Reference, vllm_source
 from kvtool.audit.registry import ConfigRule, register
 from kvtool.audit.rules._common import did_you_mean
+from kvtool.connector.series import adapter_supports, supported_text
 from kvtool.project import repository_file_url
 
 KVTOOL_CONNECTOR = "KvtoolConnector"
@@ -89,6 +91,67 @@ class KvtoolConnectorConfigRefused(ConfigRule):
                     flag=key or KV_TRANSFER_CONFIG,
                     location=ctx.location_of(KV_TRANSFER_CONFIG),
                 )
+
+
+@register
+class KvtoolConnectorUnsupportedRelease(ConfigRule):
+    """Reports a KvtoolConnector on a vLLM release kvtool's adapter refuses to load on.
+
+    What
+    ----
+    A `KvtoolConnector` (alone or as a MultiConnector child) is configured for a target
+    release outside the series `kvtool.connector.vllm` is written for
+    (`kvtool/connector/series.py`, `SUPPORTED_SERIES`).
+
+    Why
+    ---
+    The adapter checks `vllm.__version__` when vLLM imports it and raises
+    `UnsupportedVllmError` on any other release: the hooks and block-pool internals it
+    uses move between series, so the engine does not start.
+
+    Example
+    -------
+    `{"kv_connector": "KvtoolConnector", "kv_connector_module_path":
+    "kvtool.connector.vllm", "kv_role": "kv_both"}` on a release newer than the adapter.
+
+    Fix
+    ---
+    Run a release of a supported series (the message names the newest tabled one), or
+    use a connector vLLM ships.
+
+    Releases
+    --------
+    Every release outside the adapter's supported series.
+    """
+
+    code = "LZ012"
+    name = "kvtool-connector-unsupported-release"
+    default_severity = Severity.error
+    summary = "a KvtoolConnector on a vLLM release kvtool's adapter refuses to load on"
+    references = (
+        Reference(
+            repository_file_url("kvtool/connector/series.py"),
+            "the vLLM series kvtool's adapter loads on (SUPPORTED_SERIES)",
+        ),
+    )
+    since = "0.2.0"
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        if adapter_supports(ctx.version):
+            return
+        if not any(name == KVTOOL_CONNECTOR for name, _ in ctx.connector_extra_configs):
+            return
+        from kvtool.releases import available_versions
+
+        tabled = [v for v in available_versions() if adapter_supports(v)]
+        newest = f" (newest tabled: {tabled[-1]})" if tabled else ""
+        yield self.finding(
+            f"kvtool.connector.vllm supports vLLM {supported_text()}{newest}; on vLLM "
+            f"{ctx.version} importing it raises UnsupportedVllmError and the engine does "
+            "not start.",
+            flag=KV_TRANSFER_CONFIG,
+            location=ctx.location_of(KV_TRANSFER_CONFIG),
+        )
 
 
 @register

@@ -24,8 +24,9 @@ offloading/scheduler.py, worker.py and metrics.py):
 - :mod:`.metrics`: the counters vLLM aggregates and shows on ``/metrics``.
 - :mod:`.common`: the messages between the roles and the KV layout both derive.
 
-Supported releases: vLLM 0.32.x and 0.33.x; importing this package under any
-other release raises :class:`UnsupportedVllmError` naming them.
+Supported releases: :data:`kvtool.connector.series.SUPPORTED_SERIES` (vLLM 0.32.x and
+0.33.x); importing this package under any other release raises
+:class:`UnsupportedVllmError` naming them.
 """
 
 from __future__ import annotations
@@ -33,14 +34,9 @@ from __future__ import annotations
 import logging
 
 import vllm
-from packaging.version import InvalidVersion, Version
 
+from kvtool.connector.series import SUPPORTED_SERIES, adapter_supports, supported_text
 from kvtool.errors import KvtoolError
-
-# The hook signatures, SchedulerOutput fields and BlockPool internals this
-# adapter relies on were read from vLLM 0.32.0 (vllm/v1/core/block_pool.py and kv_cache_utils.py);
-# 0.33 keeps them. Other series move or rename them, so refuse early and clearly.
-SUPPORTED_SERIES: tuple[tuple[int, int], ...] = ((0, 32), (0, 33))
 
 
 class UnsupportedVllmError(KvtoolError, ImportError):
@@ -49,14 +45,9 @@ class UnsupportedVllmError(KvtoolError, ImportError):
 
 def check_vllm_version(version: str) -> None:
     """Raise UnsupportedVllmError unless ``version`` is in a supported series."""
-    supported = ", ".join(f"{major}.{minor}.x" for major, minor in SUPPORTED_SERIES)
-    try:
-        release = Version(version).release
-    except InvalidVersion:
-        release = ()
-    if tuple(release[:2]) not in SUPPORTED_SERIES:
+    if not adapter_supports(version):
         raise UnsupportedVllmError(
-            f"kvtool.connector.vllm supports vLLM {supported}; this is vLLM {version}"
+            f"kvtool.connector.vllm supports vLLM {supported_text()}; this is vLLM {version}"
         )
 
 
