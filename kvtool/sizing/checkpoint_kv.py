@@ -8,10 +8,14 @@ https://github.com/vllm-project/vllm/tree/v0.32.0/vllm):
   reads it when config.json has none). ``kv_cache_quant_algo`` (or a ``kv_cache_scheme``
   dict) maps to a cache dtype in ``utils/torch_utils.py``
   ``get_kv_cache_quant_algo_string``; a config without ``quant_method`` but with
-  ``producer.name == "modelopt"`` is marked ``modelopt`` first
-  (``transformers_utils/model_arch_config_convertor.py``).
+  ``producer.name == "modelopt"`` is marked ``modelopt`` first, and only when its
+  ``quantization.quant_algo`` is a known one
+  (``transformers_utils/model_arch_config_convertor.py``
+  ``_normalize_quantization_config``): a flat config with ``quant_algo`` at the top level
+  stays unquantized, so ``auto`` is the model dtype.
 - compressed-tensors checkpoints: a ``kv_cache_scheme`` makes ``auto`` mean ``fp8``
-  (``model_executor/layers/attention/attention.py``).
+  (``model_executor/layers/attention/attention.py`` reads it from the checkpoint's
+  quantization config object, which only a recognised ``quant_method`` builds).
 """
 
 from __future__ import annotations
@@ -23,12 +27,22 @@ from typing import Any
 MODELOPT_KV_DTYPES = {"fp8": "fp8_e4m3", "nvfp4": "nvfp4"}
 
 
+# model_arch_config_convertor.py: the quant_algo values that mark a producer-only ModelOpt
+# config as modelopt (FP8 variants) or modelopt_fp4 (NVFP4).
+MODELOPT_QUANT_ALGOS = frozenset({"FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO", "NVFP4"})
+
+
 def _is_modelopt(quant: Mapping[str, Any]) -> bool:
     method = str(quant.get("quant_method") or "").lower()
     if method.startswith("modelopt"):
         return True
+    inner = quant.get("quantization")
+    inner = inner if isinstance(inner, Mapping) else {}
     producer = quant.get("producer")
-    return isinstance(producer, Mapping) and producer.get("name") == "modelopt"
+    marked = (
+        isinstance(producer, Mapping) and producer.get("name") == "modelopt"
+    ) or "modelopt_quant_config" in inner
+    return marked and str(inner.get("quant_algo") or "").upper() in MODELOPT_QUANT_ALGOS
 
 
 def _modelopt_kv(quant: Mapping[str, Any]) -> str | None:
@@ -63,6 +77,7 @@ def declared_kv_cache_dtype(quant: Mapping[str, Any] | None) -> tuple[str, str] 
     if _is_modelopt(quant):
         dtype = _modelopt_kv(quant)
         return None if dtype is None else (dtype, "kv_cache_quant_algo")
-    if quant.get("kv_cache_scheme") is not None:
+    method = str(quant.get("quant_method") or "").lower()
+    if method == "compressed-tensors" and quant.get("kv_cache_scheme") is not None:
         return "fp8", "kv_cache_scheme"
     return None

@@ -203,14 +203,44 @@ def _jamba(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGroup, 
     return (_attention(cfg, AttentionKind.FULL, attention_layers),), (mamba,)
 
 
-def _nemotron_h(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]:
-    """Blocks from ``hybrid_override_pattern``: M = Mamba-2, * = attention, - and E = MLP/MoE."""
+# transformers' NemotronHConfig block names (current and legacy) -> hybrid_override_pattern letter.
+_NEMOTRON_H_BLOCKS = {
+    "linear_attention": "M",
+    "mamba": "M",
+    "full_attention": "*",
+    "attention": "*",
+    "mlp": "-",
+    "moe": "E",
+}
+
+
+def _nemotron_h_pattern(cfg: _Config) -> str:
+    """The block pattern: ``layers_block_type`` (Nemotron 3 configs) wins, as in transformers'
+    NemotronHConfig, over the older ``hybrid_override_pattern`` string."""
+    for key in ("layers_block_type", "layer_types"):
+        blocks = cfg.get(key)
+        if blocks is None:
+            continue
+        if not isinstance(blocks, list) or not all(isinstance(b, str) for b in blocks):
+            raise KvtoolError(f"{cfg.where}: field {key!r} must be a list of strings")
+        unknown = sorted(set(blocks) - set(_NEMOTRON_H_BLOCKS))
+        if unknown:
+            raise KvtoolError(f"{cfg.where}: field {key!r} has unknown block types {unknown}")
+        return "".join(_NEMOTRON_H_BLOCKS[b] for b in blocks)
     pattern = cfg.get("hybrid_override_pattern")
     if not isinstance(pattern, str) or not pattern:
-        raise KvtoolError(f"{cfg.where}: missing field 'hybrid_override_pattern'")
+        raise KvtoolError(
+            f"{cfg.where}: missing field 'hybrid_override_pattern' (or 'layers_block_type')"
+        )
     unknown = sorted(set(pattern) - set("M*-E"))
     if unknown:
         raise KvtoolError(f"{cfg.where}: hybrid_override_pattern has unknown block types {unknown}")
+    return pattern
+
+
+def _nemotron_h(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]:
+    """Blocks from the pattern: M = Mamba-2, * = attention, - and E = MLP/MoE."""
+    pattern = _nemotron_h_pattern(cfg)
     mamba = Mamba2Group(
         num_layers=pattern.count("M"),
         num_heads=cfg.positive_int("mamba_num_heads"),

@@ -147,6 +147,19 @@ LLAMA_8B = {
             None,
             "fp8",
         ),
+        # Qwen3-32B-FP8-Static-PerTensor config.json as copied in ai-dynamo/aiconfigurator
+        # (src/aiconfigurator/model_configs): ModelOpt 0.31 producer with quant_algo at the
+        # top level, not under "quantization": vLLM 0.32 does not mark it modelopt, so its
+        # kv_cache_scheme is not read and auto stays the model dtype.
+        (
+            {
+                "quant_algo": "FP8",
+                "kv_cache_scheme": "FP8",
+                "producer": {"name": "modelopt", "version": "0.31.0"},
+            },
+            None,
+            "auto",
+        ),
         # A weight-only FP8 checkpoint declares no KV scheme: auto stays the model dtype.
         ({"quant_method": "fp8", "activation_scheme": "dynamic"}, None, "auto"),
     ],
@@ -376,3 +389,142 @@ def test_qwen3_vl_text_part(tmp_path: Path, tp: int, dtype: str) -> None:
     element = 1 if dtype == "fp8" else 2
     assert groups(r) == [("full", 32, 16)]
     assert r.kv_bytes_per_token_per_rank == 32 * kv_page_bytes(1, 32 // tp, 128, element)
+
+
+# transformers' NemotronHConfig names per block (current and legacy) -> pattern letter.
+_BLOCK_NAMES = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+
+
+@pytest.mark.parametrize(("tp", "dtype"), [(1, "auto"), (8, "auto"), (1, "fp8"), (8, "fp8")])
+def test_nemotron_h_layers_block_type_reads_as_the_pattern(
+    tmp_path: Path, tp: int, dtype: str
+) -> None:
+    # nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B config.json (as copied in
+    # ai-dynamo/aiconfigurator aic-core/src/aiconfigurator_core/model_configs) lists its
+    # blocks in layers_block_type ("mamba", "moe", "attention") and has no
+    # hybrid_override_pattern; transformers' NemotronHConfig derives the pattern from the
+    # list, which vLLM's nemotron_h.py reads. The same blocks must size alike.
+    from kvtool.sizing.catalog import find_entry
+
+    entry = find_entry("nemotron-h-8b")
+    assert entry is not None
+    config = dict(entry.config)
+    pattern = config.pop("hybrid_override_pattern")
+    config["layers_block_type"] = [_BLOCK_NAMES[c] for c in pattern]
+    listed = compute(
+        load_model_spec(_model_dir(tmp_path, config)),
+        make_deployment(tp=tp, kv_cache_dtype=dtype, gpu_kv_gib=40),
+    )
+    lettered = report("nemotron-h-8b", tp=tp, kv_cache_dtype=dtype, gpu_kv_gib=40)
+    assert groups(listed) == groups(lettered)
+    assert (listed.block_size, listed.pool_block_bytes, listed.state_page_bytes) == (
+        lettered.block_size,
+        lettered.pool_block_bytes,
+        lettered.state_page_bytes,
+    )
+    assert listed.num_gpu_blocks == lettered.num_gpu_blocks
+
+
+def test_nemotron_h_unknown_block_type_names_the_field(tmp_path: Path) -> None:
+    from kvtool.errors import KvtoolError
+
+    config = {
+        "architectures": ["NemotronHForCausalLM"],
+        "model_type": "nemotron_h",
+        "layers_block_type": ["mamba", "attention", "conv"],
+        "hidden_size": 1024,
+        "num_attention_heads": 8,
+    }
+    with pytest.raises(KvtoolError, match="'layers_block_type' has unknown block types"):
+        load_model_spec(_model_dir(tmp_path, config))
+
+
+# Plain GQA decoders that vLLM 0.32 builds like llama.py: one full-attention group of
+# num_key_value_heads x (head_dim, else hidden_size / num_attention_heads). Shapes as in
+# the configs copied in mlc-ai/mlc-llm python/mlc_llm/model/model_preset.py @ 79d603f
+# (aya-23, stablelm-2-zephyr-1_6b, internlm2_5-7b, MiniCPM-2B, deepseek-moe-16b,
+# Ministral-3-3B text_config) and ai-dynamo/aiconfigurator model_configs (MiMo-7B-Base).
+GQA_DECODERS = {
+    "cohere": ("CohereForCausalLM", 4096, 32, 32, 8, {}),
+    "stablelm": ("StableLmForCausalLM", 2560, 32, 32, 32, {}),
+    "internlm2": ("InternLM2ForCausalLM", 4096, 32, 32, 8, {}),
+    "minicpm": ("MiniCPMForCausalLM", 2304, 40, 36, 36, {}),
+    "deepseek": ("DeepseekForCausalLM", 2048, 28, 16, 16, {}),
+    # Qwen2-style window switched off: use_sliding_window false.
+    "mimo": (
+        "MiMoForCausalLM",
+        4096,
+        36,
+        32,
+        8,
+        {"head_dim": 128, "sliding_window": 32768, "use_sliding_window": False},
+    ),
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(GQA_DECODERS))
+@pytest.mark.parametrize("dtype", ["auto", "fp8"])
+def test_gqa_decoders_size_as_one_full_group(tmp_path: Path, model_type: str, dtype: str) -> None:
+    arch, hidden, layers, heads, kv_heads, extra = GQA_DECODERS[model_type]
+    config = {
+        "architectures": [arch],
+        "model_type": model_type,
+        "hidden_size": hidden,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "torch_dtype": "bfloat16",
+        **extra,
+    }
+    tp = 4  # divides every head count above (vLLM refuses a TP that does not)
+    r = compute(
+        load_model_spec(_model_dir(tmp_path, config)),
+        make_deployment(tp=tp, kv_cache_dtype=dtype, gpu_kv_gib=40),
+    )
+    element = 1 if dtype == "fp8" else 2
+    head = int(extra.get("head_dim", hidden // heads))
+    assert groups(r) == [("full", layers, 16)]
+    assert r.pool_block_bytes == layers * kv_page_bytes(16, max(1, kv_heads // tp), head, element)
+    assert r.num_gpu_blocks == 40 * GIB // r.pool_block_bytes
+
+
+def test_ministral3_text_part_is_mistral(tmp_path: Path) -> None:
+    # Mistral3ForConditionalGeneration with a text_config of model_type ministral3
+    # (Ministral-3-3B-Instruct-2512): vLLM builds the text part with mistral.py.
+    config = {
+        "architectures": ["Mistral3ForConditionalGeneration"],
+        "model_type": "mistral3",
+        "text_config": {
+            "model_type": "ministral3",
+            "hidden_size": 3072,
+            "num_hidden_layers": 26,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "head_dim": 128,
+            "sliding_window": None,
+        },
+        "torch_dtype": "bfloat16",
+    }
+    r = compute(load_model_spec(_model_dir(tmp_path, config)), make_deployment(tp=8))
+    assert groups(r) == [("full", 26, 16)]
+    assert r.kv_bytes_per_token_per_rank == 26 * kv_page_bytes(1, 1, 128, 2)
+
+
+def test_starcoder2_window_slides_on_every_layer(tmp_path: Path) -> None:
+    # bigcode/starcoder2-7b (as copied in mlc-ai/mlc-llm model_preset.py): sliding_window
+    # 4096 and no layer_types. vLLM 0.32 runs it on
+    # the Transformers backend, where the model-level window (CacheConfig.sliding_window,
+    # set by EngineArgs when layer_types is absent) applies to every layer.
+    config = {
+        "architectures": ["Starcoder2ForCausalLM"],
+        "model_type": "starcoder2",
+        "hidden_size": 4608,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 36,
+        "num_key_value_heads": 4,
+        "sliding_window": 4096,
+        "torch_dtype": "bfloat16",
+    }
+    r = compute(load_model_spec(_model_dir(tmp_path, config)), make_deployment(tp=4))
+    assert groups(r) == [("sliding", 32, 16)]
+    assert r.kv_bytes_per_token_per_rank == 32 * kv_page_bytes(1, 1, 128, 2)

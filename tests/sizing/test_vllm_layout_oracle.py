@@ -49,10 +49,37 @@ MODELS = {
     # Gemma 4 text part: sliding and full layers with different page sizes.
     "gemma-4-31b": {"architectures": ["Gemma4ForCausalLM"]},
 }
+
+
+def _blocks_listed(config: dict[str, Any]) -> dict[str, Any]:
+    # nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B config.json (copied in ai-dynamo/aiconfigurator
+    # aic-core/src/aiconfigurator_core/model_configs) lists layers_block_type, no pattern.
+    names = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+    pattern = config.pop("hybrid_override_pattern")
+    return {**config, "layers_block_type": [names[c] for c in pattern]}
+
+
+def _modelopt_fp8_kv(config: dict[str, Any]) -> dict[str, Any]:
+    # ModelOpt >= 0.31 config.json quantization_config, as in nvidia/Qwen3.5-397B-A17B-NVFP4
+    # (copied in ai-dynamo/aiconfigurator): a kv_cache_scheme that makes auto mean fp8.
+    kv = {"dynamic": False, "num_bits": 8, "type": "float"}
+    quant = {"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_scheme": kv}
+    return {**config, "quantization_config": quant}
+
+
+# Real config shapes that differ from a catalog entry in the fields shown.
+RESHAPED = {
+    "nemotron-3-blocks-listed": ("nemotron-h-8b", _blocks_listed),
+    "llama-3.1-8b-modelopt-fp8-kv": ("llama-3.1-8b", _modelopt_fp8_kv),
+}
+MODELS.update({name: None for name in RESHAPED})
 CASES = [(m, tp, dt) for m in MODELS for tp in (1, 8) for dt in ("auto", "fp8")]
 
 
 def _config(name: str) -> dict[str, Any]:
+    if name in RESHAPED:
+        base, reshape = RESHAPED[name]
+        return reshape(_config(base))
     entry = find_entry(name)
     assert entry is not None
     config = dict(entry.config)

@@ -74,6 +74,25 @@ def _attention_kinds(model_config: Any) -> list[str | None]:
     return ["sliding" if getattr(hf, "sliding_window", None) else "full"] * layers
 
 
+def _resolved_cache_dtype(requested: str, model_config: Any) -> str:
+    """The cache dtype the engine runs with: ``auto`` resolved as vLLM does.
+
+    ``EngineArgs.create_engine_config`` resolves a ModelOpt checkpoint's declared KV dtype
+    (``resolve_kv_cache_dtype_string``); the Attention layer then turns ``auto`` into fp8
+    where the checkpoint's quantization config (vLLM's own class) has a ``kv_cache_scheme``.
+    """
+    from vllm.model_executor.layers.quantization import get_quantization_config
+    from vllm.utils.torch_utils import resolve_kv_cache_dtype_string
+
+    resolved = resolve_kv_cache_dtype_string(requested, model_config)
+    quant = getattr(model_config.hf_config, "quantization_config", None)
+    if resolved == "auto" and model_config.quantization and quant is not None:
+        quant_config = get_quantization_config(model_config.quantization).from_config(quant)
+        if getattr(quant_config, "kv_cache_scheme", None) is not None:
+            resolved = "fp8"
+    return str(resolved)
+
+
 @cache
 def _model_config(model_dir: str, max_model_len: int) -> Any:
     """vLLM's ModelConfig for a config.json directory (independent of TP and KV dtype)."""
@@ -107,7 +126,7 @@ def layout(case: dict[str, Any]) -> dict[str, Any]:
 
     model_config = _model_config(case["model_dir"], case["max_model_len"])
     parallel = ParallelConfig(tensor_parallel_size=case["tp"])
-    cache_dtype = case["kv_cache_dtype"]
+    cache_dtype = _resolved_cache_dtype(case["kv_cache_dtype"], model_config)
     cache = CacheConfig(
         block_size=case["block_size"],
         cache_dtype=cache_dtype,
