@@ -278,6 +278,37 @@ def _granite_hybrid(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[Sta
     return attention, states
 
 
+def _parallel_hybrid(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]:
+    """Falcon-H1: every decoder layer runs attention and a Mamba-2 mixer side by side.
+
+    Each layer holds a KV page and a state page (falcon_h1.py ``FalconH1ParallelHybrid``).
+    The mixer's width is ``mamba_d_ssm``, else ``mamba_expand x hidden_size``; kvtool's
+    Mamba-2 state takes it as ``mamba_n_heads x mamba_d_head`` and names a config where
+    the two differ rather than guess.
+    """
+    layers = cfg.positive_int("num_hidden_layers")
+    heads = cfg.positive_int("mamba_n_heads")
+    head_dim = cfg.positive_int("mamba_d_head")
+    if cfg.has("mamba_d_ssm"):
+        width = cfg.positive_int("mamba_d_ssm")
+    else:
+        width = cfg.positive_int("mamba_expand") * cfg.positive_int("hidden_size")
+    if width != heads * head_dim:
+        raise KvtoolError(
+            f"{cfg.where}: field 'mamba_d_ssm' (the Mamba-2 width, {width}) is not "
+            f"mamba_n_heads x mamba_d_head ({heads} x {head_dim}); kvtool cannot size this state"
+        )
+    mamba = Mamba2Group(
+        num_layers=layers,
+        num_heads=heads,
+        head_dim=head_dim,
+        n_groups=cfg.positive_int("mamba_n_groups"),
+        d_state=cfg.positive_int("mamba_d_state"),
+        d_conv=cfg.positive_int("mamba_d_conv"),
+    )
+    return (_attention(cfg, AttentionKind.FULL, layers),), (mamba,)
+
+
 def _gated_deltanet(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]:
     """Qwen3-Next / Qwen3.5: ``layer_types``, else every ``full_attention_interval``-th is full."""
     layers = cfg.positive_int("num_hidden_layers")
@@ -501,6 +532,7 @@ LAYOUT_PARSERS: dict[str, Callable[[Mapping[str, Any]], _Parser]] = {
     "jamba": lambda row: _jamba,
     "nemotron_h": lambda row: _nemotron_h,
     "granite_hybrid": lambda row: _granite_hybrid,
+    "parallel_hybrid": lambda row: _parallel_hybrid,
     "gated_deltanet": lambda row: _gated_deltanet,
 }
 

@@ -16,7 +16,7 @@ import pytest
 
 from kvtool.sizing import SizingReport, compute, load_model_spec, make_deployment
 from kvtool.sizing.backends import backend_table
-from tests.sizing.cache_tensors import kv_page_bytes, mla_page_bytes
+from tests.sizing.cache_tensors import kv_page_bytes, mamba2_state_bytes, mla_page_bytes
 
 GIB = 1 << 30
 
@@ -528,3 +528,60 @@ def test_starcoder2_window_slides_on_every_layer(tmp_path: Path) -> None:
     r = compute(load_model_spec(_model_dir(tmp_path, config)), make_deployment(tp=4))
     assert groups(r) == [("sliding", 32, 16)]
     assert r.kv_bytes_per_token_per_rank == 32 * kv_page_bytes(1, 1, 128, 2)
+
+
+FALCON_H1_7B = {
+    # tiiuae/Falcon-H1-7B-Instruct config.json, the fields sizing reads, as quoted in public
+    # test code (a Swift context-sizing suite: "attention and Mamba-2 side by side in every
+    # layer"); 44 layers, 2 KV heads x 128, Mamba-2 24 heads x 128, d_ssm 3072, state 256.
+    "architectures": ["FalconH1ForCausalLM"],
+    "model_type": "falcon_h1",
+    "hidden_size": 3072,
+    "num_hidden_layers": 44,
+    "num_attention_heads": 12,
+    "num_key_value_heads": 2,
+    "head_dim": 128,
+    "mamba_d_conv": 4,
+    "mamba_d_head": 128,
+    "mamba_d_ssm": 3072,
+    "mamba_d_state": 256,
+    "mamba_expand": 2,
+    "mamba_n_groups": 1,
+    "mamba_n_heads": 24,
+    "torch_dtype": "bfloat16",
+}
+
+
+@pytest.mark.parametrize(("tp", "dtype"), [(1, "auto"), (2, "auto"), (1, "fp8"), (2, "fp8")])
+def test_falcon_h1_every_layer_holds_attention_and_state(
+    tmp_path: Path, tp: int, dtype: str
+) -> None:
+    # falcon_h1.py: FalconH1ParallelHybrid runs attention and a Mamba-2 mixer in each of the
+    # 44 layers, so 44 KV pages and 44 state pages; vLLM raises the block until one
+    # attention page covers the state page (platforms/interface.py
+    # _align_hybrid_block_size) and pads the state page to it. 12 query heads: TP 8 does
+    # not divide them (vLLM refuses it too), so TP 2 is the split case.
+    r = compute(
+        load_model_spec(_model_dir(tmp_path, FALCON_H1_7B)),
+        make_deployment(tp=tp, kv_cache_dtype=dtype, gpu_kv_gib=40),
+    )
+    element = 1 if dtype == "fp8" else 2
+    kv_heads = max(1, 2 // tp)
+    state = mamba2_state_bytes(24 // tp, 128, 1, 256, 4, conv_bytes=2, ssm_bytes=2)
+    per_token = kv_page_bytes(1, kv_heads, 128, element)
+    block = 16 * -(-state // (16 * per_token))
+    assert r.state_page_bytes == state
+    assert r.block_size == block
+    assert r.state_page_padded_bytes == kv_page_bytes(block, kv_heads, 128, element)
+    assert r.kv_bytes_per_token_per_rank == 44 * per_token
+    assert groups(r) == [("full", 44, block), ("state", 44, block)]
+
+
+def test_falcon_h1_mixer_width_that_is_not_heads_x_head_dim_names_the_field(
+    tmp_path: Path,
+) -> None:
+    from kvtool.errors import KvtoolError
+
+    config = {**FALCON_H1_7B, "mamba_d_ssm": 4096}
+    with pytest.raises(KvtoolError, match="'mamba_d_ssm'"):
+        load_model_spec(_model_dir(tmp_path, config))

@@ -1,7 +1,8 @@
 """kvtool's block size, KV cache groups, pool blocks and token capacity equal vLLM 0.32's.
 
 Every case is a real config.json shape (the cited catalog entries in
-``rules/models/catalog.toml``) at TP 1 and 8, with the model's own KV dtype and with fp8.
+``rules/models/catalog.toml``, or a cited shape written in the goldens) at TP 1 and 8
+(a smaller TP where 8 does not divide the heads), with the model's own KV dtype and with fp8.
 One subprocess in the suite's vLLM environment (``tests/sizing/vllm_kv_layout.py``) asks
 vLLM's own ``ModelConfig``, spec classes, ``Platform._align_hybrid_block_size``,
 ``get_kv_cache_groups``, ``get_kv_cache_config_from_groups`` and
@@ -20,6 +21,7 @@ import pytest
 
 from kvtool.sizing import SizingReport, compute, load_model_spec, make_deployment
 from kvtool.sizing.catalog import find_entry
+from tests.sizing.test_vllm_block_goldens import FALCON_H1_7B
 from tests.vllm_env import vllm_python, vllm_subprocess_env
 
 pytestmark = pytest.mark.vllm
@@ -72,11 +74,19 @@ RESHAPED = {
     "nemotron-3-blocks-listed": ("nemotron-h-8b", _blocks_listed),
     "llama-3.1-8b-modelopt-fp8-kv": ("llama-3.1-8b", _modelopt_fp8_kv),
 }
-MODELS.update({name: None for name in RESHAPED})
-CASES = [(m, tp, dt) for m in MODELS for tp in (1, 8) for dt in ("auto", "fp8")]
+# Real config shapes written in the goldens (each cites where it was seen).
+WRITTEN = {"falcon-h1-7b": FALCON_H1_7B}  # attention + Mamba-2 in every layer
+MODELS.update({name: None for name in [*RESHAPED, *WRITTEN]})
+# The wide TP where 8 does not divide the heads (vLLM refuses such a TP).
+WIDE_TP = {"falcon-h1-7b": 2}
+CASES = [
+    (m, tp, dt) for m in MODELS for tp in (1, WIDE_TP.get(m, 8)) for dt in ("auto", "fp8")
+]
 
 
 def _config(name: str) -> dict[str, Any]:
+    if name in WRITTEN:
+        return dict(WRITTEN[name])
     if name in RESHAPED:
         base, reshape = RESHAPED[name]
         return reshape(_config(base))

@@ -30,7 +30,7 @@ from typing import Any
 
 
 def _layer_kinds(model_config: Any) -> list[str | None]:
-    """One of full / sliding / chunked / mla / state per decoder layer; None = no cache.
+    """One of full / sliding / chunked / mla / state / hybrid per decoder layer; None = no cache.
 
     Layers that reuse another layer's cache (Gemma 4's last ``num_kv_shared_layers``) and
     Nemotron-NAS ``no_op`` attention blocks hold none.
@@ -69,6 +69,7 @@ def _attention_kinds(model_config: Any) -> list[str | None]:
             "full_attention": "full",
             "sliding_attention": "sliding",
             "linear_attention": "state",
+            "hybrid": "hybrid",  # Falcon-H1: attention and Mamba-2 in the same layer
         }
         return [names[t] for t in types]
     return ["sliding" if getattr(hf, "sliding_window", None) else "full"] * layers
@@ -178,10 +179,14 @@ def layout(case: dict[str, Any]) -> dict[str, Any]:
         model_config.dtype if cache_dtype == "auto" else STR_DTYPE_TO_TORCH_DTYPE[cache_dtype]
     )
     specs: dict[str, Any] = {}
-    for index, kind in enumerate(_layer_kinds(model_config)):
-        if kind is None:
-            continue
-        name = f"layers.{index}"
+    layers: list[tuple[int, str, str]] = []
+    for index, layer_kind in enumerate(_layer_kinds(model_config)):
+        if layer_kind == "hybrid":
+            layers.append((index, "full", f"layers.{index}.attn"))
+            layers.append((index, "state", f"layers.{index}.mamba"))
+        elif layer_kind is not None:
+            layers.append((index, layer_kind, f"layers.{index}"))
+    for index, kind, name in layers:
         layer_arch = model_config.model_arch_config[index]  # per-layer heads and head size
         attention: dict[str, Any] = {
             "block_size": cache.block_size,
