@@ -585,3 +585,48 @@ def test_falcon_h1_mixer_width_that_is_not_heads_x_head_dim_names_the_field(
     config = {**FALCON_H1_7B, "mamba_d_ssm": 4096}
     with pytest.raises(KvtoolError, match="'mamba_d_ssm'"):
         load_model_spec(_model_dir(tmp_path, config))
+
+
+MIMO_V2_FLASH = {
+    # XiaomiMiMo/MiMo-V2-Flash config.json as copied in ai-dynamo/aiconfigurator
+    # (aic-core/src/aiconfigurator_core/model_configs): 48 layers, 9 full by
+    # hybrid_layer_pattern, full layers 4 KV heads, sliding layers 8, K 192 and V 128 wide.
+    "architectures": ["MiMoV2FlashForCausalLM"],
+    "model_type": "mimo_v2_flash",
+    "hidden_size": 4096,
+    "num_hidden_layers": 48,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 4,
+    "head_dim": 192,
+    "v_head_dim": 128,
+    "swa_num_attention_heads": 64,
+    "swa_num_key_value_heads": 8,
+    "swa_head_dim": 192,
+    "swa_v_head_dim": 128,
+    "sliding_window": 128,
+    "sliding_window_size": 128,
+    "hybrid_layer_pattern": [0, 1, 1, 1, 1] + [0, 1, 1, 1, 1, 1] * 7 + [0],
+    "torch_dtype": "bfloat16",
+}
+
+
+@pytest.mark.parametrize(("tp", "dtype"), [(1, "auto"), (8, "auto"), (1, "fp8"), (8, "fp8")])
+def test_mimo_v2_flash_full_layers_with_half_the_heads_double_their_block(
+    tmp_path: Path, tp: int, dtype: str
+) -> None:
+    # A full layer's page (4 KV heads) is half a sliding layer's (8): vLLM 0.32 makes the
+    # page sizes equal by raising the smaller page's block (kv_cache_utils
+    # unify_kv_cache_spec_page_size), so at TP 1 the full group runs 32-token blocks. At
+    # TP 8 both kinds hold one KV head per rank and keep the 16-token block.
+    r = compute(
+        load_model_spec(_model_dir(tmp_path, MIMO_V2_FLASH)),
+        make_deployment(tp=tp, kv_cache_dtype=dtype, gpu_kv_gib=40),
+    )
+    element = 1 if dtype == "fp8" else 2
+    full_heads, sliding_heads = max(1, 4 // tp), max(1, 8 // tp)
+    full_block = 16 * sliding_heads // full_heads
+    kinds = {(g.kind, g.block_size) for g in r.kv_cache_groups}
+    assert kinds == {("full", full_block), ("sliding", 16)}
+    assert {g.page_bytes for g in r.kv_cache_groups} == {16 * sliding_heads * 320 * element}
+    assert sum(g.layers for g in r.kv_cache_groups if g.kind == "full") == 9
+    assert sum(g.layers for g in r.kv_cache_groups if g.kind == "sliding") == 39

@@ -94,6 +94,23 @@ def _resolved_cache_dtype(requested: str, model_config: Any) -> str:
     return str(resolved)
 
 
+def _own_heads(hf: Any, kind: str, tp: int) -> dict[str, int]:
+    """Heads a model file builds per layer kind where vLLM's arch config has one set.
+
+    MiMo-V2 (``mimo_v2.py`` ``MiMoV2DecoderLayer``): sliding layers take the ``swa_*``
+    KV heads and head sizes, full layers the plain ones; V may be narrower than K.
+    """
+    if getattr(hf, "swa_head_dim", None) is None or kind not in ("full", "sliding"):
+        return {}
+    prefix = "swa_" if kind == "sliding" else ""
+    head = getattr(hf, f"{prefix}head_dim")
+    return {
+        "num_kv_heads": max(1, getattr(hf, f"{prefix}num_key_value_heads") // tp),
+        "head_size": head,
+        "head_size_v": getattr(hf, f"{prefix}v_head_dim", None) or head,
+    }
+
+
 @cache
 def _model_config(model_dir: str, max_model_len: int) -> Any:
     """vLLM's ModelConfig for a config.json directory (independent of TP and KV dtype)."""
@@ -195,6 +212,7 @@ def layout(case: dict[str, Any]) -> dict[str, Any]:
             "dtype": kv_dtype,
             "kv_quant_mode": get_kv_quant_mode(cache_dtype),
         }
+        attention.update(_own_heads(model_config.hf_text_config, kind, case["tp"]))
         if kind == "full":
             specs[name] = FullAttentionSpec(**attention)
         elif kind == "mla":
