@@ -119,18 +119,23 @@ def _attention(
     )
 
 
-def _full_and_sliding(cfg: _Config, sliding_layers: int) -> tuple[AttentionGroup, ...]:
+def _full_and_sliding(
+    cfg: _Config, sliding_layers: int, window_extra: int = 0
+) -> tuple[AttentionGroup, ...]:
+    """``window_extra``: tokens a model file adds to ``sliding_window`` (Cohere 2: one)."""
     layers = cfg.positive_int("num_hidden_layers")
     groups = []
     if layers - sliding_layers:
         groups.append(_attention(cfg, AttentionKind.FULL, layers - sliding_layers))
     if sliding_layers:
-        window = cfg.positive_int("sliding_window")
+        window = cfg.positive_int("sliding_window") + window_extra
         groups.append(_attention(cfg, AttentionKind.SLIDING, sliding_layers, window))
     return tuple(groups)
 
 
-def _groups_from_layer_types(cfg: _Config, layers: int) -> tuple[AttentionGroup, ...] | None:
+def _groups_from_layer_types(
+    cfg: _Config, layers: int, window_extra: int = 0
+) -> tuple[AttentionGroup, ...] | None:
     """Full and sliding groups as ``layer_types`` lists them; None when the config has none."""
     types = cfg.layer_types(layers)
     if types is None:
@@ -138,7 +143,7 @@ def _groups_from_layer_types(cfg: _Config, layers: int) -> tuple[AttentionGroup,
     unknown = sorted(set(types) - {"sliding_attention", "full_attention"})
     if unknown:
         raise KvtoolError(f"{cfg.where}: unsupported layer_types {unknown} for this architecture")
-    return _full_and_sliding(cfg, types.count("sliding_attention"))
+    return _full_and_sliding(cfg, types.count("sliding_attention"), window_extra)
 
 
 def _dense(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]:
@@ -157,7 +162,7 @@ def _dense(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGroup, 
 
 
 def _interleaved(
-    every: int,
+    every: int, window_extra: int = 0
 ) -> Callable[[_Config], tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]]:
     """Gemma-2/3 style: every ``every``-th layer (1-based) is global, the rest slide.
 
@@ -166,12 +171,12 @@ def _interleaved(
 
     def parse(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]:
         layers = cfg.positive_int("num_hidden_layers")
-        listed = _groups_from_layer_types(cfg, layers)
+        listed = _groups_from_layer_types(cfg, layers, window_extra)
         if listed is not None:
             return listed, ()
         pattern = cfg.positive_int("sliding_window_pattern", default=every)
         full = sum(1 for i in range(layers) if (i + 1) % pattern == 0)
-        return _full_and_sliding(cfg, layers - full), ()
+        return _full_and_sliding(cfg, layers - full, window_extra), ()
 
     return parse
 
@@ -523,7 +528,9 @@ _Parser = Callable[[_Config], tuple[tuple[AttentionGroup, ...], tuple[StateGroup
 # One parser per cache layout; rules/models/layouts.toml maps each model_type to one.
 LAYOUT_PARSERS: dict[str, Callable[[Mapping[str, Any]], _Parser]] = {
     "dense": lambda row: _dense,
-    "interleaved_sliding": lambda row: _interleaved(int(row["global_every"])),
+    "interleaved_sliding": lambda row: _interleaved(
+        int(row["global_every"]), int(row.get("window_extra", 0))
+    ),
     "chunked_local": lambda row: _chunked_local,
     "per_layer_heads": lambda row: _per_layer_heads,
     "gemma4": lambda row: _gemma4,

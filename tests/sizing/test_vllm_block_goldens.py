@@ -630,3 +630,39 @@ def test_mimo_v2_flash_full_layers_with_half_the_heads_double_their_block(
     assert {g.page_bytes for g in r.kv_cache_groups} == {16 * sliding_heads * 320 * element}
     assert sum(g.layers for g in r.kv_cache_groups if g.kind == "full") == 9
     assert sum(g.layers for g in r.kv_cache_groups if g.kind == "sliding") == 39
+
+
+COMMAND_R7B = {
+    # Command R7B shape (model_type cohere2): transformers' Cohere2Config defaults,
+    # sliding_window 4096 and sliding_window_pattern 4, as public cohere2 test configs write
+    # them, on a 32-layer, 8-KV-head geometry; newer configs list layer_types instead.
+    "architectures": ["Cohere2ForCausalLM"],
+    "model_type": "cohere2",
+    "hidden_size": 4096,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "sliding_window": 4096,
+    "sliding_window_pattern": 4,
+    "torch_dtype": "bfloat16",
+}
+
+
+@pytest.mark.parametrize("layer_types", [False, True])
+def test_cohere2_every_fourth_layer_global_and_window_plus_one(
+    tmp_path: Path, layer_types: bool
+) -> None:
+    # commandr.py gives sliding layers sliding_window + 1 (they see the window plus the
+    # current token).
+    config: dict[str, Any] = dict(COMMAND_R7B)
+    if layer_types:
+        del config["sliding_window_pattern"]
+        config["layer_types"] = [
+            "full_attention" if (i + 1) % 4 == 0 else "sliding_attention" for i in range(32)
+        ]
+    spec = load_model_spec(_model_dir(tmp_path, config))
+    windows = {g.kind.value: (g.num_layers, g.sliding_window) for g in spec.attention}
+    assert windows == {"full": (8, None), "sliding": (24, 4097)}
+    r = compute(spec, make_deployment(tp=8, gpu_kv_gib=40))
+    assert groups(r) == [("full", 8, 16)] + [("sliding", 8, 16)] * 3
+    assert r.pool_block_bytes == 8 * kv_page_bytes(16, 1, 128, 2)

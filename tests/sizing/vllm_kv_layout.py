@@ -94,6 +94,15 @@ def _resolved_cache_dtype(requested: str, model_config: Any) -> str:
     return str(resolved)
 
 
+def _sliding_window(hf: Any) -> int:
+    """The window a model file gives its sliding layers.
+
+    Cohere 2 (``commandr.py``) passes ``sliding_window + 1``: its layers see the window
+    plus the current token.
+    """
+    return int(hf.sliding_window) + (1 if hf.model_type == "cohere2" else 0)
+
+
 def _own_heads(hf: Any, kind: str, tp: int) -> dict[str, int]:
     """Heads a model file builds per layer kind where vLLM's arch config has one set.
 
@@ -218,7 +227,7 @@ def layout(case: dict[str, Any]) -> dict[str, Any]:
         elif kind == "mla":
             specs[name] = MLAAttentionSpec(**attention, cache_dtype_str=cache_dtype)
         elif kind == "sliding":
-            window = model_config.hf_text_config.sliding_window
+            window = _sliding_window(model_config.hf_text_config)
             specs[name] = SlidingWindowSpec(**attention, sliding_window=window)
         elif kind == "chunked":
             chunk = model_config.hf_text_config.attention_chunk_size
