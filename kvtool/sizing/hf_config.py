@@ -161,6 +161,32 @@ def _dense(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGroup, 
     return _full_and_sliding(cfg, max(0, layers - first_sliding)), ()
 
 
+def _chatglm(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]:
+    """ChatGLM2/3 and GLM-4-9B's chatglm configs: ``num_layers`` layers of full attention.
+
+    chatglm.py ``GLMAttention``: ``multi_query_group_num`` KV heads when
+    ``multi_query_attention``, else one per query head; head size hidden_size /
+    num_attention_heads (``kv_channels`` is not read).
+    """
+    heads = cfg.positive_int("num_attention_heads")
+    hidden = cfg.positive_int("hidden_size")
+    if hidden % heads:
+        raise KvtoolError(
+            f"{cfg.where}: hidden_size {hidden} is not divisible by num_attention_heads {heads}"
+        )
+    kv_heads = heads
+    if cfg.get("multi_query_attention"):
+        kv_heads = cfg.positive_int("multi_query_group_num")
+    group = AttentionGroup(
+        kind=AttentionKind.FULL,
+        num_layers=cfg.positive_int("num_layers"),
+        num_kv_heads=kv_heads,
+        head_size_k=hidden // heads,
+        head_size_v=hidden // heads,
+    )
+    return (group,), ()
+
+
 def _interleaved(
     every: int, window_extra: int = 0
 ) -> Callable[[_Config], tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]]:
@@ -528,6 +554,7 @@ _Parser = Callable[[_Config], tuple[tuple[AttentionGroup, ...], tuple[StateGroup
 # One parser per cache layout; rules/models/layouts.toml maps each model_type to one.
 LAYOUT_PARSERS: dict[str, Callable[[Mapping[str, Any]], _Parser]] = {
     "dense": lambda row: _dense,
+    "chatglm": lambda row: _chatglm,
     "interleaved_sliding": lambda row: _interleaved(
         int(row["global_every"]), int(row.get("window_extra", 0))
     ),
@@ -624,7 +651,8 @@ def spec_from_config(
     if attention and attention[0].kind is not AttentionKind.MLA and not text.has("block_configs"):
         if not text.has("head_dim"):
             assumptions.append("head_dim derived as hidden_size / num_attention_heads")
-        if not text.has("num_key_value_heads"):
+        # chatglm configs name their KV heads multi_query_group_num.
+        if not text.has("num_key_value_heads") and layout_rows()[model_type]["layout"] != "chatglm":
             assumptions.append("no num_key_value_heads: multi-head attention assumed")
     if text.non_negative_int("num_nextn_predict_layers"):
         assumptions.append(

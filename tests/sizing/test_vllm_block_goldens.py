@@ -450,6 +450,8 @@ GQA_DECODERS = {
     "internlm2": ("InternLM2ForCausalLM", 4096, 32, 32, 8, {}),
     "minicpm": ("MiniCPMForCausalLM", 2304, 40, 36, 36, {}),
     "deepseek": ("DeepseekForCausalLM", 2048, 28, 16, 16, {}),
+    # GLM-4-0414: transformers' Glm4Config defaults.
+    "glm4": ("Glm4ForCausalLM", 4096, 40, 32, 2, {"head_dim": 128}),
     # Qwen2-style window switched off: use_sliding_window false.
     "mimo": (
         "MiMoForCausalLM",
@@ -666,3 +668,35 @@ def test_cohere2_every_fourth_layer_global_and_window_plus_one(
     r = compute(spec, make_deployment(tp=8, gpu_kv_gib=40))
     assert groups(r) == [("full", 8, 16)] + [("sliding", 8, 16)] * 3
     assert r.pool_block_bytes == 8 * kv_page_bytes(16, 1, 128, 2)
+
+
+CHATGLM3_6B = {
+    # ChatGLM2/3-6B config.json as copied in mlc-ai/mlc-llm model_preset.py ("chatglm"):
+    # num_layers (not num_hidden_layers), multi_query_group_num KV heads.
+    "architectures": ["ChatGLMModel"],
+    "model_type": "chatglm",
+    "hidden_size": 4096,
+    "num_layers": 28,
+    "num_attention_heads": 32,
+    "multi_query_attention": True,
+    "multi_query_group_num": 2,
+    "kv_channels": 128,
+    "seq_length": 8192,
+    "torch_dtype": "float16",
+}
+
+
+@pytest.mark.parametrize("multi_query", [True, False])
+@pytest.mark.parametrize("tp", [1, 8])
+def test_chatglm_kv_heads_from_multi_query_group_num(
+    tmp_path: Path, multi_query: bool, tp: int
+) -> None:
+    # chatglm.py GLMAttention: multi_query_group_num KV heads when multi_query_attention,
+    # else one per query head; head size hidden_size / num_attention_heads.
+    config = {**CHATGLM3_6B, "multi_query_attention": multi_query}
+    spec = load_model_spec(_model_dir(tmp_path, config))
+    r = compute(spec, make_deployment(tp=tp, gpu_kv_gib=40))
+    kv_heads = max(1, (2 if multi_query else 32) // tp)
+    assert groups(r) == [("full", 28, 16)]
+    assert r.pool_block_bytes == 28 * kv_page_bytes(16, kv_heads, 128, 2)
+    assert not any("num_key_value_heads" in note for note in spec.assumptions)

@@ -21,7 +21,12 @@ import pytest
 
 from kvtool.sizing import SizingReport, compute, load_model_spec, make_deployment
 from kvtool.sizing.catalog import find_entry
-from tests.sizing.test_vllm_block_goldens import COMMAND_R7B, FALCON_H1_7B, MIMO_V2_FLASH
+from tests.sizing.test_vllm_block_goldens import (
+    CHATGLM3_6B,
+    COMMAND_R7B,
+    FALCON_H1_7B,
+    MIMO_V2_FLASH,
+)
 from tests.vllm_env import vllm_python, vllm_subprocess_env
 
 pytestmark = pytest.mark.vllm
@@ -79,6 +84,7 @@ WRITTEN = {
     "falcon-h1-7b": FALCON_H1_7B,  # attention + Mamba-2 in every layer
     "mimo-v2-flash": MIMO_V2_FLASH,  # two page sizes; K and V of unequal width
     "command-r7b": COMMAND_R7B,  # Cohere 2: one global layer in four, window + 1
+    "chatglm3-6b": CHATGLM3_6B,  # num_layers, multi_query_group_num
 }
 MODELS.update({name: None for name in [*RESHAPED, *WRITTEN]})
 # The wide TP where 8 does not divide the heads (vLLM refuses such a TP).
