@@ -23,6 +23,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from kvtool.errors import KvtoolError
+
 # utils/torch_utils.py MODELOPT_TO_VLLM_KV_CACHE_DTYPE_MAP
 MODELOPT_KV_DTYPES = {"fp8": "fp8_e4m3", "nvfp4": "nvfp4"}
 
@@ -32,7 +34,7 @@ MODELOPT_KV_DTYPES = {"fp8": "fp8_e4m3", "nvfp4": "nvfp4"}
 MODELOPT_QUANT_ALGOS = frozenset({"FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO", "NVFP4"})
 
 
-def _is_modelopt(quant: Mapping[str, Any]) -> bool:
+def _is_modelopt(quant: Mapping[str, Any], where: str) -> bool:
     method = str(quant.get("quant_method") or "").lower()
     if method.startswith("modelopt"):
         return True
@@ -42,7 +44,15 @@ def _is_modelopt(quant: Mapping[str, Any]) -> bool:
     marked = (
         isinstance(producer, Mapping) and producer.get("name") == "modelopt"
     ) or "modelopt_quant_config" in inner
-    return marked and str(inner.get("quant_algo") or "").upper() in MODELOPT_QUANT_ALGOS
+    algo = inner.get("quant_algo")
+    if marked and algo is not None and str(algo).upper() not in MODELOPT_QUANT_ALGOS:
+        # model_arch_config_convertor.py raises "Unknown ModelOpt quant algo": the engine
+        # does not start, so no KV figure of this checkpoint is vLLM's.
+        raise KvtoolError(
+            f"{where}: field 'quantization.quant_algo' is {algo!r}, which vLLM 0.32 does not "
+            f"load (it knows {', '.join(sorted(MODELOPT_QUANT_ALGOS))} for ModelOpt checkpoints)"
+        )
+    return marked and algo is not None
 
 
 def _modelopt_kv(quant: Mapping[str, Any]) -> str | None:
@@ -70,11 +80,17 @@ def _modelopt_kv(quant: Mapping[str, Any]) -> str | None:
     return None
 
 
-def declared_kv_cache_dtype(quant: Mapping[str, Any] | None) -> tuple[str, str] | None:
-    """(cache dtype, the field that says so) for a checkpoint's quantization config."""
+def declared_kv_cache_dtype(
+    quant: Mapping[str, Any] | None, where: str
+) -> tuple[str, str] | None:
+    """(cache dtype, the field that says so) for a checkpoint's quantization config.
+
+    ``where`` names the file the config was read from, for the error when vLLM would
+    refuse the checkpoint.
+    """
     if not isinstance(quant, Mapping):
         return None
-    if _is_modelopt(quant):
+    if _is_modelopt(quant, where):
         dtype = _modelopt_kv(quant)
         return None if dtype is None else (dtype, "kv_cache_quant_algo")
     method = str(quant.get("quant_method") or "").lower()

@@ -666,7 +666,7 @@ def spec_from_config(
     quant, quant_file = raw.get("quantization_config"), where
     if quant is None and quant_config is not None:
         quant, quant_file = quant_config, quant_where or where
-    declared = declared_kv_cache_dtype(quant)
+    declared = declared_kv_cache_dtype(quant, quant_file)
     return ModelSpec(
         name=name,
         origin=where,

@@ -179,6 +179,20 @@ def test_auto_kv_dtype_follows_the_checkpoint(
     assert r.kv_bytes_per_token == 32 * kv_page_bytes(1, 8, 128, r.kv_dtype_bytes)
 
 
+def test_modelopt_checkpoint_vllm_cannot_load_names_the_field(tmp_path: Path) -> None:
+    # nvidia/NVIDIA-Nemotron-3.5-Lightning-30B-A3B-NVFP4 hf_quant_config.json (as copied in
+    # ai-dynamo/aiconfigurator): producer modelopt, quantization.quant_algo MIXED_PRECISION.
+    # vLLM 0.32's model_arch_config_convertor raises "Unknown ModelOpt quant algo".
+    from kvtool.errors import KvtoolError
+
+    beside = {
+        "producer": {"name": "modelopt", "version": "0.44.0rc5"},
+        "quantization": {"quant_algo": "MIXED_PRECISION", "kv_cache_quant_algo": "FP8"},
+    }
+    with pytest.raises(KvtoolError, match=r"hf_quant_config.json: field 'quantization.quant_algo'"):
+        load_model_spec(_model_dir(tmp_path, LLAMA_8B, beside))
+
+
 def test_float32_config_is_downcast_like_vllm(tmp_path: Path) -> None:
     # config/model.py _resolve_auto_dtype: float32 checkpoints run in bfloat16 on CUDA.
     r = compute(
