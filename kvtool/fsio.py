@@ -53,17 +53,42 @@ def read_input_bytes(path: Path | str, *, limit: limits.Limit = limits.INPUT_BYT
         raise KvtoolError(f"{path}: no such file or directory") from None
     except OSError as error:
         raise KvtoolError(f"cannot read {describe_os_error(error, path)}") from None
-    with open(descriptor, "rb", closefd=True) as handle:
-        try:
-            mode = os.fstat(descriptor).st_mode
-            if not stat.S_ISREG(mode):
-                raise KvtoolError(f"{path}: not a regular file ({_kind(mode)}); give a file or -")
-            data = handle.read(cap + 1)
-        except OSError as error:
-            raise KvtoolError(f"cannot read {describe_os_error(error, path)}") from None
+    try:
+        status = os.fstat(descriptor)
+        if not stat.S_ISREG(status.st_mode):
+            raise KvtoolError(
+                f"{path}: not a regular file ({_kind(status.st_mode)}); give a file or -"
+            )
+        data = _read_regular(descriptor, status.st_size, cap)
+    except OSError as error:
+        raise KvtoolError(f"cannot read {describe_os_error(error, path)}") from None
+    finally:
+        os.close(descriptor)
     if len(data) > cap:
         raise limits.LimitExceeded(limit.message(str(path)))
     return data
+
+
+def _read_regular(descriptor: int, size: int, cap: int) -> bytes:
+    """At most ``cap + 1`` bytes of a regular file whose ``fstat`` size is ``size``.
+
+    One read of the size (plus one byte, to see the file grew) is the whole file in
+    the common case; asking for the cap instead would allocate it for every file of a
+    directory walk. A file that grew is read on up to the cap, a short read to its end.
+    """
+    want = min(size, cap) + 1
+    data = os.read(descriptor, want)
+    if len(data) == size:
+        return data
+    chunks = [data]
+    total = len(data)
+    while total <= cap:
+        chunk = os.read(descriptor, cap + 1 - total)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks)
 
 
 def decode_text(data: bytes, name: object) -> str:

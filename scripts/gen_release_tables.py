@@ -66,6 +66,7 @@ def _diff(committed: ReleaseFacts, derived: ReleaseFacts) -> list[str]:
         "kv_transfer_config_fields",
         "kv_transfer_config_forbids_extra",
         "hma",
+        "model_registry",
         "notes",
     ):
         if getattr(committed, attr) != getattr(derived, attr):

@@ -6,7 +6,8 @@
 #   1. the transfer-engine tests (CPU and CUDA round trips) with pytest;
 #   2. scripts/bench/gpu_pipeline.py: KV tensors in each layout the engine accepts,
 #      compute-stream "forward" kernels, stores after it on the side stream, loads
-#      before the next one, every byte verified on the device; host syncs per step;
+#      before the next one, asynchronous loads read only once polled done, every byte
+#      verified on the device; host syncs per step;
 #      device staging bytes; store (device -> pinned host) and load (host -> device)
 #      GB/s against a plain pinned copy of the same bytes in the same run (target >= 0.8x).
 # Without a CUDA device it exits 2 with one line on stderr. GPU_CHECK_DRY_RUN=1 runs

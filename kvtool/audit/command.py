@@ -116,6 +116,13 @@ def audit(
             autocompletion=complete_version,
         ),
     ] = None,
+    lmcache_version: Annotated[
+        str | None,
+        typer.Option(
+            "--lmcache-version",
+            help="The LMCache release installed next to vLLM, for the LMCache/vLLM pair rule.",
+        ),
+    ] = None,
     input_format: Annotated[
         str | None,
         typer.Option(
@@ -238,6 +245,7 @@ def audit(
     settings = apply_cli(
         load_settings(Path.cwd()),
         vllm_version=vllm_version or (live.version if live else None),
+        lmcache_version=lmcache_version,
         select=select,
         ignore=ignore,
         fail_on=Severity(fail_on.value) if fail_on else None,

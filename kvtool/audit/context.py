@@ -155,8 +155,9 @@ class Semantics:
         )
 
     def bugs_at(self, version: str) -> tuple[KnownBug, ...]:
-        """Known bugs whose range covers ``version`` (an lmcache row's range is lmcache's:
-        a serve config does not name the lmcache release, so those rows always apply)."""
+        """Known bugs whose range covers ``version`` (an lmcache row's range is lmcache's
+        and is not checked here: the known-bug rule checks it against the LMCache release
+        the user names)."""
         return self._memoized(
             ("bugs", "", version),
             lambda: tuple(
@@ -222,6 +223,7 @@ class RuleContext:
     index: ReleaseIndex
     semantics: Semantics
     host_ram_gib: float | None = None
+    lmcache_version: str | None = None  # the LMCache release next to vLLM, when the user says
     known_model: ModelFacts | None = None
     # Looks the served model up (sizing catalog, local config.json) only when a rule asks:
     # most configs never need it, and reading the catalog is the slowest part of a run.
@@ -414,8 +416,13 @@ class RuleContext:
         )
 
     def _multi_children(self) -> tuple[str, ...]:
+        """MultiConnector's ``connectors``; only MultiConnector (or a class loaded by module
+        path, which may subclass it) reads that key."""
         connectors = self.extra_config.get("connectors")
-        if not isinstance(connectors, list):
+        name = self.kv_transfer_config.get("kv_connector")
+        if not isinstance(connectors, list) or not (
+            name == "MultiConnector" or _module_path(self.kv_transfer_config)
+        ):
             return ()
         return tuple(
             str(child["kv_connector"])
@@ -432,7 +439,7 @@ class RuleContext:
         if conn is None or conn.via != "kv-transfer-config":
             return ()
         pairs: list[tuple[str, dict[str, Any]]] = [(conn.name, self.extra_config)]
-        connectors = self.extra_config.get("connectors")
+        connectors = self.extra_config.get("connectors") if conn.children else None
         for child in connectors if isinstance(connectors, list) else ():
             if isinstance(child, dict) and isinstance(child.get("kv_connector"), str):
                 extra = child.get("kv_connector_extra_config")
@@ -456,7 +463,38 @@ class RuleContext:
         once, in order; empty when there is no connector."""
         return self.connector.names if self.connector is not None else ()
 
+    @cached_property
+    def external_connectors(self) -> tuple[str, ...]:
+        """Connectors of ``--kv-transfer-config`` that vLLM loads from their own
+        ``kv_connector_module_path`` (the connector itself, MultiConnector children), in order.
+
+        Their classes are not the release's registered ones (the module path wins over the
+        registry), so the release tables cannot say what they support.
+        """
+        conn = self.connector
+        if conn is None or conn.via != "kv-transfer-config":
+            return ()
+        found: list[str] = []
+        if _module_path(self.kv_transfer_config):
+            found.append(conn.name)
+        connectors = self.extra_config.get("connectors")
+        for child in connectors if isinstance(connectors, list) else ():
+            if isinstance(child, dict) and _module_path(child):
+                found.append(str(child.get("kv_connector")))
+        return tuple(dict.fromkeys(found))
+
     def non_hma_connectors(self) -> list[str]:
-        """Connectors of the effective config that lack SupportsHMA (MultiConnector: its
-        children too)."""
-        return [name for name in self.connector_names if self.supports_hma(name) is False]
+        """Registered connectors of the effective config that lack SupportsHMA
+        (MultiConnector: its children too); classes loaded by module path are not judged."""
+        external = set(self.external_connectors)
+        return [
+            name
+            for name in self.connector_names
+            if name not in external and self.supports_hma(name) is False
+        ]
+
+
+def _module_path(connector_config: Mapping[str, Any]) -> bool:
+    """True when a (child) transfer config loads its class from ``kv_connector_module_path``."""
+    path = connector_config.get("kv_connector_module_path")
+    return isinstance(path, str) and bool(path)

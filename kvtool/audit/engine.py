@@ -247,6 +247,7 @@ class Auditor:
             index=self.tables.index(),
             semantics=self.tables.semantics(),
             host_ram_gib=self.settings.host_ram_gib,
+            lmcache_version=self.settings.lmcache_version,
             model_lookup=self._model_lookup,
             extras=self.extras,
         )

@@ -46,7 +46,7 @@ CACHE_INFO = "vllm:cache_config_info"
 # at v0.32.0: ``"--kv-cache-dtype", **cache_kwargs["cache_dtype"]``,
 # https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/engine/arg_utils.py).
 FIELD_DEST = {"cache_dtype": "kv_cache_dtype"}
-# kvtool's own connector registers ``kvtool:*`` families (kvtool/connector/vllm.py,
+# kvtool's own connector registers ``kvtool:*`` families (kvtool/connector/vllm/metrics.py,
 # KvtoolPromMetrics); its class and module as --kv-transfer-config names them.
 KVTOOL_METRIC_PREFIX = "kvtool:"
 KVTOOL_CONNECTOR = {

@@ -65,6 +65,7 @@ InputKind = Literal[
     "helm-values",
     "dockerfile",
     "skypilot",
+    "github-actions",
 ]
 
 
@@ -101,14 +102,6 @@ class VolumeMount(msgspec.Struct, frozen=True, kw_only=True):
     location: Location | None = None  # the volumeMount's mountPath
 
 
-class Sidecar(msgspec.Struct, frozen=True, kw_only=True):
-    """Another container of the engine's pod (an LMCache server, a router), by its words."""
-
-    name: str
-    words: tuple[str, ...]  # command + args, a ``sh -c`` script split like a shell line
-    location: Location | None = None  # the container's name
-
-
 class ContainerResources(msgspec.Struct, frozen=True, kw_only=True):
     """What the engine's pod gives its container: memory, volumes and the host IPC namespace.
 
@@ -123,13 +116,22 @@ class ContainerResources(msgspec.Struct, frozen=True, kw_only=True):
     mounts: tuple[VolumeMount, ...] = ()
     host_ipc: Location | None = None  # where ``hostIPC: true`` / ``ipc: host`` was written
     shm_size: Quantity | None = None  # Docker/Compose ``shm_size``: the /dev/shm tmpfs size
-    sidecars: tuple[Sidecar, ...] = ()  # the pod's other containers
 
     def mount_at(self, path: str) -> VolumeMount | None:
         """The mount whose path is ``path`` (trailing slashes ignored), the last if several."""
         wanted = path.rstrip("/") or "/"
         found = [m for m in self.mounts if (m.mount_path.rstrip("/") or "/") == wanted]
         return found[-1] if found else None
+
+
+class PodContainer(msgspec.Struct, frozen=True, kw_only=True):
+    """Another container of the pod a vLLM command runs in (a routing sidecar, a cache
+    server), as written: rules about what runs next to the engine read it."""
+
+    name: str
+    image: str | None = None
+    argv: tuple[SourceToken, ...] = ()  # ``command`` then ``args``, one word each
+    location: Location | None = None  # where the container is written
 
 
 class Invocation(msgspec.Struct, kw_only=True):
@@ -145,6 +147,8 @@ class Invocation(msgspec.Struct, kw_only=True):
     tokens: tuple[SourceToken, ...] = ()
     env: tuple[EnvAssignment, ...] = ()
     image: str | None = None  # container image, when the input names one
+    # The other containers of the same pod (Kubernetes inputs; init containers included).
+    pod_containers: tuple[PodContainer, ...] = ()
     suppressions: tuple[Suppression, ...] = ()
     # Options read from a --config YAML are already key/value pairs, not argv words.
     config_items: tuple[tuple[str, Any, Location | None], ...] = ()

@@ -43,6 +43,9 @@ _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 _MODEL_OPTION = re.compile(r"^--model(=.+|$)")
 _BEFORE_FIRST_DOT = re.compile(r"(?<=--)[^.]*")
 # vLLM's human-readable integers in dotted values: decimal k/m/g/t, binary K/M/G/T.
+# A value that is still a variable reference after the reader expanded what it could
+# (`"$KV_CONFIG"` in a script, `$(KV_CONFIG)` in a pod): the engine gets its runtime value.
+_UNRESOLVED_VALUE = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][^}]*\}|\([A-Za-z_]\w*\))")
 _HUMAN_INT = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
@@ -346,6 +349,9 @@ class _Normalizer:
         if self.model is None and not (arg.list_item and last_valued is not None):
             self.model = arg.text
             return
+        if _UNRESOLVED_VALUE.fullmatch(arg.text):
+            # `... $EXTRA_ARGS`: words known only at run time, not one more list item
+            return
         if last_valued is not None:
             # A list-valued flag (nargs='+', e.g. --served-model-name a b) continues.
             previous = self.options[last_valued]
@@ -405,6 +411,8 @@ class _Normalizer:
         return self.table.lookup(text) is None
 
     def _json_value(self, fact: FlagFact, raw: str, arg: _Arg) -> Any:
+        if _UNRESOLVED_VALUE.fullmatch(raw):
+            return None  # known only at run time: nothing to check, and no parse error
         try:
             return json.loads(raw)
         except RecursionError:

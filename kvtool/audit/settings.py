@@ -33,6 +33,9 @@ class AuditSettings(
     """
 
     vllm_version: str | None = None  # a string such as "0.32.0", never a TOML float
+    # The LMCache release installed next to vLLM (the image or requirements pin it); the
+    # serve config cannot say, so rules about vLLM/LMCache pairs run only when this is set.
+    lmcache_version: str | None = None
     select: tuple[str, ...] = ("ALL",)
     extend_select: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()
@@ -134,6 +137,7 @@ def apply_cli(
     settings: AuditSettings,
     *,
     vllm_version: str | None = None,
+    lmcache_version: str | None = None,
     select: list[str] | None = None,
     ignore: list[str] | None = None,
     fail_on: Severity | None = None,
@@ -149,6 +153,8 @@ def apply_cli(
     update: dict[str, Any] = {}
     if vllm_version is not None:
         update["vllm_version"] = vllm_version
+    if lmcache_version is not None:
+        update["lmcache_version"] = lmcache_version
     if select:
         update["select"] = tuple(select)
         update["extend_select"] = ()

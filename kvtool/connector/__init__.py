@@ -21,7 +21,9 @@ Scheduler process (adapter's SCHEDULER role):
   ``has_pending_push_work``.
 - Hits: ``lookup(block_hashes)`` (no side effects), then
   ``plan_load(block_ids, block_hashes)`` -> ``LoadJob``.
-- ``stats`` (``stats.ConnectorStats``), ``shutdown()``.
+- ``stats`` (``stats.ConnectorStats``), ``shutdown()``; with
+  ``store.StoreIndex(..., record_events=True)``, ``store.take_events()`` lists
+  the hashes that became or stopped being servable (KV events).
 
 Worker processes (WORKER role): ``transfer.TransferEngine.from_kv_caches(kv_caches,
 num_slots=store.num_slots, block_dim=...)``; ``submit_store(job)`` in

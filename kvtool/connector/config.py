@@ -21,8 +21,22 @@ connectors (MultiConnector shares one extra config) and are ignored. Unknown
   step, whichever comes first (0 = steps only).
 - ``kvtool.host_capacity_bytes`` (4 GiB): host store size, bytes or a string
   such as ``"512MiB"`` or ``"8GiB"``.
-- ``kvtool.shutdown`` (``drain``): at shutdown ``drain`` buffered blocks or
-  ``drop`` them (counted either way).
+- ``kvtool.shutdown`` (``drain``): what happens to buffered blocks when the
+  engine stops. ``drain``: buffered blocks and stores in flight keep the engine
+  stepping (vLLM's ``has_pending_push_work``), so an engine that stops taking
+  requests, vLLM's own shutdown loop included, stores them through the idle
+  drain before it exits. ``drop``: only stores already in flight keep it
+  stepping; buffered blocks are dropped at shutdown (they also wait for the
+  next request rather than keep an idle engine stepping). Either way what is
+  left at shutdown is dropped and counted (``dropped_shutdown``).
+- ``kvtool.shutdown_drain_seconds`` (30): the bound on that: after this long
+  without a step that schedules a token, pending work no longer keeps the
+  engine stepping (> 0).
+- ``kvtool.load_async`` (true): a request with a host hit waits in vLLM's
+  ``WAITING_FOR_REMOTE_KVS`` while its blocks load and joins a later batch, so
+  a load never holds back the requests already running; false loads before the
+  forward of the step that schedules the request (that whole batch waits for
+  the copy on a GPU).
 - ``kvtool.store_decode`` (false): also buffer the blocks that decoding fills,
   not only the prompt's (worth it when outputs are fed back as prompts, as in
   multi-turn chat).
@@ -83,6 +97,8 @@ class ConnectorConfig(BaseModel):
     idle_drain_seconds: float = 2.0
     host_capacity_bytes: int = 4 * _GIB
     shutdown: ShutdownMode = ShutdownMode.DRAIN
+    shutdown_drain_seconds: float = 30.0
+    load_async: bool = True
     store_decode: bool = False
 
     @classmethod
@@ -119,7 +135,10 @@ class ConnectorConfig(BaseModel):
             f"max_release_blocks_per_step={self.max_release_blocks_per_step}",
             f"idle_drain={self.idle_drain_steps} steps/{self.idle_drain_seconds:g} s",
             f"host_capacity={self.host_capacity_bytes / _GIB:.2f} GiB",
-            f"shutdown={self.shutdown.value}",
+            f"shutdown={self.shutdown.value}"
+            + (f" (up to {self.shutdown_drain_seconds:g} s)"
+               if self.shutdown is ShutdownMode.DRAIN else ""),
+            f"load_async={str(self.load_async).lower()}",
             f"store_decode={str(self.store_decode).lower()}",
         ]
         return f"kvtool lazy offload enabled with {self.policy.value} policy: " + ", ".join(knobs)
@@ -232,6 +251,9 @@ _KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "kvtool.idle_drain_seconds": ("idle_drain_seconds", _float_range(0.0, inclusive=True)),
     "kvtool.host_capacity_bytes": ("host_capacity_bytes", _size),
     "kvtool.shutdown": ("shutdown", _shutdown),
+    "kvtool.shutdown_drain_seconds": (
+        "shutdown_drain_seconds", _float_range(0.0, inclusive=False)),
+    "kvtool.load_async": ("load_async", _bool),
     "kvtool.store_decode": ("store_decode", _bool),
 }
 """Documented key -> (model field, parser). The parsers own the range checks."""

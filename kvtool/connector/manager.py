@@ -356,9 +356,20 @@ class LazyOffloadManager:
                 self._complete(job)
 
     def has_pending_work(self) -> bool:
-        """True while jobs are in flight or blocks are buffered (the idle drain will
-        release them within a bounded number of steps): keep the engine stepping."""
-        return bool(self._jobs) or self.stats.pending > 0
+        """Whether the engine should keep stepping for the connector (vLLM's
+        ``has_pending_push_work``, which its shutdown loop honours too).
+
+        True while jobs are in flight and, under ``shutdown=drain``, while blocks
+        are buffered (the idle drain releases them within a bounded number of
+        steps). Neither counts once ``shutdown_drain_seconds`` passed without a
+        step that scheduled a token, so a worker that never reports cannot keep
+        an idle or stopping engine stepping for ever.
+        """
+        if not self._jobs and (self.stats.pending == 0
+                               or self.config.shutdown is ShutdownMode.DROP):
+            return False
+        last = self._last_token_step
+        return last is None or self._clock() - last < self.config.shutdown_drain_seconds
 
     def shutdown(self, mode: ShutdownMode | None = None) -> StepResult:
         """Release everything buffered (``drain``) or drop it (``drop``), counted.

@@ -20,6 +20,10 @@ traffic back: a store job names the slot to write, a load job the slot to read.
   content of blocks 0..i.
 - Keys carry a fingerprint of model, KV layout and dtype (:func:`fingerprint`)
   so a block is never served to a different model or layout.
+- With ``record_events`` the index notes, in order, the hashes that become
+  servable (a store committed) and those that stop being servable (LRU
+  eviction, a failed load, a reset); :meth:`StoreIndex.take_events` hands them
+  over (the adapter turns them into the engine's KV events).
 """
 
 from __future__ import annotations
@@ -59,6 +63,13 @@ class _Entry:
     """In-flight transfers using the slot (1 writer while not ready, else readers)."""
 
 
+class StoreEvent(NamedTuple):
+    """Hashes that entered (``stored``) or left the set of servable entries, in order."""
+
+    stored: bool
+    block_hashes: tuple[BlockHash, ...]
+
+
 class StoreFullError(RuntimeError):
     """Every slot is being written or read: nothing can be evicted right now."""
 
@@ -71,7 +82,14 @@ class StoreIndex:
     slots == num_slots.
     """
 
-    def __init__(self, capacity_bytes: int, block_bytes: int, model_fingerprint: str) -> None:
+    def __init__(
+        self,
+        capacity_bytes: int,
+        block_bytes: int,
+        model_fingerprint: str,
+        *,
+        record_events: bool = False,
+    ) -> None:
         if block_bytes <= 0:
             raise ValueError(f"block_bytes must be > 0, got {block_bytes}")
         self.num_slots = capacity_bytes // block_bytes
@@ -93,13 +111,34 @@ class StoreIndex:
         # slot -> transfers still using it. Freed when the count reaches 0.
         self._retired: dict[int, int] = {}
         self.evictions = 0
+        # (stored, hashes) runs, merged while the kind repeats; None: not recorded.
+        self._events: list[tuple[bool, list[BlockHash]]] | None = [] if record_events else None
 
     def _epoch_fingerprint(self) -> str:
         return f"{self._model_fingerprint}.e{self.epoch}"
 
+    def _note(self, stored: bool, block_hash: BlockHash) -> None:
+        events = self._events
+        if events is None:
+            return
+        if events and events[-1][0] is stored:
+            events[-1][1].append(block_hash)
+        else:
+            events.append((stored, [block_hash]))
+
+    def take_events(self) -> list[StoreEvent]:
+        """What was recorded since the last call (nothing unless ``record_events``)."""
+        events = self._events
+        if not events:
+            return []
+        self._events = []
+        return [StoreEvent(stored, tuple(hashes)) for stored, hashes in events]
+
     def reset(self) -> None:
         """Forget every entry and start a new epoch (see the module docstring)."""
-        for entry in self._entries.values():
+        for block_hash, entry in self._entries.items():
+            if entry.ready:
+                self._note(False, block_hash)
             self._retire(entry)
         self._entries.clear()
         self.epoch += 1
@@ -112,6 +151,8 @@ class StoreIndex:
         for block_hash in block_hashes:
             entry = self._entries.pop(block_hash, None)
             if entry is not None:
+                if entry.ready:
+                    self._note(False, block_hash)
                 self._retire(entry)
                 evicted += 1
         return evicted
@@ -188,6 +229,7 @@ class StoreIndex:
         if entry is None:
             return False
         entry.ready = True
+        self._note(True, block_hash)
         return True
 
     def abort(self, block_hash: BlockHash, slot: int) -> None:
@@ -216,9 +258,10 @@ class StoreIndex:
 
     def _evict_one(self) -> None:
         for block_hash, entry in self._entries.items():
-            if entry.users == 0:
+            if entry.users == 0:  # so it is ready: a store in flight is its user
                 del self._entries[block_hash]
                 self._free_slots.append(entry.slot)
                 self.evictions += 1
+                self._note(False, block_hash)
                 return
         raise StoreFullError(f"all {self.num_slots} host slots are in use by transfers")

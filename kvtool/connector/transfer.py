@@ -330,11 +330,15 @@ class TransferEngine:
             record.ok, record.error = False, f"store job {job.job_id}: {exc}"
         self._pending.append(record)
 
-    def submit_load(self, job: TransferJob) -> None:
+    def submit_load(self, job: TransferJob, *, before_forward: bool = True) -> None:
         """Scatter ``job.slots`` into ``job.block_ids`` after checking every slot's key.
 
-        On CUDA the current stream is made to wait for the load before its next
-        kernel, so the forward that reads these blocks sees them.
+        On CUDA the load is ordered after the work already queued on the current
+        stream. With ``before_forward`` the current stream also waits for the
+        load before its next kernel, so the forward that reads these blocks sees
+        them; without it nothing waits, and the blocks may be read only once
+        :meth:`poll` reported the job (an asynchronous load: its request is not
+        in the batch until then).
         """
         record = _Pending(job.job_id, None)
         try:
@@ -347,7 +351,8 @@ class TransferEngine:
                 ]
                 raise ValueError(f"host slots {wrong[:8]} do not hold the requested blocks")
             if self.is_cuda:
-                record.event = self._load_cuda(joint_runs(job.block_ids, job.slots))
+                record.event = self._load_cuda(joint_runs(job.block_ids, job.slots),
+                                               before_forward)
             else:
                 self._copy_cpu(job.block_ids, job.slots, load=True)
         except (RuntimeError, ValueError, IndexError) as exc:
@@ -431,7 +436,7 @@ class TransferEngine:
             event.record(stream)
         return event
 
-    def _load_cuda(self, runs: list[tuple[int, int, int]]) -> Any:
+    def _load_cuda(self, runs: list[tuple[int, int, int]], before_forward: bool) -> Any:
         stream = self._load_stream
         current = torch.cuda.current_stream(self.device)
         stream.wait_stream(current)
@@ -443,7 +448,8 @@ class TransferEngine:
                     seg[block:block + n].copy_(host[slot:slot + n], non_blocking=True)
             event = torch.cuda.Event()  # type: ignore[no-untyped-call]
             event.record(stream)
-        current.wait_event(event)
+        if before_forward:
+            current.wait_event(event)
         return event
 
     def _check_job(self, job: TransferJob) -> None:

@@ -112,6 +112,7 @@ def launch(
     sizes = launch_sizes(
         recipe,
         model=sizing_model or options.model,
+        release=facts.version,
         tp=options.tp,
         host_ram_gib=host_ram_gib,
         cpu_tier_gib=cpu_tier_gib,

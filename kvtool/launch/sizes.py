@@ -53,12 +53,17 @@ def launch_sizes(
     recipe: Recipe,
     *,
     model: str,
+    release: str,
     tp: int,
     host_ram_gib: float | None,
     cpu_tier_gib: float | None,
     utilization: float | None,
 ) -> LaunchSizes:
-    """Template parameters for ``recipe``'s sizes, and the warnings kvtool.sizing gave."""
+    """Template parameters for ``recipe``'s sizes, and the warnings kvtool.sizing gave.
+
+    The model is found and checked against ``release``'s model registry exactly as
+    ``kvtool size --vllm-version`` does (:func:`kvtool.sizing.catalog.load_model_spec`).
+    """
     from kvtool.sizing.catalog import load_model_spec
     from kvtool.sizing.deployment import make_deployment
     from kvtool.sizing.facts import sizing_facts
@@ -79,7 +84,7 @@ def launch_sizes(
             "(RAM available to the engine's host) or --cpu-tier-gib"
         )
     try:
-        spec = load_model_spec(model)
+        spec = load_model_spec(model, release=release)
     except KvtoolError as exc:
         raise KvtoolError(
             f"{exc} (kvtool launch sizes the tier from the model's KV geometry: "

@@ -67,3 +67,53 @@ def span(versions: tuple[str, ...]) -> str:
     if not versions:
         return "no release"
     return versions[0] if len(versions) == 1 else f"{versions[0]}-{versions[-1]}"
+
+
+PAIRS_TABLE = "vllm_pairs.json"
+
+
+class PairWheel(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    filename: str
+    sha256: str
+
+
+class PairProblem(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One vLLM/LMCache release pair whose connector cannot start, and why."""
+
+    vllm: str
+    lmcache: str
+    connector: str  # LMCacheMPConnector or LMCacheConnectorV1
+    reason: str  # the ImportError or TypeError Python raises
+    where: str  # "<path in the wheel>:<line>" of the failing import or call
+
+
+class PairTable(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``rules/lmcache/vllm_pairs.json``, written by ``scripts/gen_lmcache_pairs.py``."""
+
+    generator_version: int
+    vllm_wheels: dict[str, PairWheel]
+    lmcache_wheels: dict[str, PairWheel]
+    pairs: tuple[PairProblem, ...]
+
+
+@cache
+def vllm_pairs() -> PairTable:
+    """Every failing vLLM x LMCache pair the generator found, with the wheels it read."""
+    path = rules_dir() / TABLE_DIR / PAIRS_TABLE
+    try:
+        return msgspec.json.decode(path.read_bytes(), type=PairTable)
+    except (OSError, msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise KvtoolError(f"LMCache/vLLM pair table {path} is missing or corrupt: {exc}") from exc
+
+
+def pair_problem(vllm: str, lmcache: str, connector: str) -> PairProblem | None:
+    """Why ``connector`` cannot start with this vLLM and LMCache release (None: it can, or
+    the pair is not tabled)."""
+    return next(
+        (
+            row
+            for row in vllm_pairs().pairs
+            if row.vllm == vllm and row.lmcache == lmcache and row.connector == connector
+        ),
+        None,
+    )

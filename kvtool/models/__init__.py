@@ -1,6 +1,10 @@
 """Model identity without the hub: what kind of KV cache a served model needs.
 
-One module for every command that must know the model (``audit``, ``size``, ``launch``)::
+One module for every command that must know the model (``audit``, ``size``, ``launch``):
+``find_model_config`` is the one lookup (a local config.json or model directory, else a
+catalog entry) that ``kvtool size`` and ``kvtool launch`` size from and ``audit``
+classifies; ``check_served`` says when a vLLM release's model registry refuses the
+architecture::
 
     from kvtool.models import identify
 
@@ -22,5 +26,17 @@ from kvtool.models.identity import (
     classify_config,
     identify,
 )
+from kvtool.models.served import check_served, refusal
+from kvtool.models.source import ModelConfig, find_model_config
 
-__all__ = ["STATE_TRAITS", "TRAITS", "ModelIdentity", "classify_config", "identify"]
+__all__ = [
+    "STATE_TRAITS",
+    "TRAITS",
+    "ModelConfig",
+    "ModelIdentity",
+    "check_served",
+    "classify_config",
+    "find_model_config",
+    "identify",
+    "refusal",
+]

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from kvtool.errors import KvtoolError
+from kvtool.models.source import find_model_config
 from kvtool.resources import read_table, rules_dir
 
 FAMILIES_FILE = "models/families.toml"
@@ -181,30 +180,15 @@ def classify_config(raw: Mapping[str, Any], *, name: str, where: str) -> ModelId
     return ModelIdentity(name=name, traits=frozenset(traits), source=f"config.json at {where}")
 
 
-def _read_json(path: Path) -> Mapping[str, Any]:
-    try:
-        loaded = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise KvtoolError(f"{path}: cannot read: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise KvtoolError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    if not isinstance(loaded, Mapping):
-        raise KvtoolError(f"{path}: expected a JSON object at the top level")
-    return loaded
-
-
 def identify(name: str, *, config_path: str | None = None) -> ModelIdentity | None:
     """The model's identity from ``config_path``, a local ``name`` path, or the family table.
 
     A given ``config_path`` that cannot be read is an error (``KvtoolError``); a name that
     no source knows gives None.
     """
-    candidate = Path(config_path).expanduser() if config_path else Path(name).expanduser()
-    if config_path or candidate.exists():
-        file = candidate / "config.json" if candidate.is_dir() else candidate
-        if not file.is_file():
-            raise KvtoolError(f"{candidate}: no config.json there")
-        return classify_config(_read_json(file), name=name, where=str(file))
+    found = find_model_config(name, config_path=config_path or None, catalog=False)
+    if found is not None:
+        return classify_config(found.raw, name=name, where=found.where)
     for row in families():
         if row.matches(name):
             return ModelIdentity(

@@ -7,6 +7,7 @@ is the first affected release, ``fixed`` the first release that is not affected.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from functools import cache
 from pathlib import Path
@@ -98,7 +99,14 @@ class KnownBug(VersionRange, frozen=True, kw_only=True):
     ``when_flags`` all present; at least one of ``when_connectors`` in use;
     ``when_env`` all set to the given values (compared case-insensitively);
     ``when_offload`` KV offload configured; ``when_model`` regex on the model name;
-    ``when_hybrid`` the model is a hybrid (Mamba/SWA + attention) model.
+    ``when_hybrid`` the model is a hybrid (Mamba/SWA + attention) model;
+    ``when_state_layers`` it has Mamba/Gated DeltaNet/linear-attention state layers;
+    ``unless_env`` not every one of these env vars has its value (a documented way out);
+    ``when_values`` each option's value matches its regex in full (case-insensitive;
+    ``--flag.key.key`` addresses a key of a JSON-valued flag); ``when_extra`` each
+    ``kv_connector_extra_config`` path (``key.key``; a list matches when one element
+    does) of a connector in ``when_connectors`` (any connector when none is named)
+    matches its regex in full.
     The version range is of ``component``: vLLM releases for "vllm", otherwise the
     range is open and the row applies to every vLLM release.
     """
@@ -110,10 +118,23 @@ class KnownBug(VersionRange, frozen=True, kw_only=True):
     when_flags: tuple[str, ...] = ()
     when_connectors: tuple[str, ...] = ()
     when_env: dict[str, str] = msgspec.field(default_factory=dict)
+    unless_env: dict[str, str] = msgspec.field(default_factory=dict)
     when_offload: bool = False
     when_model: str | None = None
     when_hybrid: bool = False
+    when_state_layers: bool = False
+    when_values: dict[str, str] = msgspec.field(default_factory=dict)
+    when_extra: dict[str, str] = msgspec.field(default_factory=dict)
     avoidance: str
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for pattern in (self.when_model, *self.when_values.values(), *self.when_extra.values()):
+            if pattern is not None:
+                try:
+                    re.compile(pattern)
+                except re.error as exc:
+                    raise ValueError(f"{self.id}: not a regular expression: {pattern!r}") from exc
 
 
 class BundlingPin(Span, frozen=True, kw_only=True):

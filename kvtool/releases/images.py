@@ -3,13 +3,14 @@
 Two questions, one table: does a container that gives only ``args`` start a vLLM
 server (its image's entrypoint), and which vLLM release does an image tag name? A
 downstream image's own version (``llm-d-cuda:v0.9.0``, ``lmcache/vllm-openai:v0.3.1``)
-is never read as vLLM's.
+is never read as vLLM's; only a cited bundle row maps it to the vLLM release inside
+(``nvcr.io/nvidia/vllm:26.01-py3`` bundles vLLM 0.11.1, per NVIDIA's release notes).
 """
 
 from __future__ import annotations
 
 import re
-from functools import cache
+from functools import cache, lru_cache
 from typing import Annotated, Literal
 
 import msgspec
@@ -22,6 +23,44 @@ VLLM_SERVE = ("vllm", "serve")
 _VERSION = r"(\d+\.\d+\.\d+(?:(?:\.post|rc|\.dev)\d+)?)(?![\d])"
 _LEADING = re.compile(r"^v?" + _VERSION)
 _ANYWHERE = re.compile(r"(?:^|[^\d.])v?" + _VERSION)
+# A downstream product's own version at the head of its tag: 0.4.2, v1.2, 26.01-py3.
+_PRODUCT = re.compile(r"^v?(\d+(?:\.\d+)+)(?![\d])")
+
+
+def _check_versions(*values: str | None) -> None:
+    for value in values:
+        if value is not None:
+            try:
+                Version(value)
+            except InvalidVersion as exc:
+                raise ValueError(f"not a release version: {value!r}") from exc
+
+
+class Bundle(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Downstream tags (by the product's own version) that bundle one vLLM release.
+
+    ``products``: exact product versions; or ``since``/``until``: a half-open range of
+    them. ``source``: a public page that states the bundled release.
+    """
+
+    vllm: str
+    products: tuple[str, ...] = ()
+    since: str | None = None
+    until: str | None = None
+    source: Annotated[str, msgspec.Meta(min_length=3)]
+
+    def __post_init__(self) -> None:
+        _check_versions(self.vllm, self.since, self.until, *self.products)
+        if bool(self.products) == (self.since is not None):
+            raise ValueError(f"bundle of vLLM {self.vllm}: give products or since, not both")
+
+    def holds_for(self, product: Version) -> bool:
+        if self.products:
+            return any(product == Version(p) for p in self.products)
+        assert self.since is not None
+        return product >= Version(self.since) and (
+            self.until is None or product < Version(self.until)
+        )
 
 
 class ImageRow(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -31,14 +70,21 @@ class ImageRow(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     since: str | None = None
     until: str | None = None
     source: Annotated[str, msgspec.Meta(min_length=3)]
+    bundles: tuple[Bundle, ...] = ()  # only for tag = "product"
 
     def __post_init__(self) -> None:
-        for value in (self.since, self.until):
-            if value is not None:
-                try:
-                    Version(value)
-                except InvalidVersion as exc:
-                    raise ValueError(f"not a release version: {value!r}") from exc
+        _check_versions(self.since, self.until)
+
+    def bundled_vllm(self, tag: str) -> str | None:
+        """The vLLM release a product tag bundles, when a cited bundle row says so."""
+        match = _PRODUCT.match(tag)
+        if match is None:
+            return None
+        try:
+            product = Version(match.group(1))
+        except InvalidVersion:
+            return None
+        return next((b.vllm for b in self.bundles if b.holds_for(product)), None)
 
     def matches(self, repository: str) -> bool:
         if self.repository.startswith("*/"):
@@ -86,6 +132,7 @@ def image_names() -> tuple[str, ...]:
     return tuple(sorted({r.repository.rsplit("/", 1)[-1].lower() for r in image_rows()}))
 
 
+@lru_cache(maxsize=1024)  # pure in the image; each container's image is asked several times
 def image_row(image: str) -> ImageRow | None:
     """The most specific row for ``image`` (an exact repository before a ``*/name``)."""
     repository = parse_image(image).repository
@@ -94,6 +141,7 @@ def image_row(image: str) -> ImageRow | None:
     return rows[0] if rows else None
 
 
+@lru_cache(maxsize=1024)
 def vllm_version_of_image(image: str) -> str | None:
     """The vLLM release an image's tag names, or None when the tag names none.
 
@@ -109,7 +157,7 @@ def vllm_version_of_image(image: str) -> str | None:
     else:
         how = row.tag
     if how == "product":
-        return None
+        return row.bundled_vllm(ref.tag) if row is not None else None
     match = (_LEADING if how == "vllm" else _ANYWHERE).search(ref.tag)
     return match.group(1) if match else None
 

@@ -104,6 +104,21 @@ class HmaDecision(_Frozen, frozen=True, kw_only=True):
     source: str  # "member:line" of the transfer-config branch in the wheel
 
 
+class ModelRegistryFacts(_Frozen, frozen=True, kw_only=True):
+    """The architectures a release's model registry names (``model_executor/models/registry.py``).
+
+    ``native``: architectures with a vLLM model class; ``transformers_backend``: those the
+    release serves only through its Transformers backend (architecture -> the backend
+    class); ``previously_supported``: architectures it refuses, with the last release
+    that served them.
+    """
+
+    native: tuple[str, ...]
+    transformers_backend: dict[str, str] = msgspec.field(default_factory=dict)
+    previously_supported: dict[str, str] = msgspec.field(default_factory=dict)
+    source: str  # the wheel member the registry was read from
+
+
 class ReleaseFacts(_Frozen, frozen=True, kw_only=True):
     """Everything kvtool knows about one vLLM release from its wheel."""
 
@@ -125,6 +140,8 @@ class ReleaseFacts(_Frozen, frozen=True, kw_only=True):
     human_int_suffixes: tuple[str, ...] = ()
     # How VllmConfig decides HMA for a --kv-transfer-config (None: no such block).
     hma: HmaDecision | None = None
+    # The model registry (None: a table from a generator before it was read, version 9).
+    model_registry: ModelRegistryFacts | None = None
     notes: tuple[str, ...] = ()  # parser notes from the generator
 
 

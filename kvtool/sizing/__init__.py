@@ -10,9 +10,12 @@ Public API (``kvtool audit`` sizing rules and ``kvtool launch`` call these)::
     report.kv_offloading_size_gib                     # 950.0 (TP-wide total, GiB)
     report.l1_capacity_gib                            # 118.75 (KAITO: avail x util / TP)
 
-- ``load_model_spec(path_or_name) -> ModelSpec``: a config.json, a model directory or a
-  curated catalog name (``rules/models/catalog.toml``). Raises ``KvtoolError`` naming the
-  missing field and file, or the unsupported ``model_type``.
+- ``load_model_spec(path_or_name, release=None) -> ModelSpec``: a config.json, a model
+  directory or a curated catalog name (``rules/models/catalog.toml``), found by
+  ``kvtool.models.find_model_config``. Raises ``KvtoolError`` naming the missing field
+  and file, or the unsupported ``model_type``; with ``release``, also when that vLLM
+  release's model registry no longer serves the architecture (or serves it only through
+  its Transformers backend and kvtool knows no layout for it).
 - ``spec_from_config(mapping, name=, where=) -> ModelSpec``: the same from an in-memory dict.
 - ``Deployment`` / ``make_deployment(**flags)``: validated deployment (``tp``, ``pp``,
   ``dcp``, ``kv_cache_dtype``, ``block_size``, ``context_len``, ``sessions``,

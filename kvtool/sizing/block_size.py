@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvtool.sizing.backends import Backend
+from kvtool.errors import KvtoolError
+from kvtool.sizing.backends import Backend, preferred_block_for
 from kvtool.sizing.layer_pages import LayerPages
 
 
@@ -40,20 +41,28 @@ def choose_block_size(
     pinned: int | None,
     default_block_size: int,
     mla: bool,
+    layer_backends: tuple[Backend, ...] = (),
 ) -> BlockChoice:
-    """vLLM's block size for these layers on ``backend`` (``pinned`` = ``--block-size``)."""
+    """vLLM's block size for these layers on ``backend`` (``pinned`` = ``--block-size``).
+
+    ``layer_backends`` are the backends of other cache layers (the DSA indexer's): the
+    block is then one every backend takes.
+    """
+    backends = [backend, *(b for b in layer_backends if b != backend)]
+    names = " and ".join(b.name for b in backends)
     if pinned is not None:
         block, reason = pinned, f"--block-size {pinned}"
     else:
-        block = backend.preferred_block(default_block_size)
+        block = preferred_block_for(backends, default_block_size)
         reason = (
-            f"vLLM default {default_block_size}, accepted by {backend.name}"
+            f"vLLM default {default_block_size}, accepted by {names}"
             if block == default_block_size
-            else f"{backend.name} kernels take blocks of {block}"
+            else f"{names} kernels take blocks of {block}"
         )
     states = [p.state_bytes for p in pages if p.kind == "state"]
     attention = [p.bytes_per_token for p in pages if p.kind != "state"]
     if not states or not attention:
+        _check_kernel_blocks(block, backends, pinned)
         return BlockChoice(block, reason)
     state_page = max(states)
     attn_page_1 = attention[0]  # vLLM sizes it from the model's one head count and size
@@ -69,5 +78,20 @@ def choose_block_size(
             f"in steps of {alignment}"
         )
         block = needed
+    _check_kernel_blocks(block, backends, pinned)
     # block >= needed, so the attention page always covers the state page here.
     return BlockChoice(block, reason, state_page, block * attn_page_1)
+
+
+def _check_kernel_blocks(block: int, backends: list[Backend], pinned: int | None) -> None:
+    """Refuse a pinned block vLLM cannot split into kernel blocks for every backend.
+
+    vLLM runs a block as kernel blocks that divide it (``select_common_block_size``) and
+    fails at start-up when some backend has none; a block vLLM chose itself always fits.
+    """
+    rejecting = [b for b in backends if not b.accepts_block(block)]
+    if pinned is not None and rejecting:
+        raise KvtoolError(
+            f"--block-size {pinned}: vLLM finds no kernel block that divides {block} for "
+            + ", ".join(f"{b.name} (takes {b.describe_blocks()})" for b in rejecting)
+        )

@@ -7,20 +7,20 @@ downloaded config.json give identical figures.
 
 from __future__ import annotations
 
-import json
 from functools import cache
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from kvtool.errors import KvtoolError
 from kvtool.resources import read_table, rules_dir
-from kvtool.sizing.hf_config import spec_from_config
+from kvtool.sizing.hf_config import has_layout, spec_from_config
 from kvtool.sizing.spec import ModelSpec
 
+if TYPE_CHECKING:
+    from kvtool.models.source import ModelConfig
+
 CATALOG_FILE = "models/catalog.toml"
-QUANT_CONFIG_FILE = "hf_quant_config.json"
 
 
 class CatalogEntry(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -50,52 +50,36 @@ def find_entry(name: str) -> CatalogEntry | None:
     return None
 
 
-def _read_config(config_path: Path, given: Path) -> dict[str, Any]:
-    """The JSON object in ``config_path``; ``given`` is what ``--model`` named."""
-    if not config_path.is_file():
-        raise KvtoolError(f"--model {given}: no config.json in that directory")
-    from kvtool.fsio import read_input_text
+def load_model_spec(path_or_name: str, *, release: str | None = None) -> ModelSpec:
+    """A :class:`ModelSpec` from a config.json path, a model directory, or a catalog name.
 
-    text = read_input_text(config_path)  # a regular file within the input size limit
-    try:
-        loaded = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise KvtoolError(f"{config_path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
-    except ValueError as exc:  # an integer past Python's digit limit
-        raise KvtoolError(f"{config_path}: not usable JSON ({exc})") from None
-    except RecursionError:
-        raise KvtoolError(f"{config_path}: JSON nested too deeply to read") from None
-    if not isinstance(loaded, dict):
-        raise KvtoolError(f"{config_path}: expected a JSON object at the top level")
-    return loaded
+    The model is found by :func:`kvtool.models.find_model_config`, the lookup every
+    command shares. With ``release`` (a tabled vLLM version), an architecture that release
+    no longer serves, or serves only through its Transformers backend when kvtool knows no
+    layout for it, is refused with that fact (:mod:`kvtool.models.served`).
+    """
+    from kvtool.models.served import check_served
+    from kvtool.models.source import find_model_config
 
-
-def load_model_spec(path_or_name: str) -> ModelSpec:
-    """A :class:`ModelSpec` from a config.json path, a model directory, or a catalog name."""
-    path = Path(path_or_name).expanduser()
-    if path.exists():
-        config_path = path / "config.json" if path.is_dir() else path
-        config = _read_config(config_path, path)
-        # Older ModelOpt checkpoints declare quantization (and KV dtype) beside config.json.
-        quant_path = config_path.with_name(QUANT_CONFIG_FILE)
-        quant = _read_config(quant_path, path) if quant_path.is_file() else None
-        return spec_from_config(
-            config,
-            name=path_or_name,
-            where=str(config_path),
-            quant_config=quant,
-            quant_where=str(quant_path),
-        )
-    entry = find_entry(path_or_name)
-    if entry is None:
+    found = find_model_config(path_or_name)
+    if found is None:
         known = ", ".join(e.name for e in catalog())
         raise KvtoolError(
             f"--model {path_or_name!r}: no such file or directory, and not in the catalog "
             f"({known}); pass a local config.json or model directory"
         )
+    if release is not None:
+        check_served(found, release, layout_known=has_layout(found.raw))
+    return spec_from_model_config(found)
+
+
+def spec_from_model_config(found: ModelConfig) -> ModelSpec:
+    """The :class:`ModelSpec` of a config found by :func:`kvtool.models.find_model_config`."""
     return spec_from_config(
-        entry.config,
-        name=entry.name,
-        where=f"catalog entry {entry.name!r} in {CATALOG_FILE}",
-        source=entry.source,
+        found.raw,
+        name=found.name,
+        where=found.where,
+        source=found.citation,
+        quant_config=found.quant,
+        quant_where=found.quant_where,
     )

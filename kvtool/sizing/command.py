@@ -5,7 +5,7 @@ from typing import Annotated
 
 import typer
 
-from kvtool.output.completion import complete_model
+from kvtool.output.completion import complete_model, complete_version
 from kvtool.output.options import (
     ColorMode,
     ColorOption,
@@ -59,6 +59,14 @@ def register(app: typer.Typer) -> None:
         attention_backend: Annotated[
             str | None,
             typer.Option("--attention-backend", help="vLLM attention backend (default: vLLM's)."),
+        ] = None,
+        vllm_version: Annotated[
+            str | None,
+            typer.Option(
+                "--vllm-version",
+                help="Release whose model registry must serve the model (default: newest).",
+                autocompletion=complete_version,
+            ),
         ] = None,
         context_len: Annotated[
             int | None,
@@ -122,6 +130,7 @@ def register(app: typer.Typer) -> None:
         """KV-cache bytes per token and offload tier sizes, with the arithmetic shown."""
         from kvtool.output.kinds import emit as emit_report
         from kvtool.output.streams import Output
+        from kvtool.releases import resolve_target
         from kvtool.sizing.catalog import load_model_spec
         from kvtool.sizing.deployment import make_deployment
         from kvtool.sizing.render import SIZE, SizingView, emit_lines
@@ -151,7 +160,8 @@ def register(app: typer.Typer) -> None:
             gpu=gpu,
             attention_backend=attention_backend,
         )
-        report = compute(load_model_spec(model), deployment)
+        release = resolve_target(vllm_version, None).version
+        report = compute(load_model_spec(model, release=release), deployment)
         out = Output(output_file=output_file, quiet=quiet, color=color)
         if emit is not None:
             out.write("".join(line + "\n" for line in emit_lines(report, emit.value)))

@@ -220,6 +220,45 @@ def _mla(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ..
     return (group,), ()
 
 
+def _sparse_mla(
+    quant_block: int, scale_bytes: int
+) -> Callable[[_Config], tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]]:
+    """DeepSeek-V3.2-style sparse MLA: the latent on every layer plus the DSA indexer's keys.
+
+    vLLM builds the indexer (and its cache) when the config has ``index_topk``. Its key
+    cache is uint8: ``index_head_dim`` fp8 values and a ``scale_bytes`` scale per
+    ``quant_block`` of them per token. Layers that reuse another layer's top-k hold no
+    indexer cache: ``index_topk_pattern[i] == "S"``, else every layer whose
+    ``max(i - index_skip_topk_offset + 1, 0)`` is not a multiple of ``index_topk_freq``.
+    """
+
+    def parse(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]:
+        (latent,), _ = _mla(cfg)
+        cfg.positive_int("index_topk")  # vLLM's is_v32 test: no index_topk, no indexer
+        head = cfg.positive_int("index_head_dim")
+        layers = latent.num_layers
+        pattern = cfg.get("index_topk_pattern")
+        if pattern is not None:
+            if not isinstance(pattern, str):
+                raise KvtoolError(f"{cfg.where}: field 'index_topk_pattern' must be a string")
+            indexed = sum(1 for i in range(layers) if i >= len(pattern) or pattern[i] != "S")
+        else:
+            freq = cfg.positive_int("index_topk_freq", default=1)
+            offset = cfg.non_negative_int("index_skip_topk_offset", default=2)
+            indexed = sum(1 for i in range(layers) if max(i - offset + 1, 0) % freq == 0)
+        indexer = AttentionGroup(
+            kind=AttentionKind.INDEXER,
+            num_layers=indexed,
+            num_kv_heads=1,
+            head_size_k=head,
+            head_size_v=0,
+            token_bytes=head + head // quant_block * scale_bytes,
+        )
+        return (latent, indexer), ()
+
+    return parse
+
+
 def _jamba(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]:
     layers = cfg.positive_int("num_hidden_layers")
     period = cfg.positive_int("attn_layer_period")
@@ -563,6 +602,9 @@ LAYOUT_PARSERS: dict[str, Callable[[Mapping[str, Any]], _Parser]] = {
     "gemma4": lambda row: _gemma4,
     "mimo_v2": lambda row: _mimo_v2,
     "mla": lambda row: _mla,
+    "sparse_mla": lambda row: _sparse_mla(
+        int(row["indexer_quant_block"]), int(row["indexer_scale_bytes"])
+    ),
     "jamba": lambda row: _jamba,
     "nemotron_h": lambda row: _nemotron_h,
     "granite_hybrid": lambda row: _granite_hybrid,
@@ -586,9 +628,24 @@ def layout_rows() -> dict[str, dict[str, Any]]:
     return rows
 
 
+def auto_kv_cache_dtypes(model_type: str) -> tuple[tuple[int, str], ...]:
+    """(capability major, dtype) pairs a layout row gives ``--kv-cache-dtype auto``."""
+    row = layout_rows().get(model_type) or {}
+    return tuple(sorted((int(k), str(v)) for k, v in row.get("auto_kv_cache_dtype", {}).items()))
+
+
 def parser_for(model_type: str) -> _Parser | None:
     row = layout_rows().get(model_type)
     return None if row is None else LAYOUT_PARSERS[row["layout"]](row)
+
+
+def has_layout(raw: Mapping[str, Any]) -> bool:
+    """Whether a config.json's model_type (its text part's when it has one) has a layout row."""
+    text = raw.get("text_config")
+    model_type = (text.get("model_type") if isinstance(text, Mapping) else None) or raw.get(
+        "model_type"
+    )
+    return isinstance(model_type, str) and model_type in layout_rows()
 
 
 def supported_model_types() -> tuple[str, ...]:
@@ -602,6 +659,16 @@ def __getattr__(name: str) -> Any:
     if name == "PARSERS":
         return {model_type: parser_for(model_type) for model_type in supported_model_types()}
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _model_head_size(text: _Config, attention: tuple[AttentionGroup, ...]) -> int | None:
+    """vLLM's ``get_head_size`` for a non-MLA model; None when it has no meaning or no value."""
+    if not attention or attention[0].is_replicated:
+        return None
+    try:
+        return text.head_dim()
+    except KvtoolError:  # per-layer geometry only (the groups carry their own head sizes)
+        return None
 
 
 def spec_from_config(
@@ -648,7 +715,7 @@ def spec_from_config(
             f"config names no dtype: assumed {FALLBACK_DTYPE} (override with --dtype)"
         )
     model_dtype_bytes(str(dtype), f"{where}: field 'torch_dtype'")
-    if attention and attention[0].kind is not AttentionKind.MLA and not text.has("block_configs"):
+    if attention and not attention[0].is_replicated and not text.has("block_configs"):
         if not text.has("head_dim"):
             assumptions.append("head_dim derived as hidden_size / num_attention_heads")
         # chatglm configs name their KV heads multi_query_group_num.
@@ -675,11 +742,13 @@ def spec_from_config(
         model_type=model_type,
         dtype=str(dtype).removeprefix("torch."),
         num_attention_heads=text.positive_int("num_attention_heads"),
+        head_size=_model_head_size(text, attention),
         attention=attention,
         states=states,
         ssm_state_dtype=ssm_dtype,
         max_position_embeddings=max_len if isinstance(max_len, int) else None,
         checkpoint_kv_cache_dtype=declared[0] if declared else None,
         checkpoint_kv_cache_source=f"{quant_file}: {declared[1]}" if declared else None,
+        auto_kv_cache_dtype_by_gpu=auto_kv_cache_dtypes(model_type),
         assumptions=tuple(assumptions),
     )

@@ -31,8 +31,11 @@ class KvGroup:
     layers: int  # real layers; the last group of a kind may have padding slots
     slots: int  # layers the group's pages are laid out for (group_size)
     block_size: int  # tokens per block for this group's layers
-    page_bytes: int  # one layer's page (padded) on one rank
+    page_bytes: int  # one layer's page (padded) on one rank; the largest when they differ
     window: int | None = None
+    # (page bytes, layers) per page size, when the group's layers differ in page size
+    # (vLLM's UniformTypeKVCacheSpecs: per-layer heads, sparse MLA's latent + indexer)
+    layer_pages: tuple[tuple[int, int], ...] = ()
 
     def blocks_per_request(
         self, max_model_len: int, in_flight_tokens: int | None, mamba_align: bool
@@ -44,7 +47,7 @@ class KvGroup:
         """
         if self.kind == "state":
             return 2 if mamba_align else 1
-        if self.kind in ("full", "mla"):
+        if self.kind in ("full", "mla", "indexer"):
             return -(-max_model_len // self.block_size)
         if in_flight_tokens is None or self.window is None:
             return None
@@ -86,9 +89,14 @@ def _page(p: LayerPages, block: int, state_page: int) -> int:
     return state_page if p.kind == "state" else p.bytes_per_token * block
 
 
+# Page kinds vLLM's KVCacheSpecRegistry files under one uniform type: the DSA indexer's
+# cache is an MLAAttentionSpec like the latent beside it.
+_UNIFORM_TYPE: dict[PageKind, PageKind] = {"indexer": "mla"}
+
+
 def _one_type(pages: tuple[LayerPages, ...]) -> bool:
     """vLLM's ``UniformTypeKVCacheSpecs.is_uniform_type``: one kind (and one window)."""
-    kinds = {(p.kind, p.window) for p in pages}
+    kinds = {(_UNIFORM_TYPE.get(p.kind, p.kind), p.window) for p in pages}
     if len(kinds) != 1:
         return False
     if pages[0].kind == "state":
@@ -105,8 +113,15 @@ def build_pool(pages: tuple[LayerPages, ...], block: int, state_page: int) -> Kv
     if _one_type(pages):
         layers = sum(p.count for p in pages)
         per_block = sum(p.count * _page(p, block, state_page) for p in pages)
+        by_page: dict[int, int] = {}
+        for p in pages:
+            page = _page(p, block, state_page)
+            by_page[page] = by_page.get(page, 0) + p.count
+        mixed = tuple(sorted(by_page.items(), reverse=True)) if len(by_page) > 1 else ()
         first = pages[0]
-        group = KvGroup(first.kind, layers, layers, block, per_block // layers, first.window)
+        group = KvGroup(
+            first.kind, layers, layers, block, max(by_page), first.window, layer_pages=mixed
+        )
         return KvPool((group,), per_block)
     largest = max(_page(p, block, state_page) for p in pages)
     buckets: dict[tuple[PageKind, int | None, int], list[LayerPages]] = {}

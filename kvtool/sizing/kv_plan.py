@@ -9,16 +9,27 @@ sizing rules all reach this through :func:`kvtool.sizing.compute`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from kvtool.sizing.backends import AttentionFamily, Backend, backend_by_name, select_backend
+import msgspec
+
+from kvtool.errors import KvtoolError
+from kvtool.sizing.backends import (
+    AttentionFamily,
+    Backend,
+    backend_by_name,
+    gpu_capability,
+    layer_backend,
+    select_backend,
+)
 from kvtool.sizing.block_size import BlockChoice, choose_block_size
 from kvtool.sizing.deployment import Deployment
 from kvtool.sizing.dtypes import kv_dtype_bytes
 from kvtool.sizing.facts import SizingFacts
 from kvtool.sizing.kv_groups import KvPool, build_pool
-from kvtool.sizing.layer_pages import LayerPages, layer_pages
-from kvtool.sizing.spec import ModelSpec
+from kvtool.sizing.layer_pages import LayerPages, layer_page_kind, layer_pages
+from kvtool.sizing.spec import AttentionKind, ModelSpec
 
 # vLLM's "auto" model dtype on CUDA downcasts a float32 checkpoint to the platform's first
 # supported dtype, bfloat16 (config/model.py _resolve_auto_dtype; platforms/cuda.py).
@@ -28,6 +39,7 @@ CUDA_PREFERRED_DTYPE = "bfloat16"
 
 @dataclass(frozen=True)
 class KvPlan:
+    spec: ModelSpec  # the model as the backend stores it (packed latent bytes filled in)
     model_dtype: str
     kv_cache_dtype: str  # resolved: "auto" only when it means the model dtype
     kv_bytes: int
@@ -53,6 +65,13 @@ def resolve_model_dtype(spec: ModelSpec, dep: Deployment) -> tuple[str, str | No
 
 def resolve_kv_cache_dtype(spec: ModelSpec, dep: Deployment) -> tuple[str, str | None]:
     """``--kv-cache-dtype`` with ``auto`` resolved the way vLLM 0.32 resolves it."""
+    if dep.kv_cache_dtype == "auto" and spec.auto_kv_cache_dtype_by_gpu:
+        by_gpu = dict(spec.auto_kv_cache_dtype_by_gpu).get(gpu_capability(dep.gpu))
+        if by_gpu is not None:
+            return by_gpu, (
+                f"--kv-cache-dtype auto is {by_gpu} for {spec.architecture} on {dep.gpu}: "
+                "vLLM's per-model config hook (model_executor/models/config.py) sets it"
+            )
     if dep.kv_cache_dtype != "auto" or spec.checkpoint_kv_cache_dtype is None:
         return dep.kv_cache_dtype, None
     return spec.checkpoint_kv_cache_dtype, (
@@ -62,7 +81,56 @@ def resolve_kv_cache_dtype(spec: ModelSpec, dep: Deployment) -> tuple[str, str |
 
 
 def attention_family(spec: ModelSpec) -> AttentionFamily:
+    if spec.is_sparse_mla:
+        return "sparse_mla"
     return "mla" if spec.is_mla else "attention"
+
+
+def _as_stored(spec: ModelSpec, backend: Backend, kv_dtype: str) -> tuple[ModelSpec, str | None]:
+    """``spec`` with the latent bytes of a backend that packs it (FlashMLA-sparse fp8_ds_mla)."""
+    packed = backend.packed_token_bytes(kv_dtype) if spec.is_sparse_mla else None
+    if packed is None:
+        return spec, None
+    attention = tuple(
+        msgspec.structs.replace(g, token_bytes=packed) if g.kind is AttentionKind.MLA else g
+        for g in spec.attention
+    )
+    note = (
+        f"{backend.name} stores --kv-cache-dtype {kv_dtype} as fp8_ds_mla: "
+        f"{packed} B per token per layer"
+    )
+    return msgspec.structs.replace(spec, attention=attention), note
+
+
+def _check_layer_kernels(
+    spec: ModelSpec, pool: KvPool, backend: Backend, capability: int, kv_dtype: str, block: int
+) -> None:
+    """Refuse a layout vLLM cannot start: layers whose kernels take blocks their group lacks.
+
+    A backend may run some head size in fixed kernel blocks (FA4's fp8 kernel on SM90 for
+    head size 512) that vLLM's default block, chosen from the model's head_dim, does not
+    account for; the worker then finds no kernel block dividing the group's block
+    (``select_common_block_size``) and fails.
+    """
+    for group in spec.attention:
+        runs_on = backend.for_layers(capability, group.head_size_k, kv_dtype)
+        if runs_on is backend:
+            continue
+        kind = layer_page_kind(group.kind)
+        blocked = [
+            g for g in pool.groups if g.kind == kind and not runs_on.accepts_block(g.block_size)
+        ]
+        if not blocked:
+            continue
+        needed = [s // math.gcd(s, g.block_size // block) for g in blocked for s in runs_on.sizes]
+        suggest = math.lcm(backend.smallest_kernel_block, min(needed))
+        raise KvtoolError(
+            f"vLLM cannot start this layout: {backend.name} runs the {group.head_size_k}-dim "
+            f"{kv_dtype} layers in kernel blocks of exactly {runs_on.describe_blocks()} "
+            f"tokens, which do not divide their {blocked[0].block_size}-token blocks "
+            f"(block {block}, from the model's head_dim {spec.head_size}); "
+            f"--block-size {suggest} avoids it"
+        )
 
 
 def plan_kv_cache(spec: ModelSpec, dep: Deployment, facts: SizingFacts) -> KvPlan:
@@ -76,14 +144,26 @@ def plan_kv_cache(spec: ModelSpec, dep: Deployment, facts: SizingFacts) -> KvPla
         backend = backend_by_name(dep.attention_backend)
     else:
         backend = select_backend(dep.gpu, attention_family(spec), kv_dtype)
+    spec, note = _as_stored(spec, backend, kv_dtype)
+    notes += [note] if note else []
     ssm_dtype = dep.mamba_ssm_dtype or spec.ssm_state_dtype or model_dtype
     pages = layer_pages(spec, dep.tp, dep.pp, kv_bytes, model_dtype, ssm_dtype)
-    block = choose_block_size(pages, backend, dep.block_size, facts.default_block_size, spec.is_mla)
+    others = tuple(
+        b for p in pages if p.count and (b := layer_backend(p.kind)) is not None
+    )
+    capability = gpu_capability(dep.gpu)
+    # vLLM's default block asks the backend about the model's head_dim only.
+    as_model = backend.for_layers(capability, spec.head_size, kv_dtype)
+    block = choose_block_size(
+        pages, as_model, dep.block_size, facts.default_block_size, spec.is_mla, others
+    )
     state_page = block.state_page_padded_bytes or max(
         (p.state_bytes for p in pages if p.kind == "state"), default=0
     )
     pool = build_pool(pages, block.block_size, state_page)
+    _check_layer_kernels(spec, pool, backend, capability, kv_dtype, block.block_size)
     return KvPlan(
+        spec=spec,
         model_dtype=model_dtype,
         kv_cache_dtype=kv_dtype,
         kv_bytes=kv_bytes,

@@ -3,8 +3,9 @@
 :func:`layer_pages` turns a :class:`ModelSpec` into the per-layer facts vLLM 0.32 builds
 its ``KVCacheSpec`` objects from (``v1/kv_cache_interface.py``): bytes per token of an
 attention layer's page (``FullAttentionSpec`` / ``SlidingWindowSpec`` /
-``ChunkedLocalAttentionSpec`` / ``MLAAttentionSpec``) and the unpadded state bytes of a
-recurrent layer (``MambaSpec``). Grouping and block sizes are decided elsewhere.
+``ChunkedLocalAttentionSpec`` / ``MLAAttentionSpec``, also the DSA indexer's) and the
+unpadded state bytes of a recurrent layer (``MambaSpec``). Grouping and block sizes are
+decided elsewhere.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Literal
 from kvtool.sizing.dtypes import model_dtype_bytes
 from kvtool.sizing.spec import AttentionKind, ModelSpec
 
-PageKind = Literal["full", "sliding", "chunked", "mla", "state"]
+PageKind = Literal["full", "sliding", "chunked", "mla", "indexer", "state"]
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,20 @@ class LayerPages:
     state_bytes: int = 0
 
 
+_PAGE_KINDS: dict[AttentionKind, PageKind] = {
+    AttentionKind.FULL: "full",
+    AttentionKind.SLIDING: "sliding",
+    AttentionKind.CHUNKED: "chunked",
+    AttentionKind.MLA: "mla",
+    AttentionKind.INDEXER: "indexer",
+}
+
+
+def layer_page_kind(kind: AttentionKind) -> PageKind:
+    """The page kind of an attention group's layers."""
+    return _PAGE_KINDS[kind]
+
+
 def _stage_layers(count: int, pp: int) -> int:
     """Layers of one kind on the first pipeline stage (vLLM splits layers evenly)."""
     return -(-count // pp)
@@ -45,20 +60,11 @@ def layer_pages(
     """The cache-holding layers of one worker (TP rank, first PP stage)."""
     pages: list[LayerPages] = []
     for group in spec.attention:
-        kind: PageKind = (
-            "mla"
-            if group.kind is AttentionKind.MLA
-            else "sliding"
-            if group.kind is AttentionKind.SLIDING
-            else "chunked"
-            if group.kind is AttentionKind.CHUNKED
-            else "full"
-        )
         pages.append(
             LayerPages(
-                kind=kind,
+                kind=_PAGE_KINDS[group.kind],
                 count=_stage_layers(group.num_layers, pp),
-                bytes_per_token=group.elements_per_token_per_layer(tp) * kv_bytes,
+                bytes_per_token=group.bytes_per_token_per_layer(tp, kv_bytes),
                 window=group.sliding_window,
             )
         )

@@ -56,7 +56,13 @@ def _bench_range(r: SizingReport) -> str:
 
 def _groups(r: SizingReport) -> str:
     return ", ".join(
-        f"{g.kind} x{g.layers}" + (f" block {g.block_size}" if g.block_size != r.block_size else "")
+        f"{g.kind} x{g.layers}"
+        + (f" block {g.block_size}" if g.block_size != r.block_size else "")
+        + (
+            " (" + " + ".join(f"{p.layers} x {p.page_bytes:,} B" for p in g.layer_pages) + ")"
+            if g.layer_pages
+            else ""
+        )
         for g in r.kv_cache_groups
     )
 

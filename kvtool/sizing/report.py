@@ -20,6 +20,7 @@ from kvtool.sizing.kv_plan import KvPlan, plan_kv_cache
 from kvtool.sizing.results import (
     ExplainLine,
     KvCacheGroupRow,
+    KvGroupPages,
     Number,
     SizingReport,
     SizingWarning,
@@ -93,7 +94,7 @@ def _check_parallelism(spec: ModelSpec, dep: Deployment) -> None:
         )
     for group in spec.attention:
         kv = group.num_kv_heads
-        if group.kind is not AttentionKind.MLA and (kv % tp if kv >= tp else tp % kv):
+        if not group.is_replicated and (kv % tp if kv >= tp else tp % kv):
             raise KvtoolError(
                 f"--tp {tp} does not divide num_key_value_heads {kv} (nor the reverse) "
                 f"({spec.origin})"
@@ -114,12 +115,16 @@ def _attention_bytes(spec: ModelSpec, dep: Deployment, b: int, t: _Trace) -> tup
     tp = dep.tp
     logical = tp_rank = full_logical = 0
     for g in spec.attention:
-        per_layer_logical = g.logical_elements_per_token_per_layer() * b
+        per_layer_logical = g.logical_bytes_per_token_per_layer(b)
         logical += g.num_layers * per_layer_logical
-        tp_rank += g.num_layers * g.elements_per_token_per_layer(tp) * b
+        tp_rank += g.num_layers * g.bytes_per_token_per_layer(tp, b)
         if not g.is_local:
             full_logical += g.num_layers * per_layer_logical
-        if g.kind is AttentionKind.MLA:
+        if g.kind is AttentionKind.INDEXER:
+            shape = f"(index_head_dim {g.head_size_k} fp8 + scales = {g.token_bytes}) B"
+        elif g.kind is AttentionKind.MLA and g.token_bytes is not None:
+            shape = f"{g.token_bytes} B packed latent (kv_lora_rank + qk_rope_head_dim)"
+        elif g.kind is AttentionKind.MLA:
             shape = f"(kv_lora_rank + qk_rope_head_dim = {g.head_size_k}) x {b}"
         elif g.head_size_k != g.head_size_v:
             shape = f"{g.num_kv_heads} kv heads x ({g.head_size_k} K + {g.head_size_v} V) x {b}"
@@ -127,11 +132,13 @@ def _attention_bytes(spec: ModelSpec, dep: Deployment, b: int, t: _Trace) -> tup
             shape = f"2 x {g.num_kv_heads} kv heads x {g.head_size_k} head_dim x {b}"
         window = f"  (window {g.sliding_window})" if g.sliding_window else ""
         t.explain(
-            f"{g.kind.value} attention, {g.num_layers} layers",
+            f"{g.kind.value} cache, {g.num_layers} layers"
+            if g.kind is AttentionKind.INDEXER
+            else f"{g.kind.value} attention, {g.num_layers} layers",
             f"{g.num_layers} x {shape}{window}",
             g.num_layers * per_layer_logical,
         )
-        if g.kind is not AttentionKind.MLA and g.num_kv_heads < tp:
+        if not g.is_replicated and g.num_kv_heads < tp:
             t.warn(
                 "kv-head-replication",
                 f"{g.num_kv_heads} KV heads < --tp {tp}: each head is replicated "
@@ -170,7 +177,7 @@ def _cache_bytes(spec: ModelSpec, dep: Deployment, b: int, dtype: str, t: _Trace
         per_rank,
     )
     t.explain("KV bytes per token, all ranks", f"{_fmt(tp_rank)} x tp {tp}", all_ranks)
-    mla_only = spec.is_mla and all(g.kind is AttentionKind.MLA for g in spec.attention)
+    mla_only = spec.is_mla and all(g.is_replicated for g in spec.attention)
     if spec.is_mla and tp > 1:
         t.warn(
             "mla-latent-replicated",
@@ -236,6 +243,9 @@ def _group_row(group: KvGroup) -> KvCacheGroupRow:
         block_size=group.block_size,
         page_bytes=group.page_bytes,
         window=group.window,
+        layer_pages=tuple(
+            KvGroupPages(layers=layers, page_bytes=page) for page, layers in group.layer_pages
+        ),
     )
 
 
@@ -513,7 +523,7 @@ def _request_and_load(
     resident = Fraction(cache.state_rank_stage)
     for g in spec.attention:
         tokens = min(context, g.sliding_window) if g.sliding_window else context
-        layer_bytes = g.num_layers * g.elements_per_token_per_layer(dep.tp) * b * tokens
+        layer_bytes = g.num_layers * g.bytes_per_token_per_layer(dep.tp, b) * tokens
         resident += Fraction(layer_bytes, dep.pp * dep.dcp)
     t.explain(
         "request bytes per rank",
@@ -553,6 +563,7 @@ def compute(spec: ModelSpec, dep: Deployment, facts: SizingFacts | None = None) 
     t = _Trace(assumptions=list(spec.assumptions))
 
     plan = plan_kv_cache(spec, dep, facts)
+    spec = plan.spec  # as the backend stores it
     t.assumptions.extend(plan.notes)
     model_dtype, b, block = plan.model_dtype, plan.kv_bytes, plan.block.block_size
     t.explain(

@@ -24,11 +24,23 @@ class SizingWarning(BaseModel):
     message: str
 
 
+class KvGroupPages(BaseModel):
+    """``layers`` layers of a KV cache group whose page is ``page_bytes`` on one rank."""
+
+    model_config = ConfigDict(frozen=True)
+
+    layers: int
+    page_bytes: int
+
+
 class KvCacheGroupRow(BaseModel):
     """One vLLM KV cache group on one worker: its layers share a block table.
 
     ``layer_slots`` is the group size vLLM lays pages out for (a short group is padded);
-    ``page_bytes`` is one layer's page, padded as vLLM allocates it.
+    ``page_bytes`` is one layer's page, padded as vLLM allocates it. When the group's
+    layers differ in page size (vLLM's UniformTypeKVCacheSpecs: per-layer KV heads, or
+    sparse MLA's latent and DSA indexer pages) ``page_bytes`` is the largest and
+    ``layer_pages`` lists each size; it is empty otherwise.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -39,6 +51,7 @@ class KvCacheGroupRow(BaseModel):
     block_size: int
     page_bytes: int
     window: int | None
+    layer_pages: tuple[KvGroupPages, ...] = ()
 
 
 class SizingReport(BaseModel):

@@ -18,6 +18,9 @@ class AttentionKind(str, Enum):
     SLIDING = "sliding"
     CHUNKED = "chunked"  # chunked local attention (Llama 4): a window that restarts per chunk
     MLA = "mla"
+    # The DSA indexer's key cache beside sparse MLA (DeepSeek-V3.2, GLM-5): one fp8 key
+    # and its scales per token, replicated on every TP rank like the latent.
+    INDEXER = "indexer"
 
 
 class SpecError(ValueError):
@@ -47,9 +50,11 @@ class _Frozen(msgspec.Struct, frozen=True, kw_only=True):
 class AttentionGroup(_Frozen, frozen=True, kw_only=True):
     """``num_layers`` attention layers with the same cache geometry.
 
-    Invariant: MLA groups have ``num_kv_heads == 1`` and ``head_size_v == 0`` (one latent
-    vector per token, replicated on every TP rank); sliding groups have a window, and
+    Invariant: MLA and indexer groups have ``num_kv_heads == 1`` and ``head_size_v == 0``
+    (one vector per token, replicated on every TP rank); sliding groups have a window, and
     chunked-local groups carry their ``attention_chunk_size`` in ``sliding_window``.
+    ``token_bytes`` fixes a layer's bytes per token whatever the KV cache dtype: the
+    indexer's uint8 cache, or a latent the attention backend packs (fp8_ds_mla).
     """
 
     MINIMUMS: ClassVar[dict[str, int]] = {
@@ -58,6 +63,7 @@ class AttentionGroup(_Frozen, frozen=True, kw_only=True):
         "head_size_k": 1,
         "head_size_v": 0,
         "sliding_window": 1,
+        "token_bytes": 1,
     }
 
     kind: AttentionKind
@@ -66,15 +72,21 @@ class AttentionGroup(_Frozen, frozen=True, kw_only=True):
     head_size_k: int
     head_size_v: int
     sliding_window: int | None = None
+    token_bytes: int | None = None
 
     @property
     def is_local(self) -> bool:
         """The layer attends to a bounded window, not the whole sequence."""
         return self.kind in (AttentionKind.SLIDING, AttentionKind.CHUNKED)
 
+    @property
+    def is_replicated(self) -> bool:
+        """Every TP rank holds the whole vector (MLA latent, DSA indexer key)."""
+        return self.kind in (AttentionKind.MLA, AttentionKind.INDEXER)
+
     def kv_heads_per_rank(self, tp: int) -> int:
         """KV heads one TP rank holds: a shard, or one replicated head when heads < TP."""
-        if self.kind is AttentionKind.MLA:
+        if self.is_replicated:
             return 1
         return max(1, self.num_kv_heads // tp)
 
@@ -84,8 +96,20 @@ class AttentionGroup(_Frozen, frozen=True, kw_only=True):
 
     def logical_elements_per_token_per_layer(self) -> int:
         """Elements per token per layer for the whole model, with no replica counted."""
-        heads = 1 if self.kind is AttentionKind.MLA else self.num_kv_heads
+        heads = 1 if self.is_replicated else self.num_kv_heads
         return heads * (self.head_size_k + self.head_size_v)
+
+    def bytes_per_token_per_layer(self, tp: int, kv_bytes: int) -> int:
+        """Bytes one rank stores per token per layer at ``kv_bytes`` per KV element."""
+        if self.token_bytes is not None:
+            return self.token_bytes
+        return self.elements_per_token_per_layer(tp) * kv_bytes
+
+    def logical_bytes_per_token_per_layer(self, kv_bytes: int) -> int:
+        """Bytes per token per layer for the whole model, with no replica counted."""
+        if self.token_bytes is not None:
+            return self.token_bytes
+        return self.logical_elements_per_token_per_layer() * kv_bytes
 
 
 class Mamba1Group(_Frozen, frozen=True, kw_only=True):
@@ -209,6 +233,9 @@ class ModelSpec(_Frozen, frozen=True, kw_only=True):
     model_type: str
     dtype: str  # model dtype; "auto" KV caches and recurrent states use it
     num_attention_heads: int
+    # vLLM's ModelConfig.get_head_size for a non-MLA model: the config's head_dim, else
+    # hidden_size / num_attention_heads (None for MLA and attention-free models).
+    head_size: int | None = None
     attention: tuple[AttentionGroup, ...] = ()
     states: tuple[StateGroup, ...] = ()
     # SSM state dtype vLLM picks when --mamba-ssm-cache-dtype is "auto"; None = model dtype.
@@ -218,11 +245,19 @@ class ModelSpec(_Frozen, frozen=True, kw_only=True):
     # the file and field it was read from.
     checkpoint_kv_cache_dtype: str | None = None
     checkpoint_kv_cache_source: str | None = None
+    # (CUDA capability major, dtype): what vLLM's per-model config hook makes of
+    # --kv-cache-dtype auto on that GPU generation (GLM-5 on SM100: fp8_e4m3).
+    auto_kv_cache_dtype_by_gpu: tuple[tuple[int, str], ...] = ()
     assumptions: tuple[str, ...] = ()  # defaults kvtool filled in, said out loud
 
     @property
     def is_mla(self) -> bool:
         return any(g.kind is AttentionKind.MLA for g in self.attention)
+
+    @property
+    def is_sparse_mla(self) -> bool:
+        """MLA with a DSA indexer cache (vLLM: the config has ``index_topk``)."""
+        return any(g.kind is AttentionKind.INDEXER for g in self.attention)
 
     @property
     def is_hybrid_state(self) -> bool:

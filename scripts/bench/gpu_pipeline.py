@@ -10,7 +10,10 @@ loads of blocks stored earlier into freshly "allocated" blocks, a
 compute-stream "forward" that first checks every loaded block on the device
 and then overwrites the blocks stored in the previous step (a missing fence
 would let it overwrite them before their copy read them) and writes this
-step's new blocks, then stores of those blocks on the side stream. Every
+step's new blocks, then stores of those blocks on the side stream, and an
+asynchronous load (``kvtool.load_async``: nothing waits for it) of the
+previous step's blocks, whose bytes a later forward checks only once ``poll``
+reported the job, as the scheduler schedules such a request only then. Every
 loaded byte is compared on the device; the mismatch count is read once at
 the end. Host synchronisations inside the step loop are counted with
 ``torch.cuda.set_sync_debug_mode("warn")``.
@@ -98,6 +101,22 @@ def run_pipeline(shape: Shape, order: tuple[int, ...], device: torch.device,
     stored: list[tuple[int, tuple[int, ...], tuple[int, ...]]] = []  # (step, blocks, slots)
     syncs = 0
     half = shape.blocks // 2
+    async_base = half + per_step  # where asynchronous loads land (after the sync ones)
+    done: set[int] = set()  # job ids poll() reported
+    async_load: tuple[int, int, tuple[int, ...]] | None = None  # (job id, source step, blocks)
+    async_checked = 0
+    failed: list[Any] = []
+
+    def check_async_load() -> None:
+        """The forward reads an asynchronous load's blocks: only after poll() reported it."""
+        nonlocal async_load, async_checked
+        assert async_load is not None
+        _, src_step, blocks = async_load
+        for layer, name in enumerate(names):
+            for b in blocks:
+                mismatches.add_((kv[name][async_base + b] != pattern(src_step, b, layer)).sum())
+        async_load, async_checked = None, async_checked + 1
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         if device.type == "cuda":
@@ -113,6 +132,8 @@ def run_pipeline(shape: Shape, order: tuple[int, ...], device: torch.device,
                                        tuple(("k", src_step, b) for b in blocks)))
                 loads.append((src_step, blocks))
             # The forward on the compute stream: check loaded blocks, then write.
+            if async_load is not None and async_load[0] in done:
+                check_async_load()
             for src_step, blocks in loads:
                 for layer, name in enumerate(names):
                     for b in blocks:
@@ -128,16 +149,28 @@ def run_pipeline(shape: Shape, order: tuple[int, ...], device: torch.device,
             engine.submit_store(Job(next(job_ids), new_blocks, slots,
                                     tuple(("k", step, b) for b in new_blocks)))
             stored.append((step, new_blocks, slots))
-            engine.poll()
+            # After the forward is launched, as vLLM starts asynchronous loads.
+            if async_load is None and len(stored) > 1:
+                src_step, blocks, src_slots = stored[-2]
+                job_id = next(job_ids)
+                engine.submit_load(Job(job_id, tuple(async_base + b for b in blocks), src_slots,
+                                       tuple(("k", src_step, b) for b in blocks)),
+                                   before_forward=False)
+                async_load = (job_id, src_step, blocks)
+            results = engine.poll()
+            done.update(r.job_id for r in results)
+            failed += [r for r in results if not r.ok]
         if device.type == "cuda":
             torch.cuda.set_sync_debug_mode("default")
         syncs = sum("synchroniz" in str(w.message).lower() for w in caught)
-    results = engine.wait_all()
-    failed = [r for r in results if not r.ok]
+    failed += [r for r in engine.wait_all() if not r.ok]
+    if async_load is not None:  # wait_all() waited for its copy
+        check_async_load()
     return {
         "steps": steps, "blocks_per_step": per_step,
         "mismatched_elements": int(mismatches.item()) if not failed else -1,
         "failed_jobs": [r.error for r in failed],
+        "async_loads_checked": async_checked,
         "host_syncs_per_step": syncs / steps,
         "device_staging_bytes": engine.staging_bytes,
     }
@@ -222,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     report["bandwidth"] = bandwidth(shape, device, blocks, run=8, repeats=3 if args.dry_run else 10)
     problems = [f"{name}: {r}" for name, r in report["layouts"].items()
                 if r["mismatched_elements"] != 0 or r["failed_jobs"]
+                or r["async_loads_checked"] == 0
                 or (not args.dry_run and r["host_syncs_per_step"] > 0)]
     if not args.dry_run:
         bw = report["bandwidth"]

@@ -22,7 +22,8 @@ from releasegen.numbers import human_int_suffixes
 from releasegen.source import WheelSource, jsonable
 
 # Bump when the extraction logic changes what a table contains.
-GENERATOR_VERSION = 8  # 7: the HMA decision (releasegen.hma); 8: offload extra-config keys
+# 7: the HMA decision (releasegen.hma); 8: offload extra-config keys; 9: the model registry
+GENERATOR_VERSION = 9
 
 _NO_VALUE_ACTIONS = {
     "store_true",
@@ -108,6 +109,7 @@ def build_release(version: str, wheel: Path, sha256: str) -> ReleaseFacts:
             load_formats=tuple(registries.load_formats(source)),
             human_int_suffixes=human_int_suffixes(source),
             hma=hma_decision(source),
+            model_registry=registries.model_registry(source),
             notes=tuple(notes),
         )
     finally:

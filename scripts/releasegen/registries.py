@@ -1,4 +1,4 @@
-"""Env vars, KV connectors, offload specs/tiers and ``KVTransferConfig`` from a wheel.
+"""Env vars, KV connectors, offload specs/tiers, ``KVTransferConfig`` and the model registry.
 
 Each function reads the module that owns the registry (``envs.py``, the connector
 factory, the offload factories, ``config/kv_transfer.py``) with ``ast`` and returns
@@ -11,6 +11,7 @@ import ast
 import re
 from dataclasses import dataclass
 
+from kvtool.releases.model import ModelRegistryFacts
 from releasegen.configfields import MISSING_DEFAULT, class_fields, type_atoms
 from releasegen.source import UNKNOWN, Module, Resolved, WheelSource, jsonable
 
@@ -338,3 +339,67 @@ def offload_extra_config_keys(source: WheelSource) -> list[str]:
             ):
                 keys.add(key.value)
     return sorted(keys)
+
+
+_REGISTRY_MODULE = "vllm.model_executor.models.registry"
+_ALL_MODELS = "_VLLM_MODELS"  # the union registry.py builds from every per-task dict
+_PREVIOUS = "_PREVIOUSLY_SUPPORTED_MODELS"
+_TRANSFORMERS_MODULE = "transformers"  # the module of the Transformers backend's classes
+
+
+def model_registry(source: WheelSource) -> ModelRegistryFacts | None:
+    """Architectures ``registry.py`` maps to a vLLM class or to the Transformers backend,
+    and those it lists as previously supported (with the last release that served them).
+
+    ``_VLLM_MODELS`` is a dict of ``**`` unpackings of the per-task dicts; each entry maps
+    an architecture to ``(module, class)``. None when the release has no such registry.
+    """
+    registry = source.module(_REGISTRY_MODULE)
+    if registry is None or _ALL_MODELS not in registry.bindings:
+        return None
+    native: set[str] = set()
+    transformers: dict[str, str] = {}
+    for arch, value in _dict_entries(registry, _ALL_MODELS):
+        target = _module_and_class(value)
+        if target is not None and target[0] == _TRANSFORMERS_MODULE:
+            transformers[arch] = target[1]
+        elif target is not None:
+            native.add(arch)
+    previous = {
+        arch: value.value
+        for arch, value in _dict_entries(registry, _PREVIOUS)
+        if isinstance(value, ast.Constant) and isinstance(value.value, str)
+    }
+    return ModelRegistryFacts(
+        native=tuple(sorted(native)),
+        transformers_backend=dict(sorted(transformers.items())),
+        previously_supported=dict(sorted(previous.items())),
+        source=registry.path,
+    )
+
+
+def _dict_entries(module: Module, name: str) -> list[tuple[str, ast.expr]]:
+    """(key, value) of a top-level dict literal, following ``**other_dict`` entries."""
+    node = module.bindings.get(name)
+    if not isinstance(node, ast.Dict):
+        return []
+    entries: list[tuple[str, ast.expr]] = []
+    for key, value in zip(node.keys, node.values, strict=True):
+        if key is None and isinstance(value, ast.Name):
+            entries += _dict_entries(module, value.id)
+        elif isinstance(key, ast.Constant) and isinstance(key.value, str):
+            entries.append((key.value, value))
+    return entries
+
+
+def _module_and_class(value: ast.expr) -> tuple[str, str] | None:
+    if isinstance(value, ast.Tuple) and len(value.elts) == 2:
+        module, cls = value.elts
+        if (
+            isinstance(module, ast.Constant)
+            and isinstance(module.value, str)
+            and isinstance(cls, ast.Constant)
+            and isinstance(cls.value, str)
+        ):
+            return module.value, cls.value
+    return None

@@ -16,7 +16,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from kvtool.audit.model import ContainerResources, Location, ServeConfig, ServeOption, Sidecar
+from kvtool.audit.model import Location, PodContainer, ServeConfig, ServeOption, SourceToken
 from kvtool.sizing import load_model_spec, make_deployment
 from kvtool.sizing.facts import sizing_facts
 from kvtool.sizing.kv_plan import plan_kv_cache
@@ -137,10 +137,12 @@ def test_an_lmcache_sidecar_in_the_pod_shows_the_chunk() -> None:
     # chunk the adapter checks.
     def with_sidecar(*words: str) -> ServeConfig:
         cfg = config("0.32.0", _mp_remote(), model=HYBRID)
-        sidecar = Sidecar(name="lmcache", words=words, location=Location(file="pod.yaml", line=30))
-        resources = ContainerResources(sidecars=(sidecar,))
+        where = Location(file="pod.yaml", line=30)
+        sidecar = PodContainer(
+            name="lmcache", argv=tuple(SourceToken(text=w, location=where) for w in words)
+        )
         invocation = msgspec.structs.replace(
-            cfg.invocation, kind="kubernetes", resources=resources
+            cfg.invocation, kind="kubernetes", pod_containers=(sidecar,)
         )
         return msgspec.structs.replace(cfg, invocation=invocation)
 
@@ -152,6 +154,9 @@ def test_an_lmcache_sidecar_in_the_pod_shows_the_chunk() -> None:
     assert "SZ021" not in codes(run(fits))
     # A sidecar that is not LMCache's says nothing about the chunk.
     other = with_sidecar("router", "--chunk-size", "256")
+    # A `sh -c` script is split like a shell line.
+    script = with_sidecar("/bin/sh", "-c", "exec lmcache server --chunk-size 256")
+    assert only(run(script), "SZ021").severity.value == "error"
     assert only(run(other), "SZ021").severity.value == "warning"
 
 

@@ -4,7 +4,12 @@ from LMCache wheels by scripts/gen_lmcache_tables.py)."""
 from __future__ import annotations
 
 from kvtool import lmcache
+from kvtool.audit.engine import Auditor
+from kvtool.audit.inputs import read_text
+from kvtool.audit.normalize import normalize
+from kvtool.audit.settings import AuditSettings
 from tests.audit.rulekit import codes, config, ktc, only, run
+from tests.audit.test_engine import FixedTables
 
 V1 = ktc(kv_connector="LMCacheConnectorV1", kv_role="kv_both")
 
@@ -66,3 +71,38 @@ def test_mp_connector_in_a_pod_needs_a_server() -> None:
         cfg, invocation=msgspec.structs.replace(cfg.invocation, kind="kubernetes")
     )
     assert "CN023" not in codes(run(pod))
+
+
+def test_mp_server_sidecar_in_the_pod_satisfies_the_mp_connector() -> None:
+    # LMCache's MP server started as `python -m lmcache.v1.multiprocess.server` (LMCache
+    # docs, multiprocess mode) in a second container of the engine's pod.
+    engine = (
+        "      containers:\n"
+        "        - name: vllm\n"
+        "          image: vllm/vllm-openai:v0.32.0\n"
+        "          command: [vllm, serve, Qwen/Qwen3-0.6B, --kv-offloading-backend, lmcache,\n"
+        "                    --kv-offloading-size, '40']\n"
+        "          env: [{name: PYTHONHASHSEED, value: '0'}]\n"
+    )
+    server = (
+        "        - name: lmcache\n"
+        "          image: lmcache/vllm-openai:latest\n"
+        "          command: [python3, -m, lmcache.v1.multiprocess.server, --port, '5555']\n"
+    )
+    head = (
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n"
+        "spec:\n  template:\n    spec:\n"
+    )
+
+    def cn023(text: str) -> list[str]:
+        auditor = Auditor(FixedTables("0.32.0"), normalize, AuditSettings(vllm_version="0.32.0"))
+        report = auditor.run(read_text(text, "d.yaml"))
+        return [f.severity.value for f in report.findings if f.code == "CN023"]
+
+    assert cn023(head + engine) == ["info"]
+    assert cn023(head + engine + server) == []
+    shell = server.replace(
+        "[python3, -m, lmcache.v1.multiprocess.server, --port, '5555']",
+        "[sh, -c, 'exec lmcache server --port 5555']",
+    )
+    assert cn023(head + engine + shell) == []

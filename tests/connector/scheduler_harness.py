@@ -39,12 +39,14 @@ from vllm import SamplingParams
 from vllm.config import (
     CacheConfig,
     DeviceConfig,
+    KVEventsConfig,
     KVTransferConfig,
     ModelConfig,
     ParallelConfig,
     SchedulerConfig,
     VllmConfig,
 )
+from vllm.distributed.kv_events import BlockRemoved, BlockStored
 from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
 from vllm.utils.hashing import sha256
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
@@ -163,6 +165,7 @@ class Sim:
         stage_layers: tuple[int, ...] = (2,),
         async_scheduling: bool = False,
         failure_policy: str = "fail",
+        kv_events: bool = False,
     ) -> None:
         pp = len(stage_layers)
         model = write_model(model_dir / f"layers{sum(stage_layers)}", sum(stage_layers))
@@ -180,6 +183,8 @@ class Sim:
                 kv_connector="KvtoolConnector", kv_connector_module_path="kvtool.connector.vllm",
                 kv_role="kv_both", kv_connector_extra_config=extra,
                 kv_load_failure_policy=failure_policy),
+            # "null": the scheduler collects events every step; publish() is caught below.
+            kv_events_config=KVEventsConfig(enable_kv_cache_events=kv_events, publisher="null"),
         )
         self.vllm_config.cache_config.num_gpu_blocks = num_blocks
         names, start = [], 0
@@ -199,6 +204,9 @@ class Sim:
             vllm_config=self.vllm_config, kv_cache_config=config_for(names[0]),
             structured_output_manager=StructuredOutputManager(self.vllm_config),
             block_size=BLOCK_SIZE, log_stats=True)
+        self.published: list[Any] = []  # every KV event the scheduler published, in order
+        self.scheduler.kv_event_publisher.publish = (  # type: ignore[method-assign]
+            lambda batch: self.published.extend(batch.events))
         self.ranks = [Rank(self.vllm_config, config_for(names[r // tp]), names[r // tp], r,
                            num_blocks) for r in range(tp * pp)]
         init_none_hash(sha256)
@@ -209,6 +217,8 @@ class Sim:
         self.load_errors = 0
         self.finished: dict[str, RequestStatus] = {}
         self.outputs: dict[str, list[int]] = {}
+        self.waited_for_kv: set[str] = set()  # requests that sat in WAITING_FOR_REMOTE_KVS
+        self._recving: dict[str, int] = {}  # request -> ranks yet to report its load
         self._in_flight: Any = None
 
     @property
@@ -243,6 +253,11 @@ class Sim:
         previous, self._in_flight = self._in_flight, output
         if previous is not None:
             self._finish_step(previous)
+
+    def step_with(self, output: Any) -> None:
+        """One synchronous step with an output already scheduled (to look at it first)."""
+        assert not isinstance(self.scheduler, AsyncScheduler)
+        self._finish_step(output)
 
     def flush(self) -> None:
         if self._in_flight is not None:
@@ -319,10 +334,21 @@ class Sim:
             self._write(table, fps, computed, computed + count)
             done = computed + count >= request.num_tokens
             sampled.append([4 + fps[-1] % 400] if done else [])
+        self.waited_for_kv |= {rid for rid, request in self.scheduler.requests.items()
+                               if request.status is RequestStatus.WAITING_FOR_REMOTE_KVS}
         meta_out = None
+        finished_recving: set[str] = set()
         for rank in self.ranks:
             rank.connector.wait_for_save()
-            rank.connector.get_finished(output.finished_req_ids)
+            _, recving = rank.connector.get_finished(output.finished_req_ids)
+            # A load is done once every rank reported it, as vLLM's KVOutputAggregator
+            # counts (vllm/distributed/kv_transfer/kv_connector/utils.py at v0.32.0).
+            for rid in recving or ():
+                left = self._recving.get(rid, len(self.ranks)) - 1
+                self._recving[rid] = left
+                if left == 0:
+                    del self._recving[rid]
+                    finished_recving.add(rid)
             part = rank.connector.build_connector_worker_meta()
             if part is not None:
                 meta_out = part if meta_out is None else meta_out.aggregate(part)
@@ -332,6 +358,7 @@ class Sim:
             req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)},
             sampled_token_ids=sampled,
             kv_connector_output=KVConnectorOutput(kv_connector_worker_meta=meta_out,
+                                                  finished_recving=finished_recving,
                                                   invalid_block_ids=errors),
         )
 
@@ -369,9 +396,10 @@ def fill_and_evict(sim: Sim, rounds: int, length: int = 80, first: int = 0) -> N
     sim.run()
 
 
-def scenario_store_evict_load(model_dir: Path, policy: str, **kwargs: Any) -> dict[str, Any]:
+def scenario_store_evict_load(model_dir: Path, policy: str, load_async: bool = True,
+                              **kwargs: Any) -> dict[str, Any]:
     extra: dict[str, Any] = {"kvtool.policy": policy, "kvtool.fifo.threshold": 1,
-                             "kvtool.idle_drain_steps": 2}
+                             "kvtool.idle_drain_steps": 2, "kvtool.load_async": load_async}
     sim = Sim(model_dir, extra=extra, num_blocks=40, **kwargs)
     sim.add("a", tokens(1, 96))
     sim.add("b", tokens(2, 96))
@@ -383,6 +411,32 @@ def scenario_store_evict_load(model_dir: Path, policy: str, **kwargs: Any) -> di
     stats = sim.stats()
     assert stats["loaded"] > 0, f"no host hit after eviction: {stats}"
     assert stats["load_failed"] == 0 and sim.load_errors == 0, stats
+    return stats
+
+
+def scenario_host_hit_does_not_stall(model_dir: Path, load_async: bool) -> dict[str, Any]:
+    sim = Sim(model_dir, extra={"kvtool.policy": "eager", "kvtool.load_async": load_async},
+              num_blocks=48)
+    doc = tokens(5, 64)
+    sim.add("a", [*doc, 3])
+    sim.run()
+    assert sim.scheduler.reset_prefix_cache()
+    sim.add("busy", tokens(6, 20), max_tokens=30)
+    for _ in range(3):
+        sim.step()  # "busy" is decoding
+    sim.add("hit", [*doc, 4])
+    output = sim.scheduler.schedule()
+    sim.step_with(output)
+    hit_scheduled = "hit" in output.num_scheduled_tokens
+    # Asynchronous: the hit waits for its blocks while "busy" runs; synchronous: it
+    # joins this batch, which (on a GPU) waits for the copy.
+    assert "busy" in output.num_scheduled_tokens
+    assert hit_scheduled is not load_async, output.num_scheduled_tokens
+    assert ("hit" in sim.waited_for_kv) is load_async
+    sim.run()
+    stats = sim.stats()
+    assert stats["loaded"] == 4, stats  # all of doc: the 65th token is computed
+    assert sim.finished["hit"] is RequestStatus.FINISHED_LENGTH_CAPPED, sim.finished
     return stats
 
 
@@ -541,12 +595,112 @@ def scenario_store_decode(model_dir: Path) -> dict[str, Any]:
     return stats
 
 
+def scenario_kv_events(model_dir: Path) -> dict[str, Any]:
+    # Room for 8 blocks on the host (4096 bytes each: 2 layers of 2048): LRU evicts.
+    sim = Sim(model_dir, extra={"kvtool.policy": "eager", "kvtool.host_capacity_bytes": 8 * 4096},
+              num_blocks=48, kv_events=True)
+    for i in range(4):
+        sim.add(f"r{i}", tokens(95 + i, 64))  # 4 full blocks each
+        sim.run()
+    assert sim.scheduler.reset_prefix_cache()
+    sim.add("r3-again", tokens(98, 64))  # the newest is still on the host
+    sim.run()
+    assert sim.scheduler.reset_prefix_cache(reset_connector=True)
+    sim.step()  # the next step publishes what the reset removed
+    sim.flush()
+    tiered = [e for e in sim.published if isinstance(e, BlockStored | BlockRemoved)]
+    gpu_stored = {h for e in tiered if isinstance(e, BlockStored) and e.medium == "GPU"
+                  for h in e.block_hashes}
+    on_host: set[Any] = set()
+    stored = removed = 0
+    for event in tiered:
+        if event.medium != "CPU":
+            continue
+        assert event.group_idx == 0, event
+        if isinstance(event, BlockStored):
+            (block_hash,) = event.block_hashes
+            assert block_hash in gpu_stored, "the host tier names blocks as the GPU tier does"
+            assert block_hash not in on_host, "stored twice without a removal"
+            on_host.add(block_hash)
+            stored += 1
+        else:
+            assert set(event.block_hashes) <= on_host, "removed what was never stored"
+            on_host -= set(event.block_hashes)
+            removed += len(event.block_hashes)
+    stats = sim.stats()
+    assert stored == stats["stored"] == 16, stats
+    # 3 of its 4 blocks: the last token is always computed.
+    assert stats["store_evictions"] == 8 and stats["loaded"] == 3, stats
+    assert removed == stored and not on_host, "the reset emptied the host tier"
+    return stats | {"cpu_stored_events": stored, "cpu_removed_blocks": removed}
+
+
+def stop_as_vllm_does(sim: Sim, max_steps: int = 200) -> int:
+    """EngineCoreProc's shutdown loop at the default ``shutdown_timeout=0``
+    (vllm/v1/engine/core.py at v0.32.0, ``_handle_shutdown``): abort every
+    request, then keep stepping while the scheduler has requests, which counts
+    the connector's pending push work. Returns the steps it took."""
+    sim.scheduler.finish_requests(None, RequestStatus.FINISHED_ABORTED)
+    steps = 0
+    while sim.scheduler.has_requests():
+        assert steps < max_steps, f"still stepping after {max_steps} steps"
+        sim.step()
+        steps += 1
+    sim.flush()
+    return steps
+
+
+def tear_down_as_vllm_does(sim: Sim) -> None:
+    """``EngineCore.shutdown``: the workers first, the scheduler (and its connector) last."""
+    for rank in sim.ranks:
+        rank.connector.shutdown()
+    sim.scheduler.shutdown()
+
+
+def scenario_shutdown(model_dir: Path, mode: str) -> dict[str, Any]:
+    # EVICTION_AWARE with a roomy pool holds the blocks: they are still buffered at shutdown.
+    sim = Sim(model_dir, extra={"kvtool.policy": "eviction_aware", "kvtool.shutdown": mode},
+              num_blocks=64)
+    doc = tokens(90, 96)
+    sim.add("a", [*doc, 3], max_tokens=40)
+    sim.add("b", tokens(91, 64), max_tokens=40)
+    for _ in range(6):
+        sim.step()
+    sim.flush()
+    manager = sim.manager
+    buffered = manager.stats.pending
+    assert buffered > 0, "nothing buffered when the shutdown came"
+    steps = stop_as_vllm_does(sim)
+    if mode == "drain":
+        assert manager.stats.pending == manager.stats.in_flight == 0, manager.stats.as_dict()
+        assert manager.stats.stored >= buffered, manager.stats.as_dict()
+        # The drained blocks hold the KV the model computed: served back, every read checked.
+        assert sim.scheduler.reset_prefix_cache()
+        sim.add("a-again", [*doc, 4])
+        sim.run()
+        assert manager.stats.loaded >= len(doc) // BLOCK_SIZE, manager.stats.as_dict()
+    else:
+        assert manager.stats.pending == buffered, "drop must not keep the engine stepping"
+    tear_down_as_vllm_does(sim)
+    stats = manager.stats.as_dict()
+    assert stats["pending"] == 0 and stats["in_flight"] == 0, stats
+    if mode == "drain":
+        assert stats["dropped_shutdown"] == 0, stats
+    else:
+        assert stats["dropped_shutdown"] == buffered and stats["stored"] == 0, stats
+    return stats | {"shutdown_steps": steps, "buffered_at_shutdown": buffered}
+
+
 SCENARIOS: dict[str, Callable[[Path], dict[str, Any]]] = {
     "store_evict_load_eager": lambda d: scenario_store_evict_load(d, "eager"),
     "store_evict_load_fifo": lambda d: scenario_store_evict_load(d, "fifo"),
     "store_evict_load_eviction_aware": lambda d: scenario_store_evict_load(d, "eviction_aware"),
     "async_scheduling": lambda d: scenario_store_evict_load(d, "eviction_aware",
                                                             async_scheduling=True),
+    "host_hit_does_not_stall": lambda d: scenario_host_hit_does_not_stall(d, True),
+    "sync_load_joins_the_batch": lambda d: scenario_host_hit_does_not_stall(d, False),
+    "store_evict_load_sync": lambda d: scenario_store_evict_load(
+        d, "eviction_aware", load_async=False),
     "chunked_prefill_partial_overlap": scenario_chunked_prefill_partial_overlap,
     "preemption": scenario_preemption,
     "aborts": scenario_aborts,
@@ -558,6 +712,9 @@ SCENARIOS: dict[str, Callable[[Path], dict[str, Any]]] = {
     "pause_with_stores_in_flight_async": lambda d: scenario_pause_with_stores_in_flight(d, True),
     "uneven_pp": scenario_uneven_pp,
     "store_decode": scenario_store_decode,
+    "shutdown_drain": lambda d: scenario_shutdown(d, "drain"),
+    "shutdown_drop": lambda d: scenario_shutdown(d, "drop"),
+    "kv_events": scenario_kv_events,
 }
 
 
@@ -582,9 +739,9 @@ def _mutant_load_into_wrong_block() -> None:
     """Workers load each block into the next engine block."""
     original = TransferEngine.submit_load
 
-    def submit_load(self: TransferEngine, job: Any) -> None:
+    def submit_load(self: TransferEngine, job: Any, **kwargs: Any) -> None:
         shifted = tuple((b + 1) % self.num_blocks for b in job.block_ids)
-        original(self, job._replace(block_ids=shifted))
+        original(self, job._replace(block_ids=shifted), **kwargs)
 
     TransferEngine.submit_load = submit_load  # type: ignore[method-assign]
 

@@ -22,6 +22,8 @@ def test_defaults_are_the_documented_ones() -> None:
     assert (config.fifo_threshold, config.fifo_select_count, config.horizon_steps) == (100, 10, 2.5)
     assert config.max_deferral_seconds == 0.0
     assert config.shutdown is ShutdownMode.DRAIN
+    assert config.shutdown_drain_seconds == 30.0
+    assert config.load_async is True
 
 
 def test_keys_are_read_from_strings_and_native_values() -> None:
@@ -32,6 +34,8 @@ def test_keys_are_read_from_strings_and_native_values() -> None:
         "kvtool.eviction_aware.horizon_steps": "3.5",
         "kvtool.host_capacity_bytes": "512MiB",
         "kvtool.shutdown": "drop",
+        "kvtool.shutdown_drain_seconds": "2.5",
+        "kvtool.load_async": "false",
         "lmcache.mp.host": "localhost",  # another connector's key: ignored
     })
     assert config.policy is PolicyName.FIFO
@@ -39,6 +43,8 @@ def test_keys_are_read_from_strings_and_native_values() -> None:
     assert config.horizon_steps == 3.5
     assert config.host_capacity_bytes == 512 * 2**20
     assert config.shutdown is ShutdownMode.DROP
+    assert config.shutdown_drain_seconds == 2.5
+    assert config.load_async is False
 
 
 def test_unknown_key_names_the_closest_known_one() -> None:
@@ -68,6 +74,7 @@ def test_unknown_policy_lists_the_policies() -> None:
         ("kvtool.host_capacity_bytes", "12 parsecs", "not a size"),
         ("kvtool.host_capacity_bytes", 0, "> 0 bytes"),
         ("kvtool.shutdown", "flush", "'drain' or 'drop'"),
+        ("kvtool.shutdown_drain_seconds", 0, "> 0"),
     ],
 )
 def test_out_of_range_values_name_key_and_bound(key: str, value: object, message: str) -> None:

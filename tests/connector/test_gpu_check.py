@@ -48,7 +48,8 @@ def test_the_dry_run_verifies_every_layout_on_cpu() -> None:
                           timeout=180, env=_env(GPU_CHECK_DRY_RUN="1"))
     assert proc.returncode == 0, proc.stderr
     for layout in ("LBHNC", "LBNHC", "BLHNC", "BLNHC"):
-        assert f"{layout}: " in proc.stdout and "'mismatched_elements': 0" in proc.stdout
+        line = next(x for x in proc.stdout.splitlines() if x.startswith(f"{layout}: "))
+        assert "'mismatched_elements': 0" in line and "'async_loads_checked': 0" not in line
     assert proc.stdout.rstrip().endswith("problems: none")
 
 
@@ -58,10 +59,25 @@ def test_the_byte_check_catches_a_load_into_the_wrong_block(
     pipeline = _pipeline()
     original = TransferEngine.submit_load
 
-    def shifted(self: TransferEngine, job: Any) -> None:
-        original(self, job._replace(block_ids=tuple(b + 1 for b in job.block_ids)))
+    def shifted(self: TransferEngine, job: Any, **kwargs: Any) -> None:
+        original(self, job._replace(block_ids=tuple(b + 1 for b in job.block_ids)), **kwargs)
 
     monkeypatch.setattr(TransferEngine, "submit_load", shifted)
     result = pipeline.run_pipeline(pipeline.DRY_RUN_SHAPE, pipeline.LAYOUTS["LBNHC"],
                                    torch.device("cpu"), steps=3, per_step=4)
     assert result["mismatched_elements"] > 0
+
+
+def test_the_byte_check_covers_asynchronous_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    pipeline = _pipeline()
+    original = TransferEngine.submit_load
+
+    def shifted_when_async(self: TransferEngine, job: Any, *, before_forward: bool = True) -> None:
+        if not before_forward:
+            job = job._replace(block_ids=tuple(b + 1 for b in job.block_ids))
+        original(self, job, before_forward=before_forward)
+
+    monkeypatch.setattr(TransferEngine, "submit_load", shifted_when_async)
+    result = pipeline.run_pipeline(pipeline.DRY_RUN_SHAPE, pipeline.LAYOUTS["LBHNC"],
+                                   torch.device("cpu"), steps=3, per_step=4)
+    assert result["async_loads_checked"] > 0 and result["mismatched_elements"] > 0

@@ -172,6 +172,43 @@ def test_shutdown_drains_or_drops_with_counts(mode: ShutdownMode) -> None:
     assert stats.pending == 0 and stats.ledger_balanced()
 
 
+def test_drain_keeps_the_engine_stepping_for_buffered_blocks_until_the_deadline() -> None:
+    rig = Rig.with_config({"kvtool.policy": "fifo", "kvtool.shutdown_drain_seconds": 5})
+    rig.compute("a", ["a0"])
+    assert rig.step() == []  # FIFO holds it: buffered
+    assert rig.manager.has_pending_work()
+    rig.clock.now += 4.9
+    assert rig.manager.has_pending_work()
+    rig.clock.now += 0.2  # 5.1 s without a token step
+    assert not rig.manager.has_pending_work()
+    rig.step(tokens=16)  # a token step restarts the clock
+    assert rig.manager.has_pending_work()
+
+
+@pytest.mark.parametrize("mode", [ShutdownMode.DRAIN, ShutdownMode.DROP])
+def test_stores_in_flight_keep_the_engine_stepping_until_the_deadline(
+    mode: ShutdownMode,
+) -> None:
+    rig = Rig.with_config({**EAGER, "kvtool.shutdown": mode.value,
+                           "kvtool.shutdown_drain_seconds": 5})
+    rig.compute("a", ["a0"])
+    (job,) = rig.step()
+    assert rig.manager.has_pending_work(), "a copy under way is awaited under both modes"
+    rig.clock.now += 6  # a worker that never reports does not hold the engine for ever
+    assert not rig.manager.has_pending_work()
+    rig.complete([job])
+    assert rig.manager.stats.stored == 1
+
+
+def test_drop_lets_the_engine_stop_with_blocks_buffered() -> None:
+    rig = Rig.with_config({"kvtool.policy": "fifo", "kvtool.shutdown": "drop"})
+    rig.compute("a", ["a0", "a1"])
+    assert rig.step() == []
+    assert not rig.manager.has_pending_work()
+    rig.manager.shutdown()
+    assert _dropped(rig, DropReason.SHUTDOWN) == 2 and rig.manager.stats.ledger_balanced()
+
+
 def test_load_job_reserves_slots_until_reported() -> None:
     rig = Rig.with_config(EAGER, capacity_blocks=1)
     (block,) = rig.compute("a", ["a0"])

@@ -21,9 +21,11 @@ pytestmark = pytest.mark.vllm
 SCRIPT = Path(__file__).with_name("scheduler_harness.py")
 SCENARIOS = [
     "store_evict_load_eager", "store_evict_load_fifo", "store_evict_load_eviction_aware",
-    "async_scheduling", "chunked_prefill_partial_overlap", "preemption", "aborts",
+    "async_scheduling", "host_hit_does_not_stall", "sync_load_joins_the_batch",
+    "store_evict_load_sync", "chunked_prefill_partial_overlap", "preemption", "aborts",
     "tp2_slow_worker", "load_failure_fail", "load_failure_recompute", "connector_reset",
     "pause_with_stores_in_flight", "pause_with_stores_in_flight_async", "uneven_pp", "store_decode",
+    "shutdown_drain", "shutdown_drop", "kv_events",
 ]
 # mutant -> the scenario that must catch it
 MUTANTS = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvtool.connector.store import StoreFullError, StoreIndex, fingerprint
+from kvtool.connector.store import StoreEvent, StoreFullError, StoreIndex, fingerprint
 
 
 def _stored(index: StoreIndex, *hashes: str) -> list[int]:
@@ -97,3 +97,24 @@ def test_evict_forgets_entries_but_keeps_a_slot_being_read_until_released() -> N
         index.reserve("b")
     index.release(["a"], slots)
     assert index.reserve("b") == slots[0]
+
+
+def test_events_follow_what_is_servable_in_order() -> None:
+    index = StoreIndex(2, 1, "fp", record_events=True)
+    _stored(index, "a", "b")
+    failed = index.reserve("x")  # evicts "a", the least recently used
+    index.abort("x", failed)  # "x" was never servable: no event
+    index.reserve("c")  # in flight: not servable yet, no event
+    index.evict(["b"])  # a failed load read it
+    assert index.take_events() == [StoreEvent(True, ("a", "b")), StoreEvent(False, ("a", "b"))]
+    assert index.take_events() == []
+    index.commit("c", 0)
+    index.reset()
+    assert index.take_events() == [StoreEvent(True, ("c",)), StoreEvent(False, ("c",))]
+
+
+def test_events_are_not_recorded_unless_asked() -> None:
+    index = StoreIndex(2, 1, "fp")
+    _stored(index, "a", "b", "c")
+    index.reset()
+    assert index.take_events() == []

@@ -312,7 +312,7 @@ def scenario_tensor_parallel(model: str) -> dict[str, Any]:
         "reset_prefix_cache": reset,
         "second": second,
         "external_hits_delta": engine.external_hits() - hits_before,
-        "world_size": engine.connector.world_size,
+        "world_size": engine.connector.setup.world_size,
         "stats": engine.connector_stats(),
     }
     engine.close()

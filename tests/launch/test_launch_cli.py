@@ -264,14 +264,14 @@ def test_reference_connector_gate_agrees_with_the_adapter() -> None:
 
     from kvtool.launch.recipe import load_recipes
 
-    source = Path(__file__).resolve().parents[2] / "kvtool" / "connector" / "vllm.py"
+    adapter = Path(__file__).resolve().parents[2] / "kvtool" / "connector" / "vllm"
     series: tuple[tuple[int, int], ...] | None = None
-    for node in ast.walk(ast.parse(source.read_text())):
+    for node in ast.walk(ast.parse((adapter / "__init__.py").read_text())):
         if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", None) == (
             "SUPPORTED_SERIES"
         ):
             series = ast.literal_eval(node.value)  # type: ignore[arg-type]
-    assert series, "kvtool/connector/vllm.py defines SUPPORTED_SERIES"
+    assert series, "kvtool/connector/vllm/__init__.py defines SUPPORTED_SERIES"
     recipe = next(r for r in load_recipes() if r.name == "kvtool-connector-eager")
     (gate,) = recipe.gates
     first, last = min(series), max(series)
@@ -280,7 +280,8 @@ def test_reference_connector_gate_agrees_with_the_adapter() -> None:
     (engine,) = recipe.processes
     assert engine.kv_transfer_config is not None
     assert engine.kv_transfer_config["kv_connector_module_path"] == "kvtool.connector.vllm"
-    assert f"class {engine.kv_transfer_config['kv_connector']}(" in source.read_text()
+    assert f"class {engine.kv_transfer_config['kv_connector']}(" in (
+        adapter / "connector.py").read_text()
 
 
 @pytest.mark.parametrize(

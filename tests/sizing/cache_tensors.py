@@ -26,6 +26,20 @@ def mla_page_bytes(tokens: int, latent_dim: int, element_bytes: int) -> int:
     return _nbytes((tokens, latent_dim), element_bytes)
 
 
+def ds_mla_page_bytes(tokens: int, nope: int, rope: int, scale_block: int) -> int:
+    """A FlashMLA-sparse fp8_ds_mla page: fp8 NoPE, one fp32 scale per block, bf16 RoPE."""
+    return (
+        _nbytes((tokens, nope), 1)
+        + _nbytes((tokens, nope // scale_block), 4)
+        + _nbytes((tokens, rope), 2)
+    )
+
+
+def dsa_indexer_page_bytes(tokens: int, head_dim: int, scale_block: int) -> int:
+    """The DSA indexer's key page: fp8 keys and one fp32 scale per ``scale_block`` values."""
+    return _nbytes((tokens, head_dim), 1) + _nbytes((tokens, head_dim // scale_block), 4)
+
+
 def model_kv_bytes(
     tokens: int, layers: int, kv_heads: int, head_dim: int, element_bytes: int
 ) -> int:

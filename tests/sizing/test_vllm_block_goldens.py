@@ -16,7 +16,14 @@ import pytest
 
 from kvtool.sizing import SizingReport, compute, load_model_spec, make_deployment
 from kvtool.sizing.backends import backend_table
-from tests.sizing.cache_tensors import kv_page_bytes, mamba2_state_bytes, mla_page_bytes
+from kvtool.sizing.catalog import find_entry
+from tests.sizing.cache_tensors import (
+    ds_mla_page_bytes,
+    dsa_indexer_page_bytes,
+    kv_page_bytes,
+    mamba2_state_bytes,
+    mla_page_bytes,
+)
 
 GIB = 1 << 30
 
@@ -280,14 +287,39 @@ def test_gemma4_two_page_sizes_double_the_smaller_pages_block(tp: int, dtype: st
     # Gemma 4 31B: sliding layers 16 KV heads x 256, full layers 4 x 512 (attention_k_eq_v).
     # unify_kv_cache_spec_page_size: a smaller page that divides the largest gets a
     # proportionally larger block (kv_cache_utils.py); at TP 8 both pages are equal.
-    r = report("gemma-4-31b", tp=tp, kv_cache_dtype=dtype)
+    # fp8 on H200 needs a pinned block (test_gemma4_fp8_on_hopper_...): 64 here.
+    block = 64 if dtype == "fp8" else 16
+    pinned = {"block_size": block} if dtype == "fp8" else {}
+    r = report("gemma-4-31b", tp=tp, kv_cache_dtype=dtype, **pinned)
     element = 1 if dtype == "fp8" else 2
-    sliding = kv_page_bytes(16, 16 // tp, 256, element)
-    full = kv_page_bytes(16, max(1, 4 // tp), 512, element)
+    sliding = kv_page_bytes(block, 16 // tp, 256, element)
+    full = kv_page_bytes(block, max(1, 4 // tp), 512, element)
     assert r.pool_block_bytes == 10 * max(sliding, full)
-    full_block = 16 * max(sliding, full) // full
-    assert groups(r) == [("full", 10, full_block)] + [("sliding", 10, 16)] * 5
-    assert full_block == (32 if tp == 1 else 16)
+    full_block = block * max(sliding, full) // full
+    assert groups(r) == [("full", 10, full_block)] + [("sliding", 10, block)] * 5
+    assert full_block == block * (2 if tp == 1 else 1)
+
+
+@pytest.mark.parametrize("tp", [1, 8])
+def test_gemma4_fp8_on_hopper_needs_a_block_fa4_can_split(tp: int) -> None:
+    # vLLM 0.32 on SM90: FA3 stops at head size 256, so the 512-dim full layers run on FA4
+    # (fa_utils.py get_flash_attn_version), whose fp8-KV kernel takes exactly 64-token
+    # pages (flash_attn.py _get_sm90_fa4_fp8_kv_block_size). vLLM's default block follows
+    # the config's head_dim (256): 16, doubled to 32 for the full layers at TP 1, and the
+    # worker's select_common_block_size finds no kernel block (v1/worker/utils.py).
+    from kvtool.errors import KvtoolError
+
+    full_block = 16 * (2 if tp == 1 else 1)
+    with pytest.raises(KvtoolError, match=rf"exactly 64 tokens.*{full_block}-token blocks"):
+        report("gemma-4-31b", tp=tp, kv_cache_dtype="fp8")
+    # The suggested pin: its full-layer block (x2 at TP 1) is a multiple of 64.
+    suggested = 64 // (2 if tp == 1 else 1)
+    r = report("gemma-4-31b", tp=tp, kv_cache_dtype="fp8", block_size=suggested)
+    assert dict((kind, b) for kind, _, b in groups(r))["full"] == 64
+    # bf16 runs every layer on FA4 with blocks of any multiple of 16; Blackwell and Ampere
+    # pick other backends: none is refused.
+    assert report("gemma-4-31b", tp=tp).block_size == 16
+    assert report("gemma-4-31b", tp=tp, kv_cache_dtype="fp8", gpu="b200").block_size == 16
 
 
 def test_gemma4_kv_shared_layers_hold_no_cache(tmp_path: Path) -> None:
@@ -418,8 +450,6 @@ def test_nemotron_h_layers_block_type_reads_as_the_pattern(
     # blocks in layers_block_type ("mamba", "moe", "attention") and has no
     # hybrid_override_pattern; transformers' NemotronHConfig derives the pattern from the
     # list, which vLLM's nemotron_h.py reads. The same blocks must size alike.
-    from kvtool.sizing.catalog import find_entry
-
     entry = find_entry("nemotron-h-8b")
     assert entry is not None
     config = dict(entry.config)
@@ -714,3 +744,104 @@ def test_chatglm_kv_heads_from_multi_query_group_num(
     assert groups(r) == [("full", 28, 16)]
     assert r.pool_block_bytes == 28 * kv_page_bytes(16, kv_heads, 128, 2)
     assert not any("num_key_value_heads" in note for note in spec.assumptions)
+
+
+# DeepSeek-V3.2 and GLM-5 (catalog entries): 61 / 78 layers, kv_lora_rank 512 + rope 64,
+# index_head_dim 128, an indexer on every layer.
+SPARSE_MLA_LAYERS = {"deepseek-v3.2": 61, "glm-5": 78}
+
+
+@pytest.mark.parametrize("model", sorted(SPARSE_MLA_LAYERS))
+@pytest.mark.parametrize(("tp", "dtype"), [(1, "auto"), (8, "auto"), (1, "fp8"), (8, "fp8")])
+def test_sparse_mla_latent_and_indexer_pages_share_one_group(
+    model: str, tp: int, dtype: str
+) -> None:
+    # vLLM 0.32 on SM90 (platforms/cuda.py): only the sparse backends serve a config with
+    # index_topk; FLASH_ATTN_MLA_SPARSE takes no fp8, so fp8 runs FLASHMLA_SPARSE, which
+    # stores it as fp8_ds_mla (mla_attention.py). Both take MultipleOf(64) and the indexer
+    # backend exactly 64, so the block is 64. The latent and indexer specs are both
+    # MLAAttentionSpec: one UniformTypeKVCacheSpecs group, a pool block is every page.
+    layers = SPARSE_MLA_LAYERS[model]
+    r = report(model, tp=tp, kv_cache_dtype=dtype, gpu_kv_gib=40, context_len=4096)
+    latent = (
+        ds_mla_page_bytes(64, 512, 64, 128) if dtype == "fp8" else mla_page_bytes(64, 576, 2)
+    )
+    indexer = dsa_indexer_page_bytes(64, 128, 128)
+    backend = "FLASHMLA_SPARSE" if dtype == "fp8" else "FLASH_ATTN_MLA_SPARSE"
+    assert (r.attention_backend, r.block_size) == (backend, 64)
+    (group,) = r.kv_cache_groups
+    assert (group.kind, group.layers, group.page_bytes) == ("mla", 2 * layers, latent)
+    assert sorted((p.page_bytes, p.layers) for p in group.layer_pages) == sorted(
+        [(latent, layers), (indexer, layers)]
+    )
+    assert r.pool_block_bytes == layers * (latent + indexer)
+    assert r.num_gpu_blocks == 40 * GIB // r.pool_block_bytes
+    # get_max_concurrency_for_kv_cache_config: blocks / cdiv(4096, 64) x 4096.
+    assert r.gpu_tier_tokens == int(r.num_gpu_blocks / (4096 // 64) * 4096)
+    # Every rank holds the whole latent and the whole indexer key (replicated).
+    assert r.kv_bytes_per_token_per_rank == layers * (latent + indexer) // 64
+
+
+def test_shared_indexer_layers_hold_no_indexer_cache(tmp_path: Path) -> None:
+    # GLM-5.2 shape: index_topk_freq 4, index_skip_topk_offset 3. vLLM 0.32
+    # models/deepseek_v32/attention.py builds an indexer where
+    # max(i - offset + 1, 0) % freq == 0: layers 0-2, then 6, 10, ..., 74 of 78 (21).
+    entry = find_entry("glm-5")
+    assert entry is not None
+    config = {**entry.config, "index_topk_freq": 4, "index_skip_topk_offset": 3}
+    r = compute(load_model_spec(_model_dir(tmp_path, config)), make_deployment())
+    indexed = [i for i in range(78) if max(i - 3 + 1, 0) % 4 == 0]
+    assert len(indexed) == 3 + len(range(6, 78, 4))
+    latent, indexer = mla_page_bytes(64, 576, 2), dsa_indexer_page_bytes(64, 128, 128)
+    assert r.pool_block_bytes == 78 * latent + len(indexed) * indexer
+    # An explicit index_topk_pattern wins: "S" marks a layer that skips the indexer.
+    pattern = {**config, "index_topk_pattern": "FS" * 39}
+    r = compute(load_model_spec(_model_dir(tmp_path, pattern)), make_deployment())
+    assert r.pool_block_bytes == 78 * latent + 39 * indexer
+
+
+def test_sparse_mla_without_index_topk_names_the_field(tmp_path: Path) -> None:
+    from kvtool.errors import KvtoolError
+
+    entry = find_entry("deepseek-v3.2")
+    assert entry is not None
+    config = {k: v for k, v in entry.config.items() if k != "index_topk"}
+    with pytest.raises(KvtoolError, match="index_topk"):
+        load_model_spec(_model_dir(tmp_path, config))
+
+
+def test_blackwell_sparse_mla_fp8_prefers_flashinfer_and_keeps_block_64() -> None:
+    # platforms/cuda.py SM100 with an fp8 KV cache: FLASHINFER_MLA_SPARSE first
+    # (MultipleOf(32)); with the indexer's [64] the common block is lcm(32, 64) = 64,
+    # and fp8 stays plain fp8 (576 B): only FLASHMLA_SPARSE packs fp8_ds_mla.
+    r = report("deepseek-v3.2", gpu="b200", kv_cache_dtype="fp8")
+    assert (r.attention_backend, r.block_size) == ("FLASHINFER_MLA_SPARSE", 64)
+    assert r.pool_block_bytes == 61 * (
+        mla_page_bytes(64, 576, 1) + dsa_indexer_page_bytes(64, 128, 128)
+    )
+
+
+def test_glm5_auto_kv_dtype_is_fp8_on_blackwell_only() -> None:
+    # vLLM 0.32 models/config.py GlmMoeDsaForCausalLM.verify_and_update_config: "auto"
+    # becomes fp8_e4m3 on SM100-family GPUs; Hopper keeps the bf16 model dtype.
+    b200 = report("glm-5", gpu="b200")
+    assert (b200.kv_cache_dtype_resolved, b200.kv_dtype_bytes) == ("fp8_e4m3", 1)
+    assert any("config hook" in note for note in b200.assumptions)
+    assert report("glm-5").kv_cache_dtype_resolved == "auto"
+    assert report("glm-5", gpu="b200", kv_cache_dtype="bfloat16").kv_dtype_bytes == 2
+    # DeepSeek-V3.2 has no such hook.
+    assert report("deepseek-v3.2", gpu="b200").kv_cache_dtype_resolved == "auto"
+
+
+def test_a_pinned_block_no_kernel_divides_is_refused_naming_the_backends() -> None:
+    from kvtool.errors import KvtoolError
+
+    # v1/worker/utils.py select_common_block_size: the kernel block must divide the block;
+    # the DSA indexer's backend takes exactly 64, FLASH_ATTN multiples of 16.
+    with pytest.raises(KvtoolError, match="DEEPSEEK_V32_INDEXER"):
+        report("deepseek-v3.2", block_size=32)
+    assert report("deepseek-v3.2", block_size=128).block_size == 128
+    with pytest.raises(KvtoolError, match=r"--block-size 8: .*FLASH_ATTN"):
+        report("llama-3.1-8b", block_size=8)
+    # A hybrid's block is raised past the pinned one, as vLLM does, so it is not refused.
+    assert report("qwen3-coder-next", block_size=8).block_size % 16 == 0

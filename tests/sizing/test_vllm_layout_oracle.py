@@ -32,6 +32,7 @@ from tests.vllm_env import vllm_python, vllm_subprocess_env
 pytestmark = pytest.mark.vllm
 
 SCRIPT = Path(__file__).with_name("vllm_kv_layout.py")
+REGISTRY_KEY = "__model_registry__"  # vllm_kv_layout.REGISTRY_KEY (run in another env)
 GIB = 1 << 30
 KV_MEMORY_GIB = 40
 MAX_MODEL_LEN = 4096
@@ -43,8 +44,9 @@ MODELS = {
     "deepseek-v3": None,  # MLA
     "gpt-oss-120b": None,  # sliding window + full, 2 groups
     "qwen3-coder-next": None,  # Qwen3-Next: Gated DeltaNet + full attention
-    # (Qwen3.5 is left to the goldens: vLLM's qwen3_5.py imports torchvision through
-    # qwen3_vl.py, which the suite's vLLM environment does not install.)
+    # Qwen3.5's text part (qwen3_5.py imports torchvision through qwen3_vl.py for the
+    # vision tower; vllm_kv_layout.py stubs it, as the text model never calls it).
+    "qwen3.5-9b": {"architectures": ["Qwen3_5ForCausalLM"]},
     "nemotron-h-8b": None,  # Mamba-2 + attention
     # Gemma 3's text part as Gemma3ForCausalLM: vLLM's CPU wheel cannot inspect the
     # multimodal classes offline, and the KV cache is the text model's.
@@ -55,6 +57,16 @@ MODELS = {
     "minimax-m2": None,  # GQA
     # Gemma 4 text part: sliding and full layers with different page sizes.
     "gemma-4-31b": {"architectures": ["Gemma4ForCausalLM"]},
+    # Sparse MLA: the latent and the DSA indexer's keys on every layer, one group.
+    "deepseek-v3.2": None,
+    "glm-5": None,
+    # GLM-5.2's shared indexer (index_topk_freq 4, index_skip_topk_offset 3): an indexer
+    # cache on layers 0-2 and every 4th layer from 6 only.
+    "glm-5.2-shared-indexer": None,
+}
+# Cases that are a catalog entry with some fields changed: name -> (entry, fields).
+VARIANTS = {
+    "glm-5.2-shared-indexer": ("glm-5", {"index_topk_freq": 4, "index_skip_topk_offset": 3}),
 }
 
 
@@ -92,6 +104,10 @@ WIDE_TP = {"falcon-h1-7b": 2}
 CASES = [
     (m, tp, dt) for m in MODELS for tp in (1, WIDE_TP.get(m, 8)) for dt in ("auto", "fp8")
 ]
+# Cases vLLM cannot start with its own block on an H200 (FA4's fp8 kernel for Gemma 4's
+# 512-dim layers takes exactly 64-token pages; kvtool refuses them): pinned here to a
+# block that works at both TP sizes, as an operator would.
+PINNED_BLOCK = {("gemma-4-31b", "fp8"): 64}
 
 
 def _config(name: str) -> dict[str, Any]:
@@ -100,9 +116,10 @@ def _config(name: str) -> dict[str, Any]:
     if name in RESHAPED:
         base, reshape = RESHAPED[name]
         return reshape(_config(base))
-    entry = find_entry(name)
+    entry_name, changed = VARIANTS.get(name, (name, {}))
+    entry = find_entry(entry_name)
     assert entry is not None
-    config = dict(entry.config)
+    config = {**entry.config, **changed}
     override = MODELS[name]
     if override is not None:
         text = dict(config.pop("text_config"))
@@ -120,6 +137,7 @@ def _kvtool(model_dir: Path, tp: int, dtype: str) -> SizingReport:
         make_deployment(
             tp=tp,
             kv_cache_dtype=dtype,
+            block_size=PINNED_BLOCK.get((model_dir.name, dtype)),
             gpu_kv_gib=KV_MEMORY_GIB,
             context_len=MAX_MODEL_LEN,
             max_in_flight_tokens=IN_FLIGHT_TOKENS,
@@ -144,7 +162,7 @@ def vllm_layouts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                 "tp": tp,
                 "kv_cache_dtype": dtype,
                 "backend": report.attention_backend,
-                "block_size": None,
+                "block_size": PINNED_BLOCK.get((name, dtype)),
                 "max_model_len": MAX_MODEL_LEN,
                 "max_in_flight_tokens": IN_FLIGHT_TOKENS,
                 "kv_memory_bytes": KV_MEMORY_GIB * GIB,
@@ -162,8 +180,9 @@ def vllm_layouts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     )
     assert done.returncode == 0, done.stderr[-4000:]
     layouts: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    for case in layouts.values():
-        case["root"] = str(root)
+    for case_id, case in layouts.items():
+        if case_id != REGISTRY_KEY:
+            case["root"] = str(root)
     return layouts
 
 
@@ -177,9 +196,23 @@ def test_kvtool_matches_vllm_layout(
     assert ours.model_dtype == theirs["model_dtype"]
     assert ours.block_size == theirs["block_size"], ours.block_size_reason
     assert sorted(
-        (g.kind, g.layers, g.block_size, g.page_bytes) for g in ours.kv_cache_groups
+        (
+            g.kind,
+            g.layers,
+            g.block_size,
+            g.page_bytes,
+            sorted((p.page_bytes, p.layers) for p in g.layer_pages),
+        )
+        for g in ours.kv_cache_groups
     ) == sorted(
-        (g["kind"], g["layers"], g["block_size"], g["page_bytes"]) for g in theirs["groups"]
+        (
+            g["kind"],
+            g["layers"],
+            g["block_size"],
+            g["page_bytes"],
+            sorted((page, layers) for page, layers in g["layer_pages"]),
+        )
+        for g in theirs["groups"]
     )
     assert ours.num_gpu_blocks == theirs["num_blocks"]
     assert ours.gpu_tier_tokens == theirs["capacity_tokens"]
@@ -205,3 +238,17 @@ def test_every_layout_row_cites_a_model_file_of_the_vllm_release() -> None:
     for model_type, row in layout_rows().items():
         cited = row["vllm"].split()[0].rstrip(":")
         assert (models_dir / cited).is_file(), f"{model_type}: {cited} not in {models_dir}"
+
+
+def test_release_table_registry_is_vllms_own(vllm_layouts: dict[str, Any]) -> None:
+    # The 0.32.0 table's model registry (read from the wheel's source by the generator)
+    # equals what vLLM's own registry module holds when imported.
+    from kvtool.releases import load_release
+
+    registry = load_release("0.32.0").model_registry
+    assert registry is not None
+    theirs = vllm_layouts[REGISTRY_KEY]
+    transformers = {k: v[1] for k, v in theirs["all"].items() if v[0] == "transformers"}
+    assert registry.transformers_backend == transformers
+    assert set(registry.native) == set(theirs["all"]) - set(transformers)
+    assert registry.previously_supported == theirs["previous"]

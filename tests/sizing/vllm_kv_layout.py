@@ -13,16 +13,23 @@ decide everything kvtool prints:
 - the pool: ``get_kv_cache_config_from_groups`` (``num_blocks`` for ``kv_memory_bytes``)
   and ``get_kv_cache_capacity`` (the "KV cache size: N tokens" log line).
 
-What stays here is the per-layer kind of each layer (full, sliding, MLA, state), read from
-the fields the model files read (``layer_types``, ``hybrid_override_pattern``); the test
-fails if that mapping or kvtool's drifts from vLLM. The layout is pinned to ``LBNHC``
-(not block-outermost), the one CUDA's FlashAttention and FlashInfer backends prefer.
+What stays here is the per-layer kind of each layer (full, sliding, MLA, state, and which
+sparse-MLA layers build a DSA indexer), read from the fields the model files read
+(``layer_types``, ``hybrid_override_pattern``, ``index_topk_freq``); the test fails if that
+mapping or kvtool's drifts from vLLM. Sparse MLA layers are built as
+``MLAAttention.get_kv_cache_spec`` and ``DeepseekV32IndexerCache.get_kv_cache_spec`` build
+them (the KV dtype canonicalised by the backend, fp8_ds_mla's packed bytes), then passed
+through ``customize_attention_spec`` with each layer's backend as the model runner does.
+The layout is pinned to ``LBNHC`` (not block-outermost), the one CUDA's FlashAttention and
+FlashInfer backends prefer; sparse MLA's mixed page sizes resolve to it as well
+(``resolve_kv_cache_layout``: no backend declares a set, LBNHC is block-compact).
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from collections import Counter
 from functools import cache
 from pathlib import Path
 from types import SimpleNamespace
@@ -44,6 +51,122 @@ def _layer_kinds(model_config: Any) -> list[str | None]:
         if index >= len(kinds) - shared or no_op:
             kinds[index] = None
     return kinds
+
+
+def _indexed_layers(hf: Any, layers: int) -> list[int]:
+    """Sparse MLA layers that build a DSA indexer (models/deepseek_v32/attention.py)."""
+    pattern = getattr(hf, "index_topk_pattern", None)
+    if pattern is not None:
+        return [i for i in range(layers) if i >= len(pattern) or pattern[i] != "S"]
+    freq = getattr(hf, "index_topk_freq", 1) or 1
+    offset = getattr(hf, "index_skip_topk_offset", 2)
+    return [i for i in range(layers) if max(i - offset + 1, 0) % freq == 0]
+
+
+def _stub_cuda_flash_attn() -> None:
+    """Let CUDA-only backend modules import on the CPU wheel (no kernel is ever run)."""
+    import importlib
+    import types
+
+    try:
+        importlib.import_module("vllm.vllm_flash_attn.flash_attn_interface")
+    except ImportError:
+        for name in ("vllm.vllm_flash_attn", "vllm.vllm_flash_attn.flash_attn_interface"):
+            stub = types.ModuleType(name)
+            stub.__getattr__ = lambda attr: None  # type: ignore[method-assign]
+            stub.__path__ = []
+            sys.modules[name] = stub
+
+
+def _stub_absent_package(package: str) -> None:
+    """Let model files that import ``package`` for their vision towers load without it.
+
+    Only the text model's KV cache is asked for, so no stubbed name is ever called; any
+    import of ``package`` or a submodule gets an empty module whose attributes are
+    placeholder classes.
+    """
+    import importlib.abc
+    import importlib.machinery
+    import importlib.util
+    import types
+
+    if importlib.util.find_spec(package) is not None:
+        return
+
+    class _Placeholder:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+    class _Loader(importlib.abc.Loader):
+        def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+            module = types.ModuleType(spec.name)
+            module.__path__ = []
+            module.__getattr__ = lambda attr: (  # type: ignore[method-assign]
+                _Placeholder if not attr.startswith("__") else None
+            )
+            return module
+
+        def exec_module(self, module: types.ModuleType) -> None:
+            return None
+
+    class _Finder(importlib.abc.MetaPathFinder):
+        def find_spec(
+            self, fullname: str, path: Any = None, target: Any = None
+        ) -> importlib.machinery.ModuleSpec | None:
+            if fullname == package or fullname.startswith(package + "."):
+                return importlib.machinery.ModuleSpec(fullname, _Loader(), is_package=True)
+            return None
+
+    sys.meta_path.insert(0, _Finder())
+
+
+def _sparse_mla_specs(
+    model_config: Any, backend: Any, block_size: int, cache_dtype: str
+) -> dict[str, Any]:
+    """One latent spec per layer and one indexer spec per layer that builds an indexer."""
+    import torch
+    from vllm.model_executor.layers.attention.mla_attention import (
+        _canonicalize_sparse_mla_kv_cache_dtype,
+    )
+    from vllm.model_executor.models.deepseek_v2 import Indexer
+    from vllm.utils.torch_utils import kv_cache_dtype_str_to_dtype
+    from vllm.v1.attention.backends.mla.indexer import DeepseekV32IndexerBackend
+    from vllm.v1.kv_cache_interface import MLAAttentionSpec, SparseCacheRole, get_kv_quant_mode
+    from vllm.v1.worker.utils import customize_attention_spec
+
+    del Indexer  # imported so a renamed indexer class fails here, not silently
+    hf = model_config.hf_text_config
+    layers = model_config.get_total_num_hidden_layers()
+    stored = _canonicalize_sparse_mla_kv_cache_dtype(backend, cache_dtype)
+    indexed = set(_indexed_layers(hf, layers))
+    index_head = hf.index_head_dim + hf.index_head_dim // 128 * 4  # quant_block_size 128
+    specs: dict[str, Any] = {}
+    for index in range(layers):
+        latent = MLAAttentionSpec(
+            block_size=block_size,
+            num_kv_heads=1,
+            max_tp_shards=1,
+            head_size=model_config.get_head_size(),
+            dtype=kv_cache_dtype_str_to_dtype(stored, model_config),
+            cache_dtype_str=stored,
+            kv_quant_mode=get_kv_quant_mode(stored),
+            state_content_bytes={"fp8_ds_mla": 656, "nvfp4_ds_mla": 352}.get(stored),
+            is_index_group_leader=index in indexed,
+        )
+        specs[f"layers.{index}"] = customize_attention_spec(backend, latent)
+        if index in indexed:
+            keys = MLAAttentionSpec(
+                block_size=block_size,
+                num_kv_heads=1,
+                max_tp_shards=1,
+                head_size=index_head,
+                dtype=torch.uint8,
+                cache_role=SparseCacheRole.INDEXER,
+            )
+            specs[f"layers.{index}.indexer"] = customize_attention_spec(
+                DeepseekV32IndexerBackend, keys
+            )
+    return specs
 
 
 def _no_op(block: Any) -> bool:
@@ -123,6 +246,7 @@ def _own_heads(hf: Any, kind: str, tp: int) -> dict[str, int]:
 @cache
 def _model_config(model_dir: str, max_model_len: int) -> Any:
     """vLLM's ModelConfig for a config.json directory (independent of TP and KV dtype)."""
+    _stub_absent_package("torchvision")  # Qwen3.5's file imports it for its vision tower
     from vllm.config import ModelConfig
     from vllm.model_executor.models import registry
 
@@ -148,6 +272,7 @@ def layout(case: dict[str, Any]) -> dict[str, Any]:
         MambaSpec,
         MLAAttentionSpec,
         SlidingWindowSpec,
+        UniformTypeKVCacheSpecs,
         get_kv_quant_mode,
     )
 
@@ -193,8 +318,18 @@ def layout(case: dict[str, Any]) -> dict[str, Any]:
     from vllm.v1.attention.backends import fa_utils
 
     fa_utils.__getattr__ = lambda name: None  # type: ignore[attr-defined]
+    _stub_cuda_flash_attn()
     backend = AttentionBackendEnum[case["backend"]].get_class()
-    if case["block_size"] is None:
+    sparse = model_config.use_mla and hasattr(model_config.hf_text_config, "index_topk")
+    if case["block_size"] is None and sparse:
+        from vllm.v1.attention.backends.mla.indexer import DeepseekV32IndexerBackend
+
+        cache.block_size = Platform._preferred_block_size_for_backends(
+            [backend, DeepseekV32IndexerBackend],
+            CacheConfig.DEFAULT_BLOCK_SIZE,
+            vllm_config,  # type: ignore[arg-type]
+        )
+    elif case["block_size"] is None:
         cache.block_size = backend.get_preferred_block_size(CacheConfig.DEFAULT_BLOCK_SIZE)
     if model_config.is_hybrid:
         # The backend list comes from the built model; here it is the one backend.
@@ -205,8 +340,10 @@ def layout(case: dict[str, Any]) -> dict[str, Any]:
         model_config.dtype if cache_dtype == "auto" else STR_DTYPE_TO_TORCH_DTYPE[cache_dtype]
     )
     specs: dict[str, Any] = {}
+    if sparse:
+        specs = _sparse_mla_specs(model_config, backend, cache.block_size, cache_dtype)
     layers: list[tuple[int, str, str]] = []
-    for index, layer_kind in enumerate(_layer_kinds(model_config)):
+    for index, layer_kind in enumerate([] if sparse else _layer_kinds(model_config)):
         if layer_kind == "hybrid":
             layers.append((index, "full", f"layers.{index}.attn"))
             layers.append((index, "state", f"layers.{index}.mamba"))
@@ -249,6 +386,8 @@ def layout(case: dict[str, Any]) -> dict[str, Any]:
     tokens, _ = kcu.get_kv_cache_capacity(vllm_config, config)  # type: ignore[arg-type]
 
     def kind_of(spec: Any) -> str:
+        if isinstance(spec, UniformTypeKVCacheSpecs):
+            return kind_of(next(iter(spec.kv_cache_specs.values())))
         return {
             "FullAttentionSpec": "full",
             "MLAAttentionSpec": "mla",
@@ -256,6 +395,11 @@ def layout(case: dict[str, Any]) -> dict[str, Any]:
             "ChunkedLocalAttentionSpec": "chunked",
             "MambaSpec": "state",
         }[type(spec).__name__]
+
+    def page_sizes(spec: Any) -> list[int]:
+        if isinstance(spec, UniformTypeKVCacheSpecs):
+            return [s.page_size_bytes for s in spec.kv_cache_specs.values()]
+        return [spec.page_size_bytes]
 
     state = [s for s in specs.values() if isinstance(s, MambaSpec)]
     return {
@@ -266,7 +410,11 @@ def layout(case: dict[str, Any]) -> dict[str, Any]:
                 "kind": kind_of(group.kv_cache_spec),
                 "layers": len(group.layer_names),
                 "block_size": group.kv_cache_spec.block_size,
-                "page_bytes": group.kv_cache_spec.page_size_bytes,
+                "page_bytes": max(page_sizes(group.kv_cache_spec)),
+                # each page size and its layers when a group mixes them, as kvtool lists it
+                "layer_pages": sorted(Counter(page_sizes(group.kv_cache_spec)).items())
+                if len(set(page_sizes(group.kv_cache_spec))) > 1
+                else [],
             }
             for group in groups
         ],
@@ -279,9 +427,22 @@ def layout(case: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+REGISTRY_KEY = "__model_registry__"
+
+
+def model_registry() -> dict[str, Any]:
+    """vLLM's own model registry as imported: every architecture and the removed ones."""
+    from vllm.model_executor.models import registry
+
+    return {
+        "all": {arch: list(target) for arch, target in registry._VLLM_MODELS.items()},
+        "previous": dict(registry._PREVIOUSLY_SUPPORTED_MODELS),
+    }
+
+
 def main(cases_file: str) -> None:
     cases = json.loads(Path(cases_file).read_text())
-    results: dict[str, Any] = {}
+    results: dict[str, Any] = {REGISTRY_KEY: model_registry()}
     for case in cases:
         try:
             results[case["id"]] = layout(case)

@@ -39,6 +39,7 @@ __all__ = [
     "read_text",
 ]
 
+NO_SERVER = "no vLLM server command found"
 RENDER_HINT = (
     "render it first: helm template RELEASE CHART -f values.yaml | "
     "kvtool audit - --stdin-filename rendered.yaml"
@@ -82,16 +83,19 @@ def read_input_set(
     result = InputSet()
     pending: list[_Pending] = []
     seen: set[str] = set()  # absolute paths, not resolved: a symlinked twin is read again
+    # One directory's walk names each file once: only several paths need the check.
+    check_twins = len(paths) > 1
     for path in paths:
         if not path.exists():
             raise KvtoolError(f"{path}: no such file or directory")
         named = not path.is_dir()
         files = [str(path)] if named else list(candidate_paths(path))
         for name in files:
-            key = os.path.abspath(name)
-            if key in seen:
-                continue
-            seen.add(key)
+            if check_twins:
+                key = os.path.abspath(name)
+                if key in seen:
+                    continue
+                seen.add(key)
             text = _read_file(name, result, named=named)
             if text is not None:
                 pending.append(_Pending(text, name, os.path.dirname(name) or "."))
@@ -165,13 +169,19 @@ def _read_one(
     if input_format is None and kind != "shell" and is_template(item.text, item.name):
         rendered = _render_template(item, result)
         if rendered is None:
-            reason = f"a chart template, not YAML until rendered; {RENDER_HINT}"
+            reason = _template_reason(item.text)
             result.skipped.append(SkippedInput(file=item.name, reason=reason))
         elif rendered.text:
             _read_one(rendered, configmaps, None, result)
         return
     if kind is None:
         reason = "not a deployment file kvtool reads (no vLLM server)"
+        result.skipped.append(SkippedInput(file=item.name, reason=reason))
+        return
+    reader = reader_for(kind)
+    if reader is not None and not reader.may_find(item.text):
+        # What read_text would say, without reading: most scripts of a repository.
+        reason = f"{NO_SERVER} (read as {kind})"
         result.skipped.append(SkippedInput(file=item.name, reason=reason))
         return
     base_dir = Path(item.base_dir) if item.base_dir is not None else None
@@ -193,6 +203,18 @@ def _read_one(
         result.invocations.extend(found)
 
 
+def _template_reason(text: str) -> str:
+    """Why a templated file is skipped, and what to audit instead."""
+    from kvtool.audit.inputs import kserve_llm
+
+    if kserve_llm.is_config_template(text):
+        return (
+            "a KServe LLMInferenceServiceConfig: its controller fills the {{ }} per service; "
+            "audit the LLMInferenceService, whose main container runs this config's command"
+        )
+    return f"a chart template, not YAML until rendered; {RENDER_HINT}"
+
+
 def _render_template(item: _Pending, result: InputSet) -> _Pending | None:
     """The manifest a chart template renders to (the ``helm`` extra), as a pending input.
 
@@ -200,6 +222,8 @@ def _render_template(item: _Pending, result: InputSet) -> _Pending | None:
     """
     from kvtool.audit.inputs import helm_render
 
+    if not helm_render.available():
+        return None
     try:
         text = helm_render.rendered_template(Path(item.name))
     except KvtoolError as error:
@@ -243,7 +267,7 @@ def read_text(
         raise KvtoolError(f"--input-format: unknown format {kind!r}")
     found = reader.read(text, source or ReadSource(file=file, base_dir=base_dir))
     if not found:
-        raise NoServerCommand(f"{name}: no vLLM server command found (read as {kind})")
+        raise NoServerCommand(f"{name}: {NO_SERVER} (read as {kind})")
     return found
 
 

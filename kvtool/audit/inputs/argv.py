@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kvtool.audit.inputs.command_line import find_serve
+from kvtool.audit.inputs.command_line import find_serve, serve_arguments
 from kvtool.audit.inputs.container_resources import docker_run_resources
 from kvtool.audit.inputs.vllm_config import referenced_config
 from kvtool.audit.model import EnvAssignment, Invocation, SourceToken
@@ -22,7 +22,7 @@ def read_argv(argv: list[str]) -> Invocation:
     env: list[EnvAssignment] = []
     image: str | None = None
     if match is not None and match.kind != "shell":
-        start = match.args_start
+        served = set(serve_arguments(argv, match))
         image = match.image
         for position in sorted(match.env):
             name, _, value = match.env[position].partition("=")
@@ -31,14 +31,13 @@ def read_argv(argv: list[str]) -> Invocation:
         raise KvtoolError(
             "audit: argv runs a shell script (sh -c); save the script to a file and audit the file"
         )
-    elif argv[0] == "serve":
-        start = 1
     else:
-        start = 0
+        start = 1 if argv[0] == "serve" else 0
+        served = set(range(start, len(argv)))
     tokens = tuple(
         SourceToken(text=word, index=position)
         for position, word in enumerate(argv)
-        if position >= start
+        if position in served
     )
     items, notes = referenced_config(tokens, None)
     sizing_notes: list[str] = []

@@ -1,10 +1,11 @@
 """Find the ``vllm serve`` call inside one command's words.
 
 Operators start vLLM in many wrappings: ``vllm serve M``, ``exec vllm serve``,
-``python3 -m vllm.entrypoints.openai.api_server``, ``docker run ... IMAGE vllm
-serve``, an image whose entrypoint already is ``vllm serve`` (``docker run IMAGE
---model M``), or ``sh -c "vllm serve ..."``. This module only decides which words
-are the serve arguments, the environment and the image; readers attach locations.
+``python3 -m vllm.entrypoints.openai.api_server``, KAITO's ``python3
+/workspace/vllm/inference_api.py``, ``docker run ... IMAGE vllm serve``, an image
+whose entrypoint already is ``vllm serve`` (``docker run IMAGE --model M``), or
+``sh -c "vllm serve ..."``. This module only decides which words are the serve
+arguments, the environment and the image; readers attach locations.
 """
 
 from __future__ import annotations
@@ -39,6 +40,14 @@ _DOCKER_VALUE_OPTIONS = frozenset(
 )  # fmt: skip
 
 
+# KAITO's vLLM server wrapper, started as `python3 /workspace/vllm/inference_api.py ARGS`
+# (kaito-project/kaito pkg/utils/consts DefaultVLLMCommand): vLLM's own parser reads
+# every argument but KAITO's `--kaito-*` options, which all take a value
+# (presets/workspace/inference/vllm/inference_api.py, KAITOArgumentParser).
+KAITO_SERVER = ("vllm", "inference_api.py")
+KAITO_OPTION_PREFIX = "--kaito-"
+
+
 class ServeMatch(msgspec.Struct, frozen=True):
     """Where the serve arguments start in a word list, and what surrounds them."""
 
@@ -50,6 +59,24 @@ class ServeMatch(msgspec.Struct, frozen=True):
     # ``docker run`` options that size the container (--shm-size, --ipc, -m/--memory):
     # index of the word holding the value (``--ipc=host`` itself, or the word after) -> option.
     container_options: dict[int, str] = msgspec.field(default_factory=dict)
+    # Options of a wrapper around vLLM's server that vLLM never sees (each with a value).
+    wrapper_option_prefix: str | None = None
+
+
+def serve_arguments(texts: list[str], match: ServeMatch) -> list[int]:
+    """Indexes of the words vLLM's parser reads: ``texts[match.args_start:]`` without the
+    wrapper's own options and their values."""
+    prefix = match.wrapper_option_prefix
+    kept: list[int] = []
+    index = match.args_start
+    while index < len(texts):
+        word = texts[index]
+        if prefix is not None and word.startswith(prefix):
+            index += 1 if "=" in word else 2
+            continue
+        kept.append(index)
+        index += 1
+    return kept
 
 
 def basename(word: str) -> str:
@@ -68,14 +95,7 @@ def find_serve(words: list[str], start: int = 0) -> ServeMatch | None:
             env = {
                 i: w for i, w in enumerate(words[start : match.program], start) if _is_assignment(w)
             }
-            return ServeMatch(
-                match.kind,
-                match.args_start,
-                match.program,
-                {**env, **match.env},
-                match.image,
-                match.container_options,
-            )
+            return msgspec.structs.replace(match, env={**env, **match.env})
         index += 1
     return None
 
@@ -95,6 +115,8 @@ def _match_at(words: list[str], index: int) -> ServeMatch | None:
             return ServeMatch("api_server", index + 3, index)
         if module == CLI_MAIN_MODULE and index + 3 < len(words) and words[index + 3] == "serve":
             return ServeMatch("serve", index + 4, index)
+    if _PYTHON.fullmatch(word) and following is not None and _is_kaito_server(following):
+        return ServeMatch("api_server", index + 2, index, wrapper_option_prefix=KAITO_OPTION_PREFIX)
     if word in _SHELLS:
         for script_index in range(index + 1, len(words) - 1):
             option = words[script_index]
@@ -105,6 +127,10 @@ def _match_at(words: list[str], index: int) -> ServeMatch | None:
     if word in _CONTAINER_CLIS and following == "run":
         return _match_container_run(words, index)
     return None
+
+
+def _is_kaito_server(path: str) -> bool:
+    return tuple(path.rsplit("/", 2)[-2:]) == KAITO_SERVER
 
 
 def _match_container_run(words: list[str], index: int) -> ServeMatch | None:
@@ -140,8 +166,8 @@ def _match_container_run(words: list[str], index: int) -> ServeMatch | None:
     image = words[position]
     inner = find_serve(words, position + 1)
     if inner is not None:
-        return ServeMatch(
-            inner.kind, inner.args_start, inner.program, {**env, **inner.env}, image, sizing
+        return msgspec.structs.replace(
+            inner, env={**env, **inner.env}, image=image, container_options=sizing
         )
     from kvtool.releases.images import serve_entrypoint
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 import yaml
 
 from kvtool.audit.inputs import yaml_tree
-from kvtool.audit.inputs.command_line import find_serve
+from kvtool.audit.inputs.command_line import find_serve, serve_arguments
 from kvtool.audit.inputs.positions import LineIndex, OffsetMap
 from kvtool.audit.inputs.shell import ShellContext, read_script
 from kvtool.audit.inputs.shell_lexer import LexError, lex
@@ -30,6 +30,20 @@ class ArgvWord:
     text: str
     location: Location | None
     span: tuple[int, int] | None = None  # offsets of the written form in the source text
+
+
+@dataclass(frozen=True)
+class ConfiguredCommand:
+    """What an operator or chart runs for a container that writes no ``command``.
+
+    ``words`` come before the container's own ``args``; with ``runs_image_entrypoint``
+    they are arguments to the image's entrypoint, else they start with the command.
+    """
+
+    words: list[ArgvWord]
+    runs_image_entrypoint: bool = False
+    consumed_env: tuple[str, ...] = ()  # read by the operator's script, never by vLLM
+    notes: tuple[str, ...] = ()  # what the reader could not map, for the report
 
 
 def words_from_sequence(node: yaml.Node | None, file: str | None) -> list[ArgvWord]:
@@ -102,7 +116,8 @@ def container_invocations(
             return []
         return _shell_item(words[match.args_start], source, context)
     if match is not None:
-        start, image = match.args_start, match.image or context.image
+        served = serve_arguments(texts, match)
+        image = match.image or context.image
         env = context.env + tuple(
             EnvAssignment(
                 name=t.partition("=")[0], value=t.partition("=")[2], location=words[i].location
@@ -110,11 +125,11 @@ def container_invocations(
             for i, t in sorted(match.env.items())
         )
     elif image_entrypoint is not None:
-        start, image, env = 0, context.image, context.env
+        served, image, env = list(range(len(words))), context.image, context.env
     else:
         return []
-    tokens = tuple(SourceToken(text=w.text, location=w.location) for w in words[start:])
-    items, notes = referenced_config(tokens, context.base_dir)
+    tokens = tuple(SourceToken(text=words[i].text, location=words[i].location) for i in served)
+    items, notes = referenced_config(tokens, context.base_dir, context.written)
     return [
         Invocation(
             kind=context.kind,

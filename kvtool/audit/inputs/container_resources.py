@@ -21,7 +21,6 @@ sizes in Docker's units.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable, Sequence
 
 import msgspec
@@ -35,7 +34,6 @@ from kvtool.audit.model import (
     Invocation,
     Location,
     Quantity,
-    Sidecar,
     VolumeMount,
 )
 
@@ -85,7 +83,6 @@ def read_resources(
             yaml_tree.get_path(resources, "requests", "memory"), file, notes
         ),
         mounts=tuple(_mounts(container, pod, file, notes)),
-        sidecars=tuple(_sidecars(container, pod, file)),
         host_ipc=(
             yaml_tree.location(host_ipc, file)
             if host_ipc is not None and (yaml_tree.scalar(host_ipc) or "").lower() == "true"
@@ -153,35 +150,6 @@ def _mounts(
                 location=yaml_tree.location(path_node, file),
             )
         )
-    return found
-
-
-def _sidecars(container: yaml.Node, pod: yaml.Node | None, file: str | None) -> list[Sidecar]:
-    """The pod's other containers, each by its command and args (a ``sh -c`` script is
-    split like a shell line; a script that does not split is kept as one word)."""
-    found: list[Sidecar] = []
-    for key in _CONTAINER_LISTS:
-        for other in yaml_tree.sequence(yaml_tree.get(pod, key)):
-            if other is container:
-                continue
-            words: list[str] = []
-            for part in ("command", "args"):
-                for item in yaml_tree.sequence(yaml_tree.get(other, part)):
-                    text = yaml_tree.scalar(item)
-                    if text is None:
-                        continue
-                    try:
-                        words.extend(shlex.split(text) if " " in text else [text])
-                    except ValueError:
-                        words.append(text)
-            name_node = yaml_tree.get(other, "name")
-            found.append(
-                Sidecar(
-                    name=yaml_tree.scalar(name_node) or "?",
-                    words=tuple(words),
-                    location=yaml_tree.location(name_node, file) if name_node else None,
-                )
-            )
     return found
 
 

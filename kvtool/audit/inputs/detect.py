@@ -12,6 +12,7 @@ from functools import cache
 
 SHELL_SUFFIXES = (".sh", ".bash", ".zsh", ".env", ".cmd")
 YAML_SUFFIXES = (".yaml", ".yml")
+KUSTOMIZATION_NAMES = ("kustomization.yaml", "kustomization.yml")
 VLLM_COMMAND = re.compile(r"\bvllm\s+serve\b|vllm\.entrypoints\.openai\.api_server")
 
 _K8S_HEAD = re.compile(r"^apiVersion:\s*\S", re.MULTILINE)
@@ -68,7 +69,25 @@ def is_json_manifest(text: str, name: str) -> bool:
 
 def is_template(text: str, name: str) -> bool:
     """A Helm chart template or a Jinja-templated file: not YAML until rendered."""
+    if is_helm_values_name(name):
+        return False
     return bool(_TEMPLATE_ACTION.search(text) or _JINJA_BLOCK.search(text))
+
+
+# values.yaml, values-pd.yaml, values_gpu.yml, ms-values.yaml, agentic-serving.values.yaml
+_VALUES_NAME = re.compile(r"^(?:.*[._-])?values(?:[._-].*)?\.ya?ml$")
+
+
+def is_helm_values_name(path: str) -> bool:
+    """A file named as Helm values, outside a chart's ``templates/``: data, never a template.
+
+    Helm renders only ``templates/``; a ``{{ .Values.x }}`` written in a values file is
+    text the chart passes to ``tpl`` later
+    (https://helm.sh/docs/howto/charts_tips_and_tricks/#using-the-tpl-function), and the
+    file is still plain YAML, as llm-d-modelservice's examples/values-*.yaml write it.
+    """
+    parts = path.replace("\\", "/").split("/")
+    return "templates" not in parts[:-1] and bool(_VALUES_NAME.match(parts[-1].lower()))
 
 
 def is_kaito(text: str, name: str) -> bool:
@@ -82,6 +101,8 @@ def is_kaito(text: str, name: str) -> bool:
 def is_kubernetes(text: str, name: str) -> bool:
     if _K8S_HEAD.search(text) and _K8S_KIND.search(text):
         return True
+    if name in KUSTOMIZATION_NAMES:
+        return True  # apiVersion and kind are optional in a kustomization file
     return not name.endswith(".json") and bool(_CONTAINERS_KEY.search(text))
 
 
@@ -93,8 +114,28 @@ def is_skypilot(text: str, name: str) -> bool:
     return bool(_SKYPILOT_RUN.search(text) and _SKYPILOT_SECTION.search(text))
 
 
+# A GitHub Actions workflow: top-level `jobs:` and its trigger, `on:` (which YAML 1.1
+# readers may see as `true:`, so some files quote it).
+_WORKFLOW_JOBS = re.compile(r"^jobs:\s*$", re.MULTILINE)
+_WORKFLOW_ON = re.compile(r"^(?:on|\"on\"|'on'|true):", re.MULTILINE)
+
+
+def is_github_workflow(text: str, name: str) -> bool:
+    return bool(_WORKFLOW_JOBS.search(text) and _WORKFLOW_ON.search(text))
+
+
 def is_helm_values(text: str, name: str) -> bool:
     return bool(_HELM_VALUES.search(text))
+
+
+def may_start_vllm(text: str) -> bool:
+    """False only when ``text`` cannot start a vLLM server: it names neither vLLM nor an
+    image of the image table (whose entrypoint may be vLLM's). Scripts and workflows
+    that fail it are not worth lexing or parsing."""
+    from kvtool.releases.images import image_names
+
+    lowered = text.lower()
+    return "vllm" in lowered or any(name in lowered for name in image_names())
 
 
 def is_script_text(text: str, name: str) -> bool:

@@ -2,8 +2,9 @@
 
 A directory is walked in name order. Candidates are the names some reader of the
 registry looks at (:func:`kvtool.audit.inputs.registry.is_candidate`) and files without
-a suffix that start with a shebang. Hidden directories, dependency trees and whatever
-a ``.gitignore`` on the way down ignores are not entered. Every candidate is parsed:
+a suffix that start with a shebang. Hidden directories (but ``.github``, for its
+workflows), dependency trees and whatever a ``.gitignore`` on the way down ignores
+are not entered. Every candidate is parsed:
 none is passed over for not mentioning ``vllm serve``.
 """
 
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
 
 _Ignores = list[tuple[str, "pathspec.GitIgnoreSpec"]]  # (directory, its .gitignore)
 _SKIPPED_DIRS = frozenset({"node_modules", "__pycache__", "site-packages", "venv"})
+# Hidden directories that hold deployment files: CI workflows that start vLLM.
+_HIDDEN_READ = frozenset({".github"})
 _GITIGNORE = ".gitignore"
 
 
@@ -41,7 +44,7 @@ def candidate_paths(directory: Path) -> Iterator[str]:
         dirs[:] = sorted(
             d
             for d in dirs
-            if not d.startswith(".")
+            if (not d.startswith(".") or d in _HIDDEN_READ)
             and d not in _SKIPPED_DIRS
             and not _ignored(root, d, ignores, is_dir=True)
         )

@@ -55,7 +55,7 @@ def read(text: str, source: ReadSource) -> list[Invocation]:
             found.extend(_production_stack(spec, text, source, comments, notes))
         image = yaml_tree.get(document, "image")
         if isinstance(image, yaml.MappingNode) and yaml_tree.get(image, "command") is not None:
-            found.extend(_vllm_chart(image, text, source, comments, notes))
+            found.extend(_vllm_chart(document, image, text, source, comments, notes))
     return found
 
 
@@ -76,8 +76,8 @@ def _production_stack(
 ) -> list[Invocation]:
     file = source.file
     name = yaml_tree.scalar(yaml_tree.get(spec, "name")) or "?"
-    if yaml_tree.get(spec, "raySpec") is not None:
-        return []  # rendered as a RayCluster (ray-cluster.yaml), not this Deployment
+    if _truthy(yaml_tree.get_path(spec, "raySpec", "enabled")):
+        return _production_stack_ray(spec, text, source, comments, notes)
     here = yaml_tree.location(spec, file)
 
     def at(node: yaml.Node | None) -> Location:
@@ -203,7 +203,20 @@ def _positive(value: str) -> bool:
         return False
 
 
+def _vllm_chart_configs(document: yaml.Node, file: str | None) -> list[EnvAssignment]:
+    """``configs``: the chart's ConfigMap, given to the container by ``envFrom`` (so
+    ``image.env``, applied after it, wins) in vLLM's chart templates/configmap.yaml and
+    templates/deployment.yaml."""
+    return [
+        EnvAssignment(
+            name=key, value=yaml_tree.scalar(value), location=yaml_tree.location(key_node, file)
+        )
+        for key, key_node, value in yaml_tree.items(yaml_tree.get(document, "configs"))
+    ]
+
+
 def _vllm_chart(
+    document: yaml.Node,
     image: yaml.Node,
     text: str,
     source: ReadSource,
@@ -212,7 +225,7 @@ def _vllm_chart(
 ) -> list[Invocation]:
     file = source.file
     words = words_from_node(yaml_tree.get(image, "command"), text, file)
-    env = _env_list(yaml_tree.get(image, "env"), file)
+    env = _vllm_chart_configs(document, file) + _env_list(yaml_tree.get(image, "env"), file)
     label = "vLLM chart image.command"
     return _chart_invocations(words, text, source, env, image, label, comments, notes)
 
@@ -247,3 +260,93 @@ def _with_notes(invocation: Invocation, notes: tuple[str, ...]) -> Invocation:
     import msgspec
 
     return msgspec.structs.replace(invocation, notes=invocation.notes + notes)
+
+
+# vllmConfig key -> flag, as the RayCluster's start script writes them (hyphenated).
+_RAY_VALUE_FLAGS = (
+    ("maxModelLen", "--max-model-len"),
+    ("dtype", "--dtype"),
+    ("tensorParallelSize", "--tensor-parallel-size"),
+    ("pipelineParallelSize", "--pipeline-parallel-size"),
+    ("maxNumSeqs", "--max-num-seqs"),
+    ("gpuMemoryUtilization", "--gpu-memory-utilization"),
+    ("maxLoras", "--max-loras"),
+)
+
+
+def _production_stack_ray(
+    spec: yaml.Node,
+    text: str,
+    source: ReadSource,
+    comments: tuple[Suppression, ...],
+    notes: tuple[str, ...],
+) -> list[Invocation]:
+    """A modelSpec with ``raySpec.enabled``: the head of a RayCluster runs vLLM.
+
+    Mapped as the ``vllm-entrypoint.sh`` ConfigMap of vllm-project/production-stack
+    helm/templates/ray-cluster.yaml builds its ``ARGS``: ``vllm serve <modelURL> --host
+    0.0.0.0 --port 8000 --distributed-executor-backend ray``, then LoRA/tool flags, the
+    ``vllmConfig`` flags (prefix caching only when true; pipeline parallel too),
+    ``extraArgs``, ``--revision``, the LMCache ``--kv-transfer-config`` and the chat template.
+    """
+    file = source.file
+    name = yaml_tree.scalar(yaml_tree.get(spec, "name")) or "?"
+    here = yaml_tree.location(spec, file)
+
+    def flag(text_: str, node: yaml.Node | None) -> ArgvWord:
+        return ArgvWord(text_, yaml_tree.location(node, file) if node is not None else here)
+
+    url = yaml_tree.get(spec, "modelURL")
+    words = [flag("vllm", url), flag("serve", url)]
+    if url is not None:
+        words.append(_scalar_word(url, file))
+    for word in ("--host", "0.0.0.0", "--port", _PRODUCTION_STACK_PORT):
+        words.append(flag(word, url))
+    ray = yaml_tree.get_path(spec, "raySpec", "enabled")
+    words += [flag("--distributed-executor-backend", ray), flag("ray", ray)]
+    if _truthy(yaml_tree.get(spec, "enableLoRA")):
+        words.append(flag("--enable-lora", yaml_tree.get(spec, "enableLoRA")))
+    if _truthy(yaml_tree.get(spec, "enableTool")):
+        words.append(flag("--enable-auto-tool-choice", yaml_tree.get(spec, "enableTool")))
+    parser = yaml_tree.get(spec, "toolCallParser")
+    if parser is not None and yaml_tree.scalar(parser):
+        words += [flag("--tool-call-parser", parser), _scalar_word(parser, file)]
+    config = yaml_tree.get(spec, "vllmConfig")
+    if isinstance(config, yaml.MappingNode):
+        words += _ray_config_words(config, file, flag)
+    revision = yaml_tree.get(spec, "modelRevision")
+    if revision is not None and yaml_tree.scalar(revision):
+        words += [flag("--revision", revision), _scalar_word(revision, file)]
+    lmcache = yaml_tree.get(spec, "lmcacheConfig")
+    enabled = yaml_tree.get(lmcache, "enabled")
+    if _truthy(enabled):
+        v1 = yaml_tree.scalar(yaml_tree.get(config, "v1")) == "1"
+        name_ = "LMCacheConnectorV1" if v1 else "LMCacheConnector"
+        connector = json.dumps({"kv_connector": name_, "kv_role": "kv_both"})
+        words += [flag("--kv-transfer-config", enabled), flag(connector, enabled)]
+    template = yaml_tree.get(spec, "chatTemplate")
+    if template is not None and yaml_tree.scalar(template):
+        words += [flag("--chat-template", template), _scalar_word(template, file)]
+    env = _production_stack_env(spec, config, lmcache, file)
+    label = f"production-stack modelSpec {name} (RayCluster head)"
+    return _chart_invocations(words, text, source, env, spec, label, comments, notes)
+
+
+def _ray_config_words(
+    config: yaml.Node, file: str | None, flag: Callable[[str, yaml.Node | None], ArgvWord]
+) -> list[ArgvWord]:
+    words: list[ArgvWord] = []
+    chunked = yaml_tree.get(config, "enableChunkedPrefill")
+    if chunked is not None:
+        spelled = "--enable-chunked-prefill" if _truthy(chunked) else "--no-enable-chunked-prefill"
+        words.append(flag(spelled, chunked))
+    prefix = yaml_tree.get(config, "enablePrefixCaching")
+    if _truthy(prefix):
+        words.append(flag("--enable-prefix-caching", prefix))
+    for key, spelled in _RAY_VALUE_FLAGS:
+        node = yaml_tree.get(config, key)
+        if node is not None:
+            words += [flag(spelled, node), _scalar_word(node, file)]
+    for item in yaml_tree.sequence(yaml_tree.get(config, "extraArgs")):
+        words.append(_scalar_word(item, file))
+    return words

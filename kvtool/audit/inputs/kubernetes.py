@@ -20,9 +20,21 @@ from dataclasses import dataclass
 import msgspec
 import yaml
 
-from kvtool.audit.inputs import kaito, kustomize, ray_serve, vllm_runtime, yaml_tree
+from kvtool.audit.inputs import (
+    kaito,
+    kserve,
+    kserve_llm,
+    kustomize,
+    modelservice,
+    pod,
+    ray_serve,
+    vllm_runtime,
+    yaml_tree,
+)
+from kvtool.audit.inputs.configmap_files import mounted_files
 from kvtool.audit.inputs.container import (
     ArgvWord,
+    ConfiguredCommand,
     container_invocations,
     expand_k8s_vars,
     words_from_node,
@@ -36,29 +48,35 @@ from kvtool.audit.inputs.suppressions import (
     annotation_suppressions,
     yaml_comment_suppressions,
 )
-from kvtool.audit.model import EnvAssignment, Invocation, Location, Suppression
+from kvtool.audit.model import EnvAssignment, Invocation, Location, PodContainer, Suppression
 from kvtool.releases.images import serve_entrypoint
 
 _CONTAINER_LISTS = ("initContainers", "containers")
 # Keys on the way down to a PodSpec that say nothing about which pod it is.
 _PLAIN_KEYS = frozenset({"spec", "template", "podSpec", "podTemplate", "items", "jobTemplate"})
 _HELM_SOURCE = re.compile(r"^# Source: (\S+)", re.MULTILINE)
-# llm-d-modelservice: `modelCommand: vllmServe` renders `vllm serve MODEL` before the args
-# (llm-d-incubation/llm-d-modelservice charts/llm-d-modelservice/templates/_helpers.tpl).
-_MODEL_COMMANDS = {"vllmServe": ("vllm", "serve")}
 
 
 def read(text: str, source: ReadSource) -> list[Invocation]:
     comments = yaml_comment_suppressions(text, source.file)
     found: list[Invocation] = []
-    for document in yaml_tree.compose_documents(text, source.file):
+    documents = yaml_tree.compose_documents(text, source.file)
+    for document in documents:
         rendered_from = _helm_source(text, document)
         doc_notes = tuple(yaml_tree.duplicate_keys(document, source.file))
         if rendered_from:
             doc_notes += (f"rendered by Helm from {rendered_from}",)
         for invocation in _document(document, text, source, comments, rendered_from):
             found.append(msgspec.structs.replace(invocation, notes=invocation.notes + doc_notes))
+    if not found:
+        ray_serve.skip_user_code(documents, text, source.file)
     return found
+
+
+def _read_object(node: yaml.Node, text: str, source: ReadSource) -> list[Invocation]:
+    """One object of a file (a kustomize base, patched), read as :func:`read` reads it."""
+    comments = yaml_comment_suppressions(text, source.file)
+    return _document(node, text, source, comments, _helm_source(text, node))
 
 
 def configmaps_in(text: str, file: str | None) -> dict[str, dict[str, tuple[str, Location | None]]]:
@@ -118,9 +136,10 @@ def _document(
         if kind == "ConfigMap":
             found.extend(kaito.read_configmap(node, text, file, comments))
             continue
-        if kind == "Kustomization":
+        if kustomize.is_kustomization(node, kind, file):
             for patch in kustomize.inline_patches(node):
                 found.extend(kustomize.read_inline(patch, text, source, read))
+            found.extend(kustomize.read_json6902(node, text, source, _read_object))
             continue
         name = yaml_tree.scalar(yaml_tree.get_path(node, "metadata", "name")) or "?"
         first, last = node.start_mark.line + 1, node.end_mark.line + 1
@@ -129,14 +148,26 @@ def _document(
         if rendered_from:
             owner += f" (from {rendered_from})"
         object_annotations = _annotation_suppressions(node, file)
-        model = _model_name(node)
-        for item in _containers(node):
+        items = list(_containers(node))
+        pod_siblings = _pod_siblings(items, text, file)
+        for item in items:
             where = owner + (f" {item.role}" if item.role else "")
             suppressions = object_annotations + local
             if item.pod is not None:
                 suppressions = _annotation_suppressions(item.pod, file) + suppressions
-            invocations = _container(item.container, text, source, where, suppressions, model)
-            found.extend(attach_pod_resources(invocations, item.container, item.pod, file))
+            configured = kserve_llm.main_command(
+                node, kind, item.container, text, file
+            ) or modelservice.configured_command(node, item.container, item.pod, file)
+            invocations = [
+                msgspec.structs.replace(invocation, pod_containers=pod_siblings[id(item.container)])
+                for invocation in _container(
+                    item.container, text, source, where, suppressions, configured, item.pod
+                )
+            ]
+            invocations = attach_pod_resources(invocations, item.container, item.pod, file)
+            if kind in kserve_llm.KINDS and configured is not None:
+                invocations = kserve_llm.with_config_mounts(invocations)
+            found.extend(invocations)
         found.extend(_kubeai_model(node, kind, text, source, owner, local))
         if kind == "RayService":
             found.extend(ray_serve.read_serve_config(node, text, source, owner, local))
@@ -176,6 +207,20 @@ def _containers(root: yaml.Node) -> Iterator[_Found]:
         stack.extend(reversed(children))
 
 
+def _pod_siblings(
+    items: list[_Found], text: str, file: str | None
+) -> dict[int, tuple[PodContainer, ...]]:
+    """Each container's pod mates: containers under one pod template share its holder and
+    role (a values file's ``prefill``/``decode`` lists share the holder, not the role)."""
+    pods: dict[tuple[int, str], list[yaml.Node]] = {}
+    for item in items:
+        pods.setdefault((id(item.pod), item.role), []).append(item.container)
+    found: dict[int, tuple[PodContainer, ...]] = {}
+    for containers in pods.values():
+        found.update(pod.siblings(containers, text, file))
+    return found
+
+
 def _role(role: str, key: str) -> str:
     if key in _PLAIN_KEYS:
         return role
@@ -185,11 +230,6 @@ def _role(role: str, key: str) -> str:
 def _is_kserve_model(node: yaml.Node) -> bool:
     """KServe's ``predictor.model``: a container's fields plus ``modelFormat``."""
     return isinstance(node, yaml.MappingNode) and yaml_tree.get(node, "modelFormat") is not None
-
-
-def _model_name(root: yaml.Node) -> str | None:
-    """llm-d-modelservice values name the served model once, in ``modelArtifacts.name``."""
-    return yaml_tree.scalar(yaml_tree.get_path(root, "modelArtifacts", "name"))
 
 
 def _annotation_suppressions(node: yaml.Node, file: str | None) -> tuple[Suppression, ...]:
@@ -207,26 +247,33 @@ def _container(
     source: ReadSource,
     where: str,
     suppressions: tuple[Suppression, ...],
-    model: str | None,
+    configured: ConfiguredCommand | None = None,
+    pod: yaml.Node | None = None,
 ) -> list[Invocation]:
+    """``configured``: what a chart or operator runs when the container writes no
+    ``command`` (llm-d-modelservice's ``modelCommand``, KServe's LLMInferenceService
+    ``main``; see :mod:`.modelservice` and :mod:`.kserve_llm`)."""
     file = source.file
     name = yaml_tree.scalar(yaml_tree.get(container, "name")) or "?"
     image = _image(yaml_tree.get(container, "image"))
     env, notes = _env(container, source)
     command_node = yaml_tree.get(container, "command")
     words = words_from_node(command_node, text, file)
-    model_command = yaml_tree.scalar(yaml_tree.get(container, "modelCommand"))
-    if command_node is None and model_command in _MODEL_COMMANDS:
-        head = yaml_tree.get(container, "modelCommand")
-        location = yaml_tree.location(head, file) if head is not None else None
-        words = [ArgvWord(w, location) for w in _MODEL_COMMANDS[model_command]]
-        if model is not None:
-            words.append(ArgvWord(model, location))
+    if command_node is None and configured is not None:
+        words = list(configured.words)
+        env = tuple(e for e in env if e.name not in configured.consumed_env)
+        notes.extend(configured.notes)
     args = words_from_node(yaml_tree.get(container, "args"), text, file)
     words = expand_k8s_vars(words + args, env)
-    entrypoint_is_image = command_node is None and model_command not in _MODEL_COMMANDS
+    entrypoint_is_image = command_node is None and (
+        configured is None or configured.runs_image_entrypoint
+    )
     entrypoint: tuple[str, ...] | None = None
-    if entrypoint_is_image:
+    if entrypoint_is_image and kserve.runs_huggingface_server(container, image):
+        words = kserve.engine_argv(words, kserve.default_model_word(container, file)) or []
+        entrypoint = () if words else None
+        notes.append(kserve.IGNORED_NOTE)
+    elif entrypoint_is_image:
         entrypoint = _entrypoint(image, name, [w.text for w in words], notes)
     context = ShellContext(
         file=file,
@@ -236,6 +283,7 @@ def _container(
         image=image,
         label=f"{file or '<input>'}: {where} container {name}",
         suppressions=suppressions,
+        written=mounted_files(container, pod, source.configmaps),
     )
     found = container_invocations(words, text, context, image_entrypoint=entrypoint)
     return [msgspec.structs.replace(i, notes=i.notes + tuple(notes)) for i in found]

@@ -1,25 +1,51 @@
-"""Strategic-merge patches written inline in a ``kustomization.yaml``.
+"""Patches written in a ``kustomization.yaml``: strategic-merge and JSON 6902.
 
 ``patches: [{patch: |- ...}]`` and ``patchesStrategicMerge: [|- ...]`` carry whole
 manifests as strings (https://kubectl.docs.kubernetes.io/references/kustomize/
 kustomization/patches/; kubernetes-sigs/kustomize examples/inlinePatch.md). Each string
 is read as a manifest and every location is mapped back to the kustomization file.
-JSON 6902 patches (``- op: add``) name no container and are not read.
+
+JSON 6902 patches (``- op: add`` with a ``target``, inline or in a patch file, under
+``patches:`` or ``patchesJson6902:``; kubernetes-sigs/kustomize examples/jsonpatch.md)
+name no container: they are applied to the objects they target among the
+kustomization's ``resources`` (files and kustomization directories, read relative to
+it, as ``kustomize build`` does), and each patched object is read. A word the patch
+added is located in the patch, the others in the base.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
 import msgspec
 import yaml
 
-from kvtool.audit.inputs import yaml_tree
+from kvtool.audit.inputs import json_patch, yaml_tree
+from kvtool.audit.inputs.detect import KUSTOMIZATION_NAMES
 from kvtool.audit.inputs.positions import LineIndex, OffsetMap
 from kvtool.audit.inputs.source import ReadSource
 from kvtool.audit.model import Invocation, Location
+from kvtool.errors import KvtoolError
+from kvtool.fsio import read_input_text
 
 Reader = Callable[[str, ReadSource], list[Invocation]]
+# Reads one (patched) object of a file: (object node, the file's text, its source).
+ObjectReader = Callable[[yaml.Node, str, ReadSource], list[Invocation]]
+KUSTOMIZATION_FILES = (*KUSTOMIZATION_NAMES, "Kustomization")
+# How deep kustomization directories may refer to each other (kustomize refuses cycles).
+_MAX_DEPTH = 8
+
+
+def is_kustomization(node: yaml.Node, kind: str, file: str | None) -> bool:
+    """A Kustomization: by its kind, or by its file name (``apiVersion``/``kind`` are
+    optional in a kustomization file)."""
+    if kind == "Kustomization":
+        return True
+    return not kind and file is not None and os.path.basename(file) in KUSTOMIZATION_FILES
 
 
 def inline_patches(node: yaml.Node) -> list[yaml.ScalarNode]:
@@ -75,3 +101,174 @@ def read_inline(
             )
         )
     return found
+
+
+@dataclass
+class _Resource:
+    node: yaml.Node
+    text: str
+    file: str
+    patched: bool = False
+
+
+@dataclass(frozen=True)
+class _Json6902:
+    target: yaml.Node
+    operations: list[json_patch.Operation]
+    where: str  # the patch, for notes
+
+
+def read_json6902(
+    node: yaml.Node, text: str, source: ReadSource, read_object: ObjectReader
+) -> list[Invocation]:
+    """The invocations of the resources a Kustomization's JSON 6902 patches target,
+    patched; nothing when it has no such patch or its resources cannot be found."""
+    if source.base_dir is None:
+        return []
+    here = str(source.base_dir)
+    patches = list(_json6902_patches(node, text, source.file, here))
+    if not patches:
+        return []
+    notes: list[str] = []
+    resources = list(_resources(node, here, 0, notes))
+    for patch in patches:
+        targets = [r for r in resources if _targets(patch.target, r.node)]
+        if not targets:
+            notes.append(f"{patch.where}: its target is not among the resources read")
+        for resource in targets:
+            for operation in patch.operations:
+                problem = json_patch.apply(resource.node, operation)
+                if problem is not None:
+                    notes.append(f"{patch.where}: {problem}")
+            resource.patched = True
+    overlay = f" (kustomize overlay {source.file or '<input>'})"
+    found: list[Invocation] = []
+    for resource in resources:
+        if not resource.patched:
+            continue
+        base = ReadSource(resource.file, Path(os.path.dirname(resource.file)), source.configmaps)
+        for invocation in read_object(resource.node, resource.text, base):
+            found.append(
+                msgspec.structs.replace(
+                    invocation,
+                    label=invocation.label + overlay,
+                    notes=invocation.notes + tuple(notes),
+                )
+            )
+    return found
+
+
+def _json6902_patches(
+    node: yaml.Node, text: str, file: str | None, here: str
+) -> Iterator[_Json6902]:
+    items = yaml_tree.sequence(yaml_tree.get(node, "patches"))
+    items += yaml_tree.sequence(yaml_tree.get(node, "patchesJson6902"))
+    for item in items:
+        target = yaml_tree.get(item, "target")
+        if target is None:
+            continue
+        inline = yaml_tree.get(item, "patch")
+        path = yaml_tree.scalar(yaml_tree.get(item, "path"))
+        if isinstance(inline, yaml.ScalarNode):
+            inner = str(inline.value)
+            start, end = yaml_tree.scalar_source_span(inline, text)
+            embedded = json_patch.Embedded(inner, text, start, end)
+            found = _operations(inner, file, embedded)
+            where = yaml_tree.where(inline, file)
+        elif path is not None:
+            patch_file = os.path.normpath(os.path.join(here, path))
+            try:
+                found = _operations(read_input_text(patch_file), patch_file, None)
+            except KvtoolError:
+                found = None
+            where = patch_file
+        else:
+            continue
+        if found is not None:
+            yield _Json6902(target, found, where)
+
+
+def _operations(
+    text: str, file: str | None, embedded: json_patch.Embedded | None
+) -> list[json_patch.Operation] | None:
+    try:
+        documents = yaml_tree.compose_documents(text, file)
+    except KvtoolError:
+        return None
+    found = json_patch.operations(documents[0]) if documents else None
+    if found is not None:
+        json_patch.graft(documents[0], file, embedded)
+    return found
+
+
+def _resources(node: yaml.Node, here: str, depth: int, notes: list[str]) -> Iterator[_Resource]:
+    """The objects of a Kustomization's ``resources`` (and legacy ``bases``), in order."""
+    entries = yaml_tree.sequence(yaml_tree.get(node, "resources"))
+    entries += yaml_tree.sequence(yaml_tree.get(node, "bases"))
+    for entry in entries:
+        name = yaml_tree.scalar(entry)
+        if name is None or "://" in name or name.startswith(("github.com/", "git@")):
+            continue  # a remote base: not on this machine
+        path = os.path.normpath(os.path.join(here, name))
+        if os.path.isdir(path):
+            yield from _directory(path, depth, notes)
+            continue
+        try:
+            text = read_input_text(path)
+            documents = yaml_tree.compose_documents(text, path)
+        except KvtoolError as error:
+            notes.append(f"resource {name}: {error}")
+            continue
+        for document in documents:
+            for obj in _objects(document):
+                yield _Resource(obj, text, path)
+
+
+def _directory(path: str, depth: int, notes: list[str]) -> Iterator[_Resource]:
+    if depth >= _MAX_DEPTH:
+        notes.append(f"{path}: kustomizations nested too deeply; not read")
+        return
+    for name in KUSTOMIZATION_FILES:
+        kustomization = os.path.join(path, name)
+        if os.path.isfile(kustomization):
+            try:
+                documents = yaml_tree.compose_documents(
+                    read_input_text(kustomization), kustomization
+                )
+            except KvtoolError as error:
+                notes.append(str(error))
+                return
+            for document in documents:
+                yield from _resources(document, path, depth + 1, notes)
+            return
+
+
+def _objects(document: yaml.Node) -> Iterator[yaml.Node]:
+    yield document
+    if yaml_tree.scalar(yaml_tree.get(document, "kind")) == "List":
+        for item in yaml_tree.sequence(yaml_tree.get(document, "items")):
+            yield from _objects(item)
+
+
+def _targets(target: yaml.Node, obj: yaml.Node) -> bool:
+    """Whether a patch ``target`` (kind, name, group, version) selects ``obj``; the
+    name is a regular expression, as kustomize's ``patches`` reads it."""
+    kind = yaml_tree.scalar(yaml_tree.get(target, "kind"))
+    name = yaml_tree.scalar(yaml_tree.get(target, "name"))
+    group = yaml_tree.scalar(yaml_tree.get(target, "group"))
+    version = yaml_tree.scalar(yaml_tree.get(target, "version"))
+    api = yaml_tree.scalar(yaml_tree.get(obj, "apiVersion")) or ""
+    obj_group, _, obj_version = api.rpartition("/")
+    obj_name = yaml_tree.scalar(yaml_tree.get_path(obj, "metadata", "name")) or ""
+    if kind is not None and kind != yaml_tree.scalar(yaml_tree.get(obj, "kind")):
+        return False
+    if (group is not None and group != obj_group) or (
+        version is not None and version != obj_version
+    ):
+        return False
+    if name is None:
+        return True
+    try:
+        return re.fullmatch(name, obj_name) is not None
+    except re.error:
+        return name == obj_name

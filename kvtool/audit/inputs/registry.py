@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from importlib import import_module
 
 from kvtool.audit.inputs import detect
@@ -28,12 +29,26 @@ class InputReader:
     detect: Detector  # (text, lower-cased base name) -> is it this kind?
     module: str  # kvtool.audit.inputs.<module> holds ``read(text, source)``
     suffixes: tuple[str, ...] = ()  # names a directory walk looks at for this kind
+    # A cheap test the text must pass for the reader to find anything (None: no such
+    # test); a file of this kind that fails it is skipped without being read.
+    prefilter: Callable[[str], bool] | None = None
 
     def read(self, text: str, source: ReadSource) -> list[Invocation]:
-        reader: Callable[[str, ReadSource], list[Invocation]] = import_module(
-            f"kvtool.audit.inputs.{self.module}"
-        ).read
-        return reader(text, source)
+        if not self.may_find(text):
+            return []
+        return _reader_function(self.module)(text, source)
+
+    def may_find(self, text: str) -> bool:
+        return self.prefilter is None or self.prefilter(text)
+
+
+@cache
+def _reader_function(module: str) -> Callable[[str, ReadSource], list[Invocation]]:
+    """A reader module's ``read``, imported once (a directory walk reads thousands)."""
+    reader: Callable[[str, ReadSource], list[Invocation]] = import_module(
+        f"kvtool.audit.inputs.{module}"
+    ).read
+    return reader
 
 
 _DOCUMENTS = (*detect.YAML_SUFFIXES, ".json")
@@ -46,6 +61,7 @@ READERS: tuple[InputReader, ...] = (
         detect.is_shell,
         "shell",
         detect.SHELL_SUFFIXES,
+        detect.may_start_vllm,
     ),
     InputReader(
         "dockerfile",
@@ -53,6 +69,14 @@ READERS: tuple[InputReader, ...] = (
         detect.is_dockerfile,
         "dockerfile",
         (".dockerfile", ".containerfile"),  # and the names of detect.is_dockerfile_name
+    ),
+    InputReader(
+        "github-actions",
+        "GitHub Actions workflows: run: steps (vllm serve, python -m vllm..., docker run), env:",
+        detect.is_github_workflow,
+        "github_actions",
+        _DOCUMENTS,
+        detect.may_start_vllm,
     ),
     InputReader(
         "kaito",
@@ -70,7 +94,9 @@ READERS: tuple[InputReader, ...] = (
     ),
     InputReader(
         "kubernetes",
-        "Kubernetes objects of any kind: every container of every PodSpec, custom resources too",
+        "Kubernetes objects of any kind: every container of every PodSpec, custom resources "
+        "too; KServe's Hugging Face runtime args; Ray Serve apps; kustomize patches (JSON "
+        "6902 ones applied to the base they target)",
         lambda text, name: detect.is_json_manifest(text, name) or detect.is_kubernetes(text, name),
         "kubernetes",
         _DOCUMENTS,

@@ -15,7 +15,7 @@ from typing import Literal
 
 import msgspec
 
-from kvtool.audit.inputs.command_line import ServeMatch, find_serve
+from kvtool.audit.inputs.command_line import ServeMatch, find_serve, serve_arguments
 from kvtool.audit.inputs.container_resources import docker_run_resources
 from kvtool.audit.inputs.positions import LineIndex, OffsetMap
 from kvtool.audit.inputs.shell_lexer import Command, Comment, LexError, Word, lex
@@ -52,18 +52,7 @@ class ShellContext(msgspec.Struct, frozen=True):
 
 
 def read(text: str, source: ReadSource) -> list[Invocation]:
-    if not may_start_vllm(text):
-        return []  # most scripts of a repository: not worth lexing
     return read_shell_file(text, source.file, source.base_dir)
-
-
-def may_start_vllm(text: str) -> bool:
-    """False only when ``text`` cannot start a vLLM server: it names neither vLLM nor an
-    image of the image table (whose entrypoint may be vLLM's)."""
-    from kvtool.releases.images import image_names
-
-    lowered = text.lower()
-    return "vllm" in lowered or any(name in lowered for name in image_names())
 
 
 def read_shell_file(text: str, file: str | None, base_dir: Path | None) -> list[Invocation]:
@@ -99,7 +88,7 @@ def heredoc_files(text: str, file: str | None) -> dict[str, WrittenFile]:
 def read_script(text: str, locate: Locate, context: ShellContext) -> list[Invocation]:
     """Every vLLM server start in ``text``; ``locate(start, end)`` turns offsets into Locations."""
     try:
-        lexed = lex(text)
+        lexed = lex(text, _inherited_variables(context))
     except LexError as error:
         where = locate(error.offset, error.offset)
         raise KvtoolError(
@@ -118,6 +107,15 @@ def read_script(text: str, locate: Locate, context: ShellContext) -> list[Invoca
             continue
         found.append(_invocation(command, match, locate, context, comments))
     return found
+
+
+def _inherited_variables(context: ShellContext) -> dict[str, str]:
+    """The environment the script starts with, known values only: a container's ``env``
+    for its ``sh -c``, a SkyPilot task's ``envs``. Compose substitutes ``$VAR`` in its
+    file from the host's environment before any shell runs, so its services give none."""
+    if context.kind == "compose":
+        return {}
+    return {e.name: e.value for e in context.env if e.value is not None and not e.conditional}
 
 
 def _nested(outer: str, script: Word, locate: Locate, context: ShellContext) -> list[Invocation]:
@@ -143,9 +141,10 @@ def _invocation(
     context: ShellContext,
     comments: list[Comment],
 ) -> Invocation:
+    served = [command.words[i] for i in serve_arguments([w.text for w in command.words], match)]
     tokens = tuple(
         SourceToken(text=w.text, location=locate(w.start, w.end), conditional=w.conditional)
-        for w in command.words[match.args_start :]
+        for w in served
         if not (w.dynamic and w.text in _PASS_THROUGH)
     )
     env = list(context.env)

@@ -35,7 +35,7 @@ def read(text: str, source: ReadSource) -> list[Invocation]:
         def locate(begin: int, finish: int, mapping: OffsetMap = mapping) -> Location:
             return index.location(mapping.to_source(begin), mapping.to_source(finish))
 
-        env = tuple(
+        env = _runtime_env(document, file) + tuple(
             EnvAssignment(
                 name=name,
                 value=yaml_tree.scalar(value),
@@ -54,3 +54,41 @@ def read(text: str, source: ReadSource) -> list[Invocation]:
         )
         found.extend(read_script(script, locate, context))
     return found
+
+
+def _runtime_env(document: yaml.Node, file: str | None) -> tuple[EnvAssignment, ...]:
+    """What SkyPilot sets for ``run:`` that the task decides: ``SKYPILOT_NUM_NODES`` from
+    ``num_nodes`` (default 1) and ``SKYPILOT_NUM_GPUS_PER_NODE`` from
+    ``resources.accelerators`` (``H100:8``, ``{H100: 8}``; a list of candidates only when
+    they agree) (https://docs.skypilot.co/en/latest/running-jobs/environment-variables.html).
+    """
+    found: list[EnvAssignment] = []
+    nodes = yaml_tree.get(document, "num_nodes")
+    found.append(
+        EnvAssignment(
+            name="SKYPILOT_NUM_NODES",
+            value=yaml_tree.scalar(nodes) if nodes is not None else "1",
+            location=yaml_tree.location(nodes, file) if nodes is not None else None,
+        )
+    )
+    accelerators = yaml_tree.get_path(document, "resources", "accelerators")
+    counts = _gpu_counts(accelerators)
+    if accelerators is not None and len(counts) == 1:
+        (count,) = counts
+        location = yaml_tree.location(accelerators, file)
+        gpus = EnvAssignment(name="SKYPILOT_NUM_GPUS_PER_NODE", value=count, location=location)
+        found.append(gpus)
+    return tuple(found)
+
+
+def _gpu_counts(node: yaml.Node | None) -> set[str]:
+    """The per-node GPU counts ``accelerators`` allows (``name`` alone is one)."""
+    if isinstance(node, yaml.MappingNode):
+        return {yaml_tree.scalar(value) or "1" for _, _, value in yaml_tree.items(node)}
+    if isinstance(node, yaml.SequenceNode):
+        return set().union(*(_gpu_counts(item) for item in node.value)) if node.value else set()
+    text = yaml_tree.scalar(node)
+    if not text:
+        return set()
+    candidates = [c.strip() for c in text.strip("{}[]").split(",")] if "," in text else [text]
+    return {c.partition(":")[2].strip() or "1" for c in candidates}

@@ -72,7 +72,13 @@ def _where(file: str | None, mark: yaml.Mark | None) -> str:
     return f"{file or '<input>'}:{mark.line + 1}:{mark.column + 1}"
 
 
+# A node grafted into another file's tree (a kustomize JSON patch's value) carries the
+# name of the file it was written in under this attribute; its marks are in that file.
+ORIGIN_FILE = "kvtool_origin_file"
+
+
 def location(node: yaml.Node, file: str | None) -> Location:
+    file = getattr(node, ORIGIN_FILE, file)
     start, end = node.start_mark, node.end_mark
     same_line = end is not None and end.line == start.line
     return Location(

@@ -43,9 +43,35 @@ class HmaOutcome(msgspec.Struct, frozen=True):
     """Whether HMA ends up on, and why, for the effective connector at the target release."""
 
     on: bool
-    # "flag", "forced-on", "transfer-config", "non-hma-connector", "no-connector" or "supported"
+    # "flag", "forced-on", "transfer-config", "non-hma-connector", "no-connector",
+    # "supported", or "unresolved-class": the decision rests on a class loaded by
+    # kv_connector_module_path, which the audit cannot see (``on`` is then a guess: True,
+    # so no rule reports HMA off).
     reason: str
     non_hma: tuple[str, ...]
+    unresolved: tuple[str, ...] = ()  # the external classes the decision rests on
+
+    @property
+    def decided(self) -> bool:
+        return self.reason != "unresolved-class"
+
+
+MULTI_CONNECTOR = "MultiConnector"
+
+
+def _unresolved(ctx: RuleContext, non_hma: tuple[str, ...]) -> tuple[str, ...]:
+    """External classes vLLM's per-connector HMA check would ask about, when their answer
+    decides it (vllm v0.32.0 KVConnectorFactory.supports_hma_config: a connector named
+    ``MultiConnector`` is judged by its children, all of which must support HMA; any other
+    name by its own class)."""
+    external = ctx.external_connectors
+    conn = ctx.connector
+    if not external or conn is None:
+        return ()
+    if conn.name != MULTI_CONNECTOR:
+        return (conn.name,) if conn.name in external else ()
+    # A registered child without SupportsHMA already turns HMA off, whatever the others say.
+    return () if non_hma else external
 
 
 def hma_outcome(ctx: RuleContext, *, ignore_flag: bool = False) -> HmaOutcome:
@@ -66,7 +92,10 @@ def hma_outcome(ctx: RuleContext, *, ignore_flag: bool = False) -> HmaOutcome:
         return HmaOutcome(False, "transfer-config", non_hma)
     if flag is True:
         return HmaOutcome(False, "flag", non_hma)
+    unresolved = _unresolved(ctx, non_hma)
     if flag is False:
+        if unresolved:  # whether the factory refuses the class is the class's business
+            return HmaOutcome(True, "unresolved-class", non_hma, unresolved)
         return HmaOutcome(True, "forced-on", non_hma)
     if conn is None:
         return HmaOutcome(True, "no-connector", non_hma)
@@ -76,6 +105,8 @@ def hma_outcome(ctx: RuleContext, *, ignore_flag: bool = False) -> HmaOutcome:
             return HmaOutcome(False, "transfer-config", non_hma)
         # --kv-offloading-* became a connector after the HMA decision: HMA stayed on.
         return HmaOutcome(True, "forced-on", non_hma)
+    if unresolved:
+        return HmaOutcome(True, "unresolved-class", non_hma, unresolved)
     if non_hma:
         return HmaOutcome(False, "non-hma-connector", non_hma)
     return HmaOutcome(True, "supported", non_hma)
@@ -396,6 +427,70 @@ class NonHmaConnectorDisablesHma(ConfigRule):
             flag=KV_TRANSFER_CONFIG,
             location=ctx.connector_location,
             connectors=list(outcome.non_hma),
+        )
+
+
+@register
+class ExternalConnectorHmaUnknown(ConfigRule):
+    """Notes that the HMA checks could not run: the decision rests on a connector class
+    loaded by `kv_connector_module_path`.
+
+    What
+    ----
+    The release decides HMA per connector (0.22.0 on), the flag does not decide it, and
+    the class vLLM asks is one the audit cannot see: `--kv-transfer-config` loads its
+    connector from `kv_connector_module_path` (a MultiConnector subclass, a private
+    connector), or a MultiConnector child does and every registered child supports HMA.
+
+    Why
+    ---
+    vLLM 0.32.0 asks a connector named `MultiConnector` about its children and any other
+    name about its own class: a subclass of MultiConnector inherits `SupportsHMA`, so HMA
+    stays on and MultiConnector's own start-up assertion then requires every child to
+    support HMA. Whether HMA ends up on, and whether the hybrid-model (CN011), forced-HMA
+    (CN012) and auto-disable (CN013) checks apply, depends on that class; the audit reports
+    none of them rather than guess.
+
+    Example
+    -------
+    `{"kv_connector": "TieredMultiConnector", "kv_connector_module_path": "acme.kv",
+    "kv_connector_extra_config": {"connectors": [...]}}` on 0.32.0.
+
+    Fix
+    ---
+    Nothing to fix in the config; check that the class subclasses `SupportsHMA` (or set
+    `--disable-hybrid-kv-cache-manager`) when the model is hybrid.
+
+    Releases
+    --------
+    Releases whose `hma.mode` is `per_connector` in the release tables (0.22.0 on).
+    """
+
+    code = "CN014"
+    name = "external-connector-hma-unknown"
+    default_severity = Severity.info
+    summary = "HMA checks skipped: the decision rests on a class loaded by kv_connector_module_path"
+    references = (
+        CONNECTOR_FACTORY_032,
+        vllm_source(
+            "0.32.0", "vllm/distributed/kv_transfer/kv_connector/v1/multi_connector.py",
+            "MultiConnector at 0.32.0: all_children_support_hma and the start-up assertion",
+        ),
+    )
+    since = "0.2.0"
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        outcome = hma_outcome(ctx)
+        if outcome.decided:
+            return
+        classes = ", ".join(f"`{name}`" for name in outcome.unresolved)
+        yield self.finding(
+            f"vLLM {ctx.version} decides HMA from {classes}, loaded by "
+            "kv_connector_module_path; the audit cannot see that class, so the HMA checks "
+            "(CN011, CN012, CN013) did not run.",
+            flag=f"{KV_TRANSFER_CONFIG}.kv_connector_module_path",
+            location=ctx.connector_location,
+            connectors=list(outcome.unresolved),
         )
 
 

@@ -1,11 +1,14 @@
-"""CN050: the engines of a prefill/decode pair defined in one input file must agree."""
+"""CN050-CN051: the parts of a prefill/decode deployment must agree: the engines of a pair
+defined in one input file, and a routing sidecar with the engine in its pod."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+import msgspec
+
 from kvtool.audit.context import KV_TRANSFER_CONFIG, RuleContext
-from kvtool.audit.model import Finding, Severity
+from kvtool.audit.model import Finding, Location, PodContainer, Severity
 from kvtool.audit.references import Reference, vllm_source
 from kvtool.audit.registry import ConfigRule, register
 
@@ -96,3 +99,130 @@ class DisaggregatedPairInconsistent(ConfigRule):
                 flag=KV_TRANSFER_CONFIG,
                 location=ctx.connector_location,
             )
+
+
+# llm-d's P/D routing sidecar: the llm-d-routing-sidecar repository, then `pd-sidecar` in
+# llm-d-inference-scheduler (image llm-d-routing-sidecar), then llm-d-router's
+# llm-d-router-disagg-sidecar. Recognised by image or by the binary a command runs.
+SIDECAR_PROGRAMS = frozenset(
+    {"llm-d-routing-sidecar", "pd-sidecar", "llm-d-router-disagg-sidecar"}
+)
+# `-connector` (llm-d-routing-sidecar, pd-sidecar) became `-kv-connector`; both default to
+# nixlv2. Go's flag package takes one or two dashes, `=value` or the next word.
+SIDECAR_CONNECTOR_FLAGS = ("connector", "kv-connector")
+SIDECAR_DEFAULT_CONNECTOR = "nixlv2"
+NIXL_PROTOCOLS = frozenset({"nixl", "nixlv2"})
+NIXL_CONNECTOR = "NixlConnector"
+_SIDECAR_MAIN = (
+    "https://github.com/llm-d/llm-d-inference-scheduler/blob/"
+    "10df70b25e8339f5dc31bb97483ed63773c49750/cmd/pd-sidecar/main.go"
+)
+_SIDECAR_NIXLV2 = (
+    "https://github.com/llm-d/llm-d-inference-scheduler/blob/"
+    "05399b3df7c213f21a28cc7631b6f2382ed56da6/pkg/sidecar/proxy/connector_nixlv2.go"
+)
+
+
+class SidecarProtocol(msgspec.Struct, frozen=True):
+    """The P/D protocol a routing sidecar speaks, and where it was chosen."""
+
+    container: PodContainer
+    protocol: str
+    location: Location | None
+
+
+def _program(word: str) -> str:
+    """``ghcr.io/llm-d/llm-d-routing-sidecar:v0.3.0`` or ``/app/pd-sidecar`` -> the name."""
+    return word.split("@", 1)[0].rsplit("/", 1)[-1].split(":", 1)[0]
+
+
+def routing_sidecar(container: PodContainer) -> SidecarProtocol | None:
+    """The protocol ``container`` speaks when it is llm-d's routing sidecar, else None."""
+    first = container.argv[0].text if container.argv else ""
+    if _program(container.image or "") not in SIDECAR_PROGRAMS and _program(first) not in (
+        SIDECAR_PROGRAMS
+    ):
+        return None
+    words = container.argv
+    for index, token in enumerate(words):
+        name, eq, value = token.text.lstrip("-").partition("=")
+        if not token.text.startswith("-") or name not in SIDECAR_CONNECTOR_FLAGS:
+            continue
+        if not eq and index + 1 < len(words):
+            value = words[index + 1].text
+        return SidecarProtocol(container, value, token.location)
+    return SidecarProtocol(container, SIDECAR_DEFAULT_CONNECTOR, container.location)
+
+
+@register
+class RoutingSidecarWithoutNixl(ConfigRule):
+    """Reports a routing sidecar that speaks NIXL next to an engine without NixlConnector.
+
+    What
+    ----
+    The engine's pod also runs llm-d's P/D routing sidecar (`llm-d-routing-sidecar`,
+    `pd-sidecar`, `llm-d-router-disagg-sidecar`) with `--connector` / `--kv-connector`
+    `nixlv2` or `nixl` (the sidecar's default when neither is given), and the engine loads
+    no `NixlConnector` (alone or as a MultiConnector child).
+
+    Why
+    ---
+    The sidecar sends the prompt to a prefill pod with `kv_transfer_params`
+    (`do_remote_decode`), then hands this engine the prefill's `kv_transfer_params` so that
+    NixlConnector pulls the KV blocks. Without NixlConnector nothing reads them: every
+    request is prefilled twice, and the prefill pod holds the blocks it was asked to keep
+    for a remote reader until its abort timeout.
+
+    Example
+    -------
+    A decode Deployment with an init container `llm-d-routing-sidecar` (`--connector=nixlv2`,
+    `restartPolicy: Always`) and `vllm serve` with `--kv-offloading-backend native` only.
+
+    Fix
+    ---
+    Give the engine `{"kv_connector":"NixlConnector","kv_role":"kv_both"}` (or a
+    MultiConnector with a NixlConnector child), or run the sidecar with the connector the
+    engines share (`lmcache`, `shared-storage`).
+
+    Releases
+    --------
+    Every release. Engines whose connector is loaded by `kv_connector_module_path` are not
+    checked.
+    """
+
+    code = "CN051"
+    name = "routing-sidecar-without-nixl"
+    default_severity = Severity.error
+    summary = "routing sidecar speaks NIXL but the engine in its pod loads no NixlConnector"
+    references = (
+        Reference(_SIDECAR_MAIN, "llm-d pd-sidecar flags: --kv-connector, default nixlv2"),
+        Reference(_SIDECAR_NIXLV2, "llm-d pd-sidecar NIXL v2 protocol: kv_transfer_params"),
+        Reference(
+            "https://github.com/llm-d/llm-d-routing-sidecar",
+            "llm-d-routing-sidecar: decode vLLM with NixlConnector behind -connector=nixlv2",
+        ),
+    )
+    since = "0.2.0"
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        if NIXL_CONNECTOR in ctx.connector_names or ctx.external_connectors:
+            return
+        for container in ctx.config.invocation.pod_containers:
+            sidecar = routing_sidecar(container)
+            if sidecar is None or sidecar.protocol not in NIXL_PROTOCOLS:
+                continue
+            has = (
+                f"loads `{', '.join(ctx.connector_names)}`"
+                if ctx.connector_names
+                else "has no KV connector"
+            )
+            yield self.finding(
+                f"Routing sidecar `{container.name}` in this pod speaks `{sidecar.protocol}` "
+                f"(NIXL) but this engine {has}: the KV the prefill pod computed is never "
+                "read here, so every prompt is prefilled twice.",
+                flag=KV_TRANSFER_CONFIG,
+                location=ctx.connector_location or sidecar.location,
+                sidecar=container.name,
+                protocol=sidecar.protocol,
+            )
+            return

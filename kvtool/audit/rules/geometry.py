@@ -9,11 +9,12 @@ pinned ``--block-size``, LMCache's chunk size and short prompts meet there.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterable
 
 from kvtool.audit.context import RuleContext
 from kvtool.audit.kv_layout import BLOCK_SIZE, KvLayout, kv_layout, pinned_block_size
-from kvtool.audit.model import Finding, Fix, Location, Severity
+from kvtool.audit.model import Finding, Fix, Location, Severity, SourceToken
 from kvtool.audit.references import lmcache_issue, lmcache_source, vllm_issue, vllm_pr, vllm_source
 from kvtool.audit.registry import ConfigRule, register
 from kvtool.audit.rules._mp_server import (
@@ -118,6 +119,19 @@ def _chunk(value: str | None) -> int | None:
     return int(value) if value is not None and value.isdigit() and int(value) > 0 else None
 
 
+def _split_words(argv: tuple[SourceToken, ...]) -> list[tuple[str, Location | None]]:
+    """A container's words, a ``sh -c`` script split like a shell line (kept whole when it
+    does not split), each with the location of the word it came from."""
+    words: list[tuple[str, Location | None]] = []
+    for token in argv:
+        try:
+            parts = shlex.split(token.text) if " " in token.text else [token.text]
+        except ValueError:
+            parts = [token.text]
+        words.extend((part, token.location) for part in parts)
+    return words
+
+
 def _written_chunk(ctx: RuleContext) -> tuple[int, str, Location | None] | None:
     """The LMCache server's ``--chunk-size`` where the input shows it: the server the MP
     connector auto-starts (``server_args``, read only with ``lmcache.mp.autostart``), else
@@ -127,20 +141,20 @@ def _written_chunk(ctx: RuleContext) -> tuple[int, str, Location | None] | None:
         if chunk is not None:
             source = f"`{SERVER_ARGS}` sets `{CHUNK_SIZE_OPTION} {chunk}`"
             return chunk, source, ctx.connector_location
-    resources = ctx.config.invocation.resources
-    for sidecar in resources.sidecars if resources is not None else ():
-        if not any("lmcache" in word.lower() for word in sidecar.words):
+    for container in ctx.config.invocation.pod_containers:
+        words = _split_words(container.argv)
+        if not any("lmcache" in text.lower() for text, _ in words):
             continue
-        for index, word in enumerate(sidecar.words):
+        for index, (word, location) in enumerate(words):
             option, has_value, value = word.partition("=")
             if option != CHUNK_SIZE_OPTION:
                 continue
-            if not has_value and index + 1 < len(sidecar.words):
-                value = sidecar.words[index + 1]
+            if not has_value and index + 1 < len(words):
+                value = words[index + 1][0]
             chunk = _chunk(value)
             if chunk is not None:
-                source = f"the pod's LMCache container {sidecar.name} runs `{option} {chunk}`"
-                return chunk, source, sidecar.location
+                source = f"the pod's LMCache container {container.name} runs `{option} {chunk}`"
+                return chunk, source, location or container.location
     return None
 
 

@@ -605,12 +605,14 @@ class DeprecatedEnvVar(ConfigRule):
 
 
 def _configured_connectors(ctx: RuleContext) -> list[str]:
-    """Connector names written in ``--kv-transfer-config`` (MultiConnector children included)."""
+    """Registered connector names written in ``--kv-transfer-config`` (MultiConnector
+    children included; a child loaded by its own ``kv_connector_module_path`` is not)."""
     name = ctx.kv_transfer_config.get("kv_connector")
     names = [name] if isinstance(name, str) and name else []
     conn = ctx.connector
     if conn is not None and conn.via == "kv-transfer-config":
-        names.extend(conn.children)
+        external = set(ctx.external_connectors)
+        names.extend(child for child in conn.children if child not in external)
     return names
 
 
@@ -641,8 +643,8 @@ class UnknownConnector(ConfigRule):
 
     Fix
     ---
-    Use the suggested name, or a release that has the connector. Configs that load an
-    external class with `kv_connector_module_path` are not checked.
+    Use the suggested name, or a release that has the connector. Connectors (or
+    MultiConnector children) loaded with `kv_connector_module_path` are not checked.
 
     Releases
     --------

@@ -284,8 +284,9 @@ spec:
           args: ["lmcache server --l1-size-gb 60 --chunk-size 1088"]
 """
     (invocation,) = read_text(text, "deploy.yaml")
-    assert invocation.resources is not None
-    (sidecar,) = invocation.resources.sidecars
+    (sidecar,) = invocation.pod_containers
     assert sidecar.name == "lmcache" and sidecar.location is not None
     assert sidecar.location.line == _line(text, "name: lmcache")
-    assert sidecar.words[-4:] == ("--l1-size-gb", "60", "--chunk-size", "1088")
+    script = sidecar.argv[-1]
+    assert script.text == "lmcache server --l1-size-gb 60 --chunk-size 1088"
+    assert script.location is not None and script.location.line == _line(text, "args:")

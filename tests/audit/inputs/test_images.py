@@ -11,6 +11,9 @@ from kvtool.releases.images import image_rows, serve_entrypoint, vllm_version_of
 def test_every_row_cites_a_public_source() -> None:
     for row in image_rows():
         assert row.source.startswith("https://"), row.repository
+        for bundle in row.bundles:
+            assert bundle.source.startswith("https://"), (row.repository, bundle.vllm)
+            assert row.tag == "product", "only a product's own tags need a bundle row"
 
 
 @pytest.mark.parametrize(
@@ -27,6 +30,13 @@ def test_every_row_cites_a_public_source() -> None:
         ("aibrix/vllm-openai:aibrix-kvcache-v0.8.5-20250520", "0.8.5"),
         ("aibrix/vllm-openai:v0.7.3.self.post1", "0.7.3"),
         ("redis:7.2.4", None),
+        # A product tag names vLLM only through a cited bundle row (NVIDIA's release
+        # notes, KAITO's kaito-base tag history); a tag no row covers names none.
+        ("nvcr.io/nvidia/vllm:26.01-py3", "0.11.1"),
+        ("nvcr.io/nvidia/vllm:26.02-py3", None),
+        ("mcr.microsoft.com/aks/kaito/kaito-base:0.4.2", "0.22.1"),
+        ("mcr.microsoft.com/aks/kaito/kaito-base:0.2.1", "0.12.0"),
+        ("mcr.microsoft.com/aks/kaito/kaito-base:0.0.1", None),
     ],
 )
 def test_version_of_an_image_tag(image: str, version: str | None) -> None:
@@ -40,6 +50,9 @@ def test_entrypoints() -> None:
     )  # fmt: skip
     assert serve_entrypoint("aibrix/vllm-openai:v0.7.3.self.post1") is None  # not known
     assert serve_entrypoint("redis:7") is None
+    # NVIDIA's and KAITO's images run the command they are given: args alone start nothing.
+    assert serve_entrypoint("nvcr.io/nvidia/vllm:26.01-py3") is None
+    assert serve_entrypoint("mcr.microsoft.com/aks/kaito/kaito-base:0.4.2") is None
 
 
 def test_an_old_downstream_tag_does_not_refuse_the_audit() -> None:

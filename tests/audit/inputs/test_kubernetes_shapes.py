@@ -331,6 +331,92 @@ spec:
   deploymentConfig:
     image: {{registry: docker.io, name: "lmcache/vllm-openai:2025-05-27-v1"}}
 """,
+    # kserve/website docs/modelserving/v1beta1/llm/huggingface (and kserve/kserve
+    # config/runtimes/kserve-huggingfaceserver.yaml): predictor.model on the huggingface
+    # format, the runtime's own options beside vLLM's engine options.
+    "kserve-huggingface-runtime": f"""\
+apiVersion: serving.kserve.io/v1beta1
+kind: InferenceService
+metadata: {{name: huggingface-qwen}}
+spec:
+  predictor:
+    model:
+      modelFormat:
+        name: huggingface
+      args:
+        - --model_name=qwen
+        - --model_id=Qwen/Qwen2.5-1.5B-Instruct
+        - --max_length=4096
+        - --enforce-eager
+        - {F}
+      resources:
+        limits: {{cpu: "6", memory: 24Gi, nvidia.com/gpu: "1"}}
+""",
+    # kserve/kserve config/runtimes/kserve-huggingfaceserver.yaml: a ServingRuntime on
+    # the runtime's image, args only.
+    "kserve-huggingfaceserver-servingruntime": f"""\
+apiVersion: serving.kserve.io/v1alpha1
+kind: ServingRuntime
+metadata: {{name: hf-vllm}}
+spec:
+  supportedModelFormats: [{{name: huggingface, version: "1", autoSelect: true}}]
+  containers:
+    - name: kserve-container
+      image: kserve/huggingfaceserver:v0.15.0
+      args:
+        - --model_name={{{{.Name}}}}
+        - --gpu-memory-utilization=0.9
+        - {F}
+""",
+    # ray-project/kuberay ray-operator/config/samples/vllm/ray-service.vllm.yaml: a
+    # user-code app; here its config also carries engine kwargs, which are read.
+    "ray-serve-user-code-kwargs": f"""\
+apiVersion: ray.io/v1
+kind: RayService
+metadata: {{name: llama}}
+spec:
+  serveConfigV2: |
+    applications:
+    - name: llm
+      route_prefix: /
+      import_path: serve:model
+      args:
+        engine_kwargs:
+          tensor_parallel_size: 2
+          {F[2:].replace("-", "_")}: true
+      runtime_env:
+        env_vars:
+          MODEL_ID: "meta-llama/Meta-Llama-3-8B-Instruct"
+          PYTHONHASHSEED: "0"
+  rayClusterConfig:
+    headGroupSpec:
+      template:
+        spec:
+          containers:
+          - name: ray-head
+            image: rayproject/ray-ml:2.33.0-py311
+""",
+    # kaito-project/kaito: the StatefulSet its controller writes for a vLLM preset
+    # (docs' `kubectl describe` output and pkg/... tests: /bin/sh -c with KAITO's wrapper,
+    # vLLM flags and KAITO's own --kaito-* options).
+    "kaito-inference-api": f"""\
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {{name: phi-4}}
+spec:
+  template:
+    spec:
+      containers:
+        - name: phi-4
+          image: mcr.microsoft.com/aks/kaito/kaito-base:0.4.2
+          command:
+            - /bin/sh
+            - -c
+            - python3 /workspace/vllm/inference_api.py --served-model-name=phi-4
+              --model=microsoft/phi-4 --gpu-memory-utilization=0.84
+              --kaito-config-file=/mnt/config/inference_config.yaml
+              {F}
+""",
     # Args only on llm-d's image: its entrypoint is the api_server module.
     "llm-d-image-args-only": f"""\
 apiVersion: apps/v1
@@ -350,7 +436,7 @@ spec:
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_removed_flag_found_at_its_line(tmp_path: Path, shape: str) -> None:
     text = SHAPES[shape]
-    written = F[2:].replace("-", "_") if shape == "ray-serve-llm" else F
+    written = F[2:].replace("-", "_") if shape.startswith("ray-serve") else F
     assert removed_in_text(tmp_path, f"{shape}.yaml", text) == [
         (f"{shape}.yaml", line_of(text, written))
     ]
@@ -447,9 +533,10 @@ def test_byte_order_mark_is_handled(tmp_path: Path) -> None:
 
 
 def test_rendered_helm_output_on_stdin_names_its_template() -> None:
-    text = "---\n# Source: vllm-stack/templates/deployment-vllm-multi.yaml\n" + SHAPES[
-        "deployment-block-lists"
-    ]
+    text = (
+        "---\n# Source: vllm-stack/templates/deployment-vllm-multi.yaml\n"
+        + SHAPES["deployment-block-lists"]
+    )
     assert removed_in_stdin(text, "rendered.yaml") == [("rendered.yaml", line_of(text, F))]
     (invocation,) = read_input_set([], stdin=StdinInput(text, "rendered.yaml")).invocations
     assert "from vllm-stack/templates/deployment-vllm-multi.yaml" in invocation.label
@@ -469,3 +556,75 @@ def test_an_alias_inside_itself_ends(tmp_path: Path) -> None:
     assert found.invocations == []
     assert [(s.file, s.problem) for s in found.skipped] == [(str(path), True)]
     assert "alias refers to a node that contains it" in found.skipped[0].reason
+
+
+def test_kserve_huggingface_args_become_vllm_engine_words() -> None:
+    (invocation,) = read_text(SHAPES["kserve-huggingface-runtime"], "isvc.yaml")
+    words = [t.text for t in invocation.tokens]
+    # --model_id is the model; --max_length sets --max-model-len; --model_name is KServe's.
+    assert words == ["Qwen/Qwen2.5-1.5B-Instruct", "--max-model-len", "4096", "--enforce-eager", F]
+    assert any("parse_known_args" in note for note in invocation.notes)
+
+
+def test_kserve_huggingface_model_dir_default_and_other_backends() -> None:
+    text = (
+        SHAPES["kserve-huggingface-runtime"]
+        .replace(
+            "        - --model_id=Qwen/Qwen2.5-1.5B-Instruct\n",
+            "",
+        )
+        .replace(
+            "      resources:",
+            "      storageUri: hf://Qwen/Qwen2.5-1.5B-Instruct\n      resources:",
+        )
+    )
+    (invocation,) = read_text(text, "isvc.yaml")
+    model = invocation.tokens[0]
+    assert model.text == "/mnt/models"  # where KServe downloads storageUri
+    assert model.location is not None and model.location.line == line_of(text, "storageUri")
+    hf_backend = text.replace("- --enforce-eager", "- --backend=huggingface")
+    with pytest.raises(NoServerCommand):
+        read_text(hf_backend, "isvc.yaml")
+
+
+def test_ray_user_code_app_reads_env_and_is_skipped_without_engine_arguments(
+    tmp_path: Path,
+) -> None:
+    text = SHAPES["ray-serve-user-code-kwargs"]
+    (invocation,) = read_text(text, "rs.yaml")
+    env = {e.name: (e.value, e.location.line if e.location else None) for e in invocation.env}
+    assert env["PYTHONHASHSEED"] == ("0", line_of(text, "PYTHONHASHSEED"))
+    assert any("user code (serve:model)" in note for note in invocation.notes)
+    bare = "\n".join(
+        line for line in text.splitlines() if "kwargs" not in line and "_size" not in line
+        and F[2:].replace("-", "_") not in line and "      args:" not in line
+    ) + "\n"  # fmt: skip
+    path = tmp_path / "rs.yaml"
+    path.write_text(bare)
+    found = read_input_set([path])
+    assert found.invocations == []
+    (skipped,) = found.skipped
+    assert "user code" in skipped.reason and "serve:model" in skipped.reason
+    assert not skipped.problem
+
+
+def test_kaito_wrapper_options_are_not_vllm_arguments() -> None:
+    (invocation,) = read_text(SHAPES["kaito-inference-api"], "sts.yaml")
+    assert [t.text for t in invocation.tokens] == [
+        "--served-model-name=phi-4", "--model=microsoft/phi-4",
+        "--gpu-memory-utilization=0.84", F,
+    ]  # fmt: skip
+    assert version_from_image(invocation.image or "") == "0.22.1"  # kaito-base 0.4.x, cited
+
+
+def test_ray_serve_llm_runtime_env_is_the_server_environment() -> None:
+    # Ray Serve LLM's LLMConfig takes a runtime_env (docs.ray.io serve/llm), as apps do.
+    text = SHAPES["ray-serve-llm"].replace(
+        "          engine_kwargs:\n",
+        "          runtime_env:\n            env_vars: {PYTHONHASHSEED: '0'}\n"
+        "          engine_kwargs:\n",
+    )
+    (invocation,) = read_text(text, "rs.yaml")
+    (env,) = invocation.env
+    assert (env.name, env.value) == ("PYTHONHASHSEED", "0")
+    assert env.location is not None and env.location.line == line_of(text, "PYTHONHASHSEED")

@@ -119,6 +119,31 @@ podman run --rm --device nvidia.com/gpu=all quay.io/modh/vllm:rhoai-2.20 \\
   python3 -m vllm.entrypoints.openai.api_server --model m {F}
 """,
     ),
+    # vllm-project/vllm and LMCache/LMCache .github/workflows: a CI job that starts the
+    # server in a run: step, env at workflow and step level, ${{ }} expressions.
+    "github-actions-run": (
+        "e2e.yml",
+        f"""\
+name: e2e
+on:
+  pull_request:
+env:
+  VLLM_LOGGING_LEVEL: DEBUG
+jobs:
+  serve:
+    runs-on: [self-hosted, gpu]
+    steps:
+      - uses: actions/checkout@v4
+      - name: Start vLLM
+        env:
+          HF_TOKEN: ${{{{ secrets.HF_TOKEN }}}}
+        run: |
+          python -m vllm.entrypoints.openai.api_server \\
+            --model ${{{{ matrix.model }}}} \\
+            {F} &
+          sleep 60
+""",
+    ),
     # A script that writes its --config with a here-document, then serves with it.
     "heredoc-config": (
         "start.sh",
@@ -146,8 +171,10 @@ tensor-parallel-size: 2
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_removed_flag_found_at_its_line(tmp_path: Path, shape: str) -> None:
     name, text = SHAPES[shape]
-    expected_line = line_of(text, F[2:]) if shape in ("heredoc-config", "vllm-config-file") else (
-        line_of(text, F)
+    expected_line = (
+        line_of(text, F[2:])
+        if shape in ("heredoc-config", "vllm-config-file")
+        else (line_of(text, F))
     )
     assert removed_in_text(tmp_path / shape, name, text) == [(name, expected_line)]
 
@@ -185,8 +212,10 @@ def test_chart_templates_are_skipped_with_the_command_to_render_them(tmp_path: P
     found = read_input_set([template])
     assert found.invocations == []
     (skipped,) = found.skipped
-    assert not skipped.problem and "helm template" in skipped.reason and "kvtool audit -" in (
-        skipped.reason
+    assert (
+        not skipped.problem
+        and "helm template" in skipped.reason
+        and "kvtool audit -" in (skipped.reason)
     )
 
 
@@ -335,3 +364,18 @@ services:
     assert removed_in_text(tmp_path, "compose.yaml", text) == [("compose.yaml", line_of(text, F))]
     invocations = read_text(text, "compose.yaml")
     assert [i.image for i in invocations] == ["vllm/vllm-openai:v0.20.0"] * 2
+
+
+def test_github_actions_steps_carry_their_env_and_docker_runs() -> None:
+    _, text = SHAPES["github-actions-run"]
+    (invocation,) = read_text(text, "e2e.yml")
+    env = {e.name: e.value for e in invocation.env}
+    assert env == {"VLLM_LOGGING_LEVEL": "DEBUG", "HF_TOKEN": None}  # a secret: unknown here
+    assert "job serve, Start vLLM" in invocation.label
+    docker = text.replace(
+        "python -m vllm.entrypoints.openai.api_server",
+        "docker run --gpus all vllm/vllm-openai:v0.20.0",
+    )
+    (in_docker,) = read_text(docker, "e2e.yml")
+    assert in_docker.image == "vllm/vllm-openai:v0.20.0"
+    assert [t.text for t in in_docker.tokens][-1] == F

@@ -1,0 +1,67 @@
+"""GitHub Actions workflows: every ``run:`` step that starts a vLLM server.
+
+Shape: ``jobs.<id>.steps[].run`` scripts with ``env:`` at workflow, job and step level
+(https://docs.github.com/en/actions/writing-workflows/workflow-syntax-for-github-actions;
+vllm-project/vllm and LMCache/LMCache CI workflows start ``vllm serve``,
+``python -m vllm.entrypoints.openai.api_server`` and ``docker run vllm/vllm-openai``
+in such steps). Each script is read by the shell reader with offsets mapped back into
+the workflow, so a finding points at its line. A workflow that names neither vLLM nor
+a known image is not parsed (the registry's prefilter). A ``${{ expression }}`` is a value only
+known when the workflow runs: the shell reader keeps it as a dynamic word.
+"""
+
+from __future__ import annotations
+
+import yaml
+
+from kvtool.audit.inputs import yaml_tree
+from kvtool.audit.inputs.positions import LineIndex, OffsetMap
+from kvtool.audit.inputs.shell import ShellContext, read_script
+from kvtool.audit.inputs.source import ReadSource
+from kvtool.audit.inputs.suppressions import yaml_comment_suppressions
+from kvtool.audit.model import EnvAssignment, Invocation, Location
+
+_EXPRESSION = "${{"
+
+
+def read(text: str, source: ReadSource) -> list[Invocation]:
+    file = source.file
+    comments = tuple(yaml_comment_suppressions(text, file))
+    index = LineIndex(text, file)
+    found: list[Invocation] = []
+    for document in yaml_tree.compose_documents(text, file):
+        workflow_env = _env(document, file)
+        for job_id, _, job in yaml_tree.items(yaml_tree.get(document, "jobs")):
+            job_env = workflow_env + _env(job, file)
+            for number, step in enumerate(yaml_tree.sequence(yaml_tree.get(job, "steps")), 1):
+                run = yaml_tree.get(step, "run")
+                script = yaml_tree.scalar(run)
+                if script is None or not isinstance(run, yaml.ScalarNode):
+                    continue
+                start, end = yaml_tree.scalar_source_span(run, text)
+                mapping = OffsetMap.align(script, text, start, end)
+
+                def locate(begin: int, finish: int, mapping: OffsetMap = mapping) -> Location:
+                    return index.location(mapping.to_source(begin), mapping.to_source(finish))
+
+                step_name = yaml_tree.scalar(yaml_tree.get(step, "name")) or f"step {number}"
+                context = ShellContext(
+                    file=file,
+                    kind="github-actions",
+                    base_dir=source.base_dir,
+                    env=job_env + _env(step, file),
+                    label=f"{file or '<input>'}: job {job_id}, {step_name}",
+                    suppressions=comments,
+                )
+                found.extend(read_script(script, locate, context))
+    return found
+
+
+def _env(node: yaml.Node | None, file: str | None) -> tuple[EnvAssignment, ...]:
+    """An ``env:`` mapping; a value with a ``${{ }}`` expression is not known here."""
+    found: list[EnvAssignment] = []
+    for name, key, value_node in yaml_tree.items(yaml_tree.get(node, "env")):
+        value = yaml_tree.scalar(value_node)
+        known = value if value is not None and _EXPRESSION not in value else None
+        found.append(EnvAssignment(name=name, value=known, location=yaml_tree.location(key, file)))
+    return tuple(found)

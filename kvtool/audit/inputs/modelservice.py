@@ -1,0 +1,89 @@
+"""llm-d-modelservice values: the words a container's ``modelCommand`` puts before its args.
+
+The chart (llm-d-incubation/llm-d-modelservice charts/llm-d-modelservice/templates/
+_helpers.tpl, ``vllmServeModelCommand`` and ``imageDefaultModelCommand``) renders
+
+* ``vllmServe``: ``command: [vllm, serve]`` and args ``<model> --port P``;
+* ``imageDefault``: no command (the image's entrypoint) and args ``--model <model> --port P``;
+
+then, from the role's ``parallelism`` (``decode.parallelism``/``prefill.parallelism``),
+``--tensor-parallel-size``, ``--data-parallel-size`` and ``--data-parallel-size-local``
+when above 1, ``--served-model-name <modelArtifacts.name>`` and the container's ``args``.
+The model is ``modelArtifacts.name`` (the chart takes it from ``modelArtifacts.uri``,
+which values often write as ``hf://{{ .Values.modelArtifacts.name }}``).
+"""
+
+from __future__ import annotations
+
+import yaml
+
+from kvtool.audit.inputs import yaml_tree
+from kvtool.audit.inputs.container import ArgvWord, ConfiguredCommand
+
+VLLM_SERVE = "vllmServe"
+IMAGE_DEFAULT = "imageDefault"
+
+
+def configured_command(
+    root: yaml.Node, container: yaml.Node, above: yaml.Node | None, file: str | None
+) -> ConfiguredCommand | None:
+    """The words ``modelCommand`` renders for ``container``; None for ``custom`` or none.
+
+    ``above``: the mapping the container finder reports above the container list (the
+    values root for ``decode.containers``); the role (``decode``) is the one holding it.
+    """
+    mode_node = yaml_tree.get(container, "modelCommand")
+    mode = yaml_tree.scalar(mode_node)
+    if mode not in (VLLM_SERVE, IMAGE_DEFAULT) or yaml_tree.get(container, "command") is not None:
+        return None
+    here = yaml_tree.location(mode_node, file) if mode_node is not None else None
+    name_node = yaml_tree.get_path(root, "modelArtifacts", "name")
+    model = yaml_tree.scalar(name_node)
+    at = yaml_tree.location(name_node, file) if name_node is not None else here
+    words: list[ArgvWord] = []
+    if mode == VLLM_SERVE:
+        words += [ArgvWord("vllm", here), ArgvWord("serve", here)]
+    if model is not None:
+        if mode == IMAGE_DEFAULT:
+            words.append(ArgvWord("--model", at))
+        words.append(ArgvWord(model, at))
+    words += _parallelism(yaml_tree.get(_role(container, above), "parallelism"), file)
+    if model is not None:
+        words += [ArgvWord("--served-model-name", at), ArgvWord(model, at)]
+    return ConfiguredCommand(words=words, runs_image_entrypoint=mode == IMAGE_DEFAULT)
+
+
+def _role(container: yaml.Node, above: yaml.Node | None) -> yaml.Node | None:
+    """The mapping (``decode``/``prefill``) whose ``containers`` list holds ``container``."""
+    for candidate in (above, *(value for _, _, value in yaml_tree.items(above))):
+        held = yaml_tree.sequence(yaml_tree.get(candidate, "containers"))
+        if any(item is container for item in held):
+            return candidate
+    return None
+
+
+def _parallelism(node: yaml.Node | None, file: str | None) -> list[ArgvWord]:
+    """The parallel sizes the chart derives from ``parallelism`` (its helpers' arithmetic)."""
+
+    def size(key: str) -> tuple[int, yaml.Node] | None:
+        value_node = yaml_tree.get(node, key)
+        value = yaml_tree.scalar(value_node)
+        if value_node is None or value is None or not value.isdigit():
+            return None
+        return int(value), value_node
+
+    tensor, data, local, workers = size("tensor"), size("data"), size("dataLocal"), size("workers")
+    if data is None and local is not None:
+        data = (local[0] * workers[0], local[1]) if workers is not None else local
+    if local is None and data is not None:
+        local = (data[0] // workers[0], data[1]) if workers is not None else data
+    words: list[ArgvWord] = []
+    for flag, found in (
+        ("--tensor-parallel-size", tensor),
+        ("--data-parallel-size", data),
+        ("--data-parallel-size-local", local),
+    ):
+        if found is not None and found[0] > 1:
+            at = yaml_tree.location(found[1], file)
+            words += [ArgvWord(flag, at), ArgvWord(str(found[0]), at)]
+    return words
