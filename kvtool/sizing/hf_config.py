@@ -119,18 +119,23 @@ def _attention(
     )
 
 
-def _full_and_sliding(cfg: _Config, sliding_layers: int) -> tuple[AttentionGroup, ...]:
+def _full_and_sliding(
+    cfg: _Config, sliding_layers: int, window_extra: int = 0
+) -> tuple[AttentionGroup, ...]:
+    """``window_extra``: tokens a model file adds to ``sliding_window`` (Cohere 2: one)."""
     layers = cfg.positive_int("num_hidden_layers")
     groups = []
     if layers - sliding_layers:
         groups.append(_attention(cfg, AttentionKind.FULL, layers - sliding_layers))
     if sliding_layers:
-        window = cfg.positive_int("sliding_window")
+        window = cfg.positive_int("sliding_window") + window_extra
         groups.append(_attention(cfg, AttentionKind.SLIDING, sliding_layers, window))
     return tuple(groups)
 
 
-def _groups_from_layer_types(cfg: _Config, layers: int) -> tuple[AttentionGroup, ...] | None:
+def _groups_from_layer_types(
+    cfg: _Config, layers: int, window_extra: int = 0
+) -> tuple[AttentionGroup, ...] | None:
     """Full and sliding groups as ``layer_types`` lists them; None when the config has none."""
     types = cfg.layer_types(layers)
     if types is None:
@@ -138,7 +143,7 @@ def _groups_from_layer_types(cfg: _Config, layers: int) -> tuple[AttentionGroup,
     unknown = sorted(set(types) - {"sliding_attention", "full_attention"})
     if unknown:
         raise KvtoolError(f"{cfg.where}: unsupported layer_types {unknown} for this architecture")
-    return _full_and_sliding(cfg, types.count("sliding_attention"))
+    return _full_and_sliding(cfg, types.count("sliding_attention"), window_extra)
 
 
 def _dense(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]:
@@ -156,8 +161,34 @@ def _dense(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGroup, 
     return _full_and_sliding(cfg, max(0, layers - first_sliding)), ()
 
 
+def _chatglm(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]:
+    """ChatGLM2/3 and GLM-4-9B's chatglm configs: ``num_layers`` layers of full attention.
+
+    chatglm.py ``GLMAttention``: ``multi_query_group_num`` KV heads when
+    ``multi_query_attention``, else one per query head; head size hidden_size /
+    num_attention_heads (``kv_channels`` is not read).
+    """
+    heads = cfg.positive_int("num_attention_heads")
+    hidden = cfg.positive_int("hidden_size")
+    if hidden % heads:
+        raise KvtoolError(
+            f"{cfg.where}: hidden_size {hidden} is not divisible by num_attention_heads {heads}"
+        )
+    kv_heads = heads
+    if cfg.get("multi_query_attention"):
+        kv_heads = cfg.positive_int("multi_query_group_num")
+    group = AttentionGroup(
+        kind=AttentionKind.FULL,
+        num_layers=cfg.positive_int("num_layers"),
+        num_kv_heads=kv_heads,
+        head_size_k=hidden // heads,
+        head_size_v=hidden // heads,
+    )
+    return (group,), ()
+
+
 def _interleaved(
-    every: int,
+    every: int, window_extra: int = 0
 ) -> Callable[[_Config], tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]]:
     """Gemma-2/3 style: every ``every``-th layer (1-based) is global, the rest slide.
 
@@ -166,12 +197,12 @@ def _interleaved(
 
     def parse(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]:
         layers = cfg.positive_int("num_hidden_layers")
-        listed = _groups_from_layer_types(cfg, layers)
+        listed = _groups_from_layer_types(cfg, layers, window_extra)
         if listed is not None:
             return listed, ()
         pattern = cfg.positive_int("sliding_window_pattern", default=every)
         full = sum(1 for i in range(layers) if (i + 1) % pattern == 0)
-        return _full_and_sliding(cfg, layers - full), ()
+        return _full_and_sliding(cfg, layers - full, window_extra), ()
 
     return parse
 
@@ -242,14 +273,44 @@ def _jamba(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGroup, 
     return (_attention(cfg, AttentionKind.FULL, attention_layers),), (mamba,)
 
 
-def _nemotron_h(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]:
-    """Blocks from ``hybrid_override_pattern``: M = Mamba-2, * = attention, - and E = MLP/MoE."""
+# transformers' NemotronHConfig block names (current and legacy) -> hybrid_override_pattern letter.
+_NEMOTRON_H_BLOCKS = {
+    "linear_attention": "M",
+    "mamba": "M",
+    "full_attention": "*",
+    "attention": "*",
+    "mlp": "-",
+    "moe": "E",
+}
+
+
+def _nemotron_h_pattern(cfg: _Config) -> str:
+    """The block pattern: ``layers_block_type`` (Nemotron 3 configs) wins, as in transformers'
+    NemotronHConfig, over the older ``hybrid_override_pattern`` string."""
+    for key in ("layers_block_type", "layer_types"):
+        blocks = cfg.get(key)
+        if blocks is None:
+            continue
+        if not isinstance(blocks, list) or not all(isinstance(b, str) for b in blocks):
+            raise KvtoolError(f"{cfg.where}: field {key!r} must be a list of strings")
+        unknown = sorted(set(blocks) - set(_NEMOTRON_H_BLOCKS))
+        if unknown:
+            raise KvtoolError(f"{cfg.where}: field {key!r} has unknown block types {unknown}")
+        return "".join(_NEMOTRON_H_BLOCKS[b] for b in blocks)
     pattern = cfg.get("hybrid_override_pattern")
     if not isinstance(pattern, str) or not pattern:
-        raise KvtoolError(f"{cfg.where}: missing field 'hybrid_override_pattern'")
+        raise KvtoolError(
+            f"{cfg.where}: missing field 'hybrid_override_pattern' (or 'layers_block_type')"
+        )
     unknown = sorted(set(pattern) - set("M*-E"))
     if unknown:
         raise KvtoolError(f"{cfg.where}: hybrid_override_pattern has unknown block types {unknown}")
+    return pattern
+
+
+def _nemotron_h(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]:
+    """Blocks from the pattern: M = Mamba-2, * = attention, - and E = MLP/MoE."""
+    pattern = _nemotron_h_pattern(cfg)
     mamba = Mamba2Group(
         num_layers=pattern.count("M"),
         num_heads=cfg.positive_int("mamba_num_heads"),
@@ -285,6 +346,37 @@ def _granite_hybrid(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[Sta
         )
     attention = (_attention(cfg, AttentionKind.FULL, attention_layers),) if attention_layers else ()
     return attention, states
+
+
+def _parallel_hybrid(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]:
+    """Falcon-H1: every decoder layer runs attention and a Mamba-2 mixer side by side.
+
+    Each layer holds a KV page and a state page (falcon_h1.py ``FalconH1ParallelHybrid``).
+    The mixer's width is ``mamba_d_ssm``, else ``mamba_expand x hidden_size``; kvtool's
+    Mamba-2 state takes it as ``mamba_n_heads x mamba_d_head`` and names a config where
+    the two differ rather than guess.
+    """
+    layers = cfg.positive_int("num_hidden_layers")
+    heads = cfg.positive_int("mamba_n_heads")
+    head_dim = cfg.positive_int("mamba_d_head")
+    if cfg.has("mamba_d_ssm"):
+        width = cfg.positive_int("mamba_d_ssm")
+    else:
+        width = cfg.positive_int("mamba_expand") * cfg.positive_int("hidden_size")
+    if width != heads * head_dim:
+        raise KvtoolError(
+            f"{cfg.where}: field 'mamba_d_ssm' (the Mamba-2 width, {width}) is not "
+            f"mamba_n_heads x mamba_d_head ({heads} x {head_dim}); kvtool cannot size this state"
+        )
+    mamba = Mamba2Group(
+        num_layers=layers,
+        num_heads=heads,
+        head_dim=head_dim,
+        n_groups=cfg.positive_int("mamba_n_groups"),
+        d_state=cfg.positive_int("mamba_d_state"),
+        d_conv=cfg.positive_int("mamba_d_conv"),
+    )
+    return (_attention(cfg, AttentionKind.FULL, layers),), (mamba,)
 
 
 def _gated_deltanet(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]:
@@ -501,7 +593,10 @@ _Parser = Callable[[_Config], tuple[tuple[AttentionGroup, ...], tuple[StateGroup
 # One parser per cache layout; rules/models/layouts.toml maps each model_type to one.
 LAYOUT_PARSERS: dict[str, Callable[[Mapping[str, Any]], _Parser]] = {
     "dense": lambda row: _dense,
-    "interleaved_sliding": lambda row: _interleaved(int(row["global_every"])),
+    "chatglm": lambda row: _chatglm,
+    "interleaved_sliding": lambda row: _interleaved(
+        int(row["global_every"]), int(row.get("window_extra", 0))
+    ),
     "chunked_local": lambda row: _chunked_local,
     "per_layer_heads": lambda row: _per_layer_heads,
     "gemma4": lambda row: _gemma4,
@@ -513,6 +608,7 @@ LAYOUT_PARSERS: dict[str, Callable[[Mapping[str, Any]], _Parser]] = {
     "jamba": lambda row: _jamba,
     "nemotron_h": lambda row: _nemotron_h,
     "granite_hybrid": lambda row: _granite_hybrid,
+    "parallel_hybrid": lambda row: _parallel_hybrid,
     "gated_deltanet": lambda row: _gated_deltanet,
 }
 
@@ -622,7 +718,8 @@ def spec_from_config(
     if attention and not attention[0].is_replicated and not text.has("block_configs"):
         if not text.has("head_dim"):
             assumptions.append("head_dim derived as hidden_size / num_attention_heads")
-        if not text.has("num_key_value_heads"):
+        # chatglm configs name their KV heads multi_query_group_num.
+        if not text.has("num_key_value_heads") and layout_rows()[model_type]["layout"] != "chatglm":
             assumptions.append("no num_key_value_heads: multi-head attention assumed")
     if text.non_negative_int("num_nextn_predict_layers"):
         assumptions.append(
@@ -636,7 +733,7 @@ def spec_from_config(
     quant, quant_file = raw.get("quantization_config"), where
     if quant is None and quant_config is not None:
         quant, quant_file = quant_config, quant_where or where
-    declared = declared_kv_cache_dtype(quant)
+    declared = declared_kv_cache_dtype(quant, quant_file)
     return ModelSpec(
         name=name,
         origin=where,

@@ -21,6 +21,7 @@ from tests.sizing.cache_tensors import (
     ds_mla_page_bytes,
     dsa_indexer_page_bytes,
     kv_page_bytes,
+    mamba2_state_bytes,
     mla_page_bytes,
 )
 
@@ -153,6 +154,19 @@ LLAMA_8B = {
             None,
             "fp8",
         ),
+        # Qwen3-32B-FP8-Static-PerTensor config.json as copied in ai-dynamo/aiconfigurator
+        # (src/aiconfigurator/model_configs): ModelOpt 0.31 producer with quant_algo at the
+        # top level, not under "quantization": vLLM 0.32 does not mark it modelopt, so its
+        # kv_cache_scheme is not read and auto stays the model dtype.
+        (
+            {
+                "quant_algo": "FP8",
+                "kv_cache_scheme": "FP8",
+                "producer": {"name": "modelopt", "version": "0.31.0"},
+            },
+            None,
+            "auto",
+        ),
         # A weight-only FP8 checkpoint declares no KV scheme: auto stays the model dtype.
         ({"quant_method": "fp8", "activation_scheme": "dynamic"}, None, "auto"),
     ],
@@ -170,6 +184,20 @@ def test_auto_kv_dtype_follows_the_checkpoint(
     assert r.kv_cache_dtype_resolved == expected
     assert r.kv_dtype_bytes == (2 if expected == "auto" else 1)
     assert r.kv_bytes_per_token == 32 * kv_page_bytes(1, 8, 128, r.kv_dtype_bytes)
+
+
+def test_modelopt_checkpoint_vllm_cannot_load_names_the_field(tmp_path: Path) -> None:
+    # nvidia/NVIDIA-Nemotron-3.5-Lightning-30B-A3B-NVFP4 hf_quant_config.json (as copied in
+    # ai-dynamo/aiconfigurator): producer modelopt, quantization.quant_algo MIXED_PRECISION.
+    # vLLM 0.32's model_arch_config_convertor raises "Unknown ModelOpt quant algo".
+    from kvtool.errors import KvtoolError
+
+    beside = {
+        "producer": {"name": "modelopt", "version": "0.44.0rc5"},
+        "quantization": {"quant_algo": "MIXED_PRECISION", "kv_cache_quant_algo": "FP8"},
+    }
+    with pytest.raises(KvtoolError, match=r"hf_quant_config.json: field 'quantization.quant_algo'"):
+        load_model_spec(_model_dir(tmp_path, LLAMA_8B, beside))
 
 
 def test_float32_config_is_downcast_like_vllm(tmp_path: Path) -> None:
@@ -407,6 +435,315 @@ def test_qwen3_vl_text_part(tmp_path: Path, tp: int, dtype: str) -> None:
     element = 1 if dtype == "fp8" else 2
     assert groups(r) == [("full", 32, 16)]
     assert r.kv_bytes_per_token_per_rank == 32 * kv_page_bytes(1, 32 // tp, 128, element)
+
+
+# transformers' NemotronHConfig names per block (current and legacy) -> pattern letter.
+_BLOCK_NAMES = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+
+
+@pytest.mark.parametrize(("tp", "dtype"), [(1, "auto"), (8, "auto"), (1, "fp8"), (8, "fp8")])
+def test_nemotron_h_layers_block_type_reads_as_the_pattern(
+    tmp_path: Path, tp: int, dtype: str
+) -> None:
+    # nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B config.json (as copied in
+    # ai-dynamo/aiconfigurator aic-core/src/aiconfigurator_core/model_configs) lists its
+    # blocks in layers_block_type ("mamba", "moe", "attention") and has no
+    # hybrid_override_pattern; transformers' NemotronHConfig derives the pattern from the
+    # list, which vLLM's nemotron_h.py reads. The same blocks must size alike.
+    entry = find_entry("nemotron-h-8b")
+    assert entry is not None
+    config = dict(entry.config)
+    pattern = config.pop("hybrid_override_pattern")
+    config["layers_block_type"] = [_BLOCK_NAMES[c] for c in pattern]
+    listed = compute(
+        load_model_spec(_model_dir(tmp_path, config)),
+        make_deployment(tp=tp, kv_cache_dtype=dtype, gpu_kv_gib=40),
+    )
+    lettered = report("nemotron-h-8b", tp=tp, kv_cache_dtype=dtype, gpu_kv_gib=40)
+    assert groups(listed) == groups(lettered)
+    assert (listed.block_size, listed.pool_block_bytes, listed.state_page_bytes) == (
+        lettered.block_size,
+        lettered.pool_block_bytes,
+        lettered.state_page_bytes,
+    )
+    assert listed.num_gpu_blocks == lettered.num_gpu_blocks
+
+
+def test_nemotron_h_unknown_block_type_names_the_field(tmp_path: Path) -> None:
+    from kvtool.errors import KvtoolError
+
+    config = {
+        "architectures": ["NemotronHForCausalLM"],
+        "model_type": "nemotron_h",
+        "layers_block_type": ["mamba", "attention", "conv"],
+        "hidden_size": 1024,
+        "num_attention_heads": 8,
+    }
+    with pytest.raises(KvtoolError, match="'layers_block_type' has unknown block types"):
+        load_model_spec(_model_dir(tmp_path, config))
+
+
+# Plain GQA decoders that vLLM 0.32 builds like llama.py: one full-attention group of
+# num_key_value_heads x (head_dim, else hidden_size / num_attention_heads). Shapes as in
+# the configs copied in mlc-ai/mlc-llm python/mlc_llm/model/model_preset.py @ 79d603f
+# (aya-23, stablelm-2-zephyr-1_6b, internlm2_5-7b, MiniCPM-2B, deepseek-moe-16b,
+# Ministral-3-3B text_config) and ai-dynamo/aiconfigurator model_configs (MiMo-7B-Base).
+GQA_DECODERS = {
+    "cohere": ("CohereForCausalLM", 4096, 32, 32, 8, {}),
+    "stablelm": ("StableLmForCausalLM", 2560, 32, 32, 32, {}),
+    "internlm2": ("InternLM2ForCausalLM", 4096, 32, 32, 8, {}),
+    "minicpm": ("MiniCPMForCausalLM", 2304, 40, 36, 36, {}),
+    "deepseek": ("DeepseekForCausalLM", 2048, 28, 16, 16, {}),
+    # GLM-4-0414: transformers' Glm4Config defaults.
+    "glm4": ("Glm4ForCausalLM", 4096, 40, 32, 2, {"head_dim": 128}),
+    # Qwen2-style window switched off: use_sliding_window false.
+    "mimo": (
+        "MiMoForCausalLM",
+        4096,
+        36,
+        32,
+        8,
+        {"head_dim": 128, "sliding_window": 32768, "use_sliding_window": False},
+    ),
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(GQA_DECODERS))
+@pytest.mark.parametrize("dtype", ["auto", "fp8"])
+def test_gqa_decoders_size_as_one_full_group(tmp_path: Path, model_type: str, dtype: str) -> None:
+    arch, hidden, layers, heads, kv_heads, extra = GQA_DECODERS[model_type]
+    config = {
+        "architectures": [arch],
+        "model_type": model_type,
+        "hidden_size": hidden,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "torch_dtype": "bfloat16",
+        **extra,
+    }
+    tp = 4  # divides every head count above (vLLM refuses a TP that does not)
+    r = compute(
+        load_model_spec(_model_dir(tmp_path, config)),
+        make_deployment(tp=tp, kv_cache_dtype=dtype, gpu_kv_gib=40),
+    )
+    element = 1 if dtype == "fp8" else 2
+    head = int(extra.get("head_dim", hidden // heads))
+    assert groups(r) == [("full", layers, 16)]
+    assert r.pool_block_bytes == layers * kv_page_bytes(16, max(1, kv_heads // tp), head, element)
+    assert r.num_gpu_blocks == 40 * GIB // r.pool_block_bytes
+
+
+def test_ministral3_text_part_is_mistral(tmp_path: Path) -> None:
+    # Mistral3ForConditionalGeneration with a text_config of model_type ministral3
+    # (Ministral-3-3B-Instruct-2512): vLLM builds the text part with mistral.py.
+    config = {
+        "architectures": ["Mistral3ForConditionalGeneration"],
+        "model_type": "mistral3",
+        "text_config": {
+            "model_type": "ministral3",
+            "hidden_size": 3072,
+            "num_hidden_layers": 26,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "head_dim": 128,
+            "sliding_window": None,
+        },
+        "torch_dtype": "bfloat16",
+    }
+    r = compute(load_model_spec(_model_dir(tmp_path, config)), make_deployment(tp=8))
+    assert groups(r) == [("full", 26, 16)]
+    assert r.kv_bytes_per_token_per_rank == 26 * kv_page_bytes(1, 1, 128, 2)
+
+
+def test_starcoder2_window_slides_on_every_layer(tmp_path: Path) -> None:
+    # bigcode/starcoder2-7b (as copied in mlc-ai/mlc-llm model_preset.py): sliding_window
+    # 4096 and no layer_types. vLLM 0.32 runs it on
+    # the Transformers backend, where the model-level window (CacheConfig.sliding_window,
+    # set by EngineArgs when layer_types is absent) applies to every layer.
+    config = {
+        "architectures": ["Starcoder2ForCausalLM"],
+        "model_type": "starcoder2",
+        "hidden_size": 4608,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 36,
+        "num_key_value_heads": 4,
+        "sliding_window": 4096,
+        "torch_dtype": "bfloat16",
+    }
+    r = compute(load_model_spec(_model_dir(tmp_path, config)), make_deployment(tp=4))
+    assert groups(r) == [("sliding", 32, 16)]
+    assert r.kv_bytes_per_token_per_rank == 32 * kv_page_bytes(1, 1, 128, 2)
+
+
+FALCON_H1_7B = {
+    # tiiuae/Falcon-H1-7B-Instruct config.json, the fields sizing reads, as quoted in public
+    # test code (a Swift context-sizing suite: "attention and Mamba-2 side by side in every
+    # layer"); 44 layers, 2 KV heads x 128, Mamba-2 24 heads x 128, d_ssm 3072, state 256.
+    "architectures": ["FalconH1ForCausalLM"],
+    "model_type": "falcon_h1",
+    "hidden_size": 3072,
+    "num_hidden_layers": 44,
+    "num_attention_heads": 12,
+    "num_key_value_heads": 2,
+    "head_dim": 128,
+    "mamba_d_conv": 4,
+    "mamba_d_head": 128,
+    "mamba_d_ssm": 3072,
+    "mamba_d_state": 256,
+    "mamba_expand": 2,
+    "mamba_n_groups": 1,
+    "mamba_n_heads": 24,
+    "torch_dtype": "bfloat16",
+}
+
+
+@pytest.mark.parametrize(("tp", "dtype"), [(1, "auto"), (2, "auto"), (1, "fp8"), (2, "fp8")])
+def test_falcon_h1_every_layer_holds_attention_and_state(
+    tmp_path: Path, tp: int, dtype: str
+) -> None:
+    # falcon_h1.py: FalconH1ParallelHybrid runs attention and a Mamba-2 mixer in each of the
+    # 44 layers, so 44 KV pages and 44 state pages; vLLM raises the block until one
+    # attention page covers the state page (platforms/interface.py
+    # _align_hybrid_block_size) and pads the state page to it. 12 query heads: TP 8 does
+    # not divide them (vLLM refuses it too), so TP 2 is the split case.
+    r = compute(
+        load_model_spec(_model_dir(tmp_path, FALCON_H1_7B)),
+        make_deployment(tp=tp, kv_cache_dtype=dtype, gpu_kv_gib=40),
+    )
+    element = 1 if dtype == "fp8" else 2
+    kv_heads = max(1, 2 // tp)
+    state = mamba2_state_bytes(24 // tp, 128, 1, 256, 4, conv_bytes=2, ssm_bytes=2)
+    per_token = kv_page_bytes(1, kv_heads, 128, element)
+    block = 16 * -(-state // (16 * per_token))
+    assert r.state_page_bytes == state
+    assert r.block_size == block
+    assert r.state_page_padded_bytes == kv_page_bytes(block, kv_heads, 128, element)
+    assert r.kv_bytes_per_token_per_rank == 44 * per_token
+    assert groups(r) == [("full", 44, block), ("state", 44, block)]
+
+
+def test_falcon_h1_mixer_width_that_is_not_heads_x_head_dim_names_the_field(
+    tmp_path: Path,
+) -> None:
+    from kvtool.errors import KvtoolError
+
+    config = {**FALCON_H1_7B, "mamba_d_ssm": 4096}
+    with pytest.raises(KvtoolError, match="'mamba_d_ssm'"):
+        load_model_spec(_model_dir(tmp_path, config))
+
+
+MIMO_V2_FLASH = {
+    # XiaomiMiMo/MiMo-V2-Flash config.json as copied in ai-dynamo/aiconfigurator
+    # (aic-core/src/aiconfigurator_core/model_configs): 48 layers, 9 full by
+    # hybrid_layer_pattern, full layers 4 KV heads, sliding layers 8, K 192 and V 128 wide.
+    "architectures": ["MiMoV2FlashForCausalLM"],
+    "model_type": "mimo_v2_flash",
+    "hidden_size": 4096,
+    "num_hidden_layers": 48,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 4,
+    "head_dim": 192,
+    "v_head_dim": 128,
+    "swa_num_attention_heads": 64,
+    "swa_num_key_value_heads": 8,
+    "swa_head_dim": 192,
+    "swa_v_head_dim": 128,
+    "sliding_window": 128,
+    "sliding_window_size": 128,
+    "hybrid_layer_pattern": [0, 1, 1, 1, 1] + [0, 1, 1, 1, 1, 1] * 7 + [0],
+    "torch_dtype": "bfloat16",
+}
+
+
+@pytest.mark.parametrize(("tp", "dtype"), [(1, "auto"), (8, "auto"), (1, "fp8"), (8, "fp8")])
+def test_mimo_v2_flash_full_layers_with_half_the_heads_double_their_block(
+    tmp_path: Path, tp: int, dtype: str
+) -> None:
+    # A full layer's page (4 KV heads) is half a sliding layer's (8): vLLM 0.32 makes the
+    # page sizes equal by raising the smaller page's block (kv_cache_utils
+    # unify_kv_cache_spec_page_size), so at TP 1 the full group runs 32-token blocks. At
+    # TP 8 both kinds hold one KV head per rank and keep the 16-token block.
+    r = compute(
+        load_model_spec(_model_dir(tmp_path, MIMO_V2_FLASH)),
+        make_deployment(tp=tp, kv_cache_dtype=dtype, gpu_kv_gib=40),
+    )
+    element = 1 if dtype == "fp8" else 2
+    full_heads, sliding_heads = max(1, 4 // tp), max(1, 8 // tp)
+    full_block = 16 * sliding_heads // full_heads
+    kinds = {(g.kind, g.block_size) for g in r.kv_cache_groups}
+    assert kinds == {("full", full_block), ("sliding", 16)}
+    assert {g.page_bytes for g in r.kv_cache_groups} == {16 * sliding_heads * 320 * element}
+    assert sum(g.layers for g in r.kv_cache_groups if g.kind == "full") == 9
+    assert sum(g.layers for g in r.kv_cache_groups if g.kind == "sliding") == 39
+
+
+COMMAND_R7B = {
+    # Command R7B shape (model_type cohere2): transformers' Cohere2Config defaults,
+    # sliding_window 4096 and sliding_window_pattern 4, as public cohere2 test configs write
+    # them, on a 32-layer, 8-KV-head geometry; newer configs list layer_types instead.
+    "architectures": ["Cohere2ForCausalLM"],
+    "model_type": "cohere2",
+    "hidden_size": 4096,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "sliding_window": 4096,
+    "sliding_window_pattern": 4,
+    "torch_dtype": "bfloat16",
+}
+
+
+@pytest.mark.parametrize("layer_types", [False, True])
+def test_cohere2_every_fourth_layer_global_and_window_plus_one(
+    tmp_path: Path, layer_types: bool
+) -> None:
+    # commandr.py gives sliding layers sliding_window + 1 (they see the window plus the
+    # current token).
+    config: dict[str, Any] = dict(COMMAND_R7B)
+    if layer_types:
+        del config["sliding_window_pattern"]
+        config["layer_types"] = [
+            "full_attention" if (i + 1) % 4 == 0 else "sliding_attention" for i in range(32)
+        ]
+    spec = load_model_spec(_model_dir(tmp_path, config))
+    windows = {g.kind.value: (g.num_layers, g.sliding_window) for g in spec.attention}
+    assert windows == {"full": (8, None), "sliding": (24, 4097)}
+    r = compute(spec, make_deployment(tp=8, gpu_kv_gib=40))
+    assert groups(r) == [("full", 8, 16)] + [("sliding", 8, 16)] * 3
+    assert r.pool_block_bytes == 8 * kv_page_bytes(16, 1, 128, 2)
+
+
+CHATGLM3_6B = {
+    # ChatGLM2/3-6B config.json as copied in mlc-ai/mlc-llm model_preset.py ("chatglm"):
+    # num_layers (not num_hidden_layers), multi_query_group_num KV heads.
+    "architectures": ["ChatGLMModel"],
+    "model_type": "chatglm",
+    "hidden_size": 4096,
+    "num_layers": 28,
+    "num_attention_heads": 32,
+    "multi_query_attention": True,
+    "multi_query_group_num": 2,
+    "kv_channels": 128,
+    "seq_length": 8192,
+    "torch_dtype": "float16",
+}
+
+
+@pytest.mark.parametrize("multi_query", [True, False])
+@pytest.mark.parametrize("tp", [1, 8])
+def test_chatglm_kv_heads_from_multi_query_group_num(
+    tmp_path: Path, multi_query: bool, tp: int
+) -> None:
+    # chatglm.py GLMAttention: multi_query_group_num KV heads when multi_query_attention,
+    # else one per query head; head size hidden_size / num_attention_heads.
+    config = {**CHATGLM3_6B, "multi_query_attention": multi_query}
+    spec = load_model_spec(_model_dir(tmp_path, config))
+    r = compute(spec, make_deployment(tp=tp, gpu_kv_gib=40))
+    kv_heads = max(1, (2 if multi_query else 32) // tp)
+    assert groups(r) == [("full", 28, 16)]
+    assert r.pool_block_bytes == 28 * kv_page_bytes(16, kv_heads, 128, 2)
+    assert not any("num_key_value_heads" in note for note in spec.assumptions)
 
 
 # DeepSeek-V3.2 and GLM-5 (catalog entries): 61 / 78 layers, kv_lora_rank 512 + rope 64,

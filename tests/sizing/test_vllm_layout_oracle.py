@@ -1,7 +1,8 @@
 """kvtool's block size, KV cache groups, pool blocks and token capacity equal vLLM 0.32's.
 
 Every case is a real config.json shape (the cited catalog entries in
-``rules/models/catalog.toml``) at TP 1 and 8, with the model's own KV dtype and with fp8.
+``rules/models/catalog.toml``, or a cited shape written in the goldens) at TP 1 and 8
+(a smaller TP where 8 does not divide the heads), with the model's own KV dtype and with fp8.
 One subprocess in the suite's vLLM environment (``tests/sizing/vllm_kv_layout.py``) asks
 vLLM's own ``ModelConfig``, spec classes, ``Platform._align_hybrid_block_size``,
 ``get_kv_cache_groups``, ``get_kv_cache_config_from_groups`` and
@@ -20,6 +21,12 @@ import pytest
 
 from kvtool.sizing import SizingReport, compute, load_model_spec, make_deployment
 from kvtool.sizing.catalog import find_entry
+from tests.sizing.test_vllm_block_goldens import (
+    CHATGLM3_6B,
+    COMMAND_R7B,
+    FALCON_H1_7B,
+    MIMO_V2_FLASH,
+)
 from tests.vllm_env import vllm_python, vllm_subprocess_env
 
 pytestmark = pytest.mark.vllm
@@ -61,7 +68,42 @@ MODELS = {
 VARIANTS = {
     "glm-5.2-shared-indexer": ("glm-5", {"index_topk_freq": 4, "index_skip_topk_offset": 3}),
 }
-CASES = [(m, tp, dt) for m in MODELS for tp in (1, 8) for dt in ("auto", "fp8")]
+
+
+def _blocks_listed(config: dict[str, Any]) -> dict[str, Any]:
+    # nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B config.json (copied in ai-dynamo/aiconfigurator
+    # aic-core/src/aiconfigurator_core/model_configs) lists layers_block_type, no pattern.
+    names = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+    pattern = config.pop("hybrid_override_pattern")
+    return {**config, "layers_block_type": [names[c] for c in pattern]}
+
+
+def _modelopt_fp8_kv(config: dict[str, Any]) -> dict[str, Any]:
+    # ModelOpt >= 0.31 config.json quantization_config, as in nvidia/Qwen3.5-397B-A17B-NVFP4
+    # (copied in ai-dynamo/aiconfigurator): a kv_cache_scheme that makes auto mean fp8.
+    kv = {"dynamic": False, "num_bits": 8, "type": "float"}
+    quant = {"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_scheme": kv}
+    return {**config, "quantization_config": quant}
+
+
+# Real config shapes that differ from a catalog entry in the fields shown.
+RESHAPED = {
+    "nemotron-3-blocks-listed": ("nemotron-h-8b", _blocks_listed),
+    "llama-3.1-8b-modelopt-fp8-kv": ("llama-3.1-8b", _modelopt_fp8_kv),
+}
+# Real config shapes written in the goldens (each cites where it was seen).
+WRITTEN = {
+    "falcon-h1-7b": FALCON_H1_7B,  # attention + Mamba-2 in every layer
+    "mimo-v2-flash": MIMO_V2_FLASH,  # two page sizes; K and V of unequal width
+    "command-r7b": COMMAND_R7B,  # Cohere 2: one global layer in four, window + 1
+    "chatglm3-6b": CHATGLM3_6B,  # num_layers, multi_query_group_num
+}
+MODELS.update({name: None for name in [*RESHAPED, *WRITTEN]})
+# The wide TP where 8 does not divide the heads (vLLM refuses such a TP).
+WIDE_TP = {"falcon-h1-7b": 2}
+CASES = [
+    (m, tp, dt) for m in MODELS for tp in (1, WIDE_TP.get(m, 8)) for dt in ("auto", "fp8")
+]
 # Cases vLLM cannot start with its own block on an H200 (FA4's fp8 kernel for Gemma 4's
 # 512-dim layers takes exactly 64-token pages; kvtool refuses them): pinned here to a
 # block that works at both TP sizes, as an operator would.
@@ -69,6 +111,11 @@ PINNED_BLOCK = {("gemma-4-31b", "fp8"): 64}
 
 
 def _config(name: str) -> dict[str, Any]:
+    if name in WRITTEN:
+        return dict(WRITTEN[name])
+    if name in RESHAPED:
+        base, reshape = RESHAPED[name]
+        return reshape(_config(base))
     entry_name, changed = VARIANTS.get(name, (name, {}))
     entry = find_entry(entry_name)
     assert entry is not None

@@ -37,7 +37,7 @@ from typing import Any
 
 
 def _layer_kinds(model_config: Any) -> list[str | None]:
-    """One of full / sliding / chunked / mla / state per decoder layer; None = no cache.
+    """One of full / sliding / chunked / mla / state / hybrid per decoder layer; None = no cache.
 
     Layers that reuse another layer's cache (Gemma 4's last ``num_kv_shared_layers``) and
     Nemotron-NAS ``no_op`` attention blocks hold none.
@@ -192,9 +192,55 @@ def _attention_kinds(model_config: Any) -> list[str | None]:
             "full_attention": "full",
             "sliding_attention": "sliding",
             "linear_attention": "state",
+            "hybrid": "hybrid",  # Falcon-H1: attention and Mamba-2 in the same layer
         }
         return [names[t] for t in types]
     return ["sliding" if getattr(hf, "sliding_window", None) else "full"] * layers
+
+
+def _resolved_cache_dtype(requested: str, model_config: Any) -> str:
+    """The cache dtype the engine runs with: ``auto`` resolved as vLLM does.
+
+    ``EngineArgs.create_engine_config`` resolves a ModelOpt checkpoint's declared KV dtype
+    (``resolve_kv_cache_dtype_string``); the Attention layer then turns ``auto`` into fp8
+    where the checkpoint's quantization config (vLLM's own class) has a ``kv_cache_scheme``.
+    """
+    from vllm.model_executor.layers.quantization import get_quantization_config
+    from vllm.utils.torch_utils import resolve_kv_cache_dtype_string
+
+    resolved = resolve_kv_cache_dtype_string(requested, model_config)
+    quant = getattr(model_config.hf_config, "quantization_config", None)
+    if resolved == "auto" and model_config.quantization and quant is not None:
+        quant_config = get_quantization_config(model_config.quantization).from_config(quant)
+        if getattr(quant_config, "kv_cache_scheme", None) is not None:
+            resolved = "fp8"
+    return str(resolved)
+
+
+def _sliding_window(hf: Any) -> int:
+    """The window a model file gives its sliding layers.
+
+    Cohere 2 (``commandr.py``) passes ``sliding_window + 1``: its layers see the window
+    plus the current token.
+    """
+    return int(hf.sliding_window) + (1 if hf.model_type == "cohere2" else 0)
+
+
+def _own_heads(hf: Any, kind: str, tp: int) -> dict[str, int]:
+    """Heads a model file builds per layer kind where vLLM's arch config has one set.
+
+    MiMo-V2 (``mimo_v2.py`` ``MiMoV2DecoderLayer``): sliding layers take the ``swa_*``
+    KV heads and head sizes, full layers the plain ones; V may be narrower than K.
+    """
+    if getattr(hf, "swa_head_dim", None) is None or kind not in ("full", "sliding"):
+        return {}
+    prefix = "swa_" if kind == "sliding" else ""
+    head = getattr(hf, f"{prefix}head_dim")
+    return {
+        "num_kv_heads": max(1, getattr(hf, f"{prefix}num_key_value_heads") // tp),
+        "head_size": head,
+        "head_size_v": getattr(hf, f"{prefix}v_head_dim", None) or head,
+    }
 
 
 @cache
@@ -232,7 +278,7 @@ def layout(case: dict[str, Any]) -> dict[str, Any]:
 
     model_config = _model_config(case["model_dir"], case["max_model_len"])
     parallel = ParallelConfig(tensor_parallel_size=case["tp"])
-    cache_dtype = case["kv_cache_dtype"]
+    cache_dtype = _resolved_cache_dtype(case["kv_cache_dtype"], model_config)
     cache = CacheConfig(
         block_size=case["block_size"],
         cache_dtype=cache_dtype,
@@ -296,10 +342,14 @@ def layout(case: dict[str, Any]) -> dict[str, Any]:
     specs: dict[str, Any] = {}
     if sparse:
         specs = _sparse_mla_specs(model_config, backend, cache.block_size, cache_dtype)
-    for index, kind in enumerate([] if sparse else _layer_kinds(model_config)):
-        if kind is None:
-            continue
-        name = f"layers.{index}"
+    layers: list[tuple[int, str, str]] = []
+    for index, layer_kind in enumerate([] if sparse else _layer_kinds(model_config)):
+        if layer_kind == "hybrid":
+            layers.append((index, "full", f"layers.{index}.attn"))
+            layers.append((index, "state", f"layers.{index}.mamba"))
+        elif layer_kind is not None:
+            layers.append((index, layer_kind, f"layers.{index}"))
+    for index, kind, name in layers:
         layer_arch = model_config.model_arch_config[index]  # per-layer heads and head size
         attention: dict[str, Any] = {
             "block_size": cache.block_size,
@@ -308,12 +358,13 @@ def layout(case: dict[str, Any]) -> dict[str, Any]:
             "dtype": kv_dtype,
             "kv_quant_mode": get_kv_quant_mode(cache_dtype),
         }
+        attention.update(_own_heads(model_config.hf_text_config, kind, case["tp"]))
         if kind == "full":
             specs[name] = FullAttentionSpec(**attention)
         elif kind == "mla":
             specs[name] = MLAAttentionSpec(**attention, cache_dtype_str=cache_dtype)
         elif kind == "sliding":
-            window = model_config.hf_text_config.sliding_window
+            window = _sliding_window(model_config.hf_text_config)
             specs[name] = SlidingWindowSpec(**attention, sliding_window=window)
         elif kind == "chunked":
             chunk = model_config.hf_text_config.attention_chunk_size
