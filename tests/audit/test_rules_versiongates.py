@@ -7,6 +7,8 @@ Expected gates are the ones shared/reference/version-gates.md reports from the w
 from __future__ import annotations
 
 from kvtool.audit.model import Location, ParseProblem
+from kvtool.audit.rules._history import pre_table_removals
+from kvtool.releases import release_index
 from tests.audit.rulekit import codes, config, ktc, only, opt, run
 
 
@@ -50,6 +52,37 @@ def test_vg002_swap_space_is_gone_from_0_18_0_but_fine_before() -> None:
     # version-gates.md §5 item 5: --swap-space gone 0.18.0.
     assert "VG002" in codes(run(config("0.18.0", opt("--swap-space", "4"))))
     assert codes(run(config("0.17.1", opt("--swap-space", "4")))) == []
+
+
+def test_vg002_flag_removed_before_the_oldest_table_is_removed_not_a_typo() -> None:
+    # --num-scheduler-steps went with multi-step scheduling (vllm-project/vllm#22138, #22779),
+    # before the oldest tabled release: a removal, not a misspelt --max-num-scheduled-tokens.
+    newest = release_index().versions[-1]
+    findings = run(config(newest, opt("--num-scheduler-steps", "8")))
+    finding = only(findings, "VG002")
+    assert f"removed before vLLM {release_index().versions[0]}" in finding.message
+    assert "pull/22138" in finding.message
+    assert finding.fix is not None and finding.fix.applicability == "safe"
+    assert "VG001" not in codes(findings)
+    assert not any("max-num-scheduled-tokens" in f.message for f in findings)
+
+
+def test_vg002_quiet_on_the_flag_that_only_resembles_a_removed_one() -> None:
+    newest = release_index().versions[-1]
+    assert codes(run(config(newest, opt("--max-num-scheduled-tokens", "8192")))) == []
+
+
+def test_vg001_offers_no_guess_when_the_nearest_flag_only_shares_words() -> None:
+    finding = only(run(config("0.32.0", opt("--num-scheduler-rounds", "8"))), "VG001")
+    assert "Did you mean" not in finding.message
+
+
+def test_pre_table_removals_are_absent_from_every_release_table() -> None:
+    index = release_index()
+    for name, row in pre_table_removals().items():
+        assert name not in index.flags, name
+        assert row.gone_by in index.versions, name
+        assert row.source.startswith("https://github.com/vllm-project/vllm/"), name
 
 
 def test_vg003_deprecated_flag_quotes_vllms_message() -> None:

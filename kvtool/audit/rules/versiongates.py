@@ -21,7 +21,14 @@ from kvtool.audit.references import (
     vllm_source,
 )
 from kvtool.audit.registry import ConfigRule, register
-from kvtool.audit.rules._common import conditional_note, did_you_mean, removal_fix, replacement_fix
+from kvtool.audit.rules._common import (
+    conditional_note,
+    did_you_mean,
+    did_you_mean_flag,
+    removal_fix,
+    replacement_fix,
+)
+from kvtool.audit.rules._history import PreTableRemoval, pre_table_removals
 from kvtool.releases.model import Gate
 
 # Curated replacements (rules/curated/replacements.toml) that start like this say the flag can go,
@@ -143,7 +150,7 @@ class UnknownFlag(ConfigRule):
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         for opt, canonical in _unknown_options(ctx):
             gate = ctx.gate("flag", canonical)
-            if _removed(gate, ctx):
+            if _removed(gate, ctx) or (gate is None and canonical in pre_table_removals()):
                 continue  # removed-flag reports it
             if (later := _first_seen_later(gate, ctx)) is not None:
                 message = (
@@ -151,8 +158,8 @@ class UnknownFlag(ConfigRule):
                     f"{later}."
                 )
             else:
-                message = f"`{opt.written}` is not a flag of vLLM {ctx.version}." + did_you_mean(
-                    opt.flag, _flag_spellings(ctx)
+                message = f"`{opt.written}` is not a flag of vLLM {ctx.version}." + (
+                    did_you_mean_flag(opt.flag, _flag_spellings(ctx))
                 )
             yield self.finding(
                 message + conditional_note(opt),
@@ -186,7 +193,9 @@ class RemovedFlag(ConfigRule):
 
     Releases
     --------
-    Data-driven: `gone_at` in `rules/releases/index.json`.
+    Data-driven: `gone_at` in `rules/releases/index.json`. Flags already gone in the oldest
+    tabled release (`--num-scheduler-steps`) come from the curated
+    `rules/curated/removed_before_tables.toml`, each row citing the change that removed it.
     """
 
     code = "VG002"
@@ -194,13 +203,20 @@ class RemovedFlag(ConfigRule):
     default_severity = Severity.error
     summary = "flag removed at or before the target vLLM release"
     fix_applicability = "safe"
-    references = (vllm_pr(49389, "--calculate-kv-scales removed (0.28.0)"), ARG_UTILS_032)
+    references = (
+        vllm_pr(49389, "--calculate-kv-scales removed (0.28.0)"),
+        vllm_pr(22779, "the multi-step scheduling flags removed (before 0.10.2)"),
+        ARG_UTILS_032,
+    )
     since = "0.1.0"
     other_fix_applicabilities = ("display",)
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         for opt, canonical in _unknown_options(ctx):
             gate = ctx.gate("flag", canonical)
+            if gate is None and (early := pre_table_removals().get(canonical)) is not None:
+                yield self._removed_before_tables(ctx, opt, early)
+                continue
             if not _removed(gate, ctx):
                 continue
             spelled = opt.written if opt.written.startswith("-") else canonical
@@ -223,6 +239,21 @@ class RemovedFlag(ConfigRule):
                 gone_at=gate.gone_at,
                 replacement=gate.replacement,
             )
+
+    def _removed_before_tables(
+        self, ctx: RuleContext, opt: ServeOption, early: PreTableRemoval
+    ) -> Finding:
+        """A flag gone before the oldest release table: the curated row says when and why."""
+        spelled = opt.written if opt.written.startswith("-") else early.name
+        return self.finding(
+            f"`{spelled}` was removed before vLLM {early.gone_by} ({early.removed}; "
+            f"{early.source}); vLLM {ctx.version} refuses to start with it. "
+            f"Instead: {early.replacement}." + conditional_note(opt),
+            flag=early.name,
+            location=opt.location,
+            fix=removal_fix(ctx, opt, f"remove {opt.written}"),
+            replacement=early.replacement,
+        )
 
 
 @register
@@ -259,7 +290,8 @@ class DeprecatedFlag(ConfigRule):
     summary = "flag deprecated at the target vLLM release"
     references = (
         vllm_source(
-            "0.19.0", "vllm/config/cache.py",
+            "0.19.0",
+            "vllm/config/cache.py",
             "CacheConfig at 0.19.0: calculate_kv_scales deprecated",
         ),
         ARG_UTILS_032,
@@ -399,9 +431,7 @@ class InvalidNumber(ConfigRule):
     summary = "numeric flag value the target release's parser rejects"
     references = (
         ARG_UTILS_032,
-        vllm_source(
-            "0.32.0", "vllm/utils/argparse_utils.py", "vLLM's argparse helpers at 0.32.0"
-        ),
+        vllm_source("0.32.0", "vllm/utils/argparse_utils.py", "vLLM's argparse helpers at 0.32.0"),
     )
     since = "0.1.0"
 
@@ -528,7 +558,8 @@ class RemovedEnvVar(ConfigRule):
     summary = "VLLM_* environment variable removed at or before the target release"
     references = (
         vllm_source(
-            "0.29.0", "vllm/envs.py",
+            "0.29.0",
+            "vllm/envs.py",
             "vllm/envs.py at 0.29.0, the last with VLLM_PREFIX_CACHE_RETENTION_INTERVAL",
         ),
         ENVS_032,
@@ -587,7 +618,8 @@ class DeprecatedEnvVar(ConfigRule):
     summary = "VLLM_* environment variable deprecated at the target release"
     references = (
         vllm_source(
-            "0.29.0", "vllm/envs.py",
+            "0.29.0",
+            "vllm/envs.py",
             "vllm/envs.py at 0.29.0: deprecated env vars read with a warning",
         ),
     )
