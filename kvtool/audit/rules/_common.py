@@ -36,6 +36,27 @@ def did_you_mean(word: str, candidates: Iterable[str]) -> str:
     return f" Did you mean `{match}`?" if match else ""
 
 
+# Connector names share the word `Connector`: compared whole they look alike
+# (`AcmeStoreConnector` -> `MooncakeStoreConnector` is 0.80), so a whole-name match must be
+# near-exact and otherwise only the distinguishing part is compared (`AcmeStore` and
+# `MooncakeStore`: 0.64, no guess; `MoonCake` and `Mooncake`: 0.88).
+CONNECTOR_WORD = "Connector"
+WHOLE_NAME_CUTOFF = 0.9
+
+
+def did_you_mean_connector(name: str, registered: Iterable[str]) -> str:
+    """Like :func:`did_you_mean` for a connector name, without guesses that rest on the
+    shared word `Connector`."""
+    pool = list(registered)
+    match = closest(name, pool, cutoff=WHOLE_NAME_CUTOFF)
+    distinct = name.replace(CONNECTOR_WORD, "")
+    if match is None and distinct:
+        by_part = {c.replace(CONNECTOR_WORD, ""): c for c in pool}
+        part = closest(distinct, by_part, cutoff=FLAG_SUGGESTION_CUTOFF)
+        match = by_part[part] if part is not None else None
+    return f" Did you mean `{match}`?" if match else ""
+
+
 def did_you_mean_flag(flag: str, spellings: Iterable[str]) -> str:
     """Like :func:`did_you_mean` for a command-line flag: compared without the leading
     dashes (every flag shares them) and only above :data:`FLAG_SUGGESTION_CUTOFF`."""
