@@ -199,6 +199,8 @@ SERVED_IDS = [
     ("CohereForAI/c4ai-command-r-v01", "Command R (v01)", {"dense"}),
     ("CohereForAI/c4ai-command-r-plus-08-2024", "Command R+ / Command R (08-2024)", {"gqa"}),
     ("CohereLabs/c4ai-command-r7b-12-2024", "Command R7B / Command A", {"gqa", "sliding_window"}),
+    # KServe, llm-d-modelservice and KubeAI samples serve it as their smallest model.
+    ("facebook/opt-125m", "OPT", {"dense"}),
 ]
 
 
