@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import msgspec
 import pytest
 
+from kvtool.audit.engine import Selection, check_config
 from kvtool.connector.config import ConnectorConfig, ConnectorConfigError
 from kvtool.connector.series import adapter_supports
-from kvtool.releases import available_versions
-from tests.audit.rulekit import codes, config, ktc, only, run
+from kvtool.releases import available_versions, load_release
+from tests.audit.rulekit import codes, config, context, ktc, only, run
 
 KVTOOL = {"kv_connector": "KvtoolConnector", "kv_connector_module_path": "kvtool.connector.vllm"}
 
@@ -49,8 +53,10 @@ def test_kvtool_connector_on_a_release_the_adapter_refuses_is_an_error() -> None
     past = refused[-1]  # the newest table the adapter refuses (0.34.0 when it was written)
     child = {**KVTOOL, "kv_role": "kv_both"}
     extra = {"connectors": [{"kv_connector": "NixlConnector", "kv_role": "kv_both"}, child]}
-    for kv in (ktc(**child), ktc(kv_connector="MultiConnector", kv_role="kv_both",
-                                 kv_connector_extra_config=extra)):
+    for kv in (
+        ktc(**child),
+        ktc(kv_connector="MultiConnector", kv_role="kv_both", kv_connector_extra_config=extra),
+    ):
         finding = only(run(config(past, kv)), "LZ012")
         assert finding.severity.value == "error"
         assert f"vLLM {past}" in finding.message and supported[-1] in finding.message
@@ -59,8 +65,11 @@ def test_kvtool_connector_on_a_release_the_adapter_refuses_is_an_error() -> None
 def test_kvtool_connector_on_a_supported_release_or_another_connector_is_quiet() -> None:
     newest_supported = [v for v in available_versions() if adapter_supports(v)][-1]
     assert "LZ012" not in codes(run(config(newest_supported, ktc(**KVTOOL, kv_role="kv_both"))))
-    native = ktc(kv_connector="OffloadingConnector", kv_role="kv_both",
-                 kv_connector_extra_config={"cpu_bytes_to_use": 10_000_000_000})
+    native = ktc(
+        kv_connector="OffloadingConnector",
+        kv_role="kv_both",
+        kv_connector_extra_config={"cpu_bytes_to_use": 10_000_000_000},
+    )
     assert "LZ012" not in codes(run(config(available_versions()[-1], native)))
 
 
@@ -87,6 +96,76 @@ def test_lazy_offload_inside_offloading_connector_is_ignored() -> None:
             )
         )
     )
+
+
+# KServe's own sample (kserve/kserve docs/samples/llmisvc/agentic-tool-calling/
+# nemotron-3-ultra-pd.yaml) gives lazy_offload to an OffloadingConnector MultiConnector child.
+def _nemotron_pd_shape(offload_extra: dict[str, object]) -> dict[str, object]:
+    return {
+        "kv_connector": "MultiConnector",
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {
+            "connectors": [
+                {
+                    "kv_connector": "NixlConnector",
+                    "kv_role": "kv_consumer",
+                    "kv_connector_extra_config": {"bidirectional_kv_xfer": True},
+                },
+                {
+                    "kv_connector": "OffloadingConnector",
+                    "kv_role": "kv_both",
+                    "kv_connector_extra_config": offload_extra,
+                },
+            ]
+        },
+    }
+
+
+def test_lazy_offload_in_an_offloading_child_is_judged_by_the_releases_own_keys() -> None:
+    # Every tabled release's offload_extra_config_keys (read from vllm/v1/kv_offload/** in
+    # its wheel) decides; the releases that list no lazy_offload get the warning.
+    extra = {"cpu_bytes_to_use": 214748364800, "lazy_offload": True}
+    for version in available_versions():
+        read = load_release(version).offload_extra_config_keys
+        if not read:
+            continue
+        found = [
+            f for f in run(config(version, ktc(**_nemotron_pd_shape(extra)))) if f.code == "LZ010"
+        ]
+        if "lazy_offload" in read:
+            assert found == [], version
+        else:
+            assert len(found) == 1 and f"vLLM {version} does not read" in found[0].message
+            assert "stays eager" in found[0].message
+
+
+def test_lazy_offload_is_quiet_where_a_release_reads_it() -> None:
+    # A release whose OffloadingConnector reads lazy_offload (as a future table may say) is quiet.
+    cfg = config("0.32.0", ktc(**_nemotron_pd_shape({"cpu_bytes_to_use": 1, "lazy_offload": True})))
+    ctx = context(cfg)
+    reads = msgspec.structs.replace(
+        ctx.facts,
+        offload_extra_config_keys=(*ctx.facts.offload_extra_config_keys, "lazy_offload"),
+    )
+    findings = check_config(dataclasses.replace(ctx, facts=reads), Selection(enabled={"LZ010"}))
+    assert findings == []
+
+
+def test_lazy_offload_is_simple_cpu_offload_connectors_own_key() -> None:
+    # vllm v0.32.0 simple_cpu_offload_connector.py reads extra_config.get("lazy_offload").
+    simple = ktc(
+        kv_connector="SimpleCPUOffloadConnector",
+        kv_role="kv_both",
+        kv_connector_extra_config={"cpu_bytes_to_use": 8 << 30, "lazy_offload": True},
+    )
+    assert "LZ010" not in codes(run(config("0.32.0", simple)))
+    # Its nearest wrong neighbour: a lazy_offload_* variant it does not read.
+    typo = ktc(
+        kv_connector="SimpleCPUOffloadConnector",
+        kv_role="kv_both",
+        kv_connector_extra_config={"cpu_bytes_to_use": 8 << 30, "lazy_offload_threshold": 4},
+    )
+    assert "LZ010" in codes(run(config("0.32.0", typo)))
 
 
 def test_kvtool_keys_given_to_another_connector_do_nothing() -> None:

@@ -6,7 +6,11 @@ Expected gates are the ones shared/reference/version-gates.md reports from the w
 
 from __future__ import annotations
 
-from kvtool.audit.model import Location, ParseProblem
+import pytest
+
+from kvtool.audit.model import Location, ParseProblem, ServeConfig
+from kvtool.audit.rules._history import pre_table_removals
+from kvtool.releases import release_index
 from tests.audit.rulekit import codes, config, ktc, only, opt, run
 
 
@@ -50,6 +54,37 @@ def test_vg002_swap_space_is_gone_from_0_18_0_but_fine_before() -> None:
     # version-gates.md §5 item 5: --swap-space gone 0.18.0.
     assert "VG002" in codes(run(config("0.18.0", opt("--swap-space", "4"))))
     assert codes(run(config("0.17.1", opt("--swap-space", "4")))) == []
+
+
+def test_vg002_flag_removed_before_the_oldest_table_is_removed_not_a_typo() -> None:
+    # --num-scheduler-steps went with multi-step scheduling (vllm-project/vllm#22138, #22779),
+    # before the oldest tabled release: a removal, not a misspelt --max-num-scheduled-tokens.
+    newest = release_index().versions[-1]
+    findings = run(config(newest, opt("--num-scheduler-steps", "8")))
+    finding = only(findings, "VG002")
+    assert f"removed before vLLM {release_index().versions[0]}" in finding.message
+    assert "pull/22138" in finding.message
+    assert finding.fix is not None and finding.fix.applicability == "safe"
+    assert "VG001" not in codes(findings)
+    assert not any("max-num-scheduled-tokens" in f.message for f in findings)
+
+
+def test_vg002_quiet_on_the_flag_that_only_resembles_a_removed_one() -> None:
+    newest = release_index().versions[-1]
+    assert codes(run(config(newest, opt("--max-num-scheduled-tokens", "8192")))) == []
+
+
+def test_vg001_offers_no_guess_when_the_nearest_flag_only_shares_words() -> None:
+    finding = only(run(config("0.32.0", opt("--num-scheduler-rounds", "8"))), "VG001")
+    assert "Did you mean" not in finding.message
+
+
+def test_pre_table_removals_are_absent_from_every_release_table() -> None:
+    index = release_index()
+    for name, row in pre_table_removals().items():
+        assert name not in index.flags, name
+        assert row.gone_by in index.versions, name
+        assert row.source.startswith("https://github.com/vllm-project/vllm/"), name
 
 
 def test_vg003_deprecated_flag_quotes_vllms_message() -> None:
@@ -223,3 +258,93 @@ def test_vg006_judges_each_word_of_a_list_flag() -> None:
     assert [f.message.split("`")[1] for f in findings if f.code == "VG006"] == [
         "--cudagraph-capture-sizes x4"
     ]
+
+
+def _on_image(cfg: ServeConfig, image: str | None) -> ServeConfig:
+    cfg.invocation.image = image
+    return cfg
+
+
+# vllm-project/aibrix samples/kvcache/l1cache/vllm.yaml: this connector on this image.
+AIBRIX_KVCACHE_IMAGE = (
+    "aibrix-container-registry-cn-beijing.cr.volces.com/aibrix/"
+    "vllm-openai-aibrix-kvcache:v0.10.2-20251022"
+)
+AIBRIX_TYPE3 = ktc(kv_connector="AIBrixOffloadingConnectorV1Type3", kv_role="kv_both")
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        AIBRIX_KVCACHE_IMAGE,
+        # vllm-project/aibrix build/container/README.md: the recommended patched tag.
+        "aibrix/vllm-openai:v0.10.2-aibrix-v0.5.0-nixl-0.7.1-20251123",
+    ],
+)
+def test_vg020_quiet_on_a_connector_the_image_patches_into_the_factory(image: str) -> None:
+    findings = run(_on_image(config("0.32.0", AIBRIX_TYPE3), image))
+    assert "VG020" not in codes(findings)
+
+
+def test_vg020_aibrix_connector_on_plain_vllm_image_is_an_error() -> None:
+    finding = only(
+        run(_on_image(config("0.32.0", AIBRIX_TYPE3), "vllm/vllm-openai:v0.32.0")), "VG020"
+    )
+    assert finding.severity.value == "error"
+    assert "AIBrix" in finding.message and "Did you mean" not in finding.message
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        None,  # a bare command: the installation may be AIBrix's patched vLLM
+        "aibrix/vllm-openai:v0.9.2-cu128-nixl-v0.4.1-lmcache-0.3.1.post1",  # tag does not say
+        "registry.example.com/team/inference:2.1",  # an image kvtool cannot place
+    ],
+)
+def test_vg020_plugin_connector_where_the_image_cannot_be_placed_is_info(
+    image: str | None,
+) -> None:
+    finding = only(run(_on_image(config("0.32.0", AIBRIX_TYPE3), image)), "VG020")
+    assert finding.severity.value == "info"
+    assert "not checked" in finding.message
+
+
+def test_vg020_unknown_connector_on_an_unknown_image_is_info_but_a_typo_stays_an_error() -> None:
+    image = "registry.example.com/team/inference:2.1"
+    custom = ktc(kv_connector="AcmeStoreConnector", kv_role="kv_both")
+    assert only(run(_on_image(config("0.32.0", custom), image)), "VG020").severity.value == "info"
+    # Without an image the release's own factory decides: still an error.
+    assert only(run(config("0.32.0", custom)), "VG020").severity.value == "error"
+    typo = ktc(kv_connector="LMCacheConnector", kv_role="kv_both")
+    finding = only(run(_on_image(config("0.32.0", typo), image)), "VG020")
+    assert finding.severity.value == "error" and "LMCacheConnectorV1" in finding.message
+
+
+# vllm-project/vllm-omni docs/cli/README.md: `vllm serve Qwen/Qwen2.5-Omni-7B --omni
+# --stage-configs-path /path/to/stage_configs_file`.
+OMNI = (opt("--omni"), opt("--stage-configs-path", "/cfg/stages.yaml", line=3))
+
+
+@pytest.mark.parametrize("image", ["vllm/vllm-omni:v0.14.0", None])
+def test_vg001_plugin_flags_are_one_info(image: str | None) -> None:
+    findings = run(_on_image(config("0.32.0", *OMNI, model="Qwen/Qwen2.5-Omni-7B"), image))
+    finding = only(findings, "VG001")
+    assert finding.severity.value == "info"
+    assert "`--omni`" in finding.message and "`--stage-configs-path`" in finding.message
+    assert "vLLM-Omni" in finding.message
+
+
+def test_vg001_plugin_flag_on_a_plain_vllm_image_stays_an_error() -> None:
+    cfg = _on_image(
+        config("0.32.0", *OMNI, model="Qwen/Qwen2.5-Omni-7B"), "vllm/vllm-openai:v0.32.0"
+    )
+    found = [f for f in run(cfg) if f.code == "VG001"]
+    assert [f.severity.value for f in found] == ["error", "error"]
+
+
+def test_vg002_a_removed_vllm_flag_is_still_an_error_under_a_plugin_cli() -> None:
+    cfg = _on_image(
+        config("0.32.0", opt("--omni"), opt("--calculate-kv-scales")), "vllm/vllm-omni:v0.14.0"
+    )
+    assert only(run(cfg), "VG002").severity.value == "error"

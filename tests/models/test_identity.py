@@ -147,3 +147,76 @@ def test_every_family_row_cites_a_public_config_json_and_uses_known_traits() -> 
             "config.json"
         ), row.family
         assert set(row.traits) <= set(TRAITS)
+
+
+# Model ids as deployments serve them (each from a public deployment file or model card), with
+# the family row that must win and the traits the cited config.json shows.
+# Qwen/Qwen2.5-7B-Instruct: KServe and production-stack samples; the config.json fields are in
+# rules/models/families.toml next to each row.
+SERVED_IDS = [
+    ("Qwen/Qwen2.5-7B-Instruct", "Qwen2 / Qwen2.5 (Instruct, Coder, Math) / QwQ", {"gqa"}),
+    ("Qwen2.5-7B", "Qwen2 / Qwen2.5 (Instruct, Coder, Math) / QwQ", {"gqa"}),
+    ("Qwen/Qwen2.5-Coder-32B-Instruct", "Qwen2 / Qwen2.5 (Instruct, Coder, Math) / QwQ", {"gqa"}),
+    ("Qwen/QwQ-32B", "Qwen2 / Qwen2.5 (Instruct, Coder, Math) / QwQ", {"gqa"}),
+    ("Qwen/Qwen2.5-VL-7B-Instruct", "Qwen2-VL / Qwen2.5-VL", {"gqa", "multimodal"}),
+    ("Qwen/Qwen2-VL-2B-Instruct", "Qwen2-VL / Qwen2.5-VL", {"gqa", "multimodal"}),
+    ("Qwen/Qwen3-VL-8B-Instruct", "Qwen3-VL", {"gqa", "multimodal"}),
+    ("Qwen/Qwen3-8B", "Qwen3", {"gqa"}),
+    ("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", "DeepSeek-R1-Distill (Qwen base)", {"gqa"}),
+    ("deepseek-ai/DeepSeek-R1-Distill-Llama-70B", "DeepSeek-R1-Distill (Llama base)", {"gqa"}),
+    ("deepseek-ai/DeepSeek-R1", "DeepSeek-V3 / R1", None),
+    ("meta-llama/Llama-2-7b-chat-hf", "Llama 2", {"dense"}),
+    ("meta-llama/Llama-2-70b-chat-hf", "Llama 2 70B", {"gqa"}),
+    ("meta-llama/Meta-Llama-3.1-8B-Instruct", "Llama 3", {"gqa"}),
+    ("meta-llama/Llama-3.3-70B-Instruct", "Llama 3", {"gqa"}),
+    ("meta-llama/Llama-3.2-11B-Vision-Instruct", "Llama 3.2 Vision", {"gqa", "multimodal"}),
+    (
+        "mistralai/Mistral-7B-Instruct-v0.3",
+        "Mistral (7B v0.2+, Nemo, Small 24B 2501, Large 2)",
+        {"gqa"},
+    ),
+    ("mistralai/Mistral-7B-v0.1", "Mistral 7B v0.1", {"gqa", "sliding_window"}),
+    ("mistralai/Mixtral-8x7B-Instruct-v0.1", "Mixtral", {"gqa", "moe"}),
+    ("mistralai/Ministral-8B-Instruct-2410", "Ministral 8B (2410)", {"gqa", "sliding_window"}),
+    (
+        "mistralai/Mistral-Small-3.1-24B-Instruct-2503",
+        "Mistral Small 3.1 / 3.2",
+        {"gqa", "multimodal"},
+    ),
+    ("microsoft/Phi-3-mini-4k-instruct", "Phi-3 mini 4k", {"dense", "sliding_window"}),
+    ("microsoft/Phi-3.5-mini-instruct", "Phi-3 / Phi-3.5 mini (128k)", {"dense"}),
+    ("microsoft/phi-4", "Phi-4", {"gqa"}),
+    ("microsoft/Phi-4-mini-instruct", "Phi-4", {"gqa"}),
+    ("google/gemma-2-9b-it", "Gemma 2", {"gqa", "sliding_window"}),
+    ("01-ai/Yi-1.5-34B-Chat", "Yi", {"gqa"}),
+    ("internlm/internlm2_5-7b-chat", "InternLM 2 / 2.5 / 3", {"gqa"}),
+    ("OpenGVLab/InternVL2_5-8B", "InternVL", {"gqa", "multimodal"}),
+    ("allenai/OLMo-2-1124-7B-Instruct", "OLMo 2", {"dense"}),
+    ("allenai/OLMoE-1B-7B-0924", "OLMoE", {"dense", "moe"}),
+    ("ibm-granite/granite-3.1-8b-instruct", "Granite 3", {"gqa"}),
+    ("ibm-granite/granite-3.1-3b-a800m-instruct", "Granite 3 MoE", {"gqa", "moe"}),
+    ("ibm-granite/granite-4.0-h-small", "Granite 4.0-H", None),
+    ("CohereForAI/c4ai-command-r-v01", "Command R (v01)", {"dense"}),
+    ("CohereForAI/c4ai-command-r-plus-08-2024", "Command R+ / Command R (08-2024)", {"gqa"}),
+    ("CohereLabs/c4ai-command-r7b-12-2024", "Command R7B / Command A", {"gqa", "sliding_window"}),
+    # KServe, llm-d-modelservice and KubeAI samples serve it as their smallest model.
+    ("facebook/opt-125m", "OPT", {"dense"}),
+]
+
+
+@pytest.mark.parametrize(("name", "family", "traits"), SERVED_IDS)
+def test_widely_served_ids_classify_by_the_right_row(
+    name: str, family: str, traits: set[str] | None
+) -> None:
+    identity = identify(name)
+    assert identity is not None and identity.family == family, (name, identity)
+    if traits is not None:
+        assert identity.traits == frozenset(traits)
+
+
+def test_no_family_name_pattern_is_shadowed_by_an_earlier_row() -> None:
+    # A row whose own cited config repository is claimed by an earlier row can never win.
+    for index, row in enumerate(families()):
+        repo = row.config.removeprefix("https://huggingface.co/").split("/blob/")[0]
+        winner = next(r for r in families() if r.matches(repo))
+        assert winner.family == row.family, (row.family, repo, winner.family, index)

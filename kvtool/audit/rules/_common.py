@@ -7,12 +7,18 @@ from collections.abc import Iterable
 from kvtool.audit.context import RuleContext
 from kvtool.audit.model import Fix, ServeOption, SourceToken
 
+# difflib ratio a flag name (without its dashes) must reach before it is offered as the
+# misspelt one: `--kv-offload-size` -> `--kv-offloading-size` is 0.91, while the unrelated
+# `--num-scheduler-steps` -> `--max-num-scheduled-tokens` is 0.65. Shared words between
+# flag names (`num`, `max`, `kv`) make lower ratios guesses, not typos.
+FLAG_SUGGESTION_CUTOFF = 0.75
 
-def closest(word: str, candidates: Iterable[str]) -> str | None:
+
+def closest(word: str, candidates: Iterable[str], *, cutoff: float = 0.6) -> str | None:
     """The closest candidate to ``word``, or None.
 
     A candidate that extends ``word`` (a dropped suffix such as ``V1``) wins, the shortest
-    first; otherwise difflib's best match with a ratio of at least 0.6.
+    first; otherwise difflib's best match with a ratio of at least ``cutoff``.
     """
     pool = list(candidates)
     extensions = sorted((c for c in pool if c.startswith(word) and c != word), key=len)
@@ -20,7 +26,7 @@ def closest(word: str, candidates: Iterable[str]) -> str | None:
         return extensions[0]
     import difflib  # only needed when something is misspelt; keeps audit start-up lean
 
-    matches = difflib.get_close_matches(word, pool, n=1, cutoff=0.6)
+    matches = difflib.get_close_matches(word, pool, n=1, cutoff=cutoff)
     return matches[0] if matches else None
 
 
@@ -28,6 +34,35 @@ def did_you_mean(word: str, candidates: Iterable[str]) -> str:
     """``" Did you mean X?"`` or an empty string."""
     match = closest(word, candidates)
     return f" Did you mean `{match}`?" if match else ""
+
+
+# Connector names share the word `Connector`: compared whole they look alike
+# (`AcmeStoreConnector` -> `MooncakeStoreConnector` is 0.80), so a whole-name match must be
+# near-exact and otherwise only the distinguishing part is compared (`AcmeStore` and
+# `MooncakeStore`: 0.64, no guess; `MoonCake` and `Mooncake`: 0.88).
+CONNECTOR_WORD = "Connector"
+WHOLE_NAME_CUTOFF = 0.9
+
+
+def did_you_mean_connector(name: str, registered: Iterable[str]) -> str:
+    """Like :func:`did_you_mean` for a connector name, without guesses that rest on the
+    shared word `Connector`."""
+    pool = list(registered)
+    match = closest(name, pool, cutoff=WHOLE_NAME_CUTOFF)
+    distinct = name.replace(CONNECTOR_WORD, "")
+    if match is None and distinct:
+        by_part = {c.replace(CONNECTOR_WORD, ""): c for c in pool}
+        part = closest(distinct, by_part, cutoff=FLAG_SUGGESTION_CUTOFF)
+        match = by_part[part] if part is not None else None
+    return f" Did you mean `{match}`?" if match else ""
+
+
+def did_you_mean_flag(flag: str, spellings: Iterable[str]) -> str:
+    """Like :func:`did_you_mean` for a command-line flag: compared without the leading
+    dashes (every flag shares them) and only above :data:`FLAG_SUGGESTION_CUTOFF`."""
+    by_bare = {s.lstrip("-"): s for s in spellings}
+    match = closest(flag.lstrip("-"), by_bare, cutoff=FLAG_SUGGESTION_CUTOFF)
+    return f" Did you mean `{by_bare[match]}`?" if match else ""
 
 
 def option_tokens(ctx: RuleContext, opt: ServeOption) -> tuple[SourceToken, ...]:

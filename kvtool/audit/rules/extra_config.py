@@ -27,9 +27,13 @@ OWNERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("lmcache.mp.", ("LMCacheMPConnector",)),
     ("lmcache.", ("LMCacheConnectorV1", "LMCacheMPConnector")),
 )
-# Bare lazy-offload keys: no vLLM connector reads them (LMCache spells them lmcache.mp.*,
-# kvtool spells them kvtool.*), so they are ignored wherever they are written.
+# Bare lazy-offload keys. SimpleCPUOffloadConnector reads `lazy_offload` itself
+# (vllm/distributed/kv_transfer/kv_connector/v1/simple_cpu_offload_connector.py at 0.32.0);
+# OffloadingConnector reads exactly its release table's `offload_extra_config_keys`, which
+# hold no `lazy_offload` in any tabled release; LMCache spells it lmcache.mp.*, kvtool kvtool.*.
 BARE_LAZY = "lazy_offload"
+SIMPLE_CPU_OFFLOAD = "SimpleCPUOffloadConnector"
+NATIVE = "OffloadingConnector"
 
 
 def _owners(key: str) -> tuple[str, ...] | None:
@@ -162,13 +166,18 @@ class ExtraConfigKeyOfAnotherConnector(ConfigRule):
     ----
     A `kv_connector_extra_config` key belongs to another connector: `kvtool.*` outside
     KvtoolConnector, `lmcache.*` outside LMCache's connectors, or a bare `lazy_offload*`
-    key (which no connector reads: LMCache spells it `lmcache.mp.lazy_offload`, kvtool
-    `kvtool.policy`). For MultiConnector each child's own extra config is checked.
+    key given to a connector that does not read it. `lazy_offload` is read by
+    SimpleCPUOffloadConnector; OffloadingConnector reads the keys its release table lists
+    (`offload_extra_config_keys`, none of them `lazy_offload` up to the newest tabled
+    release); LMCache spells it `lmcache.mp.lazy_offload`, kvtool `kvtool.policy`. For
+    MultiConnector each child's own extra config is checked.
 
     Why
     ---
     vLLM passes the dictionary through unchecked, so the setting silently does nothing:
-    `"lazy_offload": true` in an OffloadingConnector keeps offloading eagerly.
+    `"lazy_offload": true` in an OffloadingConnector keeps offloading eagerly. A config
+    that targets a vLLM build newer than the tables (an image built from a commit) is
+    judged by the release given with `--vllm-version`.
 
     Example
     -------
@@ -194,6 +203,11 @@ class ExtraConfigKeyOfAnotherConnector(ConfigRule):
             "vllm/v1/kv_offload/factory.py",
             "the offload spec factory at 0.32.0: the extra-config keys OffloadingConnector reads",
         ),
+        vllm_source(
+            "0.32.0",
+            "vllm/distributed/kv_transfer/kv_connector/v1/simple_cpu_offload_connector.py",
+            "SimpleCPUOffloadConnector at 0.32.0: reads lazy_offload from its extra config",
+        ),
         LMCACHE_MP_CONNECTOR,
     )
     since = "0.2.0"
@@ -201,20 +215,18 @@ class ExtraConfigKeyOfAnotherConnector(ConfigRule):
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         for index, (name, extra) in enumerate(ctx.connector_extra_configs):
             for key in extra:
-                message = self._ignored(name, key, top_level=index == 0)
+                message = self._ignored(ctx, name, extra, key, top_level=index == 0)
                 if message is not None:
                     yield self.finding(
                         message, flag=key, location=ctx.location_of(KV_TRANSFER_CONFIG)
                     )
 
     @staticmethod
-    def _ignored(connector: str, key: str, *, top_level: bool) -> str | None:
+    def _ignored(
+        ctx: RuleContext, connector: str, extra: dict[str, object], key: str, *, top_level: bool
+    ) -> str | None:
         if key == BARE_LAZY or key.startswith(BARE_LAZY + "_"):
-            return (
-                f"`{connector}` does not read `{key}`: lazy offload is "
-                "`lmcache.mp.lazy_offload` (LMCacheMPConnector) or `kvtool.policy` "
-                "(KvtoolConnector); this setting does nothing."
-            )
+            return _bare_lazy_ignored(ctx, connector, extra, key)
         owners: tuple[str, ...] | None = _owners(key)
         if owners is None or connector in owners:
             return None
@@ -226,7 +238,31 @@ class ExtraConfigKeyOfAnotherConnector(ConfigRule):
         )
 
 
-NATIVE = "OffloadingConnector"
+def _bare_lazy_ignored(
+    ctx: RuleContext, connector: str, extra: dict[str, object], key: str
+) -> str | None:
+    """Why a bare ``lazy_offload*`` key does nothing in ``connector``, or None when it may be
+    read (SimpleCPUOffloadConnector's own key; an OffloadingConnector key its release reads
+    or a custom spec may read; a connector loaded by module path)."""
+    if connector == SIMPLE_CPU_OFFLOAD and key == BARE_LAZY:
+        return None
+    if connector in ctx.external_connectors:
+        return None  # its own class, from kv_connector_module_path: it may read anything
+    where = "`lmcache.mp.lazy_offload` (LMCacheMPConnector), `kvtool.policy` (KvtoolConnector)"
+    if key == BARE_LAZY:
+        where = f"`{BARE_LAZY}` (SimpleCPUOffloadConnector), " + where
+    if connector == NATIVE:
+        read = ctx.facts.offload_extra_config_keys
+        if not read or key in read or "spec_module_path" in extra:
+            return None  # no fact to judge by, the release reads it, or a custom spec may
+        return (
+            f"OffloadingConnector in vLLM {ctx.version} does not read `{key}` (its "
+            f"offload spec reads {', '.join(f'`{k}`' for k in read)}): offloading stays "
+            f"eager. Lazy offload is {where}."
+        )
+    return (
+        f"`{connector}` does not read `{key}`: lazy offload is {where}; this setting does nothing."
+    )
 
 
 @register

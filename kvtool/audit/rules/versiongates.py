@@ -21,7 +21,23 @@ from kvtool.audit.references import (
     vllm_source,
 )
 from kvtool.audit.registry import ConfigRule, register
-from kvtool.audit.rules._common import conditional_note, did_you_mean, removal_fix, replacement_fix
+from kvtool.audit.rules._common import (
+    conditional_note,
+    did_you_mean,
+    did_you_mean_connector,
+    did_you_mean_flag,
+    removal_fix,
+    replacement_fix,
+)
+from kvtool.audit.rules._history import PreTableRemoval, pre_table_removals
+from kvtool.audit.rules._plugins import (
+    PluginImage,
+    image_is_unplaced,
+    image_may_bundle,
+    image_plugin,
+    plugin_cli,
+    registering,
+)
 from kvtool.releases.model import Gate
 
 # Curated replacements (rules/curated/replacements.toml) that start like this say the flag can go,
@@ -125,7 +141,14 @@ class UnknownFlag(ConfigRule):
 
     Fix
     ---
-    Use the suggested spelling or upgrade to the release named in the message.
+    Use the suggested spelling or upgrade to the release named in the message. A name is
+    suggested only when it is close (difflib ratio 0.75 without the dashes), not when the
+    flags merely share words.
+
+    Plugin CLIs add flags of their own: on a vLLM-Omni image (`vllm/vllm-omni`), or with
+    `--omni` on an image kvtool cannot place, flags no vLLM release has are one info
+    naming them (kvtool does not know the plugin's flags), per the curated
+    `rules/curated/plugin_images.toml`. On a plain vLLM image they stay errors.
 
     Releases
     --------
@@ -137,22 +160,34 @@ class UnknownFlag(ConfigRule):
     default_severity = Severity.error
     summary = "flag not known at the target vLLM release"
     fix_applicability = "display"
-    references = (ARG_UTILS_032,)
+    references = (
+        ARG_UTILS_032,
+        Reference(
+            url="https://github.com/vllm-project/vllm-omni/blob/main/vllm_omni/entrypoints/cli/main.py",
+            note="vLLM-Omni: a command with --omni is parsed by the plugin's own serve parser",
+        ),
+    )
     since = "0.1.0"
+    other_severities = (Severity.info,)
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        plugin = plugin_cli(ctx)
+        from_plugin: list[ServeOption] = []
         for opt, canonical in _unknown_options(ctx):
             gate = ctx.gate("flag", canonical)
-            if _removed(gate, ctx):
+            if _removed(gate, ctx) or (gate is None and canonical in pre_table_removals()):
                 continue  # removed-flag reports it
+            if plugin is not None and gate is None:
+                from_plugin.append(opt)  # no vLLM release has it: the plugin's own flag
+                continue
             if (later := _first_seen_later(gate, ctx)) is not None:
                 message = (
                     f"`{opt.written}` is not a flag of vLLM {ctx.version}: it first appears in "
                     f"{later}."
                 )
             else:
-                message = f"`{opt.written}` is not a flag of vLLM {ctx.version}." + did_you_mean(
-                    opt.flag, _flag_spellings(ctx)
+                message = f"`{opt.written}` is not a flag of vLLM {ctx.version}." + (
+                    did_you_mean_flag(opt.flag, _flag_spellings(ctx))
                 )
             yield self.finding(
                 message + conditional_note(opt),
@@ -160,6 +195,28 @@ class UnknownFlag(ConfigRule):
                 location=opt.location,
                 first_seen=gate.first_seen if gate else None,
             )
+        if plugin is not None and from_plugin:
+            yield self._plugin_flags(ctx, plugin, from_plugin)
+
+    def _plugin_flags(
+        self, ctx: RuleContext, plugin: PluginImage, options: list[ServeOption]
+    ) -> Finding:
+        """One info for every flag a plugin CLI may add: kvtool has no table of them."""
+        names = ", ".join(f"`{opt.written}`" for opt in options)
+        how = (
+            f"the image `{ctx.config.invocation.image}` runs {plugin.plugin}"
+            if image_plugin(ctx) is plugin
+            else f"`{'`, `'.join(plugin.marker_flags)}` hands the command to {plugin.plugin}"
+        )
+        return self.finding(
+            f"{names}: not flags of vLLM {ctx.version}; {how}, whose CLI adds its own "
+            f"flags ({plugin.source.split(' ', 1)[0]}). kvtool does not know that plugin's "
+            "flags, so they were not checked.",
+            flag=options[0].flag,
+            location=options[0].location,
+            severity=Severity.info,
+            plugin=plugin.plugin,
+        )
 
 
 @register
@@ -186,7 +243,9 @@ class RemovedFlag(ConfigRule):
 
     Releases
     --------
-    Data-driven: `gone_at` in `rules/releases/index.json`.
+    Data-driven: `gone_at` in `rules/releases/index.json`. Flags already gone in the oldest
+    tabled release (`--num-scheduler-steps`) come from the curated
+    `rules/curated/removed_before_tables.toml`, each row citing the change that removed it.
     """
 
     code = "VG002"
@@ -194,13 +253,20 @@ class RemovedFlag(ConfigRule):
     default_severity = Severity.error
     summary = "flag removed at or before the target vLLM release"
     fix_applicability = "safe"
-    references = (vllm_pr(49389, "--calculate-kv-scales removed (0.28.0)"), ARG_UTILS_032)
+    references = (
+        vllm_pr(49389, "--calculate-kv-scales removed (0.28.0)"),
+        vllm_pr(22779, "the multi-step scheduling flags removed (before 0.10.2)"),
+        ARG_UTILS_032,
+    )
     since = "0.1.0"
     other_fix_applicabilities = ("display",)
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         for opt, canonical in _unknown_options(ctx):
             gate = ctx.gate("flag", canonical)
+            if gate is None and (early := pre_table_removals().get(canonical)) is not None:
+                yield self._removed_before_tables(ctx, opt, early)
+                continue
             if not _removed(gate, ctx):
                 continue
             spelled = opt.written if opt.written.startswith("-") else canonical
@@ -223,6 +289,21 @@ class RemovedFlag(ConfigRule):
                 gone_at=gate.gone_at,
                 replacement=gate.replacement,
             )
+
+    def _removed_before_tables(
+        self, ctx: RuleContext, opt: ServeOption, early: PreTableRemoval
+    ) -> Finding:
+        """A flag gone before the oldest release table: the curated row says when and why."""
+        spelled = opt.written if opt.written.startswith("-") else early.name
+        return self.finding(
+            f"`{spelled}` was removed before vLLM {early.gone_by} ({early.removed}; "
+            f"{early.source}); vLLM {ctx.version} refuses to start with it. "
+            f"Instead: {early.replacement}." + conditional_note(opt),
+            flag=early.name,
+            location=opt.location,
+            fix=removal_fix(ctx, opt, f"remove {opt.written}"),
+            replacement=early.replacement,
+        )
 
 
 @register
@@ -259,7 +340,8 @@ class DeprecatedFlag(ConfigRule):
     summary = "flag deprecated at the target vLLM release"
     references = (
         vllm_source(
-            "0.19.0", "vllm/config/cache.py",
+            "0.19.0",
+            "vllm/config/cache.py",
             "CacheConfig at 0.19.0: calculate_kv_scales deprecated",
         ),
         ARG_UTILS_032,
@@ -399,9 +481,7 @@ class InvalidNumber(ConfigRule):
     summary = "numeric flag value the target release's parser rejects"
     references = (
         ARG_UTILS_032,
-        vllm_source(
-            "0.32.0", "vllm/utils/argparse_utils.py", "vLLM's argparse helpers at 0.32.0"
-        ),
+        vllm_source("0.32.0", "vllm/utils/argparse_utils.py", "vLLM's argparse helpers at 0.32.0"),
     )
     since = "0.1.0"
 
@@ -528,7 +608,8 @@ class RemovedEnvVar(ConfigRule):
     summary = "VLLM_* environment variable removed at or before the target release"
     references = (
         vllm_source(
-            "0.29.0", "vllm/envs.py",
+            "0.29.0",
+            "vllm/envs.py",
             "vllm/envs.py at 0.29.0, the last with VLLM_PREFIX_CACHE_RETENTION_INTERVAL",
         ),
         ENVS_032,
@@ -587,7 +668,8 @@ class DeprecatedEnvVar(ConfigRule):
     summary = "VLLM_* environment variable deprecated at the target release"
     references = (
         vllm_source(
-            "0.29.0", "vllm/envs.py",
+            "0.29.0",
+            "vllm/envs.py",
             "vllm/envs.py at 0.29.0: deprecated env vars read with a warning",
         ),
     )
@@ -646,6 +728,14 @@ class UnknownConnector(ConfigRule):
     Use the suggested name, or a release that has the connector. Connectors (or
     MultiConnector children) loaded with `kv_connector_module_path` are not checked.
 
+    Images that patch connectors into the factory are read from the curated
+    `rules/curated/plugin_images.toml`: AIBrix's images register
+    `AIBrixOffloadingConnectorV1Type1/2/3` and `AIBrixPDReuseConnector`, so those are not
+    reported there; on a known image without them (`vllm/vllm-openai`) they stay errors.
+    Where the image cannot be placed (none named, or one kvtool does not know) a
+    connector that only a plugin registers, or an unknown name with no close registered
+    spelling, is info: a plugin may register it, and kvtool could not check.
+
     Releases
     --------
     Data-driven: `connectors` per release and `first_seen` in the index.
@@ -656,34 +746,83 @@ class UnknownConnector(ConfigRule):
     default_severity = Severity.error
     summary = "KV connector not registered at the target vLLM release"
     fix_applicability = "display"
-    references = (CONNECTOR_FACTORY_032,)
+    references = (
+        CONNECTOR_FACTORY_032,
+        Reference(
+            url="https://github.com/vllm-project/aibrix/blob/main/python/aibrix_kvcache/integration/vllm/patches/vllm_v0.10.2-aibrix-kvcache.patch",
+            note="AIBrix patches AIBrixOffloadingConnectorV1Type1/2/3 into the connector factory",
+        ),
+    )
     since = "0.1.0"
+    other_severities = (Severity.info,)
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         if not _transfer_config_is_used(ctx):
             return
         registered = [c.name for c in ctx.facts.connectors]
+        bundled = image_plugin(ctx)
         for name in _configured_connectors(ctx):
-            if name in registered:
-                continue
+            if name in registered or (bundled is not None and name in bundled.connectors):
+                continue  # the release registers it, or the image patches it in
             gate = ctx.gate("connector", name)
             if _removed(gate, ctx):
                 continue  # removed-connector reports it
+            severity: Severity | None = None
             if (later := _first_seen_later(gate, ctx)) is not None:
                 message = (
                     f"Connector `{name}` is not registered in vLLM {ctx.version}: "
                     f"it first appears in {later}."
                 )
+            elif plugins := registering(name):
+                message, severity = _plugin_connector(ctx, name, plugins)
             else:
-                message = (
-                    f"Connector `{name}` is not registered in vLLM {ctx.version}."
-                    + did_you_mean(name, registered)
+                suggestion = did_you_mean_connector(name, registered)
+                message = f"Connector `{name}` is not registered in vLLM {ctx.version}." + (
+                    suggestion
                 )
+                if not suggestion and image_is_unplaced(ctx):
+                    severity = Severity.info
+                    message += (
+                        f" kvtool does not know the image `{ctx.config.invocation.image}`: a "
+                        "plugin package in it may register the connector (vLLM's "
+                        "`vllm.general_plugins` entry points run before the factory is "
+                        "asked), so whether it is missing was not checked."
+                    )
             yield self.finding(
                 message,
                 flag=f"{KV_TRANSFER_CONFIG}.kv_connector",
                 location=ctx.location_of(KV_TRANSFER_CONFIG),
+                severity=severity,
             )
+
+
+def _plugin_connector(
+    ctx: RuleContext, name: str, plugins: tuple[PluginImage, ...]
+) -> tuple[str, Severity | None]:
+    """The message for a connector that only a distribution's images register: an error on
+    an image kvtool knows to be without it, info where the image cannot be placed."""
+    images = ", ".join(
+        f"`{p.repository}`" + (f" (tags with `{p.tag_contains}`)" if p.tag_contains else "")
+        for p in plugins
+    )
+    base = (
+        f"Connector `{name}` is not registered by vLLM {ctx.version} itself; "
+        f"{plugins[0].plugin} patches it into vLLM's connector factory in its images "
+        f"({images}; {plugins[0].source.split(' ', 1)[0]})."
+    )
+    image = ctx.config.invocation.image
+    if image is None or image_is_unplaced(ctx) or image_may_bundle(ctx):
+        where = f"the image `{image}`" if image else "the installation this command runs in"
+        return (
+            base + f" kvtool cannot tell whether {where} carries that patch, so this was "
+            "not checked.",
+            Severity.info,
+        )
+    return (
+        base + f" The image `{image}` is not one of them: the factory raises "
+        f"`Unsupported connector type` at startup.",
+        None,
+    )
 
 
 @register
