@@ -267,6 +267,20 @@ def test_cli_names_skipped_files_only_with_verbose(kvtool_cli, tmp_path: Path) -
     assert "skipped" in loud.stderr and "ci.yaml" in loud.stderr
 
 
+def test_cli_prints_invocation_notes_only_with_verbose(kvtool_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A reader's note (here: a --config file that is not in the input) reaches the user
+    on stderr with --verbose; stdout keeps only the report."""
+    (tmp_path / "run.sh").write_text("#!/bin/sh\nvllm serve m --config /etc/vllm/missing.yaml\n")
+    quiet = kvtool_cli("audit", str(tmp_path / "run.sh"), "--vllm-version", GONE_AT)
+    (invocation,) = read_text((tmp_path / "run.sh").read_text(), str(tmp_path / "run.sh"))
+    assert invocation.notes, "the reader must note the missing --config file"
+    note = invocation.notes[0]
+    assert note not in quiet.stderr and note not in quiet.stdout
+    loud = kvtool_cli("audit", str(tmp_path / "run.sh"), "--vllm-version", GONE_AT, "--verbose")
+    assert f"kvtool: note: {invocation.label}: {note}" in loud.stderr
+    assert note not in loud.stdout
+
+
 def test_duplicate_keys_are_said_in_config_and_compose_files() -> None:
     config = "model: m\nmax-num-seqs: 8\nmax-num-seqs: 16\n"
     (invocation,) = read_text(config, "c.yaml")
