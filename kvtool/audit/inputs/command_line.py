@@ -26,6 +26,8 @@ API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 CLI_MAIN_MODULE = "vllm.entrypoints.cli.main"
 # NVIDIA Dynamo's vLLM worker (see .dynamo; named here so detection needs no table).
 DYNAMO_WORKER_MODULE = "dynamo.vllm"
+# KServe's Hugging Face runtime server, which runs vLLM's engine (see .kserve).
+HUGGINGFACE_SERVER_MODULE = "huggingfaceserver"
 # `docker run` options that size the container's memory and /dev/shm.
 CONTAINER_SIZING_OPTIONS = frozenset({"--shm-size", "--ipc", "-m", "--memory"})
 # `docker run` options that take a separate value; everything else is a bare switch.
@@ -65,6 +67,9 @@ class ServeMatch(msgspec.Struct, frozen=True):
     wrapper_option_prefix: str | None = None
     # A wrapper whose own options come from a table (NVIDIA Dynamo's vLLM worker).
     dynamo_worker: bool = False
+    # KServe's Hugging Face server (``python -m huggingfaceserver``): its options are
+    # mapped to vLLM's by .kserve after the words are read.
+    huggingface_server: bool = False
     note: str | None = None  # what the report should say about this kind of start
 
 
@@ -126,6 +131,8 @@ def _match_at(words: list[str], index: int) -> ServeMatch | None:
             from kvtool.audit.inputs.dynamo import ENGINE_NOTE
 
             return ServeMatch("api_server", index + 3, index, dynamo_worker=True, note=ENGINE_NOTE)
+        if module == HUGGINGFACE_SERVER_MODULE:
+            return ServeMatch("api_server", index + 3, index, huggingface_server=True)
         if module == CLI_MAIN_MODULE and index + 3 < len(words) and words[index + 3] == "serve":
             return ServeMatch("serve", index + 4, index)
     if _PYTHON.fullmatch(word) and following is not None and _is_kaito_server(following):

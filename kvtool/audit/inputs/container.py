@@ -133,8 +133,17 @@ def container_invocations(
         served, image, env = list(range(len(words))), context.image, context.env
     else:
         return []
-    tokens = tuple(SourceToken(text=words[i].text, location=words[i].location) for i in served)
-    items, notes = referenced_config(tokens, context.base_dir, context.written)
+    tokens = [SourceToken(text=words[i].text, location=words[i].location) for i in served]
+    server_notes: tuple[str, ...] = ()
+    if match is not None and match.huggingface_server:
+        from kvtool.audit.inputs.kserve import server_tokens
+
+        mapped = server_tokens(tokens, words[match.program].location)
+        if mapped is None:
+            return []
+        tokens, server_notes = mapped
+    items, notes = referenced_config(tuple(tokens), context.base_dir, context.written)
+    notes += server_notes
     if match is not None and match.note is not None:
         notes += (match.note,)
     return [
@@ -142,7 +151,7 @@ def container_invocations(
             kind=context.kind,
             label=context.label or (context.file or "<input>"),
             file=context.file,
-            tokens=tokens,
+            tokens=tuple(tokens),
             env=env,
             image=image,
             suppressions=context.suppressions,

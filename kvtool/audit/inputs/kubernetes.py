@@ -279,7 +279,8 @@ def _container(
     )
     entrypoint: tuple[str, ...] | None = None
     if entrypoint_is_image and kserve.runs_huggingface_server(container, image):
-        words = kserve.engine_argv(words, kserve.default_model_word(container, file)) or []
+        default_model = kserve.default_model_word(container, file)
+        words = kserve.engine_argv(words, default_model, kserve.argv_word_with_text) or []
         entrypoint = () if words else None
         notes.append(kserve.IGNORED_NOTE)
     elif entrypoint_is_image:

@@ -57,8 +57,8 @@ _DOCUMENTS = (*detect.YAML_SUFFIXES, ".json")
 READERS: tuple[InputReader, ...] = (
     InputReader(
         "shell",
-        "shell scripts: vllm serve, python -m vllm..., python -m dynamo.vllm, docker/podman run "
-        "IMAGE, sh -c, heredocs",
+        "shell scripts: vllm serve, python -m vllm..., python -m dynamo.vllm or "
+        "huggingfaceserver, docker/podman run IMAGE, sh -c, heredocs",
         detect.is_shell,
         "shell",
         detect.SHELL_SUFFIXES,

@@ -110,7 +110,9 @@ def read_script(text: str, locate: Locate, context: ShellContext) -> list[Invoca
             if match.args_start < len(command.words):
                 found.extend(_nested(text, command.words[match.args_start], locate, context))
             continue
-        found.append(_invocation(command, match, locate, context, comments))
+        invocation = _invocation(command, match, locate, context, comments)
+        if invocation is not None:
+            found.append(invocation)
     return found
 
 
@@ -145,14 +147,24 @@ def _invocation(
     locate: Locate,
     context: ShellContext,
     comments: list[Comment],
-) -> Invocation:
+) -> Invocation | None:
+    """The invocation ``command`` starts; None when it starts no vLLM engine after all
+    (KServe's Hugging Face server on another backend)."""
     tokens = _argument_tokens(command, match, locate, context)
+    program = locate(command.words[match.program].start, command.words[match.program].end)
+    server_notes: tuple[str, ...] = ()
+    if match.huggingface_server:
+        from kvtool.audit.inputs.kserve import server_tokens
+
+        mapped = server_tokens(tokens, program)
+        if mapped is None:
+            return None
+        tokens, server_notes = mapped
     env = list(context.env)
     for name, word in command.exported.items():
         env.append(_assignment(word, locate, fallback_name=name))
     for position in sorted(match.env):
         env.append(_assignment(command.words[position], locate))
-    program = locate(command.words[match.program].start, command.words[match.program].end)
     first_line = locate(command.words[0].start, command.words[0].end).line
     last_line = locate(command.words[-1].start, command.words[-1].end).line
     items, notes = referenced_config(tuple(tokens), context.base_dir, context.written)
@@ -163,6 +175,7 @@ def _invocation(
         lambda index: locate(command.words[index].start, command.words[index].end),
         sizing_notes,
     )
+    notes += server_notes
     if match.note is not None:
         notes += (match.note,)
     where = f"{context.file or '<input>'}:{program.line}"

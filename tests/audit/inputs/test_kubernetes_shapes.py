@@ -430,6 +430,46 @@ spec:
           image: ghcr.io/llm-d/llm-d-cuda:v0.9.0
           args: ["--model", "m", "{F}"]
 """,
+    # kserve/kserve config/runtimes/kserve-huggingfaceserver-multinode.yaml: the head
+    # container's `bash -c` script starts Ray, then `python -m huggingfaceserver ... $0 $@`
+    # with the runtime's args as the script's arguments; the worker only joins Ray.
+    "kserve-huggingfaceserver-multinode": f"""\
+apiVersion: serving.kserve.io/v1alpha1
+kind: ClusterServingRuntime
+metadata:
+  name: hf-multinode
+spec:
+  supportedModelFormats:
+    - name: huggingface
+      autoSelect: true
+  containers:
+    - name: kserve-container
+      image: kserve/huggingfaceserver:v0.15.0-gpu
+      command:
+      - "bash"
+      - "-c"
+      - |
+        export RAY_ADDRESS=${{POD_IP}}:${{RAY_PORT}}
+        ray start --head --disable-usage-stats --include-dashboard false
+        python -m huggingfaceserver --model_dir=/mnt/models \\
+          --tensor-parallel-size=2 {F} $0 $@
+      args:
+      - --model_name={{{{.Name}}}}
+      - --max_length=4096
+      env:
+        - name: RAY_PORT
+          value: "6379"
+  workerSpec:
+    tensorParallelSize: 1
+    containers:
+      - name: worker-container
+        image: kserve/huggingfaceserver:v0.15.0-gpu
+        command:
+        - "bash"
+        - "-c"
+        - |
+          ray start --address="${{HEAD_SVC}}:6379" --block
+""",
     # ai-dynamo/dynamo examples/backends/vllm/deploy/agg_lmcache.yaml: a
     # DynamoGraphDeployment worker's extraPodSpec.mainContainer runs `sh -c 'exec python3
     # -m dynamo.vllm "$@" ...' --` and its args are the script's "$@".
@@ -525,6 +565,20 @@ def test_dynamo_runtime_tag_is_not_a_vllm_version() -> None:
     (worker,) = read_text(SHAPES["dynamo-worker-block-script"], "g.yaml")
     assert worker.image is not None
     assert version_from_image(worker.image) is None
+
+
+def test_huggingfaceserver_in_a_script_maps_its_options_to_vllm() -> None:
+    (head,) = read_text(SHAPES["kserve-huggingfaceserver-multinode"], "rt.yaml")
+    assert [t.text for t in head.tokens] == [
+        "/mnt/models", "--tensor-parallel-size=2", F, "--max-model-len", "4096",
+    ]  # fmt: skip
+    assert "kserve-container" in head.label
+    script = "#!/bin/sh\npython3 -m huggingfaceserver --model_id org/m --model_name m\n"
+    (served,) = read_text(script, "start.sh")
+    assert [t.text for t in served.tokens] == ["org/m"]
+    other = script.replace("--model_name m", "--backend=huggingface")
+    with pytest.raises(NoServerCommand):
+        read_text(other, "start.sh")
 
 
 def test_preset_only_kaito_workspace_is_skipped_with_its_reason(tmp_path: Path) -> None:
