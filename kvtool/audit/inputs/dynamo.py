@@ -3,9 +3,9 @@ plus Dynamo's own options.
 
 The worker parses its own options first (``parse_known_args``) and gives every other
 word to a parser of vLLM's engine arguments (``AsyncEngineArgs.add_cli_args``). So the
-words vLLM reads are ARGS without Dynamo's options (the curated table
-``rules/dynamo/worker_options.toml``, each row cited), and the invocation is a vLLM
-engine, not vLLM's OpenAI server (Dynamo's frontend serves HTTP).
+words vLLM reads are ARGS without Dynamo's options (``rules/dynamo/worker_options.json``,
+generated from Dynamo's released wheels by ``scripts/gen_dynamo_options.py``), and the
+invocation is a vLLM engine, not vLLM's OpenAI server (Dynamo's frontend serves HTTP).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Literal
 import msgspec
 
 from kvtool.errors import KvtoolError
-from kvtool.resources import read_table, rules_dir
+from kvtool.resources import rules_dir
 
 ENGINE_NOTE = (
     "NVIDIA Dynamo vLLM worker: Dynamo's own options were dropped and the rest read as "
@@ -25,28 +25,33 @@ ENGINE_NOTE = (
     "option is not reported"
 )
 
-Arity = Literal["one", "none", "many", "optional"]
+Arity = Literal["one", "none", "negatable", "many", "optional"]
 
 
-class WorkerOption(msgspec.Struct, frozen=True):
-    name: str
+class _WorkerOption(msgspec.Struct, frozen=True):
     arity: Arity
-    source: str
+    first: str  # the first and last Dynamo release read that has the option
+    last: str
+
+
+class _OptionTable(msgspec.Struct, frozen=True):
+    options: dict[str, _WorkerOption]
 
 
 @cache
 def worker_options() -> dict[str, Arity]:
-    """Dynamo's option spellings -> how many values each takes (``--no-X`` for switches)."""
-    path = rules_dir() / "dynamo" / "worker_options.toml"
+    """Dynamo's option spellings -> how many values each takes (a negatable switch's
+    ``--no-X`` too), from the table scripts/gen_dynamo_options.py derives from its wheels."""
+    path = rules_dir() / "dynamo" / "worker_options.json"
     try:
-        rows = msgspec.convert(read_table(path).get("options", []), type=list[WorkerOption])
-    except msgspec.ValidationError as exc:
+        table = msgspec.json.decode(path.read_bytes(), type=_OptionTable)
+    except (OSError, msgspec.DecodeError) as exc:
         raise KvtoolError(f"Dynamo option table {path}: {exc}") from exc
     found: dict[str, Arity] = {}
-    for row in rows:
-        found[row.name] = row.arity
-        if row.arity == "none":
-            found["--no-" + row.name.removeprefix("--")] = "none"
+    for name, option in table.options.items():
+        found[name] = option.arity
+        if option.arity == "negatable":
+            found["--no-" + name.removeprefix("--")] = "none"
     return found
 
 
@@ -62,7 +67,7 @@ def engine_arguments(texts: list[str], start: int) -> list[int]:
         index += 1
         if arity is None:
             kept.append(index - 1)
-        elif has_value or arity == "none":
+        elif has_value or arity in ("none", "negatable"):
             continue
         elif arity == "one":
             index += 1

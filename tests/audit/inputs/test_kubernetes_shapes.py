@@ -548,7 +548,7 @@ def test_removed_flag_found_at_its_line(tmp_path: Path, shape: str) -> None:
 
 
 def test_dynamo_worker_options_are_dropped_before_vllm_reads_the_rest() -> None:
-    """Dynamo's own options (rules/dynamo/worker_options.toml) and their values never
+    """Dynamo's own options (rules/dynamo/worker_options.json) and their values never
     reach vLLM's parser; the worker is a vLLM engine, said in a note."""
     (worker,) = read_text(SHAPES["dynamo-worker-block-script"], "g.yaml")
     assert [t.text for t in worker.tokens] == [
