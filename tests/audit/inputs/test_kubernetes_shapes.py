@@ -9,7 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from kvtool.audit.engine import Auditor
 from kvtool.audit.inputs import NoServerCommand, StdinInput, read_input_set, read_text
+from kvtool.audit.normalize import normalize
+from kvtool.audit.settings import AuditSettings
+from kvtool.audit.tables import ShippedTables
 from kvtool.releases import version_from_image
 from tests.audit.inputs.removed_flag import (
     REMOVED,
@@ -559,6 +563,19 @@ def test_dynamo_worker_options_are_dropped_before_vllm_reads_the_rest() -> None:
     (agg,) = read_text(SHAPES["dynamo-main-container-sh-c-args"], "agg.yaml")
     assert [t.text for t in agg.tokens] == ["--model", "Qwen/Qwen3-0.6B", F]
     assert "VllmDecodeWorker" in agg.label
+
+
+def test_dynamo_options_are_never_reported_as_unknown_vllm_flags(tmp_path: Path) -> None:
+    text = SHAPES["dynamo-worker-block-script"]
+    (tmp_path / "g.yaml").write_text(text)
+    found = read_input_set([tmp_path / "g.yaml"])
+    report = Auditor(ShippedTables(), normalize, AuditSettings()).run(found.invocations)
+    assert not [f for f in report.findings if f.name == "unknown-flag"]
+    with_typo = text.replace("--tensor-parallel-size 2", "--tensor-paralel-size 2")
+    (tmp_path / "g.yaml").write_text(with_typo)
+    found = read_input_set([tmp_path / "g.yaml"])
+    report = Auditor(ShippedTables(), normalize, AuditSettings()).run(found.invocations)
+    assert [f.name for f in report.findings if f.name == "unknown-flag"] == ["unknown-flag"]
 
 
 def test_dynamo_runtime_tag_is_not_a_vllm_version() -> None:

@@ -156,6 +156,22 @@ EOF
 vllm serve --config /tmp/vllm.yaml
 """,
     ),
+    # ai-dynamo/dynamo examples/backends/vllm/launch/disagg_lmcache.sh: a Dynamo frontend
+    # and vLLM workers started by `python3 -m dynamo.vllm`, Dynamo's options among vLLM's.
+    "dynamo-launch-script": (
+        "disagg.sh",
+        f"""\
+#!/bin/bash
+set -e
+python -m dynamo.frontend --router-mode kv &
+CUDA_VISIBLE_DEVICES=1 \\
+  python3 -m dynamo.vllm \\
+    --model Qwen/Qwen3-0.6B \\
+    --is-prefill-worker \\
+    --connector lmcache nixl \\
+    {F}
+""",
+    ),
     # A vLLM --config file: its keys are flags.
     "vllm-config-file": (
         "config.yaml",
