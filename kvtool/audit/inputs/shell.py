@@ -108,7 +108,13 @@ def read_script(text: str, locate: Locate, context: ShellContext) -> list[Invoca
             continue
         if match.kind == "shell":
             if match.args_start < len(command.words):
-                found.extend(_nested(text, command.words[match.args_start], locate, context))
+                # The nested script's $0 and "$@" are the words after it, not ours.
+                arguments = command.words[match.args_start + 1 :]
+                positional = tuple(
+                    SourceToken(text=w.text, location=locate(w.start, w.end)) for w in arguments
+                )
+                inner = msgspec.structs.replace(context, positional=positional)
+                found.extend(_nested(text, command.words[match.args_start], locate, inner))
             continue
         invocation = _invocation(command, match, locate, context, comments)
         if invocation is not None:
