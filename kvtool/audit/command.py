@@ -140,7 +140,11 @@ def audit(
     ] = None,
     verbose: Annotated[
         bool,
-        typer.Option("--verbose", "-v", help="Name the files skipped for starting no server."),
+        typer.Option(
+            "--verbose",
+            "-v",
+            help="Name the files skipped for starting no server; print each invocation's notes.",
+        ),
     ] = False,
     output_format: Annotated[
         OutputFormat,
@@ -296,6 +300,10 @@ def audit(
         for skipped in inputs.skipped:
             if not skipped.problem:
                 out.chatter.print(f"kvtool: skipped {skipped.file}: {skipped.reason}", markup=False)
+        from kvtool.audit.render.text import invocation_notes
+
+        for line in invocation_notes(report):
+            out.chatter.print(line, markup=False, soft_wrap=True)
     if not invocations and not any(s.problem for s in inputs.skipped):
         out.warnings.print(
             "kvtool: warning: no vLLM server found in the input", markup=False, soft_wrap=True

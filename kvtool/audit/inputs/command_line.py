@@ -24,6 +24,10 @@ _MENTIONING = frozenset({"echo", "printf", "logger", "grep", "pgrep", "pkill", "
 # The OpenAI server module: serve arguments follow it directly (no "serve" word).
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 CLI_MAIN_MODULE = "vllm.entrypoints.cli.main"
+# NVIDIA Dynamo's vLLM worker (see .dynamo; named here so detection needs no table).
+DYNAMO_WORKER_MODULE = "dynamo.vllm"
+# KServe's Hugging Face runtime server, which runs vLLM's engine (see .kserve).
+HUGGINGFACE_SERVER_MODULE = "huggingfaceserver"
 # `docker run` options that size the container's memory and /dev/shm.
 CONTAINER_SIZING_OPTIONS = frozenset({"--shm-size", "--ipc", "-m", "--memory"})
 # `docker run` options that take a separate value; everything else is a bare switch.
@@ -61,11 +65,21 @@ class ServeMatch(msgspec.Struct, frozen=True):
     container_options: dict[int, str] = msgspec.field(default_factory=dict)
     # Options of a wrapper around vLLM's server that vLLM never sees (each with a value).
     wrapper_option_prefix: str | None = None
+    # A wrapper whose own options come from a table (NVIDIA Dynamo's vLLM worker).
+    dynamo_worker: bool = False
+    # KServe's Hugging Face server (``python -m huggingfaceserver``): its options are
+    # mapped to vLLM's by .kserve after the words are read.
+    huggingface_server: bool = False
+    note: str | None = None  # what the report should say about this kind of start
 
 
 def serve_arguments(texts: list[str], match: ServeMatch) -> list[int]:
     """Indexes of the words vLLM's parser reads: ``texts[match.args_start:]`` without the
     wrapper's own options and their values."""
+    if match.dynamo_worker:
+        from kvtool.audit.inputs.dynamo import engine_arguments
+
+        return engine_arguments(texts, match.args_start)
     prefix = match.wrapper_option_prefix
     kept: list[int] = []
     index = match.args_start
@@ -113,6 +127,12 @@ def _match_at(words: list[str], index: int) -> ServeMatch | None:
         module = words[index + 2]
         if module == API_SERVER_MODULE:
             return ServeMatch("api_server", index + 3, index)
+        if module == DYNAMO_WORKER_MODULE:
+            from kvtool.audit.inputs.dynamo import ENGINE_NOTE
+
+            return ServeMatch("api_server", index + 3, index, dynamo_worker=True, note=ENGINE_NOTE)
+        if module == HUGGINGFACE_SERVER_MODULE:
+            return ServeMatch("api_server", index + 3, index, huggingface_server=True)
         if module == CLI_MAIN_MODULE and index + 3 < len(words) and words[index + 3] == "serve":
             return ServeMatch("serve", index + 4, index)
     if _PYTHON.fullmatch(word) and following is not None and _is_kaito_server(following):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+import msgspec
 import yaml
 
 from kvtool.audit.inputs import yaml_tree
@@ -114,7 +115,11 @@ def container_invocations(
     if match is not None and match.kind == "shell":
         if match.args_start >= len(words):
             return []
-        return _shell_item(words[match.args_start], source, context)
+        arguments = words[match.args_start + 1 :]
+        positional = tuple(SourceToken(text=w.text, location=w.location) for w in arguments)
+        return _shell_item(
+            words[match.args_start], source, msgspec.structs.replace(context, positional=positional)
+        )
     if match is not None:
         served = serve_arguments(texts, match)
         image = match.image or context.image
@@ -128,14 +133,25 @@ def container_invocations(
         served, image, env = list(range(len(words))), context.image, context.env
     else:
         return []
-    tokens = tuple(SourceToken(text=words[i].text, location=words[i].location) for i in served)
-    items, notes = referenced_config(tokens, context.base_dir, context.written)
+    tokens = [SourceToken(text=words[i].text, location=words[i].location) for i in served]
+    server_notes: tuple[str, ...] = ()
+    if match is not None and match.huggingface_server:
+        from kvtool.audit.inputs.kserve import server_tokens
+
+        mapped = server_tokens(tokens, words[match.program].location)
+        if mapped is None:
+            return []
+        tokens, server_notes = mapped
+    items, notes = referenced_config(tuple(tokens), context.base_dir, context.written)
+    notes += server_notes
+    if match is not None and match.note is not None:
+        notes += (match.note,)
     return [
         Invocation(
             kind=context.kind,
             label=context.label or (context.file or "<input>"),
             file=context.file,
-            tokens=tokens,
+            tokens=tuple(tokens),
             env=env,
             image=image,
             suppressions=context.suppressions,

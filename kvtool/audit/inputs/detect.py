@@ -129,13 +129,17 @@ def is_helm_values(text: str, name: str) -> bool:
 
 
 def may_start_vllm(text: str) -> bool:
-    """False only when ``text`` cannot start a vLLM server: it names neither vLLM nor an
-    image of the image table (whose entrypoint may be vLLM's). Scripts and workflows
-    that fail it are not worth lexing or parsing."""
+    """False only when ``text`` cannot start a vLLM server: it names neither vLLM, KServe's
+    ``huggingfaceserver`` nor an image of the image table (whose entrypoint may be vLLM's).
+    Scripts and workflows that fail it are not worth lexing or parsing."""
     from kvtool.releases.images import image_names
 
     lowered = text.lower()
-    return "vllm" in lowered or any(name in lowered for name in image_names())
+    return (
+        "vllm" in lowered
+        or "huggingfaceserver" in lowered  # KServe's server, which runs vLLM's engine
+        or any(name in lowered for name in image_names())
+    )
 
 
 def is_script_text(text: str, name: str) -> bool:

@@ -13,17 +13,37 @@ become the model, ``--max_length`` and ``--model_revision`` the vLLM options the
 and KServe's model-server options (``--model_name``, ``--http_port``...) are dropped.
 ``--backend=huggingface`` or ``triton`` starts no vLLM engine at all.
 
+The same mapping applies where a command or script starts the server itself, ``python -m
+huggingfaceserver ARGS`` (the multinode runtime's ``bash -c`` body, kserve/kserve
+config/runtimes/kserve-huggingfaceserver-multinode.yaml); ``--model_dir``'s default is
+then located at the ``python`` word.
+
 The server reads its options with ``parse_known_args``: an option neither it nor vLLM
 knows is ignored, not refused (a note says so).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Protocol, TypeVar
+
+import msgspec
 import yaml
 
 from kvtool.audit.inputs import yaml_tree
 from kvtool.audit.inputs.container import ArgvWord
+from kvtool.audit.model import Location, SourceToken
 from kvtool.releases.images import parse_image
+
+
+class _Worded(Protocol):
+    @property
+    def text(self) -> str: ...
+
+
+# An argv word of a manifest's list (ArgvWord) or of a lexed command (SourceToken).
+Word = TypeVar("Word", bound=_Worded)
 
 HUGGINGFACE_FORMAT = "huggingface"
 VLLM_FORMAT = "vllm"
@@ -74,24 +94,28 @@ def runs_huggingface_server(container: yaml.Node, image: str | None) -> bool:
     return parse_image(image).repository.rsplit("/", 1)[-1] == _SERVER_IMAGE
 
 
-def engine_argv(args: list[ArgvWord], default_model: ArgvWord) -> list[ArgvWord] | None:
+def engine_argv(
+    args: list[Word], default_model: Word, with_text: Callable[[Word, str], Word]
+) -> list[Word] | None:
     """``vllm serve`` words equivalent to the runtime's ``args``; None when the args pick
-    a backend that is not vLLM. ``default_model`` stands for ``--model_dir``'s default."""
-    options: dict[str, ArgvWord] = {}
-    passed: list[ArgvWord] = []
+    a backend that is not vLLM. ``default_model`` stands for ``--model_dir``'s default;
+    ``with_text(word, text)`` is a word written where ``word`` is, reading ``text``."""
+    options: dict[str, Word] = {}
+    passed: list[Word] = []
     index = 0
     while index < len(args):
         word = args[index]
         name, has_value, value = word.text.partition("=")
         own = name in _OWN_VALUE_OPTIONS or name in _RENAMED or name in _MODEL_OPTIONS
         if name == "--backend" or own:
-            given = ArgvWord(value, word.location)
+            given = with_text(word, value)
             if not has_value and index + 1 < len(args):
                 index += 1
                 given = args[index]
             options[name] = given
             if name in _RENAMED:
-                passed += [ArgvWord(_RENAMED[name], word.location), options[name]]
+                passed.append(with_text(word, _RENAMED[name]))
+                passed.append(options[name])
         elif name not in _OWN_SWITCHES:
             passed.append(word)
         index += 1
@@ -107,3 +131,22 @@ def default_model_word(node: yaml.Node, file: str | None) -> ArgvWord:
     storage = yaml_tree.get(node, "storageUri")
     where = storage if storage is not None else node
     return ArgvWord(DEFAULT_MODEL_DIR, yaml_tree.location(where, file))
+
+
+def server_tokens(
+    tokens: list[SourceToken], program: Location | None
+) -> tuple[list[SourceToken], tuple[str, ...]] | None:
+    """``python -m huggingfaceserver ARGS`` in a command or script: the ``vllm serve``
+    words its ARGS stand for, and the report's notes; None when they pick a backend that
+    is not vLLM. ``--model_dir``'s default is located at the ``python`` word."""
+    default = SourceToken(text=DEFAULT_MODEL_DIR, location=program)
+    mapped = engine_argv(tokens, default, _token_with_text)
+    return None if mapped is None else (mapped, (IGNORED_NOTE,))
+
+
+def argv_word_with_text(word: ArgvWord, text: str) -> ArgvWord:
+    return replace(word, text=text, span=None)
+
+
+def _token_with_text(token: SourceToken, text: str) -> SourceToken:
+    return msgspec.structs.replace(token, text=text)

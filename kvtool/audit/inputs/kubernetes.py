@@ -52,8 +52,14 @@ from kvtool.audit.model import EnvAssignment, Invocation, Location, PodContainer
 from kvtool.releases.images import serve_entrypoint
 
 _CONTAINER_LISTS = ("initContainers", "containers")
+# One container written as a mapping: NVIDIA Dynamo's DynamoGraphDeployment
+# ``services.<name>.extraPodSpec.mainContainer`` (ai-dynamo/dynamo
+# examples/backends/vllm/deploy/*.yaml), merged by its operator into the pod it builds.
+_MAIN_CONTAINER = "mainContainer"
 # Keys on the way down to a PodSpec that say nothing about which pod it is.
-_PLAIN_KEYS = frozenset({"spec", "template", "podSpec", "podTemplate", "items", "jobTemplate"})
+_PLAIN_KEYS = frozenset(
+    {"spec", "template", "podSpec", "podTemplate", "items", "jobTemplate", "extraPodSpec"}
+)
 _HELM_SOURCE = re.compile(r"^# Source: (\S+)", re.MULTILINE)
 
 
@@ -70,6 +76,7 @@ def read(text: str, source: ReadSource) -> list[Invocation]:
             found.append(msgspec.structs.replace(invocation, notes=invocation.notes + doc_notes))
     if not found:
         ray_serve.skip_user_code(documents, text, source.file)
+        kaito.skip_preset_only(documents, source.file)
     return found
 
 
@@ -200,6 +207,8 @@ def _containers(root: yaml.Node) -> Iterator[_Found]:
                 for container in value.value:
                     if isinstance(container, yaml.MappingNode):
                         yield _Found(container, role, parent)
+            elif key == _MAIN_CONTAINER and isinstance(value, yaml.MappingNode):
+                yield _Found(value, role, parent)
             elif key == "model" and _is_kserve_model(value):
                 yield _Found(value, role or "predictor", parent)
             elif key not in ("metadata", "status", "env", "envFrom"):
@@ -270,7 +279,8 @@ def _container(
     )
     entrypoint: tuple[str, ...] | None = None
     if entrypoint_is_image and kserve.runs_huggingface_server(container, image):
-        words = kserve.engine_argv(words, kserve.default_model_word(container, file)) or []
+        default_model = kserve.default_model_word(container, file)
+        words = kserve.engine_argv(words, default_model, kserve.argv_word_with_text) or []
         entrypoint = () if words else None
         notes.append(kserve.IGNORED_NOTE)
     elif entrypoint_is_image:

@@ -57,7 +57,8 @@ _DOCUMENTS = (*detect.YAML_SUFFIXES, ".json")
 READERS: tuple[InputReader, ...] = (
     InputReader(
         "shell",
-        "shell scripts: vllm serve, python -m vllm..., docker/podman run IMAGE, sh -c, heredocs",
+        "shell scripts: vllm serve, python -m vllm..., python -m dynamo.vllm or "
+        "huggingfaceserver, docker/podman run IMAGE, sh -c, heredocs",
         detect.is_shell,
         "shell",
         detect.SHELL_SUFFIXES,
@@ -96,7 +97,9 @@ READERS: tuple[InputReader, ...] = (
         "kubernetes",
         "Kubernetes objects of any kind: every container of every PodSpec, custom resources "
         "too; KServe's Hugging Face runtime args; Ray Serve apps; kustomize patches (JSON "
-        "6902 ones applied to the base they target)",
+        "6902 ones applied to the base they target); NVIDIA Dynamo DynamoGraphDeployment "
+        "workers (mainContainer, python3 -m dynamo.vllm); preset-only KAITO workspaces are "
+        "skipped with their reason",
         lambda text, name: detect.is_json_manifest(text, name) or detect.is_kubernetes(text, name),
         "kubernetes",
         _DOCUMENTS,

@@ -35,6 +35,7 @@ from kvtool.errors import KvtoolError
 Locate = Callable[[int, int], Location]
 # Words standing for "whatever arguments the wrapper got": unknown, possibly none.
 _PASS_THROUGH = frozenset({"$@", "$*", "${@}", "${*}"})
+_SCRIPT_NAME = frozenset({"$0", "${0}"})
 
 
 class ShellContext(msgspec.Struct, frozen=True):
@@ -49,6 +50,10 @@ class ShellContext(msgspec.Struct, frozen=True):
     suppressions: tuple[Suppression, ...] = msgspec.field(default_factory=tuple)
     # Files the script writes with here-documents, for `--config` of such a file.
     written: dict[str, WrittenFile] = msgspec.field(default_factory=dict)
+    # `sh -c SCRIPT NAME ARGS...` in a container: NAME is the script's $0 and ARGS its
+    # "$@" (a DynamoGraphDeployment's `command: [sh, -c, 'exec ... "$@"', --]` + `args`).
+    # None when the script's arguments are not known (a script file).
+    positional: tuple[SourceToken, ...] | None = None
 
 
 def read(text: str, source: ReadSource) -> list[Invocation]:
@@ -103,9 +108,17 @@ def read_script(text: str, locate: Locate, context: ShellContext) -> list[Invoca
             continue
         if match.kind == "shell":
             if match.args_start < len(command.words):
-                found.extend(_nested(text, command.words[match.args_start], locate, context))
+                # The nested script's $0 and "$@" are the words after it, not ours.
+                arguments = command.words[match.args_start + 1 :]
+                positional = tuple(
+                    SourceToken(text=w.text, location=locate(w.start, w.end)) for w in arguments
+                )
+                inner = msgspec.structs.replace(context, positional=positional)
+                found.extend(_nested(text, command.words[match.args_start], locate, inner))
             continue
-        found.append(_invocation(command, match, locate, context, comments))
+        invocation = _invocation(command, match, locate, context, comments)
+        if invocation is not None:
+            found.append(invocation)
     return found
 
 
@@ -140,22 +153,27 @@ def _invocation(
     locate: Locate,
     context: ShellContext,
     comments: list[Comment],
-) -> Invocation:
-    served = [command.words[i] for i in serve_arguments([w.text for w in command.words], match)]
-    tokens = tuple(
-        SourceToken(text=w.text, location=locate(w.start, w.end), conditional=w.conditional)
-        for w in served
-        if not (w.dynamic and w.text in _PASS_THROUGH)
-    )
+) -> Invocation | None:
+    """The invocation ``command`` starts; None when it starts no vLLM engine after all
+    (KServe's Hugging Face server on another backend)."""
+    tokens = _argument_tokens(command, match, locate, context)
+    program = locate(command.words[match.program].start, command.words[match.program].end)
+    server_notes: tuple[str, ...] = ()
+    if match.huggingface_server:
+        from kvtool.audit.inputs.kserve import server_tokens
+
+        mapped = server_tokens(tokens, program)
+        if mapped is None:
+            return None
+        tokens, server_notes = mapped
     env = list(context.env)
     for name, word in command.exported.items():
         env.append(_assignment(word, locate, fallback_name=name))
     for position in sorted(match.env):
         env.append(_assignment(command.words[position], locate))
-    program = locate(command.words[match.program].start, command.words[match.program].end)
     first_line = locate(command.words[0].start, command.words[0].end).line
     last_line = locate(command.words[-1].start, command.words[-1].end).line
-    items, notes = referenced_config(tokens, context.base_dir, context.written)
+    items, notes = referenced_config(tuple(tokens), context.base_dir, context.written)
     sizing_notes: list[str] = []
     resources = docker_run_resources(
         match,
@@ -163,13 +181,16 @@ def _invocation(
         lambda index: locate(command.words[index].start, command.words[index].end),
         sizing_notes,
     )
+    notes += server_notes
+    if match.note is not None:
+        notes += (match.note,)
     where = f"{context.file or '<input>'}:{program.line}"
     label = f"{context.label} ({where})" if context.label else where
     return Invocation(
         kind=context.kind,
         label=label,
         file=context.file,
-        tokens=tokens,
+        tokens=tuple(tokens),
         env=tuple(env),
         image=match.image or context.image,
         suppressions=context.suppressions
@@ -178,6 +199,25 @@ def _invocation(
         notes=notes + tuple(sizing_notes),
         resources=resources,
     )
+
+
+def _argument_tokens(
+    command: Command, match: ServeMatch, locate: Locate, context: ShellContext
+) -> list[SourceToken]:
+    """The words vLLM's parser reads: "$@"/$0 replaced by the script's known arguments
+    (dropped when unknown), then a wrapper's own options taken out."""
+    start = match.args_start
+    tokens: list[SourceToken] = []
+    for word in command.words[start:]:
+        if word.dynamic and word.text in _PASS_THROUGH:
+            tokens.extend(context.positional[1:] if context.positional is not None else ())
+        elif word.dynamic and context.positional and word.text in _SCRIPT_NAME:
+            tokens.append(context.positional[0])
+        else:
+            where = locate(word.start, word.end)
+            tokens.append(SourceToken(text=word.text, location=where, conditional=word.conditional))
+    texts = [w.text for w in command.words[:start]] + [t.text for t in tokens]
+    return [tokens[index - start] for index in serve_arguments(texts, match)]
 
 
 def _assignment(word: Word, locate: Locate, fallback_name: str | None = None) -> EnvAssignment:

@@ -62,6 +62,16 @@ def print_report(report: AuditReport, console: Console) -> None:
             )
 
 
+def invocation_notes(report: AuditReport) -> list[str]:
+    """What the readers could not map or chose to ignore, one line per note and invocation
+    (``--verbose`` prints them to stderr; the JSON report carries them as ``notes``)."""
+    return [
+        terminal_line(f"kvtool: note: {invocation.label}: {note}")
+        for invocation in report.invocations
+        for note in dict.fromkeys(invocation.notes)
+    ]
+
+
 def summary(report: AuditReport) -> str:
     """One line: targets, counts per severity, suppressed count."""
     targets = sorted({(i.target.vllm_version, i.target.source) for i in report.invocations})

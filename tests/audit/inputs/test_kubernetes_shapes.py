@@ -9,7 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from kvtool.audit.engine import Auditor
 from kvtool.audit.inputs import NoServerCommand, StdinInput, read_input_set, read_text
+from kvtool.audit.normalize import normalize
+from kvtool.audit.settings import AuditSettings
+from kvtool.audit.tables import ShippedTables
 from kvtool.releases import version_from_image
 from tests.audit.inputs.removed_flag import (
     REMOVED,
@@ -430,6 +434,111 @@ spec:
           image: ghcr.io/llm-d/llm-d-cuda:v0.9.0
           args: ["--model", "m", "{F}"]
 """,
+    # kserve/kserve config/runtimes/kserve-huggingfaceserver-multinode.yaml: the head
+    # container's `bash -c` script starts Ray, then `python -m huggingfaceserver ... $0 $@`
+    # with the runtime's args as the script's arguments; the worker only joins Ray.
+    "kserve-huggingfaceserver-multinode": f"""\
+apiVersion: serving.kserve.io/v1alpha1
+kind: ClusterServingRuntime
+metadata:
+  name: hf-multinode
+spec:
+  supportedModelFormats:
+    - name: huggingface
+      autoSelect: true
+  containers:
+    - name: kserve-container
+      image: kserve/huggingfaceserver:v0.15.0-gpu
+      command:
+      - "bash"
+      - "-c"
+      - |
+        export RAY_ADDRESS=${{POD_IP}}:${{RAY_PORT}}
+        ray start --head --disable-usage-stats --include-dashboard false
+        python -m huggingfaceserver --model_dir=/mnt/models \\
+          --tensor-parallel-size=2 {F} $0 $@
+      args:
+      - --model_name={{{{.Name}}}}
+      - --max_length=4096
+      env:
+        - name: RAY_PORT
+          value: "6379"
+  workerSpec:
+    tensorParallelSize: 1
+    containers:
+      - name: worker-container
+        image: kserve/huggingfaceserver:v0.15.0-gpu
+        command:
+        - "bash"
+        - "-c"
+        - |
+          ray start --address="${{HEAD_SVC}}:6379" --block
+""",
+    # ai-dynamo/dynamo examples/backends/vllm/deploy/agg_lmcache.yaml: a
+    # DynamoGraphDeployment worker's extraPodSpec.mainContainer runs `sh -c 'exec python3
+    # -m dynamo.vllm "$@" ...' --` and its args are the script's "$@".
+    "dynamo-main-container-sh-c-args": f"""\
+apiVersion: nvidia.com/v1alpha1
+kind: DynamoGraphDeployment
+metadata:
+  name: agg
+spec:
+  services:
+    Frontend:
+      componentType: frontend
+      extraPodSpec:
+        mainContainer:
+          image: nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.0.0
+          command: [python3, -m, dynamo.frontend, --http-port, "8000"]
+    VllmDecodeWorker:
+      componentType: worker
+      extraPodSpec:
+        mainContainer:
+          image: nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.0.0
+          command:
+            - /bin/sh
+            - -c
+            - exec python3 -m dynamo.vllm "$@" --connector none
+            - --
+          args:
+            - --model
+            - Qwen/Qwen3-0.6B
+            - --disaggregation-mode
+            - decode
+            - {F}
+""",
+    # vllm-project/aibrix brixbench/benchmark/testdata/deployments/dynamo/*.yaml: the worker
+    # script is the block-scalar `args` of `command: [/bin/sh, -c]`, Dynamo's own options
+    # mixed with vLLM's.
+    "dynamo-worker-block-script": f"""\
+apiVersion: nvidia.com/v1alpha1
+kind: DynamoGraphDeployment
+metadata:
+  name: disagg
+spec:
+  backendFramework: vllm
+  services:
+    VllmPrefillWorker:
+      componentType: worker
+      subComponentType: prefill
+      extraPodSpec:
+        mainContainer:
+          image: registry.example/aibrix/ai-dynamo-vllm-runtime:1.2.0
+          command:
+            - /bin/sh
+            - -c
+          args:
+            - |
+              export MODEL=Qwen3-8B
+              python3 -m dynamo.vllm \\
+                --model /models/$MODEL \\
+                --disaggregation-mode prefill \\
+                --is-prefill-worker \\
+                --namespace vllm-dynamo \\
+                --output-modalities text \\
+                {F} \\
+                --tensor-parallel-size 2
+""",
 }
 
 
@@ -440,6 +549,76 @@ def test_removed_flag_found_at_its_line(tmp_path: Path, shape: str) -> None:
     assert removed_in_text(tmp_path, f"{shape}.yaml", text) == [
         (f"{shape}.yaml", line_of(text, written))
     ]
+
+
+def test_dynamo_worker_options_are_dropped_before_vllm_reads_the_rest() -> None:
+    """Dynamo's own options (rules/dynamo/worker_options.json) and their values never
+    reach vLLM's parser; the worker is a vLLM engine, said in a note."""
+    (worker,) = read_text(SHAPES["dynamo-worker-block-script"], "g.yaml")
+    assert [t.text for t in worker.tokens] == [
+        "--model", "/models/Qwen3-8B", F, "--tensor-parallel-size", "2",
+    ]  # fmt: skip
+    assert worker.image is not None and worker.image.endswith(":1.2.0")
+    assert any("NVIDIA Dynamo vLLM worker" in note for note in worker.notes)
+    (agg,) = read_text(SHAPES["dynamo-main-container-sh-c-args"], "agg.yaml")
+    assert [t.text for t in agg.tokens] == ["--model", "Qwen/Qwen3-0.6B", F]
+    assert "VllmDecodeWorker" in agg.label
+
+
+def test_dynamo_options_are_never_reported_as_unknown_vllm_flags(tmp_path: Path) -> None:
+    text = SHAPES["dynamo-worker-block-script"]
+    (tmp_path / "g.yaml").write_text(text)
+    found = read_input_set([tmp_path / "g.yaml"])
+    report = Auditor(ShippedTables(), normalize, AuditSettings()).run(found.invocations)
+    assert not [f for f in report.findings if f.name == "unknown-flag"]
+    with_typo = text.replace("--tensor-parallel-size 2", "--tensor-paralel-size 2")
+    (tmp_path / "g.yaml").write_text(with_typo)
+    found = read_input_set([tmp_path / "g.yaml"])
+    report = Auditor(ShippedTables(), normalize, AuditSettings()).run(found.invocations)
+    assert [f.name for f in report.findings if f.name == "unknown-flag"] == ["unknown-flag"]
+
+
+def test_dynamo_runtime_tag_is_not_a_vllm_version() -> None:
+    (worker,) = read_text(SHAPES["dynamo-worker-block-script"], "g.yaml")
+    assert worker.image is not None
+    assert version_from_image(worker.image) is None
+
+
+def test_huggingfaceserver_in_a_script_maps_its_options_to_vllm() -> None:
+    (head,) = read_text(SHAPES["kserve-huggingfaceserver-multinode"], "rt.yaml")
+    assert [t.text for t in head.tokens] == [
+        "/mnt/models", "--tensor-parallel-size=2", F, "--max-model-len", "4096",
+    ]  # fmt: skip
+    assert "kserve-container" in head.label
+    script = "#!/bin/sh\npython3 -m huggingfaceserver --model_id org/m --model_name m\n"
+    (served,) = read_text(script, "start.sh")
+    assert [t.text for t in served.tokens] == ["org/m"]
+    other = script.replace("--model_name m", "--backend=huggingface")
+    with pytest.raises(NoServerCommand):
+        read_text(other, "start.sh")
+
+
+def test_preset_only_kaito_workspace_is_skipped_with_its_reason(tmp_path: Path) -> None:
+    """kaito-project/kaito examples/inference/kaito_inferenceset_phi_4_mini.yaml: an
+    InferenceSet naming only a preset; its vLLM command is generated by the controller."""
+    text = (
+        "apiVersion: kaito.sh/v1alpha1\nkind: InferenceSet\nmetadata:\n  name: phi\n"
+        "spec:\n  replicas: 1\n  template:\n    inference:\n      preset:\n"
+        "        name: phi-4-mini-instruct\n    resource:\n"
+        "      instanceType: Standard_NC24ads_A100_v4\n"
+    )
+    path = tmp_path / "inferenceset.yaml"
+    path.write_text(text)
+    found = read_input_set([path])
+    assert not found.invocations
+    (skipped,) = found.skipped
+    assert "preset-only KAITO workspace" in skipped.reason
+    assert "phi-4-mini-instruct" in skipped.reason
+    assert not skipped.problem
+    other = text.replace("kaito.sh/v1alpha1", "example.com/v1")
+    (path.parent / "other.yaml").write_text(other)
+    (elsewhere,) = read_input_set([path.parent / "other.yaml"]).skipped
+    assert "KAITO" not in elsewhere.reason
 
 
 def test_what_kvtool_launch_writes_is_found(tmp_path: Path, kvtool_cli) -> None:  # type: ignore[no-untyped-def]

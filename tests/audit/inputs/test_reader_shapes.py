@@ -156,6 +156,22 @@ EOF
 vllm serve --config /tmp/vllm.yaml
 """,
     ),
+    # ai-dynamo/dynamo examples/backends/vllm/launch/disagg_lmcache.sh: a Dynamo frontend
+    # and vLLM workers started by `python3 -m dynamo.vllm`, Dynamo's options among vLLM's.
+    "dynamo-launch-script": (
+        "disagg.sh",
+        f"""\
+#!/bin/bash
+set -e
+python -m dynamo.frontend --router-mode kv &
+CUDA_VISIBLE_DEVICES=1 \\
+  python3 -m dynamo.vllm \\
+    --model Qwen/Qwen3-0.6B \\
+    --is-prefill-worker \\
+    --connector lmcache nixl \\
+    {F}
+""",
+    ),
     # A vLLM --config file: its keys are flags.
     "vllm-config-file": (
         "config.yaml",
@@ -265,6 +281,20 @@ def test_cli_names_skipped_files_only_with_verbose(kvtool_cli, tmp_path: Path) -
     assert "1 file(s) skipped" in quiet.stderr and "ci.yaml" not in quiet.stderr
     loud = kvtool_cli("audit", str(tmp_path), "--vllm-version", GONE_AT, "--verbose")
     assert "skipped" in loud.stderr and "ci.yaml" in loud.stderr
+
+
+def test_cli_prints_invocation_notes_only_with_verbose(kvtool_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A reader's note (here: a --config file that is not in the input) reaches the user
+    on stderr with --verbose; stdout keeps only the report."""
+    (tmp_path / "run.sh").write_text("#!/bin/sh\nvllm serve m --config /etc/vllm/missing.yaml\n")
+    quiet = kvtool_cli("audit", str(tmp_path / "run.sh"), "--vllm-version", GONE_AT)
+    (invocation,) = read_text((tmp_path / "run.sh").read_text(), str(tmp_path / "run.sh"))
+    assert invocation.notes, "the reader must note the missing --config file"
+    note = invocation.notes[0]
+    assert note not in quiet.stderr and note not in quiet.stdout
+    loud = kvtool_cli("audit", str(tmp_path / "run.sh"), "--vllm-version", GONE_AT, "--verbose")
+    assert f"kvtool: note: {invocation.label}: {note}" in loud.stderr
+    assert note not in loud.stdout
 
 
 def test_duplicate_keys_are_said_in_config_and_compose_files() -> None:

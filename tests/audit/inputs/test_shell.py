@@ -201,3 +201,18 @@ def test_commands_that_only_mention_vllm_are_not_starts(tmp_path: Path) -> None:
     script = "echo starting vllm serve now\nprintf '%s' vllm serve\nvllm serve m\n"
     (invocation,) = read(script, tmp_path)
     assert [t.text for t in invocation.tokens] == ["m"]
+
+
+def test_sh_c_positional_arguments_stand_for_dollar_at_and_dollar_zero() -> None:
+    """`sh -c 'exec vllm serve "$@"' NAME ARGS`: ARGS are the script's "$@" (the shape of
+    ai-dynamo/dynamo examples/backends/vllm/deploy/agg_lmcache.yaml, here in a script)."""
+    script = "#!/bin/sh\nsh -c 'exec vllm serve \"$@\" --max-num-seqs 8' name m --enforce-eager\n"
+    (invocation,) = read_text(script, "run.sh")
+    assert [t.text for t in invocation.tokens] == ["m", "--enforce-eager", "--max-num-seqs", "8"]
+    assert [t.location.column for t in invocation.tokens[:2] if t.location] == [
+        script.splitlines()[1].index("m --enforce") + 1,
+        script.splitlines()[1].index("--enforce") + 1,
+    ]
+    unknown = "#!/bin/sh\nexec vllm serve \"$@\" --max-num-seqs 8\n"
+    (wrapper,) = read_text(unknown, "run.sh")
+    assert [t.text for t in wrapper.tokens] == ["--max-num-seqs", "8"]
