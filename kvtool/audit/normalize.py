@@ -44,8 +44,13 @@ _MODEL_OPTION = re.compile(r"^--model(=.+|$)")
 _BEFORE_FIRST_DOT = re.compile(r"(?<=--)[^.]*")
 # vLLM's human-readable integers in dotted values: decimal k/m/g/t, binary K/M/G/T.
 # A value that is still a variable reference after the reader expanded what it could
-# (`"$KV_CONFIG"` in a script, `$(KV_CONFIG)` in a pod): the engine gets its runtime value.
-_UNRESOLVED_VALUE = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][^}]*\}|\([A-Za-z_]\w*\))")
+# (`"$KV_CONFIG"` in a script, `$(KV_CONFIG)` in a pod), or the output of a command
+# (`"$(cat /etc/lmcache/kv.json)"`, backticks): the engine gets its runtime value.
+_UNRESOLVED_VALUE = re.compile(
+    r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][^}]*\}|\([A-Za-z_]\w*\))"
+    r"|\$\((?!\().*\)|`[^`]*`",
+    re.DOTALL,
+)
 _HUMAN_INT = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}

@@ -35,6 +35,16 @@ def test_json_flag_from_an_unknown_variable_is_not_invalid_json(tmp_path: Path) 
     assert _codes(tmp_path, script) == []
 
 
+def test_json_flag_from_a_command_substitution_is_not_invalid_json(tmp_path: Path) -> None:
+    # Shape: ai-dynamo/dynamo examples/backends/vllm/deploy/agg_lmcache.yaml, whose worker
+    # script reads its --kv-transfer-config from a mounted file at start.
+    script = 'vllm serve m --kv-transfer-config "$(cat /etc/lmcache/kv-transfer-config.json)"\n'
+    assert _codes(tmp_path, script) == []
+    assert _codes(tmp_path, "vllm serve m --kv-transfer-config `cat /etc/kv.json`\n") == []
+    # arithmetic expansion is no command: a literal that is not JSON is still refused
+    assert _codes(tmp_path, "vllm serve m --kv-transfer-config $((1 + 2))\n") == ["VG000"]
+
+
 def test_trailing_unknown_words_do_not_extend_the_previous_flag(tmp_path: Path) -> None:
     known = "EV='{\"enable_kv_cache_events\": true}'\n"
     assert _codes(tmp_path, known + 'vllm serve m --kv-events-config "$EV" $EXTRA\n') == []
