@@ -92,6 +92,12 @@ SHELL_EXPANSION_BYTES = Limit(
     "bytes",
     "characters variable expansion may add to one script's words",
 )
+SHELL_NESTING_DEPTH = Limit(
+    "shell_nesting_depth",
+    100,
+    "levels",
+    "nesting of ${...}, $(...) and ( subshells ) in one shell script",
+)
 HTTP_BODY_BYTES = Limit(
     "http_body_bytes", 64 * 1024 * 1024, "bytes", "body of one HTTP answer (registry, /metrics)"
 )
@@ -124,6 +130,7 @@ ALL: tuple[Limit, ...] = (
     NESTING_DEPTH,
     INT_DIGITS,
     SHELL_EXPANSION_BYTES,
+    SHELL_NESTING_DEPTH,
     HTTP_BODY_BYTES,
     HTTP_DEADLINE_S,
     ARCHIVE_MEMBERS,

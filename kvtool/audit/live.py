@@ -30,6 +30,7 @@ from packaging.version import InvalidVersion, Version
 
 from kvtool.audit.model import Invocation, Location, SourceToken
 from kvtool.errors import KvtoolError
+from kvtool.nesting import loads_json
 from kvtool.releases import load_release, resolve_target
 from kvtool.releases.model import FlagFact, ReleaseFacts
 
@@ -116,7 +117,7 @@ def _get(client: httpx.Client, url: str, *, optional: bool = False) -> bytes | N
 
 def _json(body: bytes | None, url: str) -> Any:
     try:
-        return json.loads(body or b"null")
+        return loads_json(body or b"null", f"--url: {url}: the answer")
     except ValueError:
         raise KvtoolError(f"--url: {url}: the answer is not JSON") from None
 

@@ -35,6 +35,8 @@ from kvtool.audit.model import (
     ServeOption,
     SourceToken,
 )
+from kvtool.limits import LimitExceeded
+from kvtool.nesting import loads_json
 from kvtool.releases.model import FlagFact, ReleaseFacts
 
 OPTIMIZATION_LEVEL = "--optimization-level"
@@ -406,9 +408,9 @@ class _Normalizer:
 
     def _json_value(self, fact: FlagFact, raw: str, arg: _Arg) -> Any:
         try:
-            return json.loads(raw)
-        except RecursionError:
-            self._problem(f"argument {fact.name}: JSON nested too deeply", fact.name, arg.source)
+            return loads_json(raw, f"argument {fact.name}")
+        except LimitExceeded as error:
+            self._problem(str(error), fact.name, arg.source)
             return None
         except json.JSONDecodeError as error:
             self._problem(
@@ -519,8 +521,8 @@ class _Normalizer:
 def _dotted_value(text: str) -> Any:
     """A dotted key's value: JSON if it parses, else a human-readable int, else the text."""
     try:
-        return json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
+        return loads_json(text, "a dotted key's value")
+    except json.JSONDecodeError:
         pass
     match = _HUMAN_INT.fullmatch(text.strip())
     if match:

@@ -18,6 +18,8 @@ import msgspec
 
 from kvtool.audit.model import Severity
 from kvtool.errors import KvtoolError
+from kvtool.fsio import read_input_text
+from kvtool.nesting import loads_toml
 from kvtool.records import problem_of
 
 SETTINGS_FILES = (".kvtool.toml", "kvtool.toml", "pyproject.toml")
@@ -70,17 +72,13 @@ class AuditSettings(
 
 def _table_of(path: Path) -> dict[str, Any] | None:
     """The kvtool table in ``path`` (None for a pyproject.toml without ``[tool.kvtool]``)."""
+    text = read_input_text(path)  # a regular UTF-8 file within the input size limit
     try:
-        with path.open("rb") as handle:
-            data = tomllib.load(handle)
+        data = loads_toml(text, str(path))
     except tomllib.TOMLDecodeError as exc:
         raise KvtoolError(f"{path}: not valid TOML: {exc}") from None
     except ValueError as exc:  # an integer past Python's digit limit
         raise KvtoolError(f"{path}: not usable TOML: {exc}") from None
-    except RecursionError:
-        raise KvtoolError(f"{path}: TOML nested too deeply to read") from None
-    except OSError as exc:
-        raise KvtoolError(f"{path}: cannot read: {exc.strerror}") from None
     if path.name == "pyproject.toml":
         tool = data.get("tool", {})
         table = tool.get("kvtool") if isinstance(tool, dict) else None

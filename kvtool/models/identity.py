@@ -182,12 +182,16 @@ def classify_config(raw: Mapping[str, Any], *, name: str, where: str) -> ModelId
 
 
 def _read_json(path: Path) -> Mapping[str, Any]:
+    from kvtool.fsio import read_input_text
+    from kvtool.nesting import loads_json
+
+    text = read_input_text(path)  # a regular UTF-8 file within the input size limit
     try:
-        loaded = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise KvtoolError(f"{path}: cannot read: {exc}") from None
+        loaded = loads_json(text, str(path))
     except json.JSONDecodeError as exc:
         raise KvtoolError(f"{path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
+    except ValueError as exc:  # an integer past Python's digit limit
+        raise KvtoolError(f"{path}: not usable JSON ({exc})") from None
     if not isinstance(loaded, Mapping):
         raise KvtoolError(f"{path}: expected a JSON object at the top level")
     return loaded

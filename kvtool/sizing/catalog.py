@@ -55,16 +55,15 @@ def _read_config(config_path: Path, given: Path) -> dict[str, Any]:
     if not config_path.is_file():
         raise KvtoolError(f"--model {given}: no config.json in that directory")
     from kvtool.fsio import read_input_text
+    from kvtool.nesting import loads_json
 
     text = read_input_text(config_path)  # a regular file within the input size limit
     try:
-        loaded = json.loads(text)
+        loaded = loads_json(text, str(config_path))
     except json.JSONDecodeError as exc:
         raise KvtoolError(f"{config_path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
     except ValueError as exc:  # an integer past Python's digit limit
         raise KvtoolError(f"{config_path}: not usable JSON ({exc})") from None
-    except RecursionError:
-        raise KvtoolError(f"{config_path}: JSON nested too deeply to read") from None
     if not isinstance(loaded, dict):
         raise KvtoolError(f"{config_path}: expected a JSON object at the top level")
     return loaded

@@ -1,0 +1,88 @@
+"""Bound the nesting of JSON and TOML before a parser recurses into it.
+
+Python's ``json`` and ``tomllib`` read nested arrays and tables by recursion, so a
+100,000-deep ``[[[...`` fails deep inside the parser with whatever error the
+interpreter's stack gives. The text is measured first instead, in one linear pass:
+strings (and TOML comments) are removed, the brackets left are counted, and a depth
+over the ``nesting_depth`` limit of :mod:`kvtool.limits` is refused with
+``LimitExceeded`` before any parser sees it. A TOML file can also nest through dotted
+keys and table headers (``a.b.c = 1``), which have no brackets, so the parsed tables
+are measured too, without recursion.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from itertools import accumulate
+from typing import Any
+
+from kvtool import limits
+
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_JSON_STRING_BYTES = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+# Multi-line strings first, so '"""' is not read as an empty string and a quote.
+_TOML_SKIPPED = re.compile(
+    r'"""(?:[^\\]|\\.)*?"""'
+    r"|'''.*?'''"
+    r'|"[^"\\\n]*(?:\\.[^"\\\n]*)*"'
+    r"|'[^'\n]*'"
+    r"|#[^\n]*",
+    re.DOTALL,
+)
+_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+_NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
+
+
+def bracket_depth(text: str) -> int:
+    """The deepest nesting of ``[]``/``{}`` in ``text`` (strings already removed)."""
+    brackets = _NOT_BRACKETS.sub("", text)
+    return max(accumulate(map(_STEP.__getitem__, brackets)), default=0)
+
+
+def check_json(text: str | bytes, where: str) -> None:
+    """Raise ``LimitExceeded`` when the JSON ``text`` nests deeper than the limit."""
+    limit = limits.NESTING_DEPTH
+    if isinstance(text, bytes):
+        if text.count(b"[") + text.count(b"{") <= limit.value:
+            return  # too few brackets to be too deep: the common case, found in C
+        text = _JSON_STRING_BYTES.sub(b"", text).decode("latin-1")
+    else:
+        if text.count("[") + text.count("{") <= limit.value:
+            return
+        text = _JSON_STRING.sub("", text)
+    if bracket_depth(text) > limit.value:
+        raise limits.LimitExceeded(limit.message(where))
+
+
+def loads_json(text: str | bytes, where: str) -> Any:
+    """``json.loads(text)`` once ``text`` is known to nest within the limit."""
+    check_json(text, where)
+    return json.loads(text)
+
+
+def check_tree(value: object, where: str) -> None:
+    """Raise ``LimitExceeded`` when parsed lists and dicts nest deeper than the limit."""
+    max_depth = limits.NESTING_DEPTH.value
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if not isinstance(node, (dict, list)):
+            continue
+        if depth > max_depth:
+            raise limits.LimitExceeded(limits.NESTING_DEPTH.message(where))
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((child, depth + 1) for child in children)
+
+
+def loads_toml(text: str, where: str) -> dict[str, Any]:
+    """``tomllib.loads(text)``, refused when its brackets or its tables nest too deeply."""
+    limit = limits.NESTING_DEPTH
+    if text.count("[") + text.count("{") > limit.value and (
+        bracket_depth(_TOML_SKIPPED.sub("", text)) > limit.value
+    ):
+        raise limits.LimitExceeded(limit.message(where))
+    data = tomllib.loads(text)
+    check_tree(data, where)
+    return data
