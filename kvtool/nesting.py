@@ -41,18 +41,23 @@ def bracket_depth(text: str) -> int:
     return max(accumulate(map(_STEP.__getitem__, brackets)), default=0)
 
 
+def json_depth(text: str | bytes) -> int:
+    """How deep the arrays and objects of the JSON ``text`` nest (0 for a scalar)."""
+    if isinstance(text, bytes):
+        return bracket_depth(_JSON_STRING_BYTES.sub(b"", text).decode("latin-1"))
+    return bracket_depth(_JSON_STRING.sub("", text))
+
+
 def check_json(text: str | bytes, where: str) -> None:
     """Raise ``LimitExceeded`` when the JSON ``text`` nests deeper than the limit."""
     limit = limits.NESTING_DEPTH
     if isinstance(text, bytes):
-        if text.count(b"[") + text.count(b"{") <= limit.value:
-            return  # too few brackets to be too deep: the common case, found in C
-        text = _JSON_STRING_BYTES.sub(b"", text).decode("latin-1")
+        openings = text.count(b"[") + text.count(b"{")
     else:
-        if text.count("[") + text.count("{") <= limit.value:
-            return
-        text = _JSON_STRING.sub("", text)
-    if bracket_depth(text) > limit.value:
+        openings = text.count("[") + text.count("{")
+    if openings <= limit.value:
+        return  # too few brackets to be too deep: the common case, counted in C
+    if json_depth(text) > limit.value:
         raise limits.LimitExceeded(limit.message(where))
 
 

@@ -542,6 +542,8 @@ def spec_from_config(
     except SpecError as exc:
         raise KvtoolError(f"{where}: derived {exc.field!r} is invalid: {exc}") from None
     architectures = raw.get("architectures") or [model_type]
+    if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
+        raise KvtoolError(f"{where}: field 'architectures' must be a list of class names")
     assumptions: list[str] = []
     dtype = (
         text.get("torch_dtype") or text.get("dtype") or raw.get("torch_dtype") or raw.get("dtype")

@@ -6,10 +6,12 @@ wall-clock timeout, and expects one line on stderr and exit 2.
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -119,6 +121,98 @@ def _metrics(count: int) -> str:
     )
 
 
+def _compose_services(count: int) -> str:
+    # The shape of a compose file serving vLLM (vllm-project/vllm docs/deployment/docker.md).
+    return "services:\n" + "".join(
+        f"  vllm{n}:\n    image: vllm/vllm-openai:v0.32.0\n"
+        f'    command: ["--model", "m", "--port", "{8000 + n % 1000}"]\n'
+        f"    environment:\n      VLLM_LOGGING_LEVEL: INFO\n"
+        for n in range(count)
+    )
+
+
+def _helm_model_specs(count: int) -> str:
+    # The shape of production-stack values (vllm-project/production-stack, helm/values.yaml).
+    return "servingEngineSpec:\n  modelSpec:\n" + "".join(
+        f'  - name: "m{n}"\n    repository: "vllm/vllm-openai"\n    tag: "v0.32.0"\n'
+        f'    modelURL: "m"\n    vllmConfig:\n      extraArgs: ["--port", "{8000 + n % 1000}"]\n'
+        for n in range(count)
+    )
+
+
+def _dockerfile_instructions(count: int) -> str:
+    # The shape of a Dockerfile on vLLM's image (vllm-project/vllm docs/deployment/docker.md).
+    body = "".join(f"ENV VAR{n}=value{n}\nRUN echo {n} \\\n    && true\n" for n in range(count))
+    return f"FROM vllm/vllm-openai:v0.32.0\n{body}CMD [\"--model\", \"m\", \"--port\", \"8000\"]\n"
+
+
+def _layered_config(count: int) -> str:
+    # The shape of a config.json listing layer_types (huggingface.co/google/gemma-3-1b-it).
+    types = ["sliding_attention", "full_attention"] * (count // 2)
+    return json.dumps(
+        {
+            "model_type": "llama",
+            "num_hidden_layers": len(types),
+            "hidden_size": 4096,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "sliding_window": 4096,
+            "torch_dtype": "bfloat16",
+            "layer_types": types,
+        }
+    )
+
+
+def _trace_lines(count: int) -> str:
+    return "".join(
+        f'{{"id": "r{n}", "arrival": {n / 10}, "prefix": "p{n % 7}", "prefix_tokens": 64, '
+        f'"suffix_tokens": 16, "output_tokens": 8}}\n'
+        for n in range(count)
+    )
+
+
+def _read_compose(text: str) -> None:
+    from kvtool.audit.inputs import read_text
+
+    read_text(text, "compose.yaml", input_format="compose")
+
+
+def _read_helm_values(text: str) -> None:
+    from kvtool.audit.inputs import read_text
+
+    read_text(text, "values.yaml", input_format="helm-values")
+
+
+def _read_dockerfile(text: str) -> None:
+    from kvtool.audit.inputs import read_text
+
+    read_text(text, "Dockerfile", input_format="dockerfile")
+
+
+def _in_file(name: str, read: Any) -> Any:
+    """A reader of a file path, given the text: written to a fresh temporary folder."""
+
+    def read_text(text: str) -> None:
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / name
+            path.write_text(text)
+            read(path)
+
+    return read_text
+
+
+def _read_config_json(path: Path) -> None:
+    from kvtool.sizing.catalog import load_model_spec
+
+    load_model_spec(str(path))
+
+
+def _read_trace(path: Path) -> None:
+    from kvtool.simulate.workload import read_trace
+
+    read_trace(path)
+
+
 def _read_shell(text: str) -> None:
     from kvtool.audit.inputs import read_text
 
@@ -143,8 +237,22 @@ def _read_metrics(text: str) -> None:
         (_commented_commands, _read_shell, 125),
         (_pods, _read_kubernetes, 25),
         (_metrics, _read_metrics, 500),
+        (_compose_services, _read_compose, 25),
+        (_helm_model_specs, _read_helm_values, 25),
+        (_dockerfile_instructions, _read_dockerfile, 100),
+        (_layered_config, _in_file("config.json", _read_config_json), 500),
+        (_trace_lines, _in_file("trace.jsonl", _read_trace), 250),
     ],
-    ids=["shell-commented-commands", "kubernetes-pods", "prometheus-lines"],
+    ids=[
+        "shell-commented-commands",
+        "kubernetes-pods",
+        "prometheus-lines",
+        "compose-services",
+        "helm-model-specs",
+        "dockerfile-instructions",
+        "config-json-layers",
+        "trace-lines",
+    ],
 )
 def test_readers_grow_linearly(make: Any, read: Any, base: int) -> None:
     """Times a reader on 1x, 4x and 16x inputs in one run: 16x the input may take at
@@ -226,6 +334,9 @@ def test_simulate_refuses_a_far_future_arrival(kvtool_cli: Any, tmp_path: Path) 
         ("num_hidden_layers", "1000000000000"),
         ("num_hidden_layers", '"32"'),
         ("hidden_size", "1e400"),
+        ("architectures", "7"),
+        ("architectures", "NaN"),
+        ("architectures", '{"a": 1}'),
     ],
 )
 def test_size_bounds_and_types_of_config_fields(
