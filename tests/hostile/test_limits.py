@@ -87,6 +87,12 @@ def test_fifos_and_devices_are_not_read(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     _refused(_kvtool("audit", str(fifo)), "not a regular file")
     _refused(_kvtool("audit", "/dev/zero"), "not a regular file")
+    snapshot = tmp_path / "metrics.prom"
+    snapshot.write_text('vllm:prefix_cache_hits_total{model_name="m"} 1\n')
+    for option in ("--before", "--after", "--log"):
+        given = {"--before": str(snapshot), "--after": str(snapshot), option: str(fifo)}
+        args = [part for pair in given.items() for part in pair]
+        _refused(_kvtool("verify", *args), "not a regular file")
 
 
 def test_the_input_size_limit_is_named_and_adjustable(tmp_path: Path) -> None:
