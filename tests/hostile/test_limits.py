@@ -378,3 +378,17 @@ def test_the_integer_digit_limit_is_named_and_adjustable() -> None:
     _refused(audit_with(1001), "KVTOOL_LIMIT_INT_DIGITS")
     within = audit_with(999)
     assert within.returncode != 2 and "int_digits" not in within.stderr, within.stderr
+
+
+@pytest.mark.parametrize("option", ["--host-ram-gib", "--cpu-tier-gib", "--gpu-kv-gib"])
+@pytest.mark.parametrize("value", ["inf", "nan", "1e308"])
+def test_size_refuses_non_finite_and_huge_memory(
+    kvtool_cli: Any, tmp_path: Path, option: str, value: str
+) -> None:
+    # An infinite or 1e308 GiB budget overflowed the tier arithmetic (a traceback).
+    result = kvtool_cli(
+        "size", "-m", "meta-llama/Llama-3.1-8B", "--context-len", "1000", "--sessions", "2",
+        option, value,
+    )  # fmt: skip
+    assert result.exit_code == 2 and option in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
