@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -84,7 +85,11 @@ def request_headers(given: Sequence[str], environ: Mapping[str, str]) -> dict[st
 
 
 def base_url(url: str) -> str:
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 -- raises for a port that is not a number in 0-65535
+    except ValueError as exc:
+        raise KvtoolError(f"--url: {url!r} is not a URL ({exc})") from None
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise KvtoolError(f"--url: {url!r} is not an http(s)://HOST:PORT URL")
     return f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
@@ -94,6 +99,9 @@ def _get(client: httpx.Client, url: str, *, optional: bool = False) -> bytes | N
     """The body of ``url``; None for an optional endpoint that is not there."""
     import httpx
 
+    # httpx's timeout bounds each read, not the body: a server sending a byte every few
+    # seconds would never end, so the whole request is held to TIMEOUT_S here.
+    deadline = time.monotonic() + TIMEOUT_S
     try:
         with client.stream("GET", url) as response:
             if optional and response.status_code != 200:
@@ -110,6 +118,8 @@ def _get(client: httpx.Client, url: str, *, optional: bool = False) -> bytes | N
                 body += chunk
                 if len(body) > MAX_BODY_BYTES:
                     raise KvtoolError(f"--url: {url}: body larger than {MAX_BODY_BYTES} bytes")
+                if time.monotonic() > deadline:
+                    raise KvtoolError(f"--url: {url}: no whole answer within {TIMEOUT_S:g} s")
             return bytes(body)
     except httpx.HTTPError as exc:
         raise KvtoolError(f"--url: {url}: {exc.__class__.__name__}: {exc}") from None

@@ -184,3 +184,22 @@ def test_a_trickling_registry_ends_at_the_deadline(monkeypatch: pytest.MonkeyPat
     assert time.monotonic() - started < 8
     assert report.exit_code == 2
     assert {v.verdict for v in report.verdicts} == {"unknown"}
+
+
+def test_a_trickling_server_ends_audit_url_at_its_timeout(
+    kvtool_cli: Any, trickle_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kvtool.audit import live
+
+    monkeypatch.setattr(live, "TIMEOUT_S", 2.0)
+    started = time.monotonic()
+    result = kvtool_cli("audit", "--url", trickle_server)
+    assert time.monotonic() - started < 10
+    assert result.exit_code == 2 and "within 2 s" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("url", ["http://[::1", "http://127.0.0.1:99999", "http://h:port/"])
+def test_malformed_audit_urls_name_the_option(kvtool_cli: Any, url: str) -> None:
+    result = kvtool_cli("audit", "--url", url)
+    assert result.exit_code == 2 and "--url" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
