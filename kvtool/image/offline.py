@@ -261,7 +261,10 @@ class _LayoutDir(_LayoutBase):
             raise KvtoolError(f"{root}: not an OCI layout directory (no index.json)")
 
     def read(self, relative: str, max_bytes: int) -> bytes:
-        target = (self.root / relative).resolve()
+        try:
+            target = (self.root / relative).resolve()
+        except (OSError, RuntimeError):  # pathlib raises RuntimeError for a symlink loop
+            raise RefusedError(f"{self.where}: refused: {relative} is a symlink loop") from None
         if not target.is_relative_to(self.root):
             raise RefusedError(f"{self.where}: refused: {relative} resolves outside the layout")
         if not target.is_file():
