@@ -12,9 +12,11 @@ are measured too, without recursion.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import tomllib
+from collections.abc import Iterator
 from itertools import accumulate
 from typing import Any
 
@@ -62,9 +64,23 @@ def check_json(text: str | bytes, where: str) -> None:
 
 
 def loads_json(text: str | bytes, where: str) -> Any:
-    """``json.loads(text)`` once ``text`` is known to nest within the limit."""
+    """``json.loads(text)`` once ``text`` is known to nest within the limit; an integer
+    past the ``int_digits`` limit is ``LimitExceeded`` too. Malformed JSON is json's own
+    ``ValueError`` (``JSONDecodeError``), for the caller to word."""
     check_json(text, where)
-    return json.loads(text)
+    with _int_digits_named(where):
+        return json.loads(text)
+
+
+@contextlib.contextmanager
+def _int_digits_named(where: str) -> Iterator[None]:
+    """Python's digit guard (set to ``int_digits`` at CLI start) as kvtool's own error."""
+    try:
+        yield
+    except ValueError as error:
+        if "integer string conversion" not in str(error):
+            raise
+        raise limits.LimitExceeded(limits.INT_DIGITS.message(where)) from None
 
 
 def check_tree(value: object, where: str) -> None:
@@ -88,6 +104,7 @@ def loads_toml(text: str, where: str) -> dict[str, Any]:
         bracket_depth(_TOML_SKIPPED.sub("", text)) > limit.value
     ):
         raise limits.LimitExceeded(limit.message(where))
-    data = tomllib.loads(text)
+    with _int_digits_named(where):
+        data = tomllib.loads(text)
     check_tree(data, where)
     return data

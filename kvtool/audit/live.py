@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import msgspec
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from kvtool.audit.model import Invocation, Location, SourceToken
 from kvtool.errors import KvtoolError
@@ -190,7 +190,7 @@ def _public(version: str) -> str:
     """``0.32.0+cpu`` -> ``0.32.0``: a build's local label names no other release."""
     try:
         return Version(version).public
-    except InvalidVersion:
+    except ValueError:  # InvalidVersion, or digits past the int_digits limit
         return version
 
 

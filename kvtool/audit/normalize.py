@@ -35,7 +35,6 @@ from kvtool.audit.model import (
     ServeOption,
     SourceToken,
 )
-from kvtool.limits import LimitExceeded
 from kvtool.nesting import loads_json
 from kvtool.releases.model import FlagFact, ReleaseFacts
 
@@ -408,10 +407,9 @@ class _Normalizer:
 
     def _json_value(self, fact: FlagFact, raw: str, arg: _Arg) -> Any:
         try:
+            # A value past a limit is not vLLM's to reject: kvtool could not read it, so
+            # LimitExceeded ends the run (exit 2) instead of becoming a finding.
             return loads_json(raw, f"argument {fact.name}")
-        except LimitExceeded as error:
-            self._problem(str(error), fact.name, arg.source)
-            return None
         except json.JSONDecodeError as error:
             self._problem(
                 f"argument {fact.name}: invalid JSON: {error.msg} "
