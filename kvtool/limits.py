@@ -123,6 +123,10 @@ SIMULATE_WORK = Limit(
     "scheduler steps (last arrival + tokens) or blocks one simulation may take",
 )
 
+# Not adjustable: an exbibyte is past any host or GPU, and small enough that a size in
+# GiB times 2**30 stays exact. Memory sizes in GiB (options and settings) stay within it.
+MOST_GIB = float(1 << 30)
+
 ALL: tuple[Limit, ...] = (
     INPUT_BYTES,
     YAML_ALIASES,

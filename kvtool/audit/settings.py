@@ -19,6 +19,7 @@ import msgspec
 from kvtool.audit.model import Severity
 from kvtool.errors import KvtoolError
 from kvtool.fsio import read_input_text
+from kvtool.limits import MOST_GIB
 from kvtool.nesting import loads_toml
 from kvtool.records import problem_of
 
@@ -41,7 +42,7 @@ class AuditSettings(
     per_file_ignores: dict[str, tuple[str, ...]] = msgspec.field(default_factory=dict)
     fail_on: Severity = Severity.error
     severity: dict[str, Severity] = msgspec.field(default_factory=dict)
-    host_ram_gib: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    host_ram_gib: Annotated[float, msgspec.Meta(gt=0, le=MOST_GIB)] | None = None
     # A config.json (or model directory) for the served model, when the audit cannot read
     # it from the served model's own path; model-dependent rules read their facts from it.
     model_config: str | None = None
@@ -155,6 +156,12 @@ def apply_cli(
     if fail_on is not None:
         update["fail_on"] = fail_on
     if host_ram_gib is not None:
+        # structs.replace does not validate: nan passes click's range and inf its minimum.
+        if not 0 < host_ram_gib <= MOST_GIB:
+            raise KvtoolError(
+                f"--host-ram-gib {host_ram_gib}: expected a finite number of GiB, "
+                f"above 0 and at most {MOST_GIB:.0f}"
+            )
         update["host_ram_gib"] = host_ram_gib
     if model_config is not None:
         update["model_config"] = model_config

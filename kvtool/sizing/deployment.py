@@ -11,10 +11,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from kvtool.errors import KvtoolError
+from kvtool.limits import MOST_GIB
 from kvtool.sizing.dtypes import KV_DTYPE_CHOICES, MODEL_DTYPE_BYTES
-
-# An exbibyte: past any host or GPU, and small enough that GiB times 2**30 stays exact.
-MOST_GIB = float(1 << 30)
 
 
 class Deployment(BaseModel):

@@ -430,3 +430,19 @@ def test_a_huge_version_number_is_not_a_version(kvtool_cli: Any, option: str) ->
     command = "audit" if option == "--vllm-version" else "upgrade"
     result = kvtool_cli(command, option, "9" * 5000, "--", "vllm", "serve", "m")
     assert result.exit_code == 2 and "is not a vLLM" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "1e308"])
+def test_audit_host_ram_must_be_a_finite_size(
+    kvtool_cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    # nan passed click's range (every comparison with nan is false) and inf its minimum,
+    # so the host-memory rules compared a budget that was no number at all.
+    serve = ("--", "vllm", "serve", "m", "--kv-offloading-size", "8")
+    result = kvtool_cli("audit", "--host-ram-gib", value, *serve)
+    assert result.exit_code == 2 and "--host-ram-gib" in result.stderr, result.stderr
+    settings = tmp_path / "kvtool.toml"
+    settings.write_text(f"host-ram-gib = {value}\n")
+    monkeypatch.chdir(tmp_path)
+    result = kvtool_cli("audit", *serve)
+    assert result.exit_code == 2 and "host-ram-gib" in result.stderr, result.stderr
