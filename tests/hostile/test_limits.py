@@ -446,3 +446,14 @@ def test_audit_host_ram_must_be_a_finite_size(
     monkeypatch.chdir(tmp_path)
     result = kvtool_cli("audit", *serve)
     assert result.exit_code == 2 and "host-ram-gib" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "1e308"])
+def test_probe_timeout_must_be_finite(kvtool_cli: Any, value: str) -> None:
+    # inf and 1e308 overflowed the probe's integer timeout (a traceback); nan passed click.
+    result = kvtool_cli(
+        "inspect-image", "--check", "runtime", "--python", sys.executable,
+        "--probe-timeout", value,
+    )  # fmt: skip
+    assert result.exit_code == 2 and "--probe-timeout" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
