@@ -583,8 +583,13 @@ def spec_from_config(
         attention=attention,
         states=states,
         ssm_state_dtype=ssm_dtype,
-        max_position_embeddings=max_len if isinstance(max_len, int) else None,
+        # Only a usable length: 0 (or true) would divide the tier's tokens by nothing.
+        max_position_embeddings=max_len if _is_count(max_len) else None,
         checkpoint_kv_cache_dtype=declared[0] if declared else None,
         checkpoint_kv_cache_source=f"{quant_file}: {declared[1]}" if declared else None,
         assumptions=tuple(assumptions),
     )
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0

@@ -457,3 +457,21 @@ def test_probe_timeout_must_be_finite(kvtool_cli: Any, value: str) -> None:
     )  # fmt: skip
     assert result.exit_code == 2 and "--probe-timeout" in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "true"])
+def test_an_unusable_max_position_embeddings_is_ignored(
+    kvtool_cli: Any, tmp_path: Path, value: str
+) -> None:
+    # 0 became the context length and divided the tier's tokens by zero (a traceback).
+    config = tmp_path / "config.json"
+    config.write_text(
+        '{"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, '
+        '"num_attention_heads": 32, "num_key_value_heads": 8, "torch_dtype": "bfloat16", '
+        f'"max_position_embeddings": {value}}}'
+    )
+    result = kvtool_cli(
+        "launch", "native-cpu-offload", "--model", "m", "--host-ram-gib", "64",
+        "--sizing-model", str(config),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
