@@ -203,3 +203,21 @@ def test_malformed_audit_urls_name_the_option(kvtool_cli: Any, url: str) -> None
     result = kvtool_cli("audit", "--url", url)
     assert result.exit_code == 2 and "--url" in result.stderr, result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("length", [b"9" * 5000, b"\xb2"], ids=["huge", "superscript-two"])
+def test_a_garbage_content_length_gives_unknown(length: bytes) -> None:
+    # int() refused both (Python's digit guard; "²" passes str.isdigit): a ValueError
+    # escaped the inspection instead of a verdict.
+    hub = FakeHub([Image(arch="amd64", kv=True)])
+
+    def garbage(request: httpx.Request) -> httpx.Response | None:
+        if "/manifests/" in request.url.path and request.headers.get("authorization"):
+            headers = [(b"content-type", b"application/json"), (b"content-length", length)]
+            return httpx.Response(200, content=b"{}", headers=headers)
+        return None
+
+    hub.overrides.append(garbage)
+    report = _inspect(hub)
+    assert report.exit_code == 2
+    assert {v.verdict for v in report.verdicts} == {"unknown"}
