@@ -23,7 +23,6 @@ from typing import Any
 from kvtool import limits
 
 _JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
-_JSON_STRING_BYTES = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 # Multi-line strings first, so '"""' is not read as an empty string and a quote.
 _TOML_SKIPPED = re.compile(
     r'"""(?:[^\\]|\\.)*?"""'
@@ -45,8 +44,8 @@ def bracket_depth(text: str) -> int:
 
 def json_depth(text: str | bytes) -> int:
     """How deep the arrays and objects of the JSON ``text`` nest (0 for a scalar)."""
-    if isinstance(text, bytes):
-        return bracket_depth(_JSON_STRING_BYTES.sub(b"", text).decode("latin-1"))
+    if isinstance(text, bytes):  # decoded as json.loads will: UTF-8, -16 or -32
+        text = text.decode(json.detect_encoding(text), errors="replace")
     return bracket_depth(_JSON_STRING.sub("", text))
 
 

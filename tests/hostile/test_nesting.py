@@ -206,15 +206,16 @@ def test_json_depth_ignores_brackets_in_strings(
 ) -> None:
     from kvtool.nesting import check_json
 
+    # Bytes as json.loads reads them: UTF-8, or UTF-16/32 (a registry may send those).
+    forms = [text, *(text.encode(encoding) for encoding in ("utf-8", "utf-16", "utf-32-be"))]
     monkeypatch.setenv("KVTOOL_LIMIT_NESTING_DEPTH", str(max(depth, 1)))
-    check_json(text, "x")  # within: exactly at the limit
-    check_json(text.encode(), "x")
+    for form in forms:
+        check_json(form, "x")  # within: exactly at the limit
     if depth > 1:
         monkeypatch.setenv("KVTOOL_LIMIT_NESTING_DEPTH", str(depth - 1))
-        with pytest.raises(LimitExceeded):
-            check_json(text, "x")
-        with pytest.raises(LimitExceeded):
-            check_json(text.encode(), "x")
+        for form in forms:
+            with pytest.raises(LimitExceeded):
+                check_json(form, "x")
 
 
 def test_toml_depth_ignores_brackets_in_strings_and_comments(
