@@ -209,3 +209,12 @@ def test_registry_answers(body: bytes) -> None:
     from kvtool.image.manifest import load_json_object
 
     _bounded(lambda: load_json_object(body, "manifest"))
+
+
+@_PROPERTY
+@given(_texts('Bearer Basic realm=service,scope"\\ :/.ab\t'))
+def test_registry_challenges(header: str) -> None:
+    """Any WWW-Authenticate header a registry sends parses (or is kvtool's error)."""
+    from kvtool.image.auth import parse_challenge
+
+    _bounded(lambda: parse_challenge(header))
