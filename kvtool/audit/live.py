@@ -121,7 +121,7 @@ def _get(client: httpx.Client, url: str, *, optional: bool = False) -> bytes | N
                 if time.monotonic() > deadline:
                     raise KvtoolError(f"--url: {url}: no whole answer within {TIMEOUT_S:g} s")
             return bytes(body)
-    except httpx.HTTPError as exc:
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:  # InvalidURL is no HTTPError
         raise KvtoolError(f"--url: {url}: {exc.__class__.__name__}: {exc}") from None
 
 

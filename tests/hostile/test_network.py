@@ -198,7 +198,16 @@ def test_a_trickling_server_ends_audit_url_at_its_timeout(
     assert result.exit_code == 2 and "within 2 s" in result.stderr, result.stderr
 
 
-@pytest.mark.parametrize("url", ["http://[::1", "http://127.0.0.1:99999", "http://h:port/"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://[::1",
+        "http://127.0.0.1:99999",
+        "http://h:port/",
+        "http://999.999.999.999:1/",  # httpx.InvalidURL, which is no httpx.HTTPError
+        "http://\x01/",
+    ],
+)
 def test_malformed_audit_urls_name_the_option(kvtool_cli: Any, url: str) -> None:
     result = kvtool_cli("audit", "--url", url)
     assert result.exit_code == 2 and "--url" in result.stderr, result.stderr
