@@ -475,3 +475,39 @@ def test_an_unusable_max_position_embeddings_is_ignored(
         "--sizing-model", str(config),
     )  # fmt: skip
     assert result.exit_code == 0, result.stderr
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ("--kv-offloading-size", "inf"),
+        ("--kv-offloading-size", "nan"),
+        (
+            "--kv-transfer-config",
+            '{"kv_connector": "OffloadingConnector", "kv_role": "kv_both", '
+            '"kv_connector_extra_config": {"cpu_bytes_to_use": 1e999}}',
+        ),
+        (
+            "--kv-transfer-config",
+            '{"kv_connector": "OffloadingConnector", "kv_role": "kv_both", '
+            '"kv_connector_extra_config": {"cpu_bytes_to_use": Infinity}}',
+        ),
+    ],
+    ids=["size-inf", "size-nan", "json-1e999", "json-infinity"],
+)
+def test_non_finite_sizes_reach_no_rule(
+    kvtool_cli: Any, tmp_path: Path, flags: tuple[str, str]
+) -> None:
+    """An infinite tier size overflowed a host-memory rule (a traceback). upgrade audits
+    every release from the oldest table to the newest in one run, so each rule of each
+    release sees the value."""
+    from kvtool.releases.loader import available_versions
+
+    oldest, newest = available_versions()[0], available_versions()[-1]
+    script = tmp_path / "serve.sh"
+    script.write_text(f"vllm serve m {flags[0]} '{flags[1]}'\n")
+    result = kvtool_cli("upgrade", str(script), "--from", oldest, "--to", newest)
+    assert result.exit_code in (0, 1), result.stderr
+    if flags[0] == "--kv-transfer-config":
+        audit = kvtool_cli("audit", "--vllm-version", newest, str(script))
+        assert "NaN or an infinite number" in audit.stdout, audit.stdout
