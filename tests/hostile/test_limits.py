@@ -511,3 +511,25 @@ def test_non_finite_sizes_reach_no_rule(
     if flags[0] == "--kv-transfer-config":
         audit = kvtool_cli("audit", "--vllm-version", newest, str(script))
         assert "NaN or an infinite number" in audit.stdout, audit.stdout
+
+
+@pytest.mark.parametrize("target", ["file-size-limit", "/dev/full"])
+def test_a_report_that_cannot_be_written_is_one_line_naming_stdout(
+    tmp_path: Path, target: str
+) -> None:
+    # The error of a failed write to stdout carries no file name: it read "<file>: ...".
+    path = Path(target) if target.startswith("/") else tmp_path / "report.txt"
+
+    def capped() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100, 100))
+
+    with path.open("wb") as stdout:
+        done = subprocess.run(
+            [sys.executable, "-c", KVTOOL_MAIN, "rule", "--all"],
+            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+            stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=TIMEOUT_S,
+            preexec_fn=capped,
+        )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "cannot write the report to standard output" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
