@@ -92,6 +92,12 @@ SHELL_EXPANSION_BYTES = Limit(
     "bytes",
     "characters variable expansion may add to one script's words",
 )
+SHELL_NESTING_DEPTH = Limit(
+    "shell_nesting_depth",
+    100,
+    "levels",
+    "nesting of ${...}, $(...) and ( subshells ) in one shell script",
+)
 HTTP_BODY_BYTES = Limit(
     "http_body_bytes", 64 * 1024 * 1024, "bytes", "body of one HTTP answer (registry, /metrics)"
 )
@@ -117,6 +123,10 @@ SIMULATE_WORK = Limit(
     "scheduler steps (last arrival + tokens) or blocks one simulation may take",
 )
 
+# Not adjustable: an exbibyte is past any host or GPU, and small enough that a size in
+# GiB times 2**30 stays exact. Memory sizes in GiB (options and settings) stay within it.
+MOST_GIB = float(1 << 30)
+
 ALL: tuple[Limit, ...] = (
     INPUT_BYTES,
     YAML_ALIASES,
@@ -124,6 +134,7 @@ ALL: tuple[Limit, ...] = (
     NESTING_DEPTH,
     INT_DIGITS,
     SHELL_EXPANSION_BYTES,
+    SHELL_NESTING_DEPTH,
     HTTP_BODY_BYTES,
     HTTP_DEADLINE_S,
     ARCHIVE_MEMBERS,

@@ -8,6 +8,7 @@ config) are computed here once so no two rules disagree about them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -299,9 +300,10 @@ class RuleContext:
         if opt is None or isinstance(opt.value, bool):
             return None
         try:
-            return float(str(opt.value))
+            number = float(str(opt.value))
         except ValueError:
             return None
+        return number if math.isfinite(number) else None  # "inf" or "nan" sizes nothing
 
     def bool_option(self, flag: str) -> bool | None:
         """True/False when the flag (or its ``--no-`` form) is given, None when absent."""

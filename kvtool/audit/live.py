@@ -21,15 +21,17 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import msgspec
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from kvtool.audit.model import Invocation, Location, SourceToken
 from kvtool.errors import KvtoolError
+from kvtool.nesting import loads_json
 from kvtool.releases import load_release, resolve_target
 from kvtool.releases.model import FlagFact, ReleaseFacts
 
@@ -83,7 +85,11 @@ def request_headers(given: Sequence[str], environ: Mapping[str, str]) -> dict[st
 
 
 def base_url(url: str) -> str:
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 -- raises for a port that is not a number in 0-65535
+    except ValueError as exc:
+        raise KvtoolError(f"--url: {url!r} is not a URL ({exc})") from None
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise KvtoolError(f"--url: {url!r} is not an http(s)://HOST:PORT URL")
     return f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
@@ -93,6 +99,9 @@ def _get(client: httpx.Client, url: str, *, optional: bool = False) -> bytes | N
     """The body of ``url``; None for an optional endpoint that is not there."""
     import httpx
 
+    # httpx's timeout bounds each read, not the body: a server sending a byte every few
+    # seconds would never end, so the whole request is held to TIMEOUT_S here.
+    deadline = time.monotonic() + TIMEOUT_S
     try:
         with client.stream("GET", url) as response:
             if optional and response.status_code != 200:
@@ -109,14 +118,16 @@ def _get(client: httpx.Client, url: str, *, optional: bool = False) -> bytes | N
                 body += chunk
                 if len(body) > MAX_BODY_BYTES:
                     raise KvtoolError(f"--url: {url}: body larger than {MAX_BODY_BYTES} bytes")
+                if time.monotonic() > deadline:
+                    raise KvtoolError(f"--url: {url}: no whole answer within {TIMEOUT_S:g} s")
             return bytes(body)
-    except httpx.HTTPError as exc:
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:  # InvalidURL is no HTTPError
         raise KvtoolError(f"--url: {url}: {exc.__class__.__name__}: {exc}") from None
 
 
 def _json(body: bytes | None, url: str) -> Any:
     try:
-        return json.loads(body or b"null")
+        return loads_json(body or b"null", f"--url: {url}: the answer")
     except ValueError:
         raise KvtoolError(f"--url: {url}: the answer is not JSON") from None
 
@@ -179,7 +190,7 @@ def _public(version: str) -> str:
     """``0.32.0+cpu`` -> ``0.32.0``: a build's local label names no other release."""
     try:
         return Version(version).public
-    except InvalidVersion:
+    except ValueError:  # InvalidVersion, or digits past the int_digits limit
         return version
 
 

@@ -22,6 +22,7 @@ know are kept with ``known=False`` so a rule can suggest the right spelling.
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -35,6 +36,7 @@ from kvtool.audit.model import (
     ServeOption,
     SourceToken,
 )
+from kvtool.nesting import loads_json
 from kvtool.releases.model import FlagFact, ReleaseFacts
 
 OPTIMIZATION_LEVEL = "--optimization-level"
@@ -419,10 +421,9 @@ class _Normalizer:
         if _UNRESOLVED_VALUE.fullmatch(raw):
             return None  # known only at run time: nothing to check, and no parse error
         try:
-            return json.loads(raw)
-        except RecursionError:
-            self._problem(f"argument {fact.name}: JSON nested too deeply", fact.name, arg.source)
-            return None
+            # A value past a limit is not vLLM's to reject: kvtool could not read it, so
+            # LimitExceeded ends the run (exit 2) instead of becoming a finding.
+            value = loads_json(raw, f"argument {fact.name}")
         except json.JSONDecodeError as error:
             self._problem(
                 f"argument {fact.name}: invalid JSON: {error.msg} "
@@ -431,6 +432,17 @@ class _Normalizer:
                 arg.source,
             )
             return None
+        # Python's json (and so vLLM's) reads NaN, Infinity and 1e999 as floats no size
+        # or count can be made of: the value is reported, not handed to the rules.
+        if _has_non_finite(value):
+            self._problem(
+                f"argument {fact.name}: holds NaN or an infinite number, which no size, "
+                "count or rate can be",
+                fact.name,
+                arg.source,
+            )
+            return None
+        return value
 
     def _dict_arg(self, group: _DictArg, event: int) -> None:
         match = self.table.lookup(group.key)
@@ -529,11 +541,25 @@ class _Normalizer:
         )
 
 
+def _has_non_finite(value: object) -> bool:
+    """Whether a parsed JSON value holds a NaN or infinite float anywhere."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
 def _dotted_value(text: str) -> Any:
     """A dotted key's value: JSON if it parses, else a human-readable int, else the text."""
     try:
-        return json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
+        return loads_json(text, "a dotted key's value")
+    except json.JSONDecodeError:
         pass
     match = _HUMAN_INT.fullmatch(text.strip())
     if match:

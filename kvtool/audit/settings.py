@@ -18,6 +18,9 @@ import msgspec
 
 from kvtool.audit.model import Severity
 from kvtool.errors import KvtoolError
+from kvtool.fsio import read_input_text
+from kvtool.limits import MOST_GIB
+from kvtool.nesting import loads_toml
 from kvtool.records import problem_of
 
 SETTINGS_FILES = (".kvtool.toml", "kvtool.toml", "pyproject.toml")
@@ -42,7 +45,7 @@ class AuditSettings(
     per_file_ignores: dict[str, tuple[str, ...]] = msgspec.field(default_factory=dict)
     fail_on: Severity = Severity.error
     severity: dict[str, Severity] = msgspec.field(default_factory=dict)
-    host_ram_gib: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    host_ram_gib: Annotated[float, msgspec.Meta(gt=0, le=MOST_GIB)] | None = None
     # A config.json (or model directory) for the served model, when the audit cannot read
     # it from the served model's own path; model-dependent rules read their facts from it.
     model_config: str | None = None
@@ -73,17 +76,13 @@ class AuditSettings(
 
 def _table_of(path: Path) -> dict[str, Any] | None:
     """The kvtool table in ``path`` (None for a pyproject.toml without ``[tool.kvtool]``)."""
+    text = read_input_text(path)  # a regular UTF-8 file within the input size limit
     try:
-        with path.open("rb") as handle:
-            data = tomllib.load(handle)
+        data = loads_toml(text, str(path))
     except tomllib.TOMLDecodeError as exc:
         raise KvtoolError(f"{path}: not valid TOML: {exc}") from None
     except ValueError as exc:  # an integer past Python's digit limit
         raise KvtoolError(f"{path}: not usable TOML: {exc}") from None
-    except RecursionError:
-        raise KvtoolError(f"{path}: TOML nested too deeply to read") from None
-    except OSError as exc:
-        raise KvtoolError(f"{path}: cannot read: {exc.strerror}") from None
     if path.name == "pyproject.toml":
         tool = data.get("tool", {})
         table = tool.get("kvtool") if isinstance(tool, dict) else None
@@ -163,6 +162,12 @@ def apply_cli(
     if fail_on is not None:
         update["fail_on"] = fail_on
     if host_ram_gib is not None:
+        # structs.replace does not validate: nan passes click's range and inf its minimum.
+        if not 0 < host_ram_gib <= MOST_GIB:
+            raise KvtoolError(
+                f"--host-ram-gib {host_ram_gib}: expected a finite number of GiB, "
+                f"above 0 and at most {MOST_GIB:.0f}"
+            )
         update["host_ram_gib"] = host_ram_gib
     if model_config is not None:
         update["model_config"] = model_config

@@ -18,6 +18,7 @@ from rich.console import Console
 from kvtool import __version__
 from kvtool.flag.history import History, Unknown, removal_kept
 from kvtool.output.kinds import ReportKind
+from kvtool.termsafe import terminal_line
 
 SCHEMA_VERSION = 1
 
@@ -137,9 +138,11 @@ def text_report(result: History | Unknown) -> str:
     span = f"vLLM {result.oldest_table}..{result.newest_table}"
     if isinstance(result, Unknown):
         near = ", ".join(result.nearest) if result.nearest else "none close"
-        return f"{result.name}: in no release table ({span}). Nearest names: {near}\n"
+        # The name is the user's text: a terminal escape in it must not reach the screen.
+        name = terminal_line(result.name)
+        return f"{name}: in no release table ({span}). Nearest names: {near}\n"
     kind = _KIND_WORDS[result.kind]
-    head = f"{result.name} ({kind}"
+    head = f"{terminal_line(result.name)} ({kind}"
     head += f", a spelling of {result.canonical})" if result.canonical else ")"
     lines = [head, f"first seen    {_first_seen(result)}"]
     lines += _deprecation(result)

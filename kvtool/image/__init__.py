@@ -23,12 +23,14 @@ def load_image_verdicts(path: Path) -> dict[str, ConnectorVerdict]:
     from pydantic import ValidationError
 
     from kvtool.errors import KvtoolError
+    from kvtool.fsio import read_input_bytes
     from kvtool.image.model import InspectionReport
+    from kvtool.nesting import check_json
 
+    data = read_input_bytes(path)  # a regular file within the input size limit
+    check_json(data, str(path))
     try:
-        report = InspectionReport.model_validate_json(path.read_bytes())
-    except OSError as exc:
-        raise KvtoolError(f"{path}: cannot read the image verdicts: {exc.strerror}") from None
+        report = InspectionReport.model_validate_json(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "the top level"

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import os
 import re
 import subprocess
@@ -19,7 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kvtool.errors import KvtoolError
+from kvtool.fsio import read_input_text
 from kvtool.image.reference import DOCKER_HUB_ALIASES
+from kvtool.nesting import loads_json
 
 # Docker stores Hub credentials under its v1 index URL, not under a host name.
 DOCKER_HUB_CONFIG_KEY = "https://index.docker.io/v1/"
@@ -96,8 +97,8 @@ def _read_config(path: Path) -> dict[str, object] | None:
     if not path.is_file():
         return None
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        config = loads_json(read_input_text(path), str(path))
+    except ValueError as exc:  # not JSON, or an integer past Python's digit limit
         raise KvtoolError(f"{path}: cannot read the registry auth file: {exc}") from None
     if not isinstance(config, dict):
         raise KvtoolError(f"{path}: the registry auth file is not a JSON object")
@@ -161,7 +162,7 @@ def _from_helper(helper: str, server: str) -> Credentials | None:
     if done.returncode != 0:
         return None  # helpers exit 1 with "credentials not found in native keychain"
     try:
-        answer = json.loads(done.stdout)
+        answer = loads_json(done.stdout, f"{program} get")
         return Credentials(str(answer["Username"]), str(answer["Secret"]))
-    except (json.JSONDecodeError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError):
         raise KvtoolError(f"{program} get printed no Username/Secret JSON") from None

@@ -15,9 +15,10 @@ import os
 from pathlib import Path
 
 from kvtool.errors import KvtoolError
-from kvtool.fsio import atomic_write_text
+from kvtool.fsio import atomic_write_text, read_input_text
 from kvtool.image.manifest import Platform, ResolvedConfig, sha256_digest
 from kvtool.image.reference import DIGEST_RE
+from kvtool.nesting import loads_json
 
 ENTRY_VERSION = 1
 
@@ -40,21 +41,21 @@ def load(digest: str, platform: Platform, root: Path | None = None) -> ResolvedC
     if path is None or not path.is_file():
         return None
     try:
-        entry = json.loads(path.read_text(encoding="utf-8"))
+        entry = loads_json(read_input_text(path), str(path))
         config_text = entry["config"]
         if entry.get("version") != ENTRY_VERSION:
             return None
         if sha256_digest(config_text.encode("utf-8")) != entry["config_text_digest"]:
             return None
         return ResolvedConfig(
-            config=json.loads(config_text),
+            config=loads_json(config_text, str(path)),
             config_digest=str(entry["config_digest"]),
             manifest_digest=str(entry["manifest_digest"]),
             index_digest=entry.get("index_digest"),
             available_platforms=[str(p) for p in entry.get("available_platforms", [])],
         )
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):
-        return None
+    except (KvtoolError, ValueError, KeyError, TypeError):
+        return None  # a damaged entry is a miss: the registry is asked again
 
 
 def store(

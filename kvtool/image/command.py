@@ -17,6 +17,8 @@ from kvtool.output.options import (
     TextOrJson,
 )
 
+MOST_PROBE_S = 86_400  # a probe still running after a day is stuck, not slow
+
 
 class Check(str, Enum):
     build_flag = "build-flag"
@@ -105,6 +107,7 @@ def inspect_image(
     from kvtool.image.manifest import Platform
     from kvtool.image.render import INSPECT_IMAGE
     from kvtool.image.runtime import ContainerLimits
+    from kvtool.output.errors import bad_option
     from kvtool.output.kinds import emit
     from kvtool.output.streams import Output
 
@@ -118,6 +121,9 @@ def inspect_image(
         if not password:
             raise KvtoolError("--password-stdin: stdin held no password")
         credentials = Credentials(username, password)
+    if not 1 <= probe_timeout <= MOST_PROBE_S:  # nan fails both; click lets nan and inf in
+        why = f"must be a number of seconds from 1 to {MOST_PROBE_S}"
+        raise bad_option("--probe-timeout", probe_timeout, why)
     chosen = check or (Check.runtime if python is not None else Check.build_flag)
     if chosen is not Check.build_flag and image is None and python is None:
         raise KvtoolError("the runtime check needs an IMAGE or --python PATH")

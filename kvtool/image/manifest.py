@@ -8,12 +8,13 @@ oversize documents and digests that do not match their bytes.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kvtool.errors import KvtoolError
 from kvtool.image.errors import RefusedError
+from kvtool.limits import LimitExceeded
+from kvtool.nesting import loads_json
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
@@ -123,11 +124,11 @@ def verify_digest(digest: str, body: bytes, what: str) -> None:
 
 def load_json_object(body: bytes, what: str) -> dict[str, Any]:
     try:
-        data = json.loads(body)
+        data = loads_json(body, what)
+    except LimitExceeded as exc:  # a registry's garbage: a refusal, so the verdict says why
+        raise RefusedError(str(exc)) from None
     except ValueError as exc:  # bad UTF-8 or JSON, or an integer over Python's digit limit
         raise RefusedError(f"{what} is not valid JSON: {exc}") from None
-    except RecursionError:
-        raise RefusedError(f"{what} is nested too deeply to read") from None
     if not isinstance(data, dict):
         raise RefusedError(f"{what} is JSON but not an object")
     return data

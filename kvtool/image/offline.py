@@ -31,6 +31,8 @@ from kvtool.image.manifest import (
 )
 from kvtool.image.model import ImageSource
 from kvtool.image.reference import DIGEST_RE
+from kvtool.limits import LimitExceeded
+from kvtool.nesting import loads_json
 
 TOP_INDEX = "index.json"  # the reference resolve_config starts from in an OCI layout
 REF_NAME_ANNOTATIONS = ("org.opencontainers.image.ref.name", "io.containerd.image.name")
@@ -140,8 +142,10 @@ def _read_docker_archive(
     applied here (the report warns when the config is for another platform)."""
     raw = _read_member(archive, members, "manifest.json", MAX_DOCKER_MANIFEST_BYTES, path)
     try:
-        entries = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        entries = loads_json(raw, f"{path}: manifest.json")
+    except LimitExceeded as exc:
+        raise RefusedError(str(exc)) from None
+    except ValueError as exc:  # not UTF-8 or JSON, or an integer past Python's digit limit
         raise RefusedError(f"{path}: manifest.json is not valid JSON: {exc}") from None
     if (
         not isinstance(entries, list)
@@ -257,7 +261,10 @@ class _LayoutDir(_LayoutBase):
             raise KvtoolError(f"{root}: not an OCI layout directory (no index.json)")
 
     def read(self, relative: str, max_bytes: int) -> bytes:
-        target = (self.root / relative).resolve()
+        try:
+            target = (self.root / relative).resolve()
+        except (OSError, RuntimeError):  # pathlib raises RuntimeError for a symlink loop
+            raise RefusedError(f"{self.where}: refused: {relative} is a symlink loop") from None
         if not target.is_relative_to(self.root):
             raise RefusedError(f"{self.where}: refused: {relative} resolves outside the layout")
         if not target.is_file():

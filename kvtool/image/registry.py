@@ -283,9 +283,10 @@ def _read_capped(
     """The body, refusing more than ``max_bytes``, bodies shorter than announced and a
     transfer still running at ``deadline`` (a ``time.monotonic()`` instant: a server
     that sends a byte a second never trips the per-read timeout)."""
-    declared = response.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > max_bytes:
-        raise RefusedError(f"{what}: {declared} bytes announced, over the {max_bytes}-byte cap")
+    declared = _announced_length(response)
+    if declared is not None and declared > max_bytes:
+        shown = str(declared) if declared < _TOO_LONG else f"over {_TOO_LONG}"
+        raise RefusedError(f"{what}: {shown} bytes announced, over the {max_bytes}-byte cap")
     chunks: list[bytes] = []
     total = 0
     try:
@@ -300,9 +301,23 @@ def _read_capped(
     body = b"".join(chunks)
     encoded = response.headers.get("content-encoding", "identity") != "identity"
     is_head = response.request.method == "HEAD"
-    if declared and declared.isdigit() and not encoded and not is_head and total != int(declared):
+    if declared is not None and not encoded and not is_head and total != declared:
         raise RefusedError(f"{what}: truncated, {total} of {declared} announced bytes")
     return body
+
+
+_LENGTH_DIGITS = 20  # more digits than this already exceed any cap
+_TOO_LONG = 10**_LENGTH_DIGITS
+
+
+def _announced_length(response: httpx.Response) -> int | None:
+    """Content-Length as a number; None unless it is plain ASCII digits (``str.isdigit``
+    also takes "²", which ``int`` refuses). A length of thousands of digits is not
+    converted (Python refuses it): any over twenty digits is over every cap."""
+    declared = response.headers.get("content-length", "")
+    if not (declared.isascii() and declared.isdigit()):
+        return None
+    return int(declared) if len(declared) <= _LENGTH_DIGITS else _TOO_LONG
 
 
 def _check_deadline(deadline: float | None, what: str) -> None:

@@ -53,16 +53,15 @@ def read_config_json(config_path: Path, given: Path) -> dict[str, Any]:
     if not config_path.is_file():
         raise KvtoolError(f"{given}: no config.json there")
     from kvtool.fsio import read_input_text
+    from kvtool.nesting import loads_json
 
     text = read_input_text(config_path)  # a regular file within the input size limit
     try:
-        loaded = json.loads(text)
+        loaded = loads_json(text, str(config_path))  # refuses nesting past the named limit
     except json.JSONDecodeError as exc:
         raise KvtoolError(f"{config_path}: not valid JSON (line {exc.lineno}: {exc.msg})") from None
     except ValueError as exc:  # an integer past Python's digit limit
         raise KvtoolError(f"{config_path}: not usable JSON ({exc})") from None
-    except RecursionError:
-        raise KvtoolError(f"{config_path}: JSON nested too deeply to read") from None
     if not isinstance(loaded, dict):
         raise KvtoolError(f"{config_path}: expected a JSON object at the top level")
     return loaded

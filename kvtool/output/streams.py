@@ -91,7 +91,8 @@ class Output:
     def report_console(self) -> Iterator[Console]:
         """A console for a text report: stdout, or the ``-o`` file (never coloured)."""
         if self.output_file is None:
-            yield make_console(None, self.color)
+            with _naming_stdout():
+                yield make_console(None, self.color)
             return
         import io
 
@@ -104,9 +105,25 @@ class Output:
     def write(self, text: str) -> None:
         """Write a machine document (JSON, SARIF, ...) to stdout or the ``-o`` file."""
         if self.output_file is None:
-            sys.stdout.write(text)
-            sys.stdout.flush()
+            with _naming_stdout():
+                sys.stdout.write(text)
+                sys.stdout.flush()
         else:
             from kvtool.fsio import atomic_write_text
 
             atomic_write_text(self.output_file, text)
+
+
+@contextmanager
+def _naming_stdout() -> Iterator[None]:
+    """A failed write to stdout (a full disk, a file-size limit) as one line naming it;
+    the error itself carries no file name to show."""
+    try:
+        yield
+    except BrokenPipeError:
+        raise  # the reader went away (``| head``): rich and Python end quietly
+    except OSError as error:
+        from kvtool.errors import KvtoolError
+
+        reason = error.strerror or error.__class__.__name__
+        raise KvtoolError(f"cannot write the report to standard output: {reason}") from None

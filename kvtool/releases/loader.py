@@ -11,7 +11,7 @@ from functools import cache
 from pathlib import Path
 
 import msgspec
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from kvtool.errors import KvtoolError
 from kvtool.releases.model import Gate, ReleaseFacts, ReleaseIndex
@@ -27,7 +27,7 @@ def releases_dir() -> Path:
 def _parse_version(text: str, what: str) -> Version:
     try:
         return Version(text)
-    except InvalidVersion as exc:
+    except ValueError as exc:  # InvalidVersion, or digits past the int_digits limit
         raise KvtoolError(f"{what}: {text!r} is not a vLLM release version") from exc
 
 

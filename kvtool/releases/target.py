@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Literal
 
 import msgspec
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from kvtool.errors import KvtoolError
 from kvtool.releases.loader import available_versions
@@ -44,7 +44,7 @@ def version_from_image(image: str) -> str | None:
 def _map_to_table(requested: str, origin: str) -> tuple[str, str | None]:
     try:
         wanted = Version(requested.strip().lstrip("vV"))
-    except InvalidVersion as exc:
+    except ValueError as exc:  # InvalidVersion, or digits past the int_digits limit
         raise KvtoolError(f"{origin}: {requested!r} is not a vLLM version") from exc
     versions = available_versions()
     if not versions:

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from kvtool import limits
 from kvtool.errors import KvtoolError
 from kvtool.fsio import read_input_text
+from kvtool.nesting import loads_json
 
 
 class TraceRequest(BaseModel):
@@ -47,14 +48,14 @@ def read_trace(path: Path) -> list[TraceRequest]:
         if not line.strip():
             continue
         try:
-            requests.append(TraceRequest.model_validate(json.loads(line)))
+            requests.append(TraceRequest.model_validate(loads_json(line, f"{path}:{number}")))
         except json.JSONDecodeError as exc:
             raise KvtoolError(f"{path}:{number}: not JSON ({exc.msg})") from None
         except ValidationError as exc:
             first = exc.errors()[0]
             field = ".".join(str(p) for p in first["loc"]) or "request"
             raise KvtoolError(f"{path}:{number}: {field}: {first['msg']}") from None
-        except (ValueError, RecursionError) as exc:  # a huge integer, deep nesting
+        except ValueError as exc:  # an integer over Python's digit limit
             raise KvtoolError(f"{path}:{number}: not a usable request ({exc})") from None
     if not requests:
         raise KvtoolError(f"--trace {path}: no requests")

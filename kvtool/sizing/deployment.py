@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from kvtool.errors import KvtoolError
+from kvtool.limits import MOST_GIB
 from kvtool.sizing.dtypes import KV_DTYPE_CHOICES, MODEL_DTYPE_BYTES
 
 
@@ -22,7 +23,8 @@ class Deployment(BaseModel):
     load-time assumptions), which the report then names.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # inf would pass "> 0" and then overflow the integer arithmetic of the tiers.
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     tp: int = Field(default=1, ge=1)
     pp: int = Field(default=1, ge=1)
@@ -33,10 +35,11 @@ class Deployment(BaseModel):
     block_size: int | None = Field(default=None, ge=1)
     context_len: int | None = Field(default=None, ge=1)
     sessions: int | None = Field(default=None, ge=1)
-    host_ram_gib: float | None = Field(default=None, gt=0)  # available (psutil total - used)
+    # Available host RAM (psutil total - used).
+    host_ram_gib: float | None = Field(default=None, gt=0, le=MOST_GIB)
     utilization: float | None = Field(default=None, gt=0, le=1)
-    cpu_tier_gib: float | None = Field(default=None, gt=0)
-    gpu_kv_gib: float | None = Field(default=None, gt=0)
+    cpu_tier_gib: float | None = Field(default=None, gt=0, le=MOST_GIB)
+    gpu_kv_gib: float | None = Field(default=None, gt=0, le=MOST_GIB)
     num_gpu_blocks: int | None = Field(default=None, ge=1)
     prefix_len: int | None = Field(default=None, ge=1)
     lmcache_chunk_size: int | None = Field(default=None, ge=1)

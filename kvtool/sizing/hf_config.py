@@ -705,6 +705,8 @@ def spec_from_config(
     except SpecError as exc:
         raise KvtoolError(f"{where}: derived {exc.field!r} is invalid: {exc}") from None
     architectures = raw.get("architectures") or [model_type]
+    if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
+        raise KvtoolError(f"{where}: field 'architectures' must be a list of class names")
     assumptions: list[str] = []
     dtype = (
         text.get("torch_dtype") or text.get("dtype") or raw.get("torch_dtype") or raw.get("dtype")
@@ -746,9 +748,14 @@ def spec_from_config(
         attention=attention,
         states=states,
         ssm_state_dtype=ssm_dtype,
-        max_position_embeddings=max_len if isinstance(max_len, int) else None,
+        # Only a usable length: 0 (or true) would divide the tier's tokens by nothing.
+        max_position_embeddings=max_len if _is_count(max_len) else None,
         checkpoint_kv_cache_dtype=declared[0] if declared else None,
         checkpoint_kv_cache_source=f"{quant_file}: {declared[1]}" if declared else None,
         auto_kv_cache_dtype_by_gpu=auto_kv_cache_dtypes(model_type),
         assumptions=tuple(assumptions),
     )
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0

@@ -21,6 +21,7 @@ from pathlib import Path
 from kvtool.audit.fix import REWRITABLE
 from kvtool.audit.fixing import FixedKey, apply_fixes
 from kvtool.audit.model import Finding, Invocation, Severity
+from kvtool.fsio import atomic_write, decode_text, read_input_bytes
 from kvtool.upgrade.migrate import ENV_CODES
 from kvtool.upgrade.plan import UpgradeReport
 from kvtool.upgrade.render import as_audit_report
@@ -37,13 +38,26 @@ class UpgradeFixRun:
         return " ".join(self.notes)
 
 
+def _read_exactly(path: Path) -> tuple[bytes, str]:
+    """The file's bytes and their text, undecoded line endings and all: an edit must
+    leave every other byte as it was (``Path.read_text`` would turn CRLF into LF)."""
+    data = read_input_bytes(path)
+    return data, decode_text(data, path)
+
+
+def _lines(text: str) -> list[str]:
+    """``text`` split after each LF only, as the readers count lines (``splitlines``
+    also splits at a lone CR, form feed and others, which would shift the numbers)."""
+    return re.findall(r"[^\n]*\n|[^\n]+\Z", text)
+
+
 def _retag(path: Path, old: str, new: str, write: bool) -> str:
-    text = path.read_text(encoding="utf-8")
+    data, text = _read_exactly(path)
     changed = text.replace(old, new)
     if changed == text:
         return ""
     if write:
-        path.write_text(changed, encoding="utf-8")
+        atomic_write(path, changed.encode("utf-8"), expected=data)
     return "".join(
         difflib.unified_diff(
             text.splitlines(keepends=True),
@@ -63,16 +77,17 @@ def _drop_env_lines(findings: Iterable[Finding], fixed: set[FixedKey], write: bo
         if loc is None or loc.file is None or loc.line is None or key not in fixed:
             continue
         path = Path(loc.file)
-        lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+        data, text = _read_exactly(path)
+        lines = _lines(text)
         own_line = re.compile(
-            rf"[ \t]*(?:export[ \t]+)?{re.escape(finding.flag or '')}=\S*[ \t]*(?:#.*)?\n?"
+            rf"[ \t]*(?:export[ \t]+)?{re.escape(finding.flag or '')}=\S*[ \t]*(?:#[^\r\n]*)?\r?\n?"
         )
         if loc.line > len(lines) or not own_line.fullmatch(lines[loc.line - 1]):
             continue
         changed = lines[: loc.line - 1] + lines[loc.line :]
         diff += "".join(difflib.unified_diff(lines, changed, fromfile=str(path), tofile=str(path)))
         if write:
-            path.write_text("".join(changed), encoding="utf-8")
+            atomic_write(path, "".join(changed).encode("utf-8"), expected=data)
     return diff
 
 

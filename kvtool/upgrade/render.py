@@ -25,6 +25,7 @@ from kvtool import __version__
 from kvtool.audit.engine import AuditReport, InvocationReport, Target
 from kvtool.audit.model import Location, Severity
 from kvtool.output.kinds import ReportKind
+from kvtool.termsafe import terminal_line
 from kvtool.upgrade.plan import InvocationUpgrade, Step, UpgradeReport
 
 SCHEMA_VERSION = 1
@@ -146,7 +147,9 @@ def text_report(report: UpgradeReport) -> str:
         if not inv.steps:
             lines.append("  nothing changes for this invocation")
         lines.append("")
-    return "\n".join(lines)
+    # Labels, images and messages carry file names and flag values: each line is shown
+    # as one line with its control characters escaped, never obeyed by the terminal.
+    return "\n".join(map(terminal_line, lines))
 
 
 def _print_text(report: UpgradeReport, console: Console) -> None:

@@ -17,14 +17,16 @@ from kvtool.output.options import (
 
 
 def _read(path: Path, what: str) -> str:
+    """A snapshot or log: a regular file within the input size limit (a FIFO or
+    /dev/zero would hang or fill memory), its stray non-UTF-8 bytes replaced."""
     from kvtool.errors import KvtoolError
+    from kvtool.fsio import read_input_bytes
 
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
-        raise KvtoolError(f"{what} {path}: no such file") from None
-    except OSError as exc:
-        raise KvtoolError(f"{what} {path}: cannot read: {exc.strerror}") from None
+        data = read_input_bytes(path)
+    except KvtoolError as error:
+        raise KvtoolError(f"{what} {error}") from None
+    return data.decode("utf-8", errors="replace")
 
 
 def verify(

@@ -184,3 +184,49 @@ def test_a_trickling_registry_ends_at_the_deadline(monkeypatch: pytest.MonkeyPat
     assert time.monotonic() - started < 8
     assert report.exit_code == 2
     assert {v.verdict for v in report.verdicts} == {"unknown"}
+
+
+def test_a_trickling_server_ends_audit_url_at_its_timeout(
+    kvtool_cli: Any, trickle_server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kvtool.audit import live
+
+    monkeypatch.setattr(live, "TIMEOUT_S", 2.0)
+    started = time.monotonic()
+    result = kvtool_cli("audit", "--url", trickle_server)
+    assert time.monotonic() - started < 10
+    assert result.exit_code == 2 and "within 2 s" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://[::1",
+        "http://127.0.0.1:99999",
+        "http://h:port/",
+        "http://999.999.999.999:1/",  # httpx.InvalidURL, which is no httpx.HTTPError
+        "http://\x01/",
+    ],
+)
+def test_malformed_audit_urls_name_the_option(kvtool_cli: Any, url: str) -> None:
+    result = kvtool_cli("audit", "--url", url)
+    assert result.exit_code == 2 and "--url" in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("length", [b"9" * 5000, b"\xb2"], ids=["huge", "superscript-two"])
+def test_a_garbage_content_length_gives_unknown(length: bytes) -> None:
+    # int() refused both (Python's digit guard; "²" passes str.isdigit): a ValueError
+    # escaped the inspection instead of a verdict.
+    hub = FakeHub([Image(arch="amd64", kv=True)])
+
+    def garbage(request: httpx.Request) -> httpx.Response | None:
+        if "/manifests/" in request.url.path and request.headers.get("authorization"):
+            headers = [(b"content-type", b"application/json"), (b"content-length", length)]
+            return httpx.Response(200, content=b"{}", headers=headers)
+        return None
+
+    hub.overrides.append(garbage)
+    report = _inspect(hub)
+    assert report.exit_code == 2
+    assert {v.verdict for v in report.verdicts} == {"unknown"}

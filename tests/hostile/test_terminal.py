@@ -6,6 +6,7 @@ A hostile script's name or flags may carry ``ESC[2J`` (clear the screen) and a f
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -62,3 +63,39 @@ def test_size_and_launch_show_a_hostile_name_escaped(
         shown = result.stdout + result.stderr
         assert "\x1b" not in shown and "\x9b" not in shown and "\r" not in shown
     assert "\\x1b[2J" in sized.stdout
+
+
+def test_flag_and_upgrade_show_hostile_names_escaped(
+    kvtool_cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kvtool.releases.loader import available_versions
+
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / f"serve{CLEAR_AND_LIE}.sh"
+    script.write_text("vllm serve m --port 8000\n")
+    oldest, newest = available_versions()[0], available_versions()[-1]
+    results = [
+        kvtool_cli("flag", f"--x{CLEAR_AND_LIE}"),
+        kvtool_cli("upgrade", script.name, "--from", oldest, "--to", newest),
+    ]
+    for result in results:
+        shown = result.stdout + result.stderr
+        assert "\x1b" not in shown and "\x9b" not in shown and "\r" not in shown, shown
+        assert "\\x1b[2J" in shown
+
+
+def test_a_file_name_that_is_not_utf8_is_shown_escaped(
+    kvtool_cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # os.listdir gives the byte 0x9b (an 8-bit CSI to many terminals) as the surrogate
+    # \udc9b, which printing turns back into the raw byte.
+    folder = tmp_path / "scripts"
+    folder.mkdir()
+    (folder / "serve").with_name(os.fsdecode(b"serve\x9b2J.sh")).write_text(
+        "vllm serve m --no-such-flag\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    result = kvtool_cli("audit", "--vllm-version", "0.32.0", "scripts")
+    assert result.exit_code == 1, result.stderr
+    shown = result.stdout + result.stderr
+    assert "\udc9b" not in shown and "serve\\x9b2J.sh" in shown, shown

@@ -61,10 +61,19 @@ class LexResult(msgspec.Struct):
 
 class _Lexer:
     def __init__(
-        self, text: str, variables: dict[str, str] | None = None, budget: list[int] | None = None
+        self,
+        text: str,
+        variables: dict[str, str] | None = None,
+        budget: list[int] | None = None,
+        nesting: int = 0,
     ) -> None:
         self.text = text
         self.pos = 0
+        # Levels of ${VAR:+...} this lexer sits inside: each is a sub-lexer, so a
+        # hostile script nesting thousands of them would exhaust Python's stack.
+        self.nesting = nesting
+        self.max_nesting = limits.SHELL_NESTING_DEPTH.count
+        self.subshells = 0  # open "(" of subshells at the top level
         # Characters all words may still expand to (shared with sub-lexers): chained
         # variables (b=$a$a$a, c=$b$b$b, ...) grow geometrically from a few bytes. The
         # text itself is paid for (each character lands in a word at most twice: once
@@ -81,6 +90,10 @@ class _Lexer:
     # -- errors -------------------------------------------------------------
     def _fail(self, message: str, offset: int) -> LexError:
         return LexError(message, offset)
+
+    def _check_nesting(self, depth: int, offset: int) -> None:
+        if depth > self.max_nesting:
+            raise LexError(limits.SHELL_NESTING_DEPTH.message("shell nesting"), offset)
 
     def _joined(self, parts: list[str], offset: int) -> str:
         """``parts`` joined, paid for from the expansion budget before the copy is made."""
@@ -126,6 +139,7 @@ class _Lexer:
                 self.pos = comment_end
             elif char in _OPERATOR_CHARS and not self._at_redirection():
                 finish()
+                self._count_subshell(char)
                 self.pos += 1
             elif self._at_redirection():
                 self._skip_redirection(stop)
@@ -135,6 +149,13 @@ class _Lexer:
                 line_has_word = True
         finish()
         return commands
+
+    def _count_subshell(self, char: str) -> None:
+        if char == "(":
+            self.subshells += 1
+            self._check_nesting(self.nesting + self.subshells, self.pos)
+        elif char == ")" and self.subshells:
+            self.subshells -= 1
 
     # -- assignments --------------------------------------------------------
     def _record_assignments(self, words: list[Word]) -> None:
@@ -253,7 +274,8 @@ class _Lexer:
         self.pos = close + 1
         if name in self.variables and not self.variables[name] and match.group(2) == ":+":
             return []  # set but empty: ":+" expands to nothing
-        sub = _Lexer(self.text, self.variables, self.budget)
+        self._check_nesting(self.nesting + 1, inner_start)
+        sub = _Lexer(self.text, self.variables, self.budget, self.nesting + 1)
         sub.pos = inner_start
         words: list[Word] = []
         while sub.pos < inner_end:
@@ -402,6 +424,7 @@ class _Lexer:
                 continue
             if char == open_char:
                 depth += 1
+                self._check_nesting(self.nesting + depth, position)
             elif char == close_char:
                 depth -= 1
                 if depth == 0:
