@@ -121,6 +121,26 @@ def test_deep_config_json_for_audit(kvtool_cli: Any, tmp_path: Path) -> None:
     _one_line_refusal(result, "nesting_depth")
 
 
+def test_deep_dockerfile_exec_form(kvtool_cli: Any, tmp_path: Path) -> None:
+    # Exec-form CMD is a JSON array (docs.docker.com/reference/dockerfile/#cmd).
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text("FROM vllm/vllm-openai:v0.32.0\nCMD " + _deep_json(DEEP) + "\n")
+    result = _timed(kvtool_cli, "audit", "--vllm-version", "0.32.0", str(dockerfile))
+    _one_line_refusal(result, "nesting_depth")
+
+
+def test_a_config_file_is_read_within_the_input_limit(
+    kvtool_cli: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "serve.yaml").write_text("port: 8000\n" + "# padding\n" * 200)
+    script = tmp_path / "serve.sh"
+    script.write_text("vllm serve m --config serve.yaml\n")
+    monkeypatch.setenv("KVTOOL_LIMIT_INPUT_BYTES", "1000")
+    result = kvtool_cli("audit", "--vllm-version", "0.32.0", str(script))
+    assert "Traceback" not in result.stderr
+    assert "KVTOOL_LIMIT_INPUT_BYTES" in result.stdout + result.stderr
+
+
 def test_deep_kv_transfer_config_value(kvtool_cli: Any) -> None:
     value = '{"kv_connector": "OffloadingConnector", "kv_role": "kv_both", "x": '
     value += _deep_json(DEEP) + "}"

@@ -18,6 +18,7 @@ from kvtool.audit.inputs.positions import LineIndex
 from kvtool.audit.inputs.shell import ShellContext, read_script
 from kvtool.audit.inputs.source import ReadSource
 from kvtool.audit.model import Invocation, Location
+from kvtool.nesting import loads_json
 from kvtool.releases.images import serve_entrypoint
 
 _INSTRUCTION = re.compile(r"^[ \t]*([A-Za-z]+)[ \t]+", re.MULTILINE)
@@ -96,10 +97,11 @@ def _exec_words(
     instruction: _Instruction, text: str, index: LineIndex
 ) -> list[ArgvWord] | None:
     """The words of an exec-form (JSON array) instruction; None for the shell form."""
-    body = instruction.body(text).strip()
+    body = instruction.body(text).strip().replace("\\\n", "")
+    where = f"{index.file or '<input>'}:{instruction.keyword}"
     try:
-        value = json.loads(body.replace("\\\n", ""))
-    except ValueError:
+        value = loads_json(body, where)  # nesting past the named limit: one line, not a crash
+    except json.JSONDecodeError:
         return None
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         return None

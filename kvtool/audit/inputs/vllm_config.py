@@ -139,8 +139,10 @@ def referenced_config(
     if not path.is_file():
         notes.append(f"--config {name}: no such file here ({path}); its options were not read")
         return (), tuple(notes)
+    from kvtool.fsio import read_input_text
+
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise KvtoolError(f"{path}: cannot read --config file: {error}") from None
+        text = read_input_text(path)  # a regular file within the input size limit
+    except KvtoolError as error:
+        raise KvtoolError(f"cannot read --config file: {error}") from None
     return config_items(text, str(path)), tuple(notes)
