@@ -78,9 +78,7 @@ def table() -> PresetTable:
             for row in raw["preset"]
         },
         instance_types={
-            row["name"]: InstanceType(
-                row["gpu_count"], row["gpu_memory_gib"], row["gpu_model"]
-            )
+            row["name"]: InstanceType(row["gpu_count"], row["gpu_memory_gib"], row["gpu_model"])
             for row in raw["instance_type"]
         },
     )
@@ -183,7 +181,8 @@ def read_workload(
         )
     config = _config(workload, text, source, local_configmaps, suppressions, notes)
     if config is not None:
-        at_config = yaml_tree.location(yaml_tree.get(workload.inference, "config"), file)
+        config_node = yaml_tree.get(workload.inference, "config")
+        at_config = yaml_tree.location(config_node, file) if config_node else at_preset
         generated.append(("--kaito-config-file", facts.config_file, at_config))
         # The wrapper appends the file's vllm: keys after the generated words: they win.
         overridden = {"--" + key.replace("_", "-") for key, _, _ in config.config_items}

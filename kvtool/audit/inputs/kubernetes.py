@@ -7,7 +7,9 @@ RayService/RayCluster/RayJob, AIBrix StormService, production-stack VLLMRuntime,
 Helm values file's container lists, ``kind: List`` items, kustomize patches). KServe's
 ``predictor.model`` and KubeAI's ``Model`` carry a container's fields without the list
 and are read too; production-stack's ``VLLMRuntime`` is mapped as its operator maps it
-(:mod:`.vllm_runtime`). ConfigMaps: a KAITO inference ConfigMap is an invocation of its own;
+(:mod:`.vllm_runtime`), a preset-only KAITO Workspace/InferenceSet as KAITO's controller
+maps it (:mod:`.kaito_preset`). ConfigMaps: a KAITO inference ConfigMap is an invocation of
+its own unless a preset workload of the same file reads it;
 any ConfigMap of the input set resolves ``envFrom`` and ``valueFrom.configMapKeyRef``.
 """
 

@@ -153,7 +153,7 @@ def test_configmap_of_another_file_joins_at_its_own_lines(tmp_path: Path) -> Non
     (tmp_path / "ws.yaml").write_text(WORKSPACE)
     found = read_input_set([tmp_path])
     (workspace,) = [i for i in found.invocations if "Workspace" in i.label]
-    ((key, _, where),) = [item for item in workspace.config_items if item[0] == SETTING]
+    ((_, _, where),) = [item for item in workspace.config_items if item[0] == SETTING]
     assert where is not None and where.line == line_of(CONFIGMAP, SETTING)
     assert where.file is not None and Path(where.file).name == "cm.yaml"
     (alone,) = read_input_set([tmp_path / "ws.yaml"]).invocations
