@@ -19,7 +19,9 @@ facts that command depends on, each with the file and line it was read at:
 - ``--gpu-memory-utilization`` (``defaultGPUMemoryUtilization`` and its per-GPU overrides);
 - where the inference ConfigMap is mounted (``pkg/utils/common_preset.go``
   ``DefaultConfigMapMountPath`` + ``ConfigfileNameVLLM``);
-- the GPU count and memory of each instance type KAITO knows (``pkg/sku/*_sku_handler.go``).
+- the GPU count and memory of each instance type KAITO knows (``pkg/sku/*_sku_handler.go``);
+- the annotation that moves a workspace to the Hugging Face transformers runtime, which
+  starts no vLLM (``api/v1beta1/labels.go`` ``GetWorkspaceRuntimeName``).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ CATALOG = "presets/workspace/models/model_catalog.yaml"
 METADATA = "presets/workspace/models/metadata.go"
 INTERFACE = "pkg/model/interface.go"
 COMMON_PRESET = "pkg/utils/common_preset.go"
+LABELS = "api/v1beta1/labels.go"
 SKU_FILES = ("pkg/sku/azure_sku_handler.go", "pkg/sku/aws_sku_handler.go")
 
 _MAP_ENTRY = re.compile(r'^\s*"([^"]+)":\s*"([^"]+)",')
@@ -88,6 +91,16 @@ class KaitoSource:
                 return Fact(match.group(1), number)
         raise SystemExit(f"{path}@{self.tag}: no string constant {name}")
 
+    def prefixed(self, path: str, name: str, prefix: str) -> Fact:
+        """A Go constant ``name = prefix + "suffix"`` (``prefix`` a string constant)."""
+        head = self.constant(path, prefix).value
+        pattern = re.compile(rf'^\s*{re.escape(name)}\s*=\s*{re.escape(prefix)}\s*\+\s*"([^"]*)"')
+        for number, line in enumerate(self.lines(path), 1):
+            match = pattern.match(line)
+            if match:
+                return Fact(head + match.group(1), number)
+        raise SystemExit(f"{path}@{self.tag}: no constant {name} = {prefix} + ...")
+
     def string_map(self, path: str, name: str) -> dict[str, Fact]:
         """The literal entries of ``var name = map[string]string{...}``."""
         found: dict[str, Fact] = {}
@@ -102,6 +115,16 @@ class KaitoSource:
             if match:
                 found[match.group(1)] = Fact(match.group(2), number)
         raise SystemExit(f"{path}@{self.tag}: no map {name}")
+
+
+def _typed_constant(source: KaitoSource, path: str, name: str) -> Fact:
+    """A Go constant ``name Type = "value"``."""
+    pattern = re.compile(rf'^\s*{re.escape(name)}\s+\w+\s*=\s*"([^"]*)"')
+    for number, line in enumerate(source.lines(path), 1):
+        match = pattern.match(line)
+        if match:
+            return Fact(match.group(1), number)
+    raise SystemExit(f"{path}@{source.tag}: no typed constant {name}")
 
 
 def _toml(value: object) -> str:
@@ -126,6 +149,8 @@ def render(source: KaitoSource) -> str:
     mount = source.constant(COMMON_PRESET, "DefaultConfigMapMountPath")
     config_file = source.constant(INTERFACE, "ConfigfileNameVLLM")
     overrides = source.string_map(INTERFACE, "gpuMemoryUtilizationByGPUModel")
+    runtime_annotation = source.prefixed(LABELS, "AnnotationWorkspaceRuntime", "KAITOPrefix")
+    transformers = _typed_constant(source, INTERFACE, "RuntimeNameHuggingfaceTransformers")
     presets = source.string_map(PLUGIN, "LegacyBuiltinToCatalog")
     catalog_lines = source.lines(CATALOG)
     catalog = yaml.safe_load("\n".join(catalog_lines))["models"]
@@ -149,6 +174,9 @@ def render(source: KaitoSource) -> str:
         f"config_file = {_toml(mount.value + '/' + config_file.value)}",
         f"config_file_source = {_toml(source.url(COMMON_PRESET, mount.line))}",
         f"command_source = {_toml(source.url(INTERFACE))}",
+        f"runtime_annotation = {_toml(runtime_annotation.value)}",
+        f"transformers_runtime = {_toml(transformers.value)}",
+        f"runtime_source = {_toml(source.url(LABELS, runtime_annotation.line))}",
         "",
         "[gpu_memory_utilization_by_gpu]",
     ]

@@ -11,6 +11,12 @@ pipeline parallel across nodes. ``inference.config`` names a ConfigMap whose
 ``inference_config.yaml`` is mounted and read by the wrapper, which appends its ``vllm:``
 keys after the generated arguments, so they win. Generated words point at the
 Workspace field they come from (preset name, instance type, node count).
+
+Not modelled: the per-model words KAITO's preset generator adds by model-name prefix or
+architecture (``--tokenizer-mode``, ``--tool-call-parser``, ``--chat-template``,
+``--reasoning-parser``), the download and compilation words, MIG partitions and the
+routing sidecar's port. A preset the table does not know (a HuggingFace id, a newer
+preset) and the ``kaito.sh/runtime: transformers`` runtime are skipped with the reason.
 """
 
 from __future__ import annotations
@@ -58,6 +64,8 @@ class PresetTable:
     gpu_memory_utilization: str
     gpu_memory_utilization_by_gpu: dict[str, str]
     config_file: str
+    runtime_annotation: str
+    transformers_runtime: str
     presets: dict[str, Preset]
     instance_types: dict[str, InstanceType]
 
@@ -71,6 +79,8 @@ def table() -> PresetTable:
         gpu_memory_utilization=raw["gpu_memory_utilization"],
         gpu_memory_utilization_by_gpu=dict(raw["gpu_memory_utilization_by_gpu"]),
         config_file=raw["config_file"],
+        runtime_annotation=raw["runtime_annotation"],
+        transformers_runtime=raw["transformers_runtime"],
         presets={
             row["name"]: Preset(
                 row["name"], row["model"], float(row["model_file_size_gib"]), row["dtype"]
@@ -93,6 +103,7 @@ class PresetWorkload:
     inference: yaml.Node | None
     resource: yaml.Node | None
     preset: yaml.Node | None  # the preset's name scalar
+    runtime: str | None  # the kaito.sh/runtime annotation
 
     @property
     def preset_name(self) -> str | None:
@@ -117,11 +128,20 @@ def preset_workload(node: yaml.Node) -> PresetWorkload | None:
     if yaml_tree.scalar(preset) is None or yaml_tree.get(inference, "template") is not None:
         return None
     name = yaml_tree.scalar(yaml_tree.get_path(node, "metadata", "name")) or "?"
-    return PresetWorkload(kind, name, inference, yaml_tree.get(holder, "resource"), preset)
+    # An InferenceSet's annotations are set on the Workspaces it creates.
+    annotations = yaml_tree.get_path(node, "metadata", "annotations")
+    runtime = yaml_tree.scalar(yaml_tree.get(annotations, table().runtime_annotation))
+    resource = yaml_tree.get(holder, "resource")
+    return PresetWorkload(kind, name, inference, resource, preset, runtime)
 
 
 def known(workload: PresetWorkload) -> bool:
     return (workload.preset_name or "").lower() in table().presets
+
+
+def runs_vllm(workload: PresetWorkload) -> bool:
+    """False when the runtime annotation picks KAITO's Hugging Face transformers server."""
+    return workload.runtime != table().transformers_runtime
 
 
 def referenced_configmaps(documents: list[yaml.Node]) -> frozenset[str]:
@@ -130,7 +150,9 @@ def referenced_configmaps(documents: list[yaml.Node]) -> frozenset[str]:
     names: set[str] = set()
     for document in documents:
         workload = preset_workload(document)
-        if workload is not None and known(workload) and workload.config_name:
+        if workload is None or not known(workload) or not runs_vllm(workload):
+            continue
+        if workload.config_name:
             names.add(workload.config_name)
     return frozenset(names)
 
@@ -145,7 +167,7 @@ def read_workload(
 ) -> list[Invocation]:
     facts = table()
     preset = facts.presets.get((workload.preset_name or "").lower())
-    if preset is None:
+    if preset is None or not runs_vllm(workload):
         return []
     file = source.file
     at_preset = yaml_tree.location(workload.preset, file) if workload.preset else None
@@ -297,18 +319,33 @@ def _with_config(invocation: Invocation, config: Invocation | None, notes: list[
 
 def skip_preset_only(documents: list[yaml.Node], file: str | None) -> None:
     """For a file that started no server: raise ``NoServerCommand`` saying why when it holds
-    preset-only KAITO workspaces whose preset the table does not know."""
-    presets = [
-        f"{workload.kind}/{workload.name} (preset {workload.preset_name})"
-        for workload in map(preset_workload, documents)
-        if workload is not None and not known(workload)
-    ]
-    if presets:
-        from kvtool.audit.inputs import NoServerCommand
-
-        raise NoServerCommand(
-            f"{file or '<input>'}: preset-only KAITO workspace ({'; '.join(presets)}): the "
-            f"preset is not in kvtool's table of KAITO {table().kaito_tag} presets, and KAITO's "
-            "controller generates the vLLM command from it; audit the inference ConfigMap "
+    preset-only KAITO workspaces that run no vLLM kvtool can map: a preset its table does
+    not know, or the transformers runtime."""
+    facts = table()
+    unknown: list[str] = []
+    transformers: list[str] = []
+    for workload in map(preset_workload, documents):
+        if workload is None:
+            continue
+        what = f"{workload.kind}/{workload.name} (preset {workload.preset_name})"
+        if not runs_vllm(workload):
+            transformers.append(what)
+        elif not known(workload):
+            unknown.append(what)
+    reasons: list[str] = []
+    if unknown:
+        reasons.append(
+            f"preset-only KAITO workspace ({'; '.join(unknown)}): the preset is not in "
+            f"kvtool's table of KAITO {facts.kaito_tag} presets, and KAITO's controller "
+            "generates the vLLM command from it; audit the inference ConfigMap "
             "(inference_config.yaml) it uses"
         )
+    if transformers:
+        reasons.append(
+            f"KAITO workspace on the Hugging Face transformers runtime ({'; '.join(transformers)}"
+            f": {facts.runtime_annotation}: {facts.transformers_runtime}): it starts no vLLM"
+        )
+    if reasons:
+        from kvtool.audit.inputs import NoServerCommand
+
+        raise NoServerCommand(f"{file or '<input>'}: " + "; ".join(reasons))

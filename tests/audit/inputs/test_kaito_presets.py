@@ -178,3 +178,19 @@ def test_unknown_instance_type_says_the_parallelism_is_unknown() -> None:
     (invocation,) = read_text(text, "is.yaml")
     assert "--tensor-parallel-size" not in _options(invocation)
     assert any("SKU table" in note for note in invocation.notes)
+
+
+def test_transformers_runtime_annotation_starts_no_vllm(tmp_path: Path) -> None:
+    """api/v1beta1/labels.go GetWorkspaceRuntimeName: the runtime annotation can pick
+    KAITO's Hugging Face transformers server instead of vLLM."""
+    facts = table()
+    annotation = f"  annotations:\n    {facts.runtime_annotation}: {facts.transformers_runtime}\n"
+    text = INFERENCESET.replace("  name: phi-4-mini\n", "  name: phi-4-mini\n" + annotation)
+    path = tmp_path / "is.yaml"
+    path.write_text(text)
+    found = read_input_set([path])
+    assert not found.invocations
+    (skipped,) = found.skipped
+    assert "transformers runtime" in skipped.reason and not skipped.problem
+    vllm = text.replace(f": {facts.transformers_runtime}", ": vllm")
+    assert len(read_text(vllm, "is.yaml")) == 1
