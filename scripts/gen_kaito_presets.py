@@ -15,6 +15,11 @@ facts that command depends on, each with the file and line it was read at:
   ``LegacyBuiltinToCatalog``), with each model's weight size and quantisation from
   ``presets/workspace/models/model_catalog.yaml`` (the size decides data vs tensor
   parallelism, the quantisation ``--dtype``);
+- the words KAITO's preset generator adds per model (``presets/workspace/generator/
+  generator.go`` ``ParseModelMetadata``/``FinalizeParams``: tokenizer, load and config
+  formats, tool-call and reasoning parsers, chat template, KV cache dtype and backends by
+  model-name prefix or architecture; ``vllm_model.go`` ``GetInferenceParameters``:
+  ``--dtype``, ``--trust-remote-code``), for the preset's catalog entry;
 - the wrapper command (``presets/workspace/models/metadata.go`` ``DefaultVLLMCommand``);
 - ``--gpu-memory-utilization`` (``defaultGPUMemoryUtilization`` and its per-GPU overrides);
 - where the inference ConfigMap is mounted (``pkg/utils/common_preset.go``
@@ -49,10 +54,13 @@ CATALOG = "presets/workspace/models/model_catalog.yaml"
 METADATA = "presets/workspace/models/metadata.go"
 INTERFACE = "pkg/model/interface.go"
 COMMON_PRESET = "pkg/utils/common_preset.go"
+GENERATOR = "presets/workspace/generator/generator.go"
+VLLM_MODEL = "presets/workspace/models/vllm_model.go"
+CHAT_TEMPLATES = "/workspace/chat_templates/"
 LABELS = "api/v1beta1/labels.go"
 SKU_FILES = ("pkg/sku/azure_sku_handler.go", "pkg/sku/aws_sku_handler.go")
 
-_MAP_ENTRY = re.compile(r'^\s*"([^"]+)":\s*"([^"]+)",')
+_MAP_ENTRY = re.compile(r'^\s*"([^"]+)":\s*("[^"]*"|true|false),')
 _SKU = re.compile(
     r'\{SKU: "([^"]+)", GPUCount: (\d+), GPUMem: resource\.MustParse\("(\d+)Gi"\), '
     r'GPUModel: "([^"]+)"'
@@ -108,12 +116,14 @@ class KaitoSource:
         for number, line in enumerate(self.lines(path), 1):
             if not inside:
                 inside = bool(re.match(rf"^\s*(var\s+)?{re.escape(name)}\s*=\s*map\[", line))
+                if inside and line.rstrip().endswith("{}"):
+                    return found
                 continue
             if line.strip() == "}":
                 return found
             match = _MAP_ENTRY.match(line)
             if match:
-                found[match.group(1)] = Fact(match.group(2), number)
+                found[match.group(1)] = Fact(match.group(2).strip('"'), number)
         raise SystemExit(f"{path}@{self.tag}: no map {name}")
 
 
@@ -125,6 +135,77 @@ def _typed_constant(source: KaitoSource, path: str, name: str) -> Fact:
         if match:
             return Fact(match.group(1), number)
     raise SystemExit(f"{path}@{source.tag}: no typed constant {name}")
+
+
+class GeneratorMaps:
+    """The lookup tables of KAITO's preset generator, by Go variable name."""
+
+    def __init__(self, source: KaitoSource) -> None:
+        self.source = source
+        self.maps: dict[str, dict[str, Fact]] = {}
+
+    def __getitem__(self, name: str) -> dict[str, str]:
+        if name not in self.maps:
+            self.maps[name] = self.source.string_map(GENERATOR, name)
+        return {key: fact.value for key, fact in self.maps[name].items()}
+
+    def by_prefix(self, name: str, model: str) -> str | None:
+        """``for prefix, v := range m { if HasPrefix(model, prefix) { ...; break } }``: Go's
+        map order is random, so two matching prefixes would make KAITO's choice random."""
+        hits = [value for prefix, value in self[name].items() if model.startswith(prefix)]
+        if len(hits) > 1 and len(set(hits)) > 1:
+            raise SystemExit(f"{GENERATOR}: {model} matches several {name} prefixes: {hits}")
+        return hits[0] if hits else None
+
+
+def preset_words(maps: GeneratorMaps, entry: dict[str, object]) -> list[tuple[str, str]]:
+    """The run params KAITO's generator and GetInferenceParameters give a catalog model."""
+    name = str(entry["name"]).rsplit("/", 1)[-1].lower()  # NewGenerator's modelNameSafe
+    architectures = [str(a) for a in entry.get("architectures") or []]  # type: ignore[attr-defined]
+    load_format = str(entry.get("loadFormat") or "auto")
+    words: dict[str, str] = {
+        "load_format": load_format,
+        "config_format": str(entry.get("configFormat") or entry.get("loadFormat") or "auto"),
+        "tokenizer_mode": str(entry.get("tokenizerMode") or entry.get("loadFormat") or "auto"),
+    }
+    tokenizer = maps.by_prefix("tokenizerModePrefixMap", name)
+    if tokenizer:
+        words["tokenizer_mode"] = tokenizer
+    for map_name, flag in (
+        ("vllmAttentionBackendPrefixMap", "attention-backend"),
+        ("vllmKVCacheDtypePrefixMap", "kv-cache-dtype"),
+        ("vllmGdnPrefillBackendPrefixMap", "gdn-prefill-backend"),
+    ):
+        value = maps.by_prefix(map_name, name)
+        if value:
+            words[flag] = value
+    moe = maps["vllmMoeBackendOverride"].get(name)
+    if moe:
+        words["moe-backend"] = moe
+    if maps.by_prefix("vllmExpertParallelEnabled", name) == "true":
+        words["enable-expert-parallel"] = ""
+    if maps.by_prefix("vllmDisableFlashInferAutotunePrefixMap", name) == "true":
+        words["kernel-config.enable_flashinfer_autotune"] = "False"
+    words["trust-remote-code"] = ""
+    words["dtype"] = "auto" if entry.get("quantMethod") else "bfloat16"
+    tool_parsers = maps["toolCallParserModeNamePrefixMap"]
+    tool = next(
+        (tool_parsers[p] for p in sorted(tool_parsers, reverse=True) if name.startswith(p)), None
+    ) or next((maps["toolCallParserArchMap"][a] for a in architectures
+               if a in maps["toolCallParserArchMap"]), None)  # fmt: skip
+    if tool:
+        words["tool-call-parser"] = tool
+        words["enable-auto-tool-choice"] = ""
+    template = maps.by_prefix("chatTemplatePrefixMap", name)
+    if template:
+        words["chat-template"] = CHAT_TEMPLATES + template
+    if name not in maps["nonReasoningModels"]:
+        reasoning = maps.by_prefix("reasoningParserModeNamePrefixMap", name) or next(
+            (maps["reasoningParserArchMap"][a] for a in architectures
+             if a in maps["reasoningParserArchMap"]), None)  # fmt: skip
+        if reasoning:
+            words["reasoning-parser"] = reasoning
+    return list(words.items())
 
 
 def _toml(value: object) -> str:
@@ -148,10 +229,12 @@ def render(source: KaitoSource) -> str:
     utilization = source.constant(INTERFACE, "defaultGPUMemoryUtilization")
     mount = source.constant(COMMON_PRESET, "DefaultConfigMapMountPath")
     config_file = source.constant(INTERFACE, "ConfigfileNameVLLM")
+    weights = source.constant(COMMON_PRESET, "DefaultWeightsVolumePath")
     overrides = source.string_map(INTERFACE, "gpuMemoryUtilizationByGPUModel")
     runtime_annotation = source.prefixed(LABELS, "AnnotationWorkspaceRuntime", "KAITOPrefix")
     transformers = _typed_constant(source, INTERFACE, "RuntimeNameHuggingfaceTransformers")
     presets = source.string_map(PLUGIN, "LegacyBuiltinToCatalog")
+    maps = GeneratorMaps(source)
     catalog_lines = source.lines(CATALOG)
     catalog = yaml.safe_load("\n".join(catalog_lines))["models"]
     by_id = {entry["name"].lower(): entry for entry in catalog}
@@ -173,7 +256,10 @@ def render(source: KaitoSource) -> str:
         f"gpu_memory_utilization_source = {_toml(source.url(INTERFACE, utilization.line))}",
         f"config_file = {_toml(mount.value + '/' + config_file.value)}",
         f"config_file_source = {_toml(source.url(COMMON_PRESET, mount.line))}",
+        f"download_dir = {_toml(weights.value)}",
+        f"download_dir_source = {_toml(source.url(COMMON_PRESET, weights.line))}",
         f"command_source = {_toml(source.url(INTERFACE))}",
+        f"words_source = {_toml(source.url(GENERATOR))}",
         f"runtime_annotation = {_toml(runtime_annotation.value)}",
         f"transformers_runtime = {_toml(transformers.value)}",
         f"runtime_source = {_toml(source.url(LABELS, runtime_annotation.line))}",
@@ -189,9 +275,14 @@ def render(source: KaitoSource) -> str:
             "",
             "[[preset]]",
             f"name = {_toml(preset)}",
-            f"model = {_toml(entry['name'])}",
+            # The generator runs on the lowercased map value: --model is that id, and
+            # --served-model-name its last part (NewGenerator's modelNameSafe).
+            f"model = {_toml(fact.value)}",
+            f"served_model_name = {_toml(fact.value.rsplit('/', 1)[-1].lower())}",
             f"model_file_size_gib = {_gib(entry['modelFileSize'])!r}",
-            f"dtype = {_toml('auto' if entry.get('quantMethod') else 'bfloat16')}",
+            "words = ["
+            + ", ".join(f"[{_toml(k)}, {_toml(v)}]" for k, v in preset_words(maps, entry))
+            + "]",
             f"source = {_toml(source.url(PLUGIN, fact.line))}",
             f"catalog_source = {_toml(source.url(CATALOG, entry_line[fact.value.lower()]))}",
         ]

@@ -2,9 +2,11 @@
 
 KAITO's controller writes the command itself (kaito-project/kaito ``pkg/model/interface.go``
 ``buildVLLMInferenceCommand`` at the tag ``rules/kaito/presets.toml`` was generated from):
-its wrapper ``python3 /workspace/vllm/inference_api.py`` with ``--model`` (the preset's
-HuggingFace id), ``--served-model-name``, ``--dtype``, ``--trust-remote-code``,
-``--max-model-len auto``, ``--gpu-memory-utilization``, ``--kv-events-config`` and the
+its wrapper ``python3 /workspace/vllm/inference_api.py`` with the words its preset
+generator gives the model (``--dtype``, ``--trust-remote-code``, tokenizer and format
+modes, tool-call and reasoning parsers, chat template), ``--model`` (the preset's
+HuggingFace id), ``--served-model-name``, ``--max-model-len auto``,
+``--gpu-memory-utilization``, ``--kv-events-config`` and the
 parallelism of the instance type: data parallel over the node's GPUs when the weights take
 under half of one GPU, else tensor parallel over them, and with ``resource.count`` nodes
 pipeline parallel across nodes. ``inference.config`` names a ConfigMap whose
@@ -12,11 +14,10 @@ pipeline parallel across nodes. ``inference.config`` names a ConfigMap whose
 keys after the generated arguments, so they win. Generated words point at the
 Workspace field they come from (preset name, instance type, node count).
 
-Not modelled: the per-model words KAITO's preset generator adds by model-name prefix or
-architecture (``--tokenizer-mode``, ``--tool-call-parser``, ``--chat-template``,
-``--reasoning-parser``), the download and compilation words, MIG partitions and the
-routing sidecar's port. A preset the table does not know (a HuggingFace id, a newer
-preset) and the ``kaito.sh/runtime: transformers`` runtime are skipped with the reason.
+Not modelled: ``--compilation-config.pass_config.fuse_allreduce_rms``, model streaming,
+MIG partitions, LoRA adapters and the routing sidecar's port. A preset the table does
+not know (a HuggingFace id, a newer preset) and the ``kaito.sh/runtime: transformers``
+runtime are skipped with the reason.
 """
 
 from __future__ import annotations
@@ -46,8 +47,9 @@ _KV_EVENTS = json.dumps({"enable_kv_cache_events": True}, separators=(",", ":"))
 class Preset:
     name: str
     model: str
+    served_model_name: str
     model_file_size_gib: float
-    dtype: str
+    words: tuple[tuple[str, str], ...]  # the generator's run params; "" for a switch
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,7 @@ class PresetTable:
     gpu_memory_utilization: str
     gpu_memory_utilization_by_gpu: dict[str, str]
     config_file: str
+    download_dir: str
     runtime_annotation: str
     transformers_runtime: str
     presets: dict[str, Preset]
@@ -79,11 +82,16 @@ def table() -> PresetTable:
         gpu_memory_utilization=raw["gpu_memory_utilization"],
         gpu_memory_utilization_by_gpu=dict(raw["gpu_memory_utilization_by_gpu"]),
         config_file=raw["config_file"],
+        download_dir=raw["download_dir"],
         runtime_annotation=raw["runtime_annotation"],
         transformers_runtime=raw["transformers_runtime"],
         presets={
             row["name"]: Preset(
-                row["name"], row["model"], float(row["model_file_size_gib"]), row["dtype"]
+                name=row["name"],
+                model=row["model"],
+                served_model_name=row["served_model_name"],
+                model_file_size_gib=float(row["model_file_size_gib"]),
+                words=tuple((flag, value) for flag, value in row["words"]),
             )
             for row in raw["preset"]
         },
@@ -180,16 +188,18 @@ def read_workload(
     notes: list[str] = []
 
     # InferenceSet workspaces serve under the InferenceSet's name (the
-    # WorkspaceCreatedByInferenceSetLabel branch); a Workspace under its model's.
-    served = workload.name if workload.kind == "InferenceSet" else preset.model
+    # WorkspaceCreatedByInferenceSetLabel branch); a Workspace under the preset's model.
+    served = workload.name if workload.kind == "InferenceSet" else preset.served_model_name
     utilization = facts.gpu_memory_utilization
     if instance is not None:
         utilization = facts.gpu_memory_utilization_by_gpu.get(instance.gpu_model, utilization)
     generated: list[tuple[str, str | None, Location | None]] = [
+        ("--" + flag, value or None, at_preset) for flag, value in preset.words
+    ]
+    generated += [
         ("--model", preset.model, at_preset),
+        ("--download-dir", facts.download_dir, at_preset),
         ("--served-model-name", served, at_preset),
-        ("--dtype", preset.dtype, at_preset),
-        ("--trust-remote-code", None, at_preset),
         ("--max-model-len", "auto", at_preset),
         ("--gpu-memory-utilization", utilization, at_instance),
         ("--kv-events-config", _KV_EVENTS, at_preset),

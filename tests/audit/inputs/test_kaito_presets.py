@@ -95,7 +95,11 @@ def test_preset_only_workspace_is_the_command_kaito_generates() -> None:
     preset = table().presets[LARGE]
     instance = table().instance_types[TWO_GPUS]
     assert options["--model"] == (preset.model, line_of(text, f"name: {LARGE}"))
-    assert options["--dtype"][0] == preset.dtype
+    # The words KAITO's preset generator gives the model, at the preset's line.
+    assert preset.words and ("dtype", "bfloat16") in preset.words
+    for flag, value in preset.words:
+        assert options["--" + flag] == (value or None, line_of(text, f"name: {LARGE}"))
+    assert options["--served-model-name"][0] == preset.served_model_name
     # The model outgrows half a GPU: tensor parallel over the node's GPUs, pipeline
     # parallel over resource.count nodes (KAITO's configureParallelism).
     assert preset.model_file_size_gib * instance.gpu_count * 2 >= instance.gpu_memory_gib
