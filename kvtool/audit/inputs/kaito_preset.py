@@ -183,7 +183,8 @@ def read_workload(
     instance_node = yaml_tree.get(workload.resource, "instanceType")
     at_count = yaml_tree.location(count_node, file) if count_node else at_preset
     at_instance = yaml_tree.location(instance_node, file) if instance_node else at_preset
-    nodes = int(yaml_tree.scalar(count_node) or "1")
+    count = yaml_tree.scalar(count_node) or "1"
+    nodes = int(count) if count.isdigit() else None
     instance = facts.instance_types.get(yaml_tree.scalar(instance_node) or "")
     notes: list[str] = []
 
@@ -204,7 +205,12 @@ def read_workload(
         ("--gpu-memory-utilization", utilization, at_instance),
         ("--kv-events-config", _KV_EVENTS, at_preset),
     ]
-    generated += _parallelism(preset, instance, nodes, at_instance, at_count)
+    if nodes is None:
+        notes.append(
+            f"KAITO resource.count {count!r} is not a number: the parallelism flags are not known"
+        )
+    else:
+        generated += _parallelism(preset, instance, nodes, at_instance, at_count)
     if instance is None:
         notes.append(
             f"KAITO instance type {yaml_tree.scalar(instance_node)!r} is not in its SKU table "
@@ -217,8 +223,8 @@ def read_workload(
         at_config = yaml_tree.location(config_node, file) if config_node else at_preset
         generated.append(("--kaito-config-file", facts.config_file, at_config))
         # The wrapper appends the file's vllm: keys after the generated words: they win.
-        overridden = {"--" + key.replace("_", "-") for key, _, _ in config.config_items}
-        generated = [word for word in generated if word[0] not in overridden]
+        overridden = {_spelling(key) for key, _, _ in config.config_items}
+        generated = [word for word in generated if _spelling(word[0]) not in overridden]
     words = [ArgvWord(word, at_preset) for word in facts.base_command]
     for flag, value, where in generated:
         words.append(ArgvWord(flag, where))
@@ -234,6 +240,11 @@ def read_workload(
     )
     found = container_invocations(words, text, context, image_entrypoint=None)
     return [_with_config(invocation, config, notes) for invocation in found]
+
+
+def _spelling(flag: str) -> str:
+    """One spelling for ``--max_model_len``, ``max-model-len`` and the like."""
+    return flag.removeprefix("--").replace("_", "-")
 
 
 def _parallelism(

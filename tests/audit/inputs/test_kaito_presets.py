@@ -145,6 +145,10 @@ def test_referenced_configmap_joins_the_workspace_and_wins() -> None:
     options = _options(invocation)
     assert "--max-model-len" not in options and "--gpu-memory-utilization" not in options
     assert "--model" in options
+    # Either spelling of a key replaces the generated word (--load_format here).
+    underscored = text.replace("max-model-len: 16384", "load-format: safetensors")
+    (other,) = read_text(underscored, "ws.yaml")
+    assert "--load_format" not in _options(other) and "--max-model-len" in _options(other)
 
 
 def test_removed_flag_in_the_configmap_is_found_at_its_line(tmp_path: Path) -> None:
@@ -198,3 +202,10 @@ def test_transformers_runtime_annotation_starts_no_vllm(tmp_path: Path) -> None:
     assert "transformers runtime" in skipped.reason and not skipped.problem
     vllm = text.replace(f": {facts.transformers_runtime}", ": vllm")
     assert len(read_text(vllm, "is.yaml")) == 1
+
+
+def test_templated_node_count_is_a_note_not_a_crash() -> None:
+    text = WORKSPACE.replace("count: 2", 'count: "{{ .Values.nodes }}"')
+    (invocation,) = read_text(text, "ws.yaml")
+    assert "--tensor-parallel-size" not in _options(invocation)
+    assert any("resource.count" in note for note in invocation.notes)
