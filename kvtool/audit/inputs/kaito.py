@@ -104,36 +104,3 @@ def _inference_config(
         settings=settings,
         suppressions=tuple(c for c in comments if c.target_line and first <= c.target_line <= last),
     )
-
-
-# KAITO's resources whose ``inference.preset`` makes its controller generate the vLLM
-# command (kaito-project/kaito api/v1beta1 Workspace ``inference``; api/v1alpha1
-# InferenceSet ``spec.template.inference``; examples/inference/kaito_workspace_*.yaml).
-_PRESET_KINDS = frozenset({"Workspace", "InferenceSet"})
-
-
-def skip_preset_only(documents: list[yaml.Node], file: str | None) -> None:
-    """For a file that started no server: raise ``NoServerCommand`` saying why when it holds
-    preset-only KAITO workspaces (no pod ``template``): the command is generated, unseen."""
-    presets: list[str] = []
-    for document in documents:
-        kind = yaml_tree.scalar(yaml_tree.get(document, "kind")) or ""
-        api = yaml_tree.scalar(yaml_tree.get(document, "apiVersion")) or ""
-        if kind not in _PRESET_KINDS or not api.startswith("kaito.sh/"):
-            continue
-        holder: yaml.Node | None = document
-        if kind == "InferenceSet":
-            holder = yaml_tree.get_path(document, "spec", "template")
-        inference = yaml_tree.get(holder, "inference")
-        preset = yaml_tree.scalar(yaml_tree.get_path(inference, "preset", "name"))
-        if preset is not None and yaml_tree.get(inference, "template") is None:
-            name = yaml_tree.scalar(yaml_tree.get_path(document, "metadata", "name")) or "?"
-            presets.append(f"{kind}/{name} (preset {preset})")
-    if presets:
-        from kvtool.audit.inputs import NoServerCommand
-
-        raise NoServerCommand(
-            f"{file or '<input>'}: preset-only KAITO workspace ({'; '.join(presets)}): KAITO's "
-            "controller generates the vLLM command from the preset, which kvtool cannot see; "
-            "audit the inference ConfigMap (inference_config.yaml) it uses"
-        )

@@ -7,7 +7,9 @@ RayService/RayCluster/RayJob, AIBrix StormService, production-stack VLLMRuntime,
 Helm values file's container lists, ``kind: List`` items, kustomize patches). KServe's
 ``predictor.model`` and KubeAI's ``Model`` carry a container's fields without the list
 and are read too; production-stack's ``VLLMRuntime`` is mapped as its operator maps it
-(:mod:`.vllm_runtime`). ConfigMaps: a KAITO inference ConfigMap is an invocation of its own;
+(:mod:`.vllm_runtime`), a preset-only KAITO Workspace/InferenceSet as KAITO's controller
+maps it (:mod:`.kaito_preset`). ConfigMaps: a KAITO inference ConfigMap is an invocation of
+its own unless a preset workload of the same file reads it;
 any ConfigMap of the input set resolves ``envFrom`` and ``valueFrom.configMapKeyRef``.
 """
 
@@ -22,6 +24,7 @@ import yaml
 
 from kvtool.audit.inputs import (
     kaito,
+    kaito_preset,
     kserve,
     kserve_llm,
     kustomize,
@@ -67,16 +70,21 @@ def read(text: str, source: ReadSource) -> list[Invocation]:
     comments = yaml_comment_suppressions(text, source.file)
     found: list[Invocation] = []
     documents = yaml_tree.compose_documents(text, source.file)
+    configmaps = _local_configmaps(documents)
+    # A ConfigMap a KAITO preset workload of this file reads joins its command.
+    merged = kaito_preset.referenced_configmaps(documents)
     for document in documents:
         rendered_from = _helm_source(text, document)
         doc_notes = tuple(yaml_tree.duplicate_keys(document, source.file))
         if rendered_from:
             doc_notes += (f"rendered by Helm from {rendered_from}",)
-        for invocation in _document(document, text, source, comments, rendered_from):
+        for invocation in _document(
+            document, text, source, comments, rendered_from, configmaps, merged
+        ):
             found.append(msgspec.structs.replace(invocation, notes=invocation.notes + doc_notes))
     if not found:
         ray_serve.skip_user_code(documents, text, source.file)
-        kaito.skip_preset_only(documents, source.file)
+        kaito_preset.skip_preset_only(documents, source.file)
     return found
 
 
@@ -101,6 +109,17 @@ def configmaps_in(text: str, file: str | None) -> dict[str, dict[str, tuple[str,
                 value = yaml_tree.scalar(value_node)
                 if value is not None:
                     data[key] = (value, yaml_tree.location(value_node, file))
+    return found
+
+
+def _local_configmaps(documents: list[yaml.Node]) -> dict[str, yaml.Node]:
+    found: dict[str, yaml.Node] = {}
+    for document in documents:
+        for node in _objects(document):
+            if yaml_tree.scalar(yaml_tree.get(node, "kind")) == "ConfigMap":
+                name = yaml_tree.scalar(yaml_tree.get_path(node, "metadata", "name"))
+                if name is not None:
+                    found[name] = node
     return found
 
 
@@ -133,6 +152,8 @@ def _document(
     source: ReadSource,
     comments: list[Suppression],
     rendered_from: str | None,
+    configmaps: dict[str, yaml.Node] | None = None,
+    merged_configmaps: frozenset[str] = frozenset(),
 ) -> list[Invocation]:
     file = source.file
     found: list[Invocation] = []
@@ -141,7 +162,9 @@ def _document(
         if kind == "List":
             continue
         if kind == "ConfigMap":
-            found.extend(kaito.read_configmap(node, text, file, comments))
+            name = yaml_tree.scalar(yaml_tree.get_path(node, "metadata", "name"))
+            if name not in merged_configmaps:
+                found.extend(kaito.read_configmap(node, text, file, comments))
             continue
         if kustomize.is_kustomization(node, kind, file):
             for patch in kustomize.inline_patches(node):
@@ -180,6 +203,13 @@ def _document(
             found.extend(ray_serve.read_serve_config(node, text, source, owner, local))
         if kind == "RayJob":
             found.extend(ray_serve.read_job_entrypoint(node, text, source, owner, local))
+        workload = kaito_preset.preset_workload(node)
+        if workload is not None:
+            found.extend(
+                kaito_preset.read_workload(
+                    workload, text, source, owner, object_annotations + local, configmaps or {}
+                )
+            )
         if vllm_runtime.is_vllm_runtime(node, kind):
             found.extend(vllm_runtime.read_runtime(node, text, source, owner, local))
     return found

@@ -98,8 +98,10 @@ READERS: tuple[InputReader, ...] = (
         "Kubernetes objects of any kind: every container of every PodSpec, custom resources "
         "too; KServe's Hugging Face runtime args; Ray Serve apps; kustomize patches (JSON "
         "6902 ones applied to the base they target); NVIDIA Dynamo DynamoGraphDeployment "
-        "workers (mainContainer, python3 -m dynamo.vllm); preset-only KAITO workspaces are "
-        "skipped with their reason",
+        "workers (mainContainer, python3 -m dynamo.vllm); preset-only KAITO Workspaces and "
+        "InferenceSets as the command KAITO's controller generates for the preset (with the "
+        "vllm: section of the inference ConfigMap they name), or skipped with their reason "
+        "when kvtool's table of KAITO presets does not know the preset",
         lambda text, name: detect.is_json_manifest(text, name) or detect.is_kubernetes(text, name),
         "kubernetes",
         _DOCUMENTS,

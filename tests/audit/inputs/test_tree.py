@@ -11,7 +11,12 @@ from kvtool.audit.inputs import read_input_set
 from kvtool.audit.inputs.discover import candidate_files
 from kvtool.audit.model import Invocation
 from kvtool.releases import available_versions
-from tests.audit.inputs import test_kubernetes_shapes, test_kustomize_json6902, test_reader_shapes
+from tests.audit.inputs import (
+    test_kaito_presets,
+    test_kubernetes_shapes,
+    test_kustomize_json6902,
+    test_reader_shapes,
+)
 from tests.audit.inputs.removed_flag import GONE_AT
 
 UNRELATED = {
@@ -48,6 +53,11 @@ def tree(tmp_path: Path) -> Path:
         _write(root / "deploy" / shape / name, text)
     _write(root / "k8s" / "configmap.yaml", test_kubernetes_shapes.CONFIGMAP)
     _write(root / "k8s" / "consumer.yaml", test_kubernetes_shapes.CONSUMER)
+    # A preset-only KAITO Workspace and the inference ConfigMap it reads, in one file.
+    _write(
+        root / "kaito" / "workspace.yaml",
+        test_kaito_presets.CONFIGMAP + "---\n" + test_kaito_presets.WORKSPACE,
+    )
     for name, text in UNRELATED.items():
         _write(root / name, text)
     test_kustomize_json6902.write_tree(root)
@@ -77,9 +87,12 @@ def test_directory_mode_finds_what_per_file_mode_finds(tree: Path) -> None:
     per_file = [i for path in candidates for i in read_input_set([path]).invocations]
     assert sorted(map(_key, walked.invocations)) == sorted(map(_key, per_file))
     shapes = len(test_kubernetes_shapes.SHAPES) + len(test_reader_shapes.SHAPES)
-    # + the ConfigMap consumer, the workflow under .github, and the kustomize base (its
-    # own invocation and, patched, the two overlays', which name the base as their file).
-    assert len({i.file for i in walked.invocations}) == shapes + 3
+    # + the ConfigMap consumer, the KAITO workspace, the workflow under .github, and the
+    # kustomize base (its own invocation and, patched, the two overlays', which name the
+    # base as their file).
+    assert len({i.file for i in walked.invocations}) == shapes + 4
+    (kaito,) = [i for i in walked.invocations if "KAITO" in i.label]
+    assert kaito.config_items
     overlays = [i for i in walked.invocations if "kustomize overlay" in i.label]
     assert len(overlays) == 2
     assert not any("ignored" in p.parts or p.name == "README.md" for p in candidates)
