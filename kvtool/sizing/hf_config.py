@@ -22,6 +22,7 @@ from kvtool.sizing.spec import (
     AttentionGroup,
     AttentionKind,
     GatedDeltaNetGroup,
+    KimiDeltaAttentionGroup,
     Mamba1Group,
     Mamba2Group,
     ModelSpec,
@@ -405,12 +406,62 @@ def _gated_deltanet(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[Sta
     return attention, (gdn,) if gdn.num_layers else ()
 
 
+def _kimi_delta(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]:
+    """Kimi-Linear / Kimi-K3: KDA state layers where ``linear_attn_config.kda_layers``
+    lists them (1-based, as the config's ``is_kda_layer`` reads it), latent attention
+    (MLA) on every other layer; ``full_attn_layers`` is not consulted, as in vLLM."""
+    linear = cfg.get("linear_attn_config")
+    if not isinstance(linear, Mapping):
+        raise KvtoolError(f"{cfg.where}: missing field 'linear_attn_config'")
+    kda = _Config(linear, f"{cfg.where}: linear_attn_config")
+    layers = cfg.positive_int("num_hidden_layers")
+    listed = linear.get("kda_layers")
+    if not isinstance(listed, list) or not all(
+        isinstance(n, int) and not isinstance(n, bool) for n in listed
+    ):
+        raise KvtoolError(f"{cfg.where}: field 'linear_attn_config.kda_layers' must be a list")
+    outside = sorted(n for n in set(listed) if not 1 <= n <= layers)
+    if outside:
+        raise KvtoolError(
+            f"{cfg.where}: field 'linear_attn_config.kda_layers' names layers {outside} "
+            f"outside 1..{layers} (num_hidden_layers)"
+        )
+    state_layers = len(set(listed))
+    (latent,), _ = _mla(cfg)
+    states: tuple[StateGroup, ...] = ()
+    if state_layers:
+        states = (
+            KimiDeltaAttentionGroup(
+                num_layers=state_layers,
+                num_heads=kda.positive_int("num_heads"),
+                head_dim=kda.positive_int("head_dim"),
+                d_conv=kda.positive_int("short_conv_kernel_size"),
+            ),
+        )
+    attention: tuple[AttentionGroup, ...] = ()
+    if layers - state_layers:
+        attention = (
+            AttentionGroup(
+                kind=AttentionKind.MLA,
+                num_layers=layers - state_layers,
+                num_kv_heads=1,
+                head_size_k=latent.head_size_k,
+                head_size_v=0,
+            ),
+        )
+    return attention, states
+
+
 def _ssm_state_dtype(model_type: str, text: _Config) -> str | None:
-    """The SSM state dtype vLLM's per-model config hooks choose under "auto", if any.
+    """The SSM state dtype vLLM chooses under "auto", if not the model dtype.
 
     Qwen3.5 uses the config's ``mamba_ssm_dtype``; Nemotron-H its ``mamba_ssm_cache_dtype``
-    or a default from the facts table. Other models keep the model dtype (None).
+    or a default from the facts table; a layout row's ``ssm_state_dtype`` is the state
+    calculator's own default (KDA: float32). Other models keep the model dtype (None).
     """
+    row_dtype = layout_rows()[model_type].get("ssm_state_dtype")
+    if row_dtype is not None:
+        return str(row_dtype)
     if model_type.startswith("qwen3_5"):
         declared = text.get("mamba_ssm_dtype")
         return str(declared) if declared is not None else None
@@ -610,6 +661,7 @@ LAYOUT_PARSERS: dict[str, Callable[[Mapping[str, Any]], _Parser]] = {
     "granite_hybrid": lambda row: _granite_hybrid,
     "parallel_hybrid": lambda row: _parallel_hybrid,
     "gated_deltanet": lambda row: _gated_deltanet,
+    "kimi_delta": lambda row: _kimi_delta,
 }
 
 LAYOUTS_FILE = "models/layouts.toml"

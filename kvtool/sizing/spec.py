@@ -214,7 +214,37 @@ class GatedDeltaNetGroup(_Frozen, frozen=True, kw_only=True):
         ) * conv_dim, self.num_v_heads // tp * self.v_head_dim * self.k_head_dim
 
 
-StateGroup = Mamba1Group | Mamba2Group | GatedDeltaNetGroup
+class KimiDeltaAttentionGroup(_Frozen, frozen=True, kw_only=True):
+    """Kimi Delta Attention layers (Kimi-Linear, Kimi-K3): ``linear_attn_config``.
+
+    ``num_heads`` heads of ``head_dim`` for Q, K and V alike: conv state (k-1) x 3 H d,
+    recurrent state H x d x d; both split by TP (vLLM ``kda_state_shape``).
+    """
+
+    MINIMUMS: ClassVar[dict[str, int]] = {
+        "num_layers": 1,
+        "num_heads": 1,
+        "head_dim": 1,
+        "d_conv": 2,
+    }
+
+    kind: Literal["kda"] = "kda"
+    num_layers: int
+    num_heads: int
+    head_dim: int
+    d_conv: int
+
+    def split_error(self, tp: int) -> str | None:
+        if self.num_heads % tp:
+            return f"linear_attn_config.num_heads {self.num_heads}"
+        return None
+
+    def state_elements_per_rank(self, tp: int) -> tuple[int, int]:
+        conv_dim = 3 * self.num_heads * self.head_dim // tp
+        return (self.d_conv - 1) * conv_dim, self.num_heads // tp * self.head_dim**2
+
+
+StateGroup = Mamba1Group | Mamba2Group | GatedDeltaNetGroup | KimiDeltaAttentionGroup
 
 
 class ModelSpec(_Frozen, frozen=True, kw_only=True):

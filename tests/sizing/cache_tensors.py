@@ -74,3 +74,9 @@ def gdn_state_bytes(hk: int, dk: int, hv: int, dv: int, d_conv: int, element_byt
     """Gated DeltaNet layer: conv [2*hk*dk + hv*dv, d_conv-1], temporal [hv, dv, dk]."""
     conv = _nbytes((2 * hk * dk + hv * dv, d_conv - 1), element_bytes)
     return conv + _nbytes((hv, dv, dk), element_bytes)
+
+
+def kda_state_bytes(heads: int, head_dim: int, d_conv: int, conv_bytes: int, ssm_bytes: int) -> int:
+    """Kimi Delta Attention layer: conv [3*heads*head_dim, d_conv-1], recurrent [heads, d, d]."""
+    conv = _nbytes((3 * heads * head_dim, d_conv - 1), conv_bytes)
+    return conv + _nbytes((heads, head_dim, head_dim), ssm_bytes)

@@ -20,6 +20,7 @@ from kvtool.sizing.catalog import find_entry
 from tests.sizing.cache_tensors import (
     ds_mla_page_bytes,
     dsa_indexer_page_bytes,
+    kda_state_bytes,
     kv_page_bytes,
     mamba2_state_bytes,
     mla_page_bytes,
@@ -845,3 +846,110 @@ def test_a_pinned_block_no_kernel_divides_is_refused_naming_the_backends() -> No
         report("llama-3.1-8b", block_size=8)
     # A hybrid's block is raised past the pinned one, as vLLM does, so it is not refused.
     assert report("qwen3-coder-next", block_size=8).block_size % 16 == 0
+
+
+def _kimi_linear_48b() -> dict[str, Any]:
+    # The catalog entry (rules/models/catalog.toml, cited there): 27 layers, KDA on the
+    # 1-based kda_layers (20), MLA on 4, 8, ..., 24, 27 (7); KDA 32 heads x 128, conv 4.
+    entry = find_entry("kimi-linear-48b")
+    assert entry is not None
+    return dict(entry.config)
+
+
+KIMI_K3_FULL_LAYERS = [*range(4, 93, 4), 93]
+KIMI_K3 = {
+    # moonshotai/Kimi-K3 config.json as copied in ai-dynamo/aiconfigurator
+    # (aic-core/src/aiconfigurator_core/model_configs/moonshotai--Kimi-K3_config.json):
+    # a multimodal wrapper whose text_config is kimi_linear, 93 layers, MLA on every 4th
+    # (1-based) and the last, KDA on the other 69 with 96 heads x 128 and a full-rank gate.
+    "architectures": ["KimiK3ForConditionalGeneration"],
+    "model_type": "kimi_k3",
+    "dtype": "bfloat16",
+    "text_config": {
+        "architectures": ["KimiLinearForCausalLM"],
+        "model_type": "kimi_linear",
+        "hidden_size": 7168,
+        "num_hidden_layers": 93,
+        "num_attention_heads": 96,
+        "num_key_value_heads": 96,
+        "kv_lora_rank": 512,
+        "q_lora_rank": 1536,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "mla_use_nope": True,
+        "linear_attn_config": {
+            "full_attn_layers": KIMI_K3_FULL_LAYERS,
+            "kda_layers": [n for n in range(1, 94) if n not in KIMI_K3_FULL_LAYERS],
+            "head_dim": 128,
+            "num_heads": 96,
+            "short_conv_kernel_size": 4,
+            "use_full_rank_gate": True,
+        },
+        "dtype": "bfloat16",
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("model", "mla_layers", "kda_layers", "heads", "layer_groups"),
+    [
+        ("kimi-linear-48b", 7, 20, 32, [7, 7, 6]),
+        ("kimi-k3", 24, 69, 96, [23, 23, 23]),
+    ],
+    ids=["kimi-linear-48b", "kimi-k3"],
+)
+@pytest.mark.parametrize(("tp", "dtype"), [(1, "auto"), (8, "auto"), (1, "fp8"), (8, "fp8")])
+def test_kimi_delta_attention_state_and_mla_share_one_block(
+    tmp_path: Path,
+    model: str,
+    mla_layers: int,
+    kda_layers: int,
+    heads: int,
+    layer_groups: list[int],
+    tp: int,
+    dtype: str,
+) -> None:
+    # vLLM 0.32 models/kimi_k3/nvidia/model.py: KDA where is_kda_layer, MLA (latent
+    # 512 + 64, replicated) elsewhere. KDA state (mamba_utils.py kda_state_shape /
+    # kda_state_dtype): conv 3 x heads x 128 wide in the model dtype, recurrent heads x 128
+    # x 128 in float32 under "auto"; heads split by TP. _align_hybrid_block_size raises
+    # the block in steps of 128 (MLA hybrids) until one latent page covers the state page.
+    config = _kimi_linear_48b() if model == "kimi-linear-48b" else KIMI_K3
+    r = compute(
+        load_model_spec(_model_dir(tmp_path, config)),
+        make_deployment(tp=tp, kv_cache_dtype=dtype, gpu_kv_gib=40),
+    )
+    element = 1 if dtype == "fp8" else 2
+    state = kda_state_bytes(heads // tp, 128, 4, conv_bytes=2, ssm_bytes=4)
+    per_token = mla_page_bytes(1, 512 + 64, element)
+    block = 128 * -(-state // (128 * per_token))
+    assert r.attention_backend == ("FLASHMLA" if dtype == "fp8" else "FLASH_ATTN_MLA")
+    assert (r.state_page_bytes, r.block_size) == (state, block)
+    assert r.state_page_padded_bytes == mla_page_bytes(block, 512 + 64, element)
+    assert r.kv_bytes_per_token_per_rank == mla_layers * per_token
+    assert r.state_bytes_per_sequence_per_rank == kda_layers * state
+    # get_kv_cache_groups: the state layers split into groups no larger than the MLA
+    # group; one pool block is the largest group's pages.
+    assert groups(r) == sorted(
+        [("mla", mla_layers, block)] + [("state", n, block) for n in layer_groups]
+    )
+    assert r.pool_block_bytes == max(mla_layers, *layer_groups) * r.state_page_padded_bytes
+    assert r.num_gpu_blocks == 40 * GIB // r.pool_block_bytes
+
+
+def test_kimi_linear_kda_layers_outside_the_model_name_the_field(tmp_path: Path) -> None:
+    from kvtool.errors import KvtoolError
+
+    config = _kimi_linear_48b()
+    linear = {**config["linear_attn_config"], "kda_layers": [1, 2, 28]}
+    with pytest.raises(KvtoolError, match=r"'linear_attn_config.kda_layers' names layers \[28\]"):
+        load_model_spec(_model_dir(tmp_path, {**config, "linear_attn_config": linear}))
+    without = {k: v for k, v in config.items() if k != "linear_attn_config"}
+    with pytest.raises(KvtoolError, match="'linear_attn_config'"):
+        load_model_spec(_model_dir(tmp_path, without))
+    # TP must split the KDA heads, as vLLM's divide() requires (24 KDA heads, TP 16).
+    linear = {**config["linear_attn_config"], "num_heads": 24}
+    spec = load_model_spec(_model_dir(tmp_path, {**config, "linear_attn_config": linear}))
+    with pytest.raises(KvtoolError, match=r"linear_attn_config\.num_heads 24"):
+        compute(spec, make_deployment(tp=16))

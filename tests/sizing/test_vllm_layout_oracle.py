@@ -25,6 +25,7 @@ from tests.sizing.test_vllm_block_goldens import (
     CHATGLM3_6B,
     COMMAND_R7B,
     FALCON_H1_7B,
+    KIMI_K3,
     MIMO_V2_FLASH,
 )
 from tests.vllm_env import vllm_python, vllm_subprocess_env
@@ -63,6 +64,7 @@ MODELS = {
     # GLM-5.2's shared indexer (index_topk_freq 4, index_skip_topk_offset 3): an indexer
     # cache on layers 0-2 and every 4th layer from 6 only.
     "glm-5.2-shared-indexer": None,
+    "kimi-linear-48b": None,  # KDA state + MLA: a padded state page, MLA-hybrid block
 }
 # Cases that are a catalog entry with some fields changed: name -> (entry, fields).
 VARIANTS = {
@@ -97,6 +99,8 @@ WRITTEN = {
     "mimo-v2-flash": MIMO_V2_FLASH,  # two page sizes; K and V of unequal width
     "command-r7b": COMMAND_R7B,  # Cohere 2: one global layer in four, window + 1
     "chatglm3-6b": CHATGLM3_6B,  # num_layers, multi_query_group_num
+    # The multimodal wrapper as served: vLLM asks its text model's state shapes.
+    "kimi-k3": KIMI_K3,
 }
 MODELS.update({name: None for name in [*RESHAPED, *WRITTEN]})
 # The wide TP where 8 does not divide the heads (vLLM refuses such a TP).
@@ -234,10 +238,14 @@ def test_every_layout_row_cites_a_model_file_of_the_vllm_release() -> None:
         timeout=120,
         check=True,
     )
-    models_dir = Path(located.stdout.strip()).parent / "model_executor" / "models"
+    package = Path(located.stdout.strip()).parent
+    models_dir = package / "model_executor" / "models"
     for model_type, row in layout_rows().items():
         cited = row["vllm"].split()[0].rstrip(":")
-        assert (models_dir / cited).is_file(), f"{model_type}: {cited} not in {models_dir}"
+        # A bare file name is under model_executor/models; a path is under the package
+        # (vLLM 0.32 serves Kimi-Linear from vllm/models/kimi_k3/).
+        where = package if "/" in cited else models_dir
+        assert (where / cited).is_file(), f"{model_type}: {cited} not in {where}"
 
 
 def test_release_table_registry_is_vllms_own(vllm_layouts: dict[str, Any]) -> None:

@@ -177,6 +177,10 @@ def _no_op(block: Any) -> bool:
 def _attention_kinds(model_config: Any) -> list[str | None]:
     hf = model_config.hf_text_config
     layers = model_config.get_total_num_hidden_layers()
+    if getattr(hf, "linear_attn_config", None) is not None:
+        # Kimi-Linear / Kimi-K3 (models/kimi_k3): KDA state layers by the config's own
+        # is_kda_layer (1-based kda_layers), MLA on the rest.
+        return ["state" if hf.is_kda_layer(i) else "mla" for i in range(layers)]
     if model_config.use_mla:
         return ["mla"] * layers
     pattern = getattr(hf, "hybrid_override_pattern", None)
@@ -243,6 +247,26 @@ def _own_heads(hf: Any, kind: str, tp: int) -> dict[str, int]:
     }
 
 
+# Architectures whose layers build their own KV cache specs that the per-layer kinds here
+# do not reproduce: DeepSeek-V4 (models/deepseek_v4/attention.py: compressed MLA with
+# tokens_per_state, a separate SWA cache, compressor state and indexer caches) and
+# MiniMax-M3 (models/minimax_m3: GQA plus an indexer side cache, 128-token sparse pages).
+# A generic answer for them would be a figure vLLM never computes, so they are refused.
+_OWN_SPEC_ARCHITECTURES = ("DeepseekV4", "DeepseekV41", "MiniMaxM3")
+
+
+def _with_hf_config(vllm_config: Any, hf_config: Any) -> Any:
+    """``VllmConfig.with_hf_config`` for the stand-in config: the same, another hf_config.
+
+    Multimodal wrappers (Kimi-K3) ask their text model's state shapes through it.
+    """
+    import copy
+
+    model_config = copy.copy(vllm_config.model_config)
+    model_config.hf_config = hf_config
+    return SimpleNamespace(**{**vars(vllm_config), "model_config": model_config})
+
+
 @cache
 def _model_config(model_dir: str, max_model_len: int) -> Any:
     """vLLM's ModelConfig for a config.json directory (independent of TP and KV dtype)."""
@@ -296,6 +320,11 @@ def layout(case: dict[str, Any]) -> dict[str, Any]:
         attention_config=SimpleNamespace(hisparse_config=None),
         max_in_flight_tokens=case["max_in_flight_tokens"],
     )
+    vllm_config.with_hf_config = lambda hf, architectures=None: _with_hf_config(vllm_config, hf)
+    if model_config.architecture.startswith(_OWN_SPEC_ARCHITECTURES):
+        raise NotImplementedError(
+            f"{model_config.architecture} builds KV cache specs this script does not reproduce"
+        )
     model_cls, _ = ModelRegistry.resolve_model_cls(
         model_config.architecture, model_config=model_config
     )
