@@ -86,6 +86,9 @@ class FamilyRow(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     traits: tuple[str, ...]
     config: str  # public URL of a config.json of the family that shows the traits
     note: str = ""
+    # "owner/repo@commit path": a public copy of a config.json of the family that the row
+    # was checked against, when the hub file itself could not be read.
+    copy: str = ""
 
     def matches(self, name: str) -> bool:
         lowered = name.lower()
@@ -151,6 +154,7 @@ def classify_config(raw: Mapping[str, Any], *, name: str, where: str) -> ModelId
     wrappers and chunked local attention are read here (sizing does not need them).
     """
     from kvtool.sizing import spec_from_config
+    from kvtool.sizing.spec import AttentionKind
 
     text = _text_part(raw)
     traits: set[str] = set()
@@ -164,8 +168,13 @@ def classify_config(raw: Mapping[str, Any], *, name: str, where: str) -> ModelId
         traits |= {_STATE_KIND_TRAIT.get(group.kind, "linear_attention") for group in spec.states}
         if spec.is_mla:
             traits.add("mla")
-        if spec.has_sliding_window:
+        # vLLM gives sliding and chunked-local layers different cache specs; sizing
+        # counts both as local windows, so the kind tells them apart here.
+        kinds = {group.kind for group in spec.attention}
+        if AttentionKind.SLIDING in kinds:
             traits.add("sliding_window")
+        if AttentionKind.CHUNKED in kinds:
+            traits.add("chunked_local")
     if _positive(text.get("attention_chunk_size")):
         traits.add("chunked_local")
     if any(_positive(text.get(key)) and text.get(key) != 1 for key in _EXPERT_FIELDS):

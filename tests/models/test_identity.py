@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -147,6 +148,9 @@ def test_every_family_row_cites_a_public_config_json_and_uses_known_traits() -> 
             "config.json"
         ), row.family
         assert set(row.traits) <= set(TRAITS)
+        # A copy the row was checked against is pinned: owner/repo@commit, then a path.
+        if row.copy:
+            assert re.match(r"^[\w.-]+/[\w.-]+@[0-9a-f]{40} \S+", row.copy), row.family
 
 
 # Model ids as deployments serve them (each from a public deployment file or model card), with
@@ -199,6 +203,21 @@ SERVED_IDS = [
     ("CohereForAI/c4ai-command-r-v01", "Command R (v01)", {"dense"}),
     ("CohereForAI/c4ai-command-r-plus-08-2024", "Command R+ / Command R (08-2024)", {"gqa"}),
     ("CohereLabs/c4ai-command-r7b-12-2024", "Command R7B / Command A", {"gqa", "sliding_window"}),
+    ("Qwen/Qwen3-30B-A3B", "Qwen3 MoE", {"gqa", "moe"}),
+    ("Qwen/Qwen3-Coder-30B-A3B-Instruct", "Qwen3 MoE", {"gqa", "moe"}),
+    ("Qwen/Qwen3-VL-30B-A3B-Instruct", "Qwen3-VL MoE", {"gqa", "moe", "multimodal"}),
+    (
+        "Qwen/Qwen3.6-35B-A3B",
+        "Qwen3.5 / Qwen3.6 MoE",
+        {"gqa", "gated_deltanet", "moe", "multimodal"},
+    ),
+    ("google/gemma-3-1b-it", "Gemma 3 1B (text only)", {"gqa", "sliding_window"}),
+    ("google/gemma-4-26B-A4B-it", "Gemma 4 MoE", {"gqa", "sliding_window", "moe", "multimodal"}),
+    ("moonshotai/Kimi-K2.6", "Kimi K2.5 and later", {"mla", "moe", "multimodal"}),
+    ("zai-org/GLM-4.7-Flash", "GLM-4.7-Flash", {"mla", "moe"}),
+    ("internlm/internlm-chat-7b", "InternLM (first generation)", {"dense"}),
+    ("internlm/internlm3-8b-instruct", "InternLM 2 / 2.5 / 3", {"gqa"}),
+    ("microsoft/Phi-4-reasoning", "Phi-4", {"gqa"}),
     # KServe, llm-d-modelservice and KubeAI samples serve it as their smallest model.
     ("facebook/opt-125m", "OPT", {"dense"}),
 ]
