@@ -34,7 +34,16 @@ STATE_TRAITS: frozenset[str] = frozenset({"mamba", "gated_deltanet", "linear_att
 _ATTENTION_TRAITS: frozenset[str] = frozenset({"dense", "gqa", "mla"})
 _STATE_KIND_TRAIT = {"mamba1": "mamba", "mamba2": "mamba", "gdn": "gated_deltanet"}
 _EXPERT_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
-_WRAPPER_FIELDS = ("vision_config", "audio_config", "vision_tower", "mm_projector_type")
+# Phi-3-vision (phi3_v) and Phi-4-multimodal keep their image encoder in img_processor /
+# embd_layer rather than a vision_config.
+_WRAPPER_FIELDS = (
+    "vision_config",
+    "audio_config",
+    "vision_tower",
+    "mm_projector_type",
+    "img_processor",
+    "embd_layer",
+)
 
 
 class ModelIdentity(msgspec.Struct, frozen=True, kw_only=True):
@@ -146,6 +155,17 @@ def _layer_traits(text: Mapping[str, Any]) -> set[str]:
     return traits
 
 
+def _window_never_reached(text: Mapping[str, Any]) -> bool:
+    """One window for every layer (no ``layer_types``) at least as long as any sequence."""
+    window, longest = text.get("sliding_window"), text.get("max_position_embeddings")
+    return (
+        text.get("layer_types") is None
+        and _positive(window)
+        and _positive(longest)
+        and window >= longest
+    )
+
+
 def classify_config(raw: Mapping[str, Any], *, name: str, where: str) -> ModelIdentity:
     """Classify a config.json mapping read from ``where``.
 
@@ -177,6 +197,10 @@ def classify_config(raw: Mapping[str, Any], *, name: str, where: str) -> ModelId
             traits.add("chunked_local")
     if _positive(text.get("attention_chunk_size")):
         traits.add("chunked_local")
+    if _window_never_reached(text):
+        # Phi-3.5-mini, Phi-3.5-vision, Phi-4-mini: sliding_window 262144 with
+        # max_position_embeddings 131072, so every layer attends to the whole sequence.
+        traits.discard("sliding_window")
     if any(_positive(text.get(key)) and text.get(key) != 1 for key in _EXPERT_FIELDS):
         traits.add("moe")
     if text is not raw or any(raw.get(key) is not None for key in _WRAPPER_FIELDS):

@@ -239,3 +239,31 @@ def test_no_family_name_pattern_is_shadowed_by_an_earlier_row() -> None:
         repo = row.config.removeprefix("https://huggingface.co/").split("/blob/")[0]
         winner = next(r for r in families() if r.matches(repo))
         assert winner.family == row.family, (row.family, repo, winner.family, index)
+
+
+# Trimmed from the phi-3_5-vision preset (a copy of microsoft/Phi-3.5-vision-instruct's
+# config.json) in mlc-ai/mlc-llm@79d603f085f50500e9509fa01785ffa7ecfaaa93
+# python/mlc_llm/model/model_preset.py: the image encoder is in img_processor/embd_layer.
+PHI35_VISION = {
+    "architectures": ["Phi3VForCausalLM"],
+    "model_type": "phi3_v",
+    "embd_layer": {"embedding_cls": "image", "projection_cls": "mlp"},
+    "img_processor": {"image_dim_out": 1024, "name": "clip_vision_model"},
+    "hidden_size": 3072,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 32,
+    "max_position_embeddings": 131072,
+    "sliding_window": 262144,
+}
+
+
+def test_phi3_vision_is_a_wrapper_whose_window_is_never_reached() -> None:
+    identity = classify_config(PHI35_VISION, name="phi-3.5-vision", where="test")
+    assert identity.traits == frozenset({"dense", "multimodal"})
+    # Phi-3-mini-4k's window (2047 of 4096 positions) is reached: a sliding-window model.
+    mini_4k = {**PHI35_VISION, "max_position_embeddings": 4096, "sliding_window": 2047}
+    del mini_4k["embd_layer"], mini_4k["img_processor"]
+    assert classify_config(mini_4k, name="phi-3-mini-4k", where="test").traits == frozenset(
+        {"dense", "sliding_window"}
+    )
