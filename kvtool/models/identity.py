@@ -158,12 +158,9 @@ def _layer_traits(text: Mapping[str, Any]) -> set[str]:
 def _window_never_reached(text: Mapping[str, Any]) -> bool:
     """One window for every layer (no ``layer_types``) at least as long as any sequence."""
     window, longest = text.get("sliding_window"), text.get("max_position_embeddings")
-    return (
-        text.get("layer_types") is None
-        and _positive(window)
-        and _positive(longest)
-        and window >= longest
-    )
+    if text.get("layer_types") is not None or not (_positive(window) and _positive(longest)):
+        return False
+    return isinstance(window, int) and isinstance(longest, int) and window >= longest
 
 
 def classify_config(raw: Mapping[str, Any], *, name: str, where: str) -> ModelIdentity:
