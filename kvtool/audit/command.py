@@ -120,7 +120,8 @@ def audit(
         str | None,
         typer.Option(
             "--lmcache-version",
-            help="The LMCache release installed next to vLLM, for the LMCache/vLLM pair rule.",
+            help="The LMCache release installed next to vLLM (default: a pip install or "
+            "requirements pin in the input, then an lmcache/vllm-openai image tag).",
         ),
     ] = None,
     input_format: Annotated[
@@ -293,6 +294,8 @@ def audit(
         use_suppressions=not no_suppressions,
         extras=extras,
         version_from_cli=vllm_version is not None,
+        lmcache_from_cli=lmcache_version is not None,
+        lmcache_pins=inputs.lmcache_pins,
     )
     report = auditor.run(invocations)
     report.skipped = list(inputs.skipped)

@@ -224,7 +224,10 @@ class RuleContext:
     index: ReleaseIndex
     semantics: Semantics
     host_ram_gib: float | None = None
-    lmcache_version: str | None = None  # the LMCache release next to vLLM, when the user says
+    # The LMCache release next to vLLM, when the settings or the input say
+    # (kvtool.audit.lmcache_release), and where it was read ("image tag ...").
+    lmcache_version: str | None = None
+    lmcache_origin: str | None = None
     known_model: ModelFacts | None = None
     # Looks the served model up (sizing catalog, local config.json) only when a rule asks:
     # most configs never need it, and reading the catalog is the slowest part of a run.

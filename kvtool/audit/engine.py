@@ -15,6 +15,8 @@ import msgspec
 
 from kvtool.audit import rules as _rules  # noqa: F401  (registers every rule)
 from kvtool.audit.context import ModelFacts, RuleContext, Semantics
+from kvtool.audit.lmcache_release import LmcacheRelease
+from kvtool.audit.lmcache_release import resolve as resolve_lmcache_release
 from kvtool.audit.model import (
     Finding,
     InputKind,
@@ -192,9 +194,14 @@ class Auditor:
         rules: RuleRegistry = registry,
         extras: Mapping[str, Any] | None = None,
         version_from_cli: bool = False,
+        lmcache_from_cli: bool = False,
+        lmcache_pins: Sequence[LmcacheRelease] = (),
     ) -> None:
         self.extras: Mapping[str, Any] = extras or {}
         self.version_from_cli = version_from_cli
+        self.lmcache_from_cli = lmcache_from_cli
+        # LMCache pins read from the input set's files (requirements, pip install lines).
+        self.lmcache_pins = tuple(lmcache_pins)
         self.tables = tables
         self.normalizer = normalizer
         self.settings = settings
@@ -241,15 +248,30 @@ class Auditor:
     def context_for(self, invocation: Invocation, target: Target) -> RuleContext:
         facts = self.tables.release(target.vllm_version)
         config = self.normalizer(invocation, facts)
+        lmcache_release = self.lmcache_release_for(invocation)
         return RuleContext(
             config=config,
             facts=facts,
             index=self.tables.index(),
             semantics=self.tables.semantics(),
             host_ram_gib=self.settings.host_ram_gib,
-            lmcache_version=self.settings.lmcache_version,
+            lmcache_version=lmcache_release.version if lmcache_release else None,
+            lmcache_origin=lmcache_release.origin if lmcache_release else None,
             model_lookup=self._model_lookup,
             extras=self.extras,
+        )
+
+    def lmcache_release_for(self, invocation: Invocation) -> LmcacheRelease | None:
+        """The LMCache release next to this engine: the settings', else what the input shows."""
+        explicit = None
+        if self.settings.lmcache_version is not None:
+            from_file = not self.lmcache_from_cli and self.settings.source is not None
+            origin = "--lmcache-version"
+            if from_file:
+                origin = f"{self.settings.source}: lmcache-version"
+            explicit = LmcacheRelease(self.settings.lmcache_version, origin)
+        return resolve_lmcache_release(
+            explicit=explicit, file=invocation.file, image=invocation.image, pins=self.lmcache_pins
         )
 
     def _model_lookup(self, name: str) -> ModelFacts | None:

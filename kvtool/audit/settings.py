@@ -36,8 +36,8 @@ class AuditSettings(
     """
 
     vllm_version: str | None = None  # a string such as "0.32.0", never a TOML float
-    # The LMCache release installed next to vLLM (the image or requirements pin it); the
-    # serve config cannot say, so rules about vLLM/LMCache pairs run only when this is set.
+    # The LMCache release installed next to vLLM. The serve config cannot say; without
+    # this, the audit reads it from the input where it can (kvtool.audit.lmcache_release).
     lmcache_version: str | None = None
     select: tuple[str, ...] = ("ALL",)
     extend_select: tuple[str, ...] = ()

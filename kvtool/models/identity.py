@@ -34,7 +34,16 @@ STATE_TRAITS: frozenset[str] = frozenset({"mamba", "gated_deltanet", "linear_att
 _ATTENTION_TRAITS: frozenset[str] = frozenset({"dense", "gqa", "mla"})
 _STATE_KIND_TRAIT = {"mamba1": "mamba", "mamba2": "mamba", "gdn": "gated_deltanet"}
 _EXPERT_FIELDS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
-_WRAPPER_FIELDS = ("vision_config", "audio_config", "vision_tower", "mm_projector_type")
+# Phi-3-vision (phi3_v) and Phi-4-multimodal keep their image encoder in img_processor /
+# embd_layer rather than a vision_config.
+_WRAPPER_FIELDS = (
+    "vision_config",
+    "audio_config",
+    "vision_tower",
+    "mm_projector_type",
+    "img_processor",
+    "embd_layer",
+)
 
 
 class ModelIdentity(msgspec.Struct, frozen=True, kw_only=True):
@@ -86,6 +95,9 @@ class FamilyRow(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
     traits: tuple[str, ...]
     config: str  # public URL of a config.json of the family that shows the traits
     note: str = ""
+    # "owner/repo@commit path": a public copy of a config.json of the family that the row
+    # was checked against, when the hub file itself could not be read.
+    copy: str = ""
 
     def matches(self, name: str) -> bool:
         lowered = name.lower()
@@ -143,6 +155,14 @@ def _layer_traits(text: Mapping[str, Any]) -> set[str]:
     return traits
 
 
+def _window_never_reached(text: Mapping[str, Any]) -> bool:
+    """One window for every layer (no ``layer_types``) at least as long as any sequence."""
+    window, longest = text.get("sliding_window"), text.get("max_position_embeddings")
+    if text.get("layer_types") is not None or not (_positive(window) and _positive(longest)):
+        return False
+    return isinstance(window, int) and isinstance(longest, int) and window >= longest
+
+
 def classify_config(raw: Mapping[str, Any], *, name: str, where: str) -> ModelIdentity:
     """Classify a config.json mapping read from ``where``.
 
@@ -151,6 +171,7 @@ def classify_config(raw: Mapping[str, Any], *, name: str, where: str) -> ModelId
     wrappers and chunked local attention are read here (sizing does not need them).
     """
     from kvtool.sizing import spec_from_config
+    from kvtool.sizing.spec import AttentionKind
 
     text = _text_part(raw)
     traits: set[str] = set()
@@ -164,10 +185,19 @@ def classify_config(raw: Mapping[str, Any], *, name: str, where: str) -> ModelId
         traits |= {_STATE_KIND_TRAIT.get(group.kind, "linear_attention") for group in spec.states}
         if spec.is_mla:
             traits.add("mla")
-        if spec.has_sliding_window:
+        # vLLM gives sliding and chunked-local layers different cache specs; sizing
+        # counts both as local windows, so the kind tells them apart here.
+        kinds = {group.kind for group in spec.attention}
+        if AttentionKind.SLIDING in kinds:
             traits.add("sliding_window")
+        if AttentionKind.CHUNKED in kinds:
+            traits.add("chunked_local")
     if _positive(text.get("attention_chunk_size")):
         traits.add("chunked_local")
+    if _window_never_reached(text):
+        # Phi-3.5-mini, Phi-3.5-vision, Phi-4-mini: sliding_window 262144 with
+        # max_position_embeddings 131072, so every layer attends to the whole sequence.
+        traits.discard("sliding_window")
     if any(_positive(text.get(key)) and text.get(key) != 1 for key in _EXPERT_FIELDS):
         traits.add("moe")
     if text is not raw or any(raw.get(key) is not None for key in _WRAPPER_FIELDS):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -147,6 +148,9 @@ def test_every_family_row_cites_a_public_config_json_and_uses_known_traits() -> 
             "config.json"
         ), row.family
         assert set(row.traits) <= set(TRAITS)
+        # A copy the row was checked against is pinned: owner/repo@commit, then a path.
+        if row.copy:
+            assert re.match(r"^[\w.-]+/[\w.-]+@[0-9a-f]{40} \S+", row.copy), row.family
 
 
 # Model ids as deployments serve them (each from a public deployment file or model card), with
@@ -199,6 +203,21 @@ SERVED_IDS = [
     ("CohereForAI/c4ai-command-r-v01", "Command R (v01)", {"dense"}),
     ("CohereForAI/c4ai-command-r-plus-08-2024", "Command R+ / Command R (08-2024)", {"gqa"}),
     ("CohereLabs/c4ai-command-r7b-12-2024", "Command R7B / Command A", {"gqa", "sliding_window"}),
+    ("Qwen/Qwen3-30B-A3B", "Qwen3 MoE", {"gqa", "moe"}),
+    ("Qwen/Qwen3-Coder-30B-A3B-Instruct", "Qwen3 MoE", {"gqa", "moe"}),
+    ("Qwen/Qwen3-VL-30B-A3B-Instruct", "Qwen3-VL MoE", {"gqa", "moe", "multimodal"}),
+    (
+        "Qwen/Qwen3.6-35B-A3B",
+        "Qwen3.5 / Qwen3.6 MoE",
+        {"gqa", "gated_deltanet", "moe", "multimodal"},
+    ),
+    ("google/gemma-3-1b-it", "Gemma 3 1B (text only)", {"gqa", "sliding_window"}),
+    ("google/gemma-4-26B-A4B-it", "Gemma 4 MoE", {"gqa", "sliding_window", "moe", "multimodal"}),
+    ("moonshotai/Kimi-K2.6", "Kimi K2.5 and later", {"mla", "moe", "multimodal"}),
+    ("zai-org/GLM-4.7-Flash", "GLM-4.7-Flash", {"mla", "moe"}),
+    ("internlm/internlm-chat-7b", "InternLM (first generation)", {"dense"}),
+    ("internlm/internlm3-8b-instruct", "InternLM 2 / 2.5 / 3", {"gqa"}),
+    ("microsoft/Phi-4-reasoning", "Phi-4", {"gqa"}),
     # KServe, llm-d-modelservice and KubeAI samples serve it as their smallest model.
     ("facebook/opt-125m", "OPT", {"dense"}),
 ]
@@ -220,3 +239,31 @@ def test_no_family_name_pattern_is_shadowed_by_an_earlier_row() -> None:
         repo = row.config.removeprefix("https://huggingface.co/").split("/blob/")[0]
         winner = next(r for r in families() if r.matches(repo))
         assert winner.family == row.family, (row.family, repo, winner.family, index)
+
+
+# Trimmed from the phi-3_5-vision preset (a copy of microsoft/Phi-3.5-vision-instruct's
+# config.json) in mlc-ai/mlc-llm@79d603f085f50500e9509fa01785ffa7ecfaaa93
+# python/mlc_llm/model/model_preset.py: the image encoder is in img_processor/embd_layer.
+PHI35_VISION = {
+    "architectures": ["Phi3VForCausalLM"],
+    "model_type": "phi3_v",
+    "embd_layer": {"embedding_cls": "image", "projection_cls": "mlp"},
+    "img_processor": {"image_dim_out": 1024, "name": "clip_vision_model"},
+    "hidden_size": 3072,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 32,
+    "max_position_embeddings": 131072,
+    "sliding_window": 262144,
+}
+
+
+def test_phi3_vision_is_a_wrapper_whose_window_is_never_reached() -> None:
+    identity = classify_config(PHI35_VISION, name="phi-3.5-vision", where="test")
+    assert identity.traits == frozenset({"dense", "multimodal"})
+    # Phi-3-mini-4k's window (2047 of 4096 positions) is reached: a sliding-window model.
+    mini_4k = {**PHI35_VISION, "max_position_embeddings": 4096, "sliding_window": 2047}
+    del mini_4k["embd_layer"], mini_4k["img_processor"]
+    assert classify_config(mini_4k, name="phi-3-mini-4k", where="test").traits == frozenset(
+        {"dense", "sliding_window"}
+    )

@@ -19,6 +19,7 @@ from kvtool.audit.inputs.detect import is_template
 from kvtool.audit.inputs.discover import candidate_paths
 from kvtool.audit.inputs.registry import FILE_FORMATS, detect_kind, reader_for
 from kvtool.audit.inputs.source import ConfigMaps, ReadSource
+from kvtool.audit.lmcache_release import LmcacheRelease, pins_in_text
 from kvtool.audit.model import Invocation, Location, SkippedInput
 from kvtool.errors import KvtoolError
 from kvtool.fsio import read_input_bytes, reader_text
@@ -58,6 +59,8 @@ class StdinInput:
 class InputSet:
     invocations: list[Invocation] = field(default_factory=list)
     skipped: list[SkippedInput] = field(default_factory=list)
+    # Literal LMCache pins in the files read (pip install lines, requirements files).
+    lmcache_pins: list[LmcacheRelease] = field(default_factory=list)
 
 
 @dataclass
@@ -103,6 +106,7 @@ def read_input_set(
         pending.append(_Pending(reader_text(stdin.text), stdin.name, os.getcwd()))
     configmaps = collect_configmaps([(p.text, p.name) for p in pending])
     for item in pending:
+        result.lmcache_pins.extend(pins_in_text(item.text, item.name))
         _read_one(item, configmaps, input_format, result)
     _drop_configs_read_through_commands(result)
     return result

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kvtool.audit.inputs.registry import is_candidate
+from kvtool.audit.lmcache_release import is_requirements_name
 
 if TYPE_CHECKING:
     import pathspec
@@ -50,7 +51,9 @@ def candidate_paths(directory: Path) -> Iterator[str]:
         )
         for name in sorted(files):
             path = os.path.join(root, name)
-            if (is_candidate(name) or ("." not in name and _has_shebang(path))) and not _ignored(
+            # requirements*.txt: not a deployment, but it may pin the LMCache release.
+            wanted = is_candidate(name) or is_requirements_name(path)
+            if (wanted or ("." not in name and _has_shebang(path))) and not _ignored(
                 root, name, ignores, is_dir=False
             ):
                 yield path

@@ -75,8 +75,8 @@ class BelowSecurityFloor(ConfigRule):
 
 
 def _lmcache_release_affected(ctx: RuleContext, bug: KnownBug) -> bool:
-    """An LMCache row's range is LMCache's: checked against ``--lmcache-version`` when the
-    user names the release; without it, only rows no release has fixed apply."""
+    """An LMCache row's range is LMCache's: checked against the LMCache release when the
+    settings or the input name it; without it, only rows no release has fixed apply."""
     if bug.component != "lmcache":
         return True
     if ctx.lmcache_version is None:
@@ -208,6 +208,9 @@ class KnownBugMatches(ConfigRule):
                 continue
             flag = bug.when_flags[0] if bug.when_flags else None
             fixed = f" (fixed in {bug.fixed})" if bug.fixed else ""
+            if bug.component == "lmcache" and ctx.lmcache_version is not None:
+                read = f" from {ctx.lmcache_origin}" if ctx.lmcache_origin else ""
+                fixed += f" [LMCache {ctx.lmcache_version}{read}]"
             yield self.finding(
                 f"{bug.id}{fixed}: {bug.title}. Avoid: {bug.avoidance}",
                 flag=flag,

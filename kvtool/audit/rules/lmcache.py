@@ -227,8 +227,11 @@ class LmcacheVllmPairDoesNotStart(ConfigRule):
 
     What
     ----
-    The audit is told which LMCache release runs next to vLLM (`--lmcache-version`, or
-    `lmcache-version` in the settings file), the engine loads `LMCacheMPConnector` or
+    The audit knows which LMCache release runs next to vLLM (`--lmcache-version`,
+    `lmcache-version` in the settings file, or what the input shows: a `pip install
+    lmcache==X` in the engine's file, the tag of an `lmcache/vllm-openai:vX` image, a
+    `lmcache==X` requirements pin in the input set; the message names the source), the
+    engine loads `LMCacheMPConnector` or
     `LMCacheConnectorV1`, and that vLLM/LMCache pair is in the generated pair table: an
     import between the two packages names something the other release lacks, or vLLM calls
     an LMCache class with arguments it no longer takes.
@@ -288,7 +291,7 @@ class LmcacheVllmPairDoesNotStart(ConfigRule):
             return  # a vLLM release the generator did not read
         if version not in table.lmcache_wheels:
             yield self.finding(
-                f"LMCache {wanted} is not in the pair table (LMCache "
+                f"LMCache {wanted}{_from(ctx)} is not in the pair table (LMCache "
                 f"{lmcache.span(tuple(table.lmcache_wheels))}): whether it starts with vLLM "
                 f"{ctx.version} was not checked.",
                 location=ctx.connector_location,
@@ -302,14 +305,19 @@ class LmcacheVllmPairDoesNotStart(ConfigRule):
             if problem is None:
                 continue
             yield self.finding(
-                f"`{connector}` cannot start with LMCache {version} on vLLM {ctx.version}: "
-                f"{problem.reason} (at {problem.where}).",
+                f"`{connector}` cannot start with LMCache {version}{_from(ctx)} on vLLM "
+                f"{ctx.version}: {problem.reason} (at {problem.where}).",
                 flag=KV_TRANSFER_CONFIG,
                 location=ctx.connector_location,
                 connector=connector,
                 lmcache=version,
                 where=problem.where,
             )
+
+
+def _from(ctx: RuleContext) -> str:
+    """Where the LMCache release was read, for messages: `` (from image tag ...)``."""
+    return f" (from {ctx.lmcache_origin})" if ctx.lmcache_origin else ""
 
 
 def _uses_native_adapter(ctx: RuleContext) -> bool:

@@ -1,0 +1,134 @@
+"""Which LMCache release runs next to vLLM, and what in the input says so.
+
+The serve command cannot name the LMCache release, but the input often does. In order:
+``--lmcache-version`` / the ``lmcache-version`` setting; a ``pip install lmcache==X``
+in the file the engine is read from (a Dockerfile ``RUN``, a script, a container's
+``sh -c``), since it replaces whatever the image holds; the engine image's tag, where
+``rules/images/lmcache_tags.toml`` cites that the tag is LMCache's release
+(``lmcache/vllm-openai:v0.3.9``); and last a pin the rest of the input set agrees on (a
+``requirements*.txt`` line ``lmcache==X``, a ``pip install`` in another file). Each
+answer names where it was read, for the findings that rest on it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from functools import cache, lru_cache
+from pathlib import PurePath
+from typing import Annotated, Literal
+
+import msgspec
+
+from kvtool.errors import KvtoolError
+from kvtool.releases.images import parse_image
+from kvtool.resources import read_table, rules_dir
+
+TAGS_FILE = "images/lmcache_tags.toml"
+_RELEASE = r"v?(\d+\.\d+\.\d+(?:(?:\.post|rc|\.dev)\d+)?)"
+# The tag's head is the release; a suffix after "-" (cu129, lightweight) is a build flavour.
+_LEADING_TAG = re.compile(r"^" + _RELEASE + r"(?:-[\w.]+)?$")
+# `pip install ... lmcache==X` (also `pip3`, `uv pip`, `python -m pip`), within one
+# command: words up to a shell separator, after joining backslash-continued lines.
+_PIP_PIN = re.compile(
+    r"\bpip3?\s+install\b[^;&|\n]*?(?<![\w.-])[\"']?lmcache(?:\[[\w,]*\])?\s*==\s*"
+    + _RELEASE
+    + r"(?![\w.])",
+    re.IGNORECASE,
+)
+_REQUIREMENT_PIN = re.compile(
+    r"^\s*lmcache(?:\[[\w,]*\])?\s*==\s*" + _RELEASE + r"\s*(?:[;#].*)?$",
+    re.IGNORECASE | re.MULTILINE,
+)
+
+
+class LmcacheRelease(msgspec.Struct, frozen=True):
+    """An LMCache release and where it was read, e.g. ``image tag lmcache/vllm-openai:v0.3.9``."""
+
+    version: str
+    origin: str
+    file: str | None = None  # the input file the pin was read from
+
+
+class TagRow(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    repository: str  # "owner/name" as parse_image gives it
+    tag: Literal["leading"]
+    source: Annotated[str, msgspec.Meta(min_length=3)]
+
+
+@cache
+def tag_rows() -> tuple[TagRow, ...]:
+    path = rules_dir() / TAGS_FILE
+    try:
+        return msgspec.convert(read_table(path).get("rows", []), type=tuple[TagRow, ...])
+    except msgspec.ValidationError as exc:
+        raise KvtoolError(f"image table {path}: {exc}") from exc
+
+
+@lru_cache(maxsize=1024)
+def from_image(image: str) -> LmcacheRelease | None:
+    """The LMCache release ``image``'s tag names, when a cited row says its tags do."""
+    ref = parse_image(image)
+    if ref.tag is None or not any(row.repository == ref.repository for row in tag_rows()):
+        return None
+    match = _LEADING_TAG.match(ref.tag)
+    if match is None:
+        return None
+    return LmcacheRelease(match.group(1), f"image tag {ref.repository}:{ref.tag}")
+
+
+def is_requirements_name(name: str) -> bool:
+    """``requirements.txt``, ``requirements-cuda.txt``, ``requirements/common.txt``."""
+    path = PurePath(name.lower())
+    return path.suffix == ".txt" and (
+        path.name.startswith("requirements") or path.parent.name == "requirements"
+    )
+
+
+def pins_in_text(text: str, file: str) -> tuple[LmcacheRelease, ...]:
+    """Every literal LMCache pin in one file, each with its file and line."""
+    if "lmcache" not in text.lower():
+        return ()
+    if is_requirements_name(file):
+        found = [(m.start(), m.group(1), "requirement") for m in _REQUIREMENT_PIN.finditer(text)]
+    else:
+        joined = text.replace("\\\n", "  ")  # same length: offsets still give the line
+        found = [(m.start(), m.group(1), "pip install") for m in _PIP_PIN.finditer(joined)]
+    return tuple(
+        LmcacheRelease(version, f"{how} lmcache=={version} at {file}:{_line(text, at)}", file)
+        for at, version, how in found
+    )
+
+
+def _line(text: str, offset: int) -> int:
+    return text.count("\n", 0, offset) + 1
+
+
+def _agreed(pins: Iterable[LmcacheRelease]) -> LmcacheRelease | None:
+    """The pin when every pin names the same release; None when none or they disagree."""
+    listed = list(pins)
+    versions = {pin.version for pin in listed}
+    return listed[-1] if len(versions) == 1 else None
+
+
+def resolve(
+    *,
+    explicit: LmcacheRelease | None,
+    file: str | None,
+    image: str | None,
+    pins: Sequence[LmcacheRelease],
+) -> LmcacheRelease | None:
+    """The LMCache release of one engine (see the module docstring for the order).
+
+    ``pins`` are the input set's pins (:func:`pins_in_text` over its files); those of
+    ``file`` are the engine's own.
+    """
+    if explicit is not None:
+        return explicit
+    own = [pin for pin in pins if file is not None and pin.file == file]
+    if own:
+        return _agreed(own)
+    tagged = from_image(image) if image is not None else None
+    if tagged is not None:
+        return tagged
+    return _agreed(pins)
