@@ -5,8 +5,10 @@ The serve command cannot name the LMCache release, but the input often does. In 
 in the file the engine is read from (a Dockerfile ``RUN``, a script, a container's
 ``sh -c``), since it replaces whatever the image holds; the engine image's tag, where
 ``rules/images/lmcache_tags.toml`` cites that the tag is LMCache's release
-(``lmcache/vllm-openai:v0.3.9``); and last a pin the rest of the input set agrees on (a
-``requirements*.txt`` line ``lmcache==X``, a ``pip install`` in another file). Each
+(``lmcache/vllm-openai:v0.3.9``); then a pin the rest of the input set agrees on (a
+``requirements*.txt`` line ``lmcache==X``, a ``pip install`` in another file); and last,
+when nothing in the input names one, the LMCache that vLLM's own image
+(``vllm/vllm-openai:vY``) bundles where ``rules/curated/bundling.toml`` records it. Each
 answer names where it was read, for the findings that rest on it.
 """
 
@@ -21,6 +23,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from kvtool.errors import KvtoolError
+from kvtool.releases import bundling_pins
 from kvtool.releases.images import parse_image
 from kvtool.resources import read_table, rules_dir
 
@@ -36,6 +39,11 @@ _PIP_PIN = re.compile(
     + r"(?![\w.])",
     re.IGNORECASE,
 )
+# A bundling row about an image's content: ``where = "image vllm/vllm-openai:v0.32.0"``.
+_IMAGE_CONTENT = re.compile(r"^image (?P<repository>[\w.-]+/[\w.-]+):v?\d")
+# Only a plain release tag: flavours (``-cu129``) are other builds with other pins
+# (bundling.toml's kv_connectors_cu12 row).
+_PLAIN_RELEASE_TAG = re.compile(r"^v?(\d+\.\d+\.\d+)$")
 _REQUIREMENT_PIN = re.compile(
     r"^\s*lmcache(?:\[[\w,]*\])?\s*==\s*" + _RELEASE + r"\s*(?:[;#].*)?$",
     re.IGNORECASE | re.MULTILINE,
@@ -75,6 +83,28 @@ def from_image(image: str) -> LmcacheRelease | None:
     if match is None:
         return None
     return LmcacheRelease(match.group(1), f"image tag {ref.repository}:{ref.tag}")
+
+
+@lru_cache(maxsize=1024)
+def bundled_in(image: str) -> LmcacheRelease | None:
+    """The LMCache release a vLLM image bundles, when a bundling row records that image's
+    release (``lmcache==X`` over ``since``/``until``, ``where = "image REPO:vY"``)."""
+    ref = parse_image(image)
+    release = _PLAIN_RELEASE_TAG.match(ref.tag or "")
+    if release is None:
+        return None
+    for row in bundling_pins():
+        content = _IMAGE_CONTENT.match(row.where)
+        if (
+            row.package == "lmcache"
+            and row.requirement.startswith("==")
+            and content is not None
+            and content.group("repository") == ref.repository
+            and row.contains(release.group(1))
+        ):
+            version = row.requirement.removeprefix("==")
+            return LmcacheRelease(version, f"LMCache {version} bundled in {image.strip()}")
+    return None
 
 
 def is_requirements_name(name: str) -> bool:
@@ -131,4 +161,6 @@ def resolve(
     tagged = from_image(image) if image is not None else None
     if tagged is not None:
         return tagged
-    return _agreed(pins)
+    if pins:
+        return _agreed(pins)  # pins that disagree leave the release unknown
+    return bundled_in(image) if image is not None else None

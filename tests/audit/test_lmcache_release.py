@@ -13,18 +13,24 @@ VG016's facts: LMCache 0.3.7's adapter imports `cdiv` from `vllm.utils`, which v
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+import msgspec
 import pytest
 
+from kvtool import lmcache
+from kvtool.audit import lmcache_release
 from kvtool.audit.lmcache_release import (
     LmcacheRelease,
+    bundled_in,
     from_image,
     is_requirements_name,
     pins_in_text,
     resolve,
 )
+from kvtool.releases import bundling_pins
 
 V1_CONNECTOR = '{"kv_connector":"LMCacheConnectorV1","kv_role":"kv_both"}'
 
@@ -202,3 +208,97 @@ def test_a_known_lmcache_bug_is_matched_against_the_tagged_release(
     )
     bugs = [f["evidence"]["bug"] for f in json.loads(result.stdout)["findings"]]
     assert "LMCache/LMCache#3688" not in bugs
+
+
+# vLLM's own images: rules/curated/bundling.toml rows `where = "image vllm/vllm-openai:vY"`
+# record the LMCache release such an image holds (lmcache==X over since/until).
+def _image_rows() -> list[tuple[str, str]]:
+    """(image, bundled LMCache release) for every image-content row of bundling.toml."""
+    return [
+        (row.where.removeprefix("image "), row.requirement.removeprefix("=="))
+        for row in bundling_pins()
+        if row.package == "lmcache" and row.where.startswith("image vllm/vllm-openai:")
+    ]
+
+
+def test_vllms_image_names_the_lmcache_it_bundles() -> None:
+    rows = _image_rows()
+    assert rows  # the table records at least one image
+    for image, version in rows:
+        found = bundled_in(image)
+        assert found == LmcacheRelease(version, f"LMCache {version} bundled in {image}")
+        # Another build of the same release (a CUDA flavour) has its own pins.
+        assert bundled_in(f"{image}-cu129") is None
+        assert bundled_in(image.replace("vllm/", "lmcache/", 1)) is None
+    assert bundled_in("vllm/vllm-openai:latest") is None
+    assert bundled_in("vllm/vllm-openai:v0.1.0") is None  # older than every row
+
+
+def test_the_bundled_release_comes_after_every_source_the_input_shows() -> None:
+    image, version = _image_rows()[-1]
+    bundled = resolve(explicit=None, file="deploy.yaml", image=image, pins=[])
+    assert bundled is not None and bundled.version == version
+    flag = LmcacheRelease("0.3.7", "--lmcache-version")
+    assert resolve(explicit=flag, file="deploy.yaml", image=image, pins=[]) == flag
+    other = _pin("0.3.8", "requirements.txt")
+    assert resolve(explicit=None, file="deploy.yaml", image=image, pins=[other]) == other
+    # Pins that disagree leave it unknown rather than falling back to the image.
+    both = [other, _pin("0.3.7", "Dockerfile")]
+    assert resolve(explicit=None, file="deploy.yaml", image=image, pins=both) is None
+
+
+class PairCase(NamedTuple):
+    image: str
+    vllm: str
+    broken: str
+    good: str
+
+
+@pytest.fixture
+def image_bundling_a_broken_lmcache(monkeypatch: pytest.MonkeyPatch) -> Iterator[PairCase]:
+    """A bundling row saying a real vLLM image holds an LMCache release that the pair table
+    shows cannot start there (the real rows' releases all start, so the row is made here
+    from the real row's image and a real pair problem)."""
+    image, good = _image_rows()[-1]
+    vllm = image.rsplit(":v", 1)[1]
+    broken = next(
+        p for p in lmcache.vllm_pairs().pairs
+        if p.vllm == vllm and p.connector == "LMCacheConnectorV1"
+    )  # fmt: skip
+    row = next(r for r in bundling_pins() if r.where == f"image {image}")
+    rows = (msgspec.structs.replace(row, requirement=f"=={broken.lmcache}"),)
+    monkeypatch.setattr(lmcache_release, "bundling_pins", lambda: rows)
+    bundled_in.cache_clear()
+    yield PairCase(image, vllm, broken.lmcache, good)
+    bundled_in.cache_clear()
+
+
+def test_vg016_fires_on_the_release_the_vllm_image_bundles(
+    kvtool_cli: Any, tmp_path: Path, image_bundling_a_broken_lmcache: PairCase
+) -> None:
+    case = image_bundling_a_broken_lmcache
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(_pod(case.image, SERVE))
+    result = kvtool_cli(
+        "audit", str(pod), "--vllm-version", case.vllm, "--select", "VG016",
+        "--output-format", "json",
+    )  # fmt: skip
+    (finding,) = json.loads(result.stdout)["findings"]
+    assert (
+        f"LMCache {case.broken} (from LMCache {case.broken} bundled in {case.image})"
+        in (finding["message"])
+    )
+    # A pin in the engine's own command replaces what the image holds: quiet.
+    pod.write_text(_pod(case.image, f"pip install lmcache=={case.good} && {SERVE}"))
+    result = kvtool_cli(
+        "audit", str(pod), "--vllm-version", case.vllm, "--select", "VG016",
+        "--output-format", "json",
+    )  # fmt: skip
+    assert json.loads(result.stdout)["findings"] == []
+    # So does --lmcache-version.
+    pod.write_text(_pod(case.image, SERVE))
+    result = kvtool_cli(
+        "audit", str(pod), "--vllm-version", case.vllm, "--lmcache-version", case.good,
+        "--select", "VG016", "--output-format", "json",
+    )  # fmt: skip
+    assert json.loads(result.stdout)["findings"] == []

@@ -110,3 +110,66 @@ def test_sidecar_recognition_reads_go_flag_spellings() -> None:
     (sidecar,) = invocation.pod_containers
     found = routing_sidecar(sidecar)
     assert found is not None and found.protocol == "nixl"
+
+
+# llm-d-modelservice values (the shape of its examples/values-pd.yaml): the chart renders
+# the routing sidecar into decode pods from `routing.proxy` (templates/_helpers.tpl
+# `llm-d-modelservice.routingProxy`: on unless `enabled: false`, `--connector` defaulting
+# to nixlv2), never into prefill pods.
+def modelservice_values(proxy: str, engine_args: list[str]) -> str:
+    args = "".join(f"      - '{word}'\n" for word in engine_args)
+    role = "  containers:\n  - name: vllm\n    image: ghcr.io/llm-d/llm-d-cuda:v0.3.0\n"
+    role += "    modelCommand: vllmServe\n" + (f"    args:\n{args}" if args else "")
+    return (
+        'modelArtifacts:\n  name: Qwen/Qwen3-0.6B\n  uri: "hf://Qwen/Qwen3-0.6B"\n'
+        f"routing:\n  servicePort: 8000\n{proxy}"
+        f"decode:\n  create: true\n{role}prefill:\n  create: true\n{role}"
+    )
+
+
+def cn051_values(text: str) -> list[tuple[str, int | None]]:
+    invocations = read_text(text, "values.yaml")
+    report = Auditor(FixedTables("0.32.0"), normalize, AuditSettings(vllm_version="0.32.0")).run(
+        invocations
+    )
+    return [
+        (f.severity.value, f.location.line if f.location else None)
+        for f in report.findings
+        if f.code == "CN051"
+    ]
+
+
+def _line_of(text: str, needle: str) -> int:
+    return next(n for n, line in enumerate(text.splitlines(), 1) if needle in line)
+
+
+def test_the_charts_routing_proxy_is_seen_in_the_decode_pod() -> None:
+    offload = ["--kv-transfer-config", OFFLOAD]
+    # `secure` only: the chart's default connector, nixlv2 (one finding: decode, not prefill).
+    values = modelservice_values("  proxy:\n    secure: false\n", offload)
+    assert cn051_values(values) == [("error", _line_of(values, "--kv-transfer-config"))]
+    # The connector the values name; and a proxy that names none, with the engine flagless.
+    values = modelservice_values("  proxy:\n    connector: nixl\n", [])
+    (finding,) = cn051_values(values)
+    assert finding[0] == "error"
+    invocations = read_text(values, "values.yaml")
+    decode = next(i for i in invocations if "decode" in i.label)
+    (sidecar,) = decode.pod_containers
+    found = routing_sidecar(sidecar)
+    assert found is not None and found.protocol == "nixl"
+    assert found.location is not None and found.location.line == _line_of(values, "connector:")
+    prefill = next(i for i in invocations if "prefill" in i.label)
+    assert prefill.pod_containers == ()
+
+
+def test_the_charts_routing_proxy_quiet_cases() -> None:
+    nixl = ["--kv-transfer-config", NIXL]
+    offload = ["--kv-transfer-config", OFFLOAD]
+    # values-pd.yaml: NixlConnector on both roles behind the default nixlv2 proxy.
+    assert cn051_values(modelservice_values("  proxy:\n    secure: false\n", nixl)) == []
+    # The proxy switched off, or speaking what the engines share.
+    assert cn051_values(modelservice_values("  proxy:\n    enabled: false\n", offload)) == []
+    lmcache = "  proxy:\n    connector: lmcache\n"
+    assert cn051_values(modelservice_values(lmcache, offload)) == []
+    # Values that write no routing.proxy: what the chart defaults to is not read here.
+    assert cn051_values(modelservice_values("", offload)) == []

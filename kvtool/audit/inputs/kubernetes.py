@@ -188,8 +188,11 @@ def _document(
             configured = kserve_llm.main_command(
                 node, kind, item.container, text, file
             ) or modelservice.configured_command(node, item.container, item.pod, file)
+            mates = pod_siblings[id(item.container)] + modelservice.routing_proxy(
+                node, item.container, item.pod, file
+            )
             invocations = [
-                msgspec.structs.replace(invocation, pod_containers=pod_siblings[id(item.container)])
+                msgspec.structs.replace(invocation, pod_containers=mates)
                 for invocation in _container(
                     item.container, text, source, where, suppressions, configured, item.pod
                 )

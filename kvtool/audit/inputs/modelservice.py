@@ -11,6 +11,14 @@ then, from the role's ``parallelism`` (``decode.parallelism``/``prefill.parallel
 when above 1, ``--served-model-name <modelArtifacts.name>`` and the container's ``args``.
 The model is ``modelArtifacts.name`` (the chart takes it from ``modelArtifacts.uri``,
 which values often write as ``hf://{{ .Values.modelArtifacts.name }}``).
+
+Decode pods also get llm-d's routing sidecar from ``routing.proxy`` (templates/
+decode-deployment.yaml includes ``llm-d-modelservice.routingProxy`` as an init container
+with ``restartPolicy: Always``; _helpers.tpl renders it unless ``enabled: false``, with
+``--connector={{ .proxy.connector | default "nixlv2" }}`` and image ``.proxy.image``, whose
+chart default in values.yaml is ``ghcr.io/llm-d/llm-d-routing-sidecar``; read at
+https://github.com/llm-d-incubation/llm-d-modelservice/blob/6ab49a0e7d4181eeb72b21c37cd12510e49f03de/charts/llm-d-modelservice/templates/_helpers.tpl).
+:func:`routing_proxy` gives it as a pod container of the decode engine.
 """
 
 from __future__ import annotations
@@ -19,9 +27,18 @@ import yaml
 
 from kvtool.audit.inputs import yaml_tree
 from kvtool.audit.inputs.container import ArgvWord, ConfiguredCommand
+from kvtool.audit.model import PodContainer, SourceToken
 
 VLLM_SERVE = "vllmServe"
 IMAGE_DEFAULT = "imageDefault"
+# What the chart renders when the values leave them out (_helpers.tpl ``default``s and the
+# chart's values.yaml ``routing.proxy.image``).
+PROXY_NAME = "routing-proxy"
+PROXY_DEFAULT_CONNECTOR = "nixlv2"
+PROXY_DEFAULT_IMAGE = "ghcr.io/llm-d/llm-d-routing-sidecar:latest"
+PROXY_DEFAULT_SERVICE_PORT = "8000"
+PROXY_DEFAULT_TARGET_PORT = "8200"
+_YAML_FALSE = frozenset({"false", "no", "off"})
 
 
 def configured_command(
@@ -87,3 +104,49 @@ def _parallelism(node: yaml.Node | None, file: str | None) -> list[ArgvWord]:
             at = yaml_tree.location(found[1], file)
             words += [ArgvWord(flag, at), ArgvWord(str(found[0]), at)]
     return words
+
+
+def routing_proxy(
+    root: yaml.Node, container: yaml.Node, above: yaml.Node | None, file: str | None
+) -> tuple[PodContainer, ...]:
+    """The routing sidecar the chart puts in ``container``'s pod when the values enable it.
+
+    Only for a container of ``decode.containers`` of a values file that writes
+    ``routing.proxy`` (a mapping without ``enabled: false``); its words are the ones the
+    chart renders, located where the values write them (else at ``routing.proxy``).
+    """
+    decode = yaml_tree.get(root, "decode")
+    proxy = yaml_tree.get_path(root, "routing", "proxy")
+    if (
+        decode is None
+        or _role(container, above) is not decode
+        or not isinstance(proxy, yaml.MappingNode)
+        or (yaml_tree.scalar(yaml_tree.get(proxy, "enabled")) or "").lower() in _YAML_FALSE
+    ):
+        return ()
+    proxy_at = yaml_tree.location(proxy, file)
+
+    def value(node: yaml.Node | None, default: str) -> SourceToken | None:
+        text = yaml_tree.scalar(node)
+        if node is not None and not isinstance(node, yaml.ScalarNode):
+            return None  # not a value the chart would print
+        at = yaml_tree.location(node, file) if node is not None else proxy_at
+        return SourceToken(text=text or default, location=at)  # Helm's `default`: "" too
+
+    port = value(yaml_tree.get_path(root, "routing", "servicePort"), PROXY_DEFAULT_SERVICE_PORT)
+    target = value(yaml_tree.get(proxy, "targetPort"), PROXY_DEFAULT_TARGET_PORT)
+    connector = value(yaml_tree.get(proxy, "connector"), PROXY_DEFAULT_CONNECTOR)
+    image = value(yaml_tree.get(proxy, "image"), PROXY_DEFAULT_IMAGE)
+    argv = tuple(
+        SourceToken(text=f"{flag}={token.text}", location=token.location)
+        for flag, token in (("--port", port), ("--vllm-port", target), ("--connector", connector))
+        if token is not None
+    )
+    return (
+        PodContainer(
+            name=PROXY_NAME,
+            image=image.text if image is not None else None,
+            argv=argv,
+            location=proxy_at,
+        ),
+    )
