@@ -680,10 +680,30 @@ def layout_rows() -> dict[str, dict[str, Any]]:
     return rows
 
 
+def unmodelled_rows() -> dict[str, dict[str, str]]:
+    """model_type -> its ``[unmodelled]`` row: an architecture vLLM serves, its cache unmodelled."""
+    rows: dict[str, dict[str, str]] = read_table(rules_dir() / LAYOUTS_FILE).get("unmodelled", {})
+    for model_type, row in rows.items():
+        if not row.get("what") or not row.get("vllm") or model_type in layout_rows():
+            raise KvtoolError(
+                f"{rules_dir() / LAYOUTS_FILE}: unmodelled model_type {model_type!r} needs "
+                "'what' and a 'vllm' citation, and no layout row"
+            )
+    return rows
+
+
 def auto_kv_cache_dtypes(model_type: str) -> tuple[tuple[int, str], ...]:
     """(capability major, dtype) pairs a layout row gives ``--kv-cache-dtype auto``."""
     row = layout_rows().get(model_type) or {}
     return tuple(sorted((int(k), str(v)) for k, v in row.get("auto_kv_cache_dtype", {}).items()))
+
+
+def _vllm_source(row: Mapping[str, str]) -> str:
+    """The public URL of the vLLM file a layouts.toml row cites, at the table's release."""
+    release = read_table(rules_dir() / LAYOUTS_FILE)["vllm_release"]
+    cited = row["vllm"].split()[0]
+    under = "vllm/" if "/" in cited else "vllm/model_executor/models/"
+    return f"https://github.com/vllm-project/vllm/blob/v{release}/{under}{cited}"
 
 
 def parser_for(model_type: str) -> _Parser | None:
@@ -747,10 +767,16 @@ def spec_from_config(
         raise KvtoolError(f"{where}: missing field 'model_type'")
     parser = parser_for(model_type)
     if parser is None:
+        unmodelled = unmodelled_rows().get(model_type)
+        why = (
+            "its cache layout is unknown"
+            if unmodelled is None
+            else f"vLLM builds its cache from {unmodelled['what']} ({_vllm_source(unmodelled)}), "
+            "which kvtool does not model yet"
+        )
         raise KvtoolError(
-            f"{where}: model_type {model_type!r} is not supported by kvtool size (its cache "
-            "layout is unknown, so no figure would be trustworthy); supported: "
-            + ", ".join(supported_model_types())
+            f"{where}: model_type {model_type!r} is not supported by kvtool size ({why}, so no "
+            "figure would be trustworthy); supported: " + ", ".join(supported_model_types())
         )
     try:
         attention, states = parser(text)

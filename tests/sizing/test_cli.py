@@ -199,6 +199,35 @@ def test_unsupported_architecture(kvtool_cli, tmp_path: Path) -> None:  # type: 
     _fails_naming(kvtool_cli("size", "--model", str(path)), "model_type 'bert'", "supported:")
 
 
+def test_unmodelled_architecture_names_what_is_missing(kvtool_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # DeepSeek-V4-Flash's attention fields, as its config.json has them (seen in
+    # ai-dynamo/aiconfigurator model_configs/deepseek-ai--DeepSeek-V4-Flash_config.json);
+    # vLLM serves it (DeepseekV4ForCausalLM), kvtool does not model its caches yet.
+    path = _write_config(
+        tmp_path,
+        architectures=["DeepseekV4ForCausalLM"],
+        model_type="deepseek_v4",
+        num_hidden_layers=43,
+        compress_ratios=[0, 0] + [4, 128] * 20 + [4, 0],
+        sliding_window=128,
+        head_dim=512,
+        num_key_value_heads=1,
+        index_head_dim=128,
+        index_n_heads=64,
+        index_topk=512,
+    )
+    _fails_naming(
+        kvtool_cli("size", "--model", str(path)),
+        "model_type 'deepseek_v4'",
+        "compress_ratios",
+        "sliding-window cache",
+        "compressor state caches",
+        "indexer",
+        "/vllm/models/deepseek_v4/attention.py",
+        "supported:",
+    )
+
+
 def test_invalid_json_and_unknown_name(kvtool_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "config.json"
     path.write_text("{not json")

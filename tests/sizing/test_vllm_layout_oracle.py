@@ -224,23 +224,27 @@ def test_kvtool_matches_vllm_layout(
 
 
 def test_every_layout_row_cites_a_model_file_of_the_vllm_release() -> None:
-    from kvtool.sizing.hf_config import layout_rows
+    from kvtool.resources import read_table, rules_dir
+    from kvtool.sizing.hf_config import LAYOUTS_FILE, layout_rows, unmodelled_rows
 
     python = vllm_python()
     located = subprocess.run(
         [
             str(python),
             "-c",
-            "import importlib.util; print(importlib.util.find_spec('vllm').origin)",
+            "import vllm; print(vllm.__file__); print(vllm.__version__)",
         ],
         capture_output=True,
         text=True,
         timeout=120,
         check=True,
     )
-    package = Path(located.stdout.strip()).parent
+    origin, version = located.stdout.split()[-2:]
+    # The citations (and the refusal's source link) are read at the suite's wheel release.
+    assert read_table(rules_dir() / LAYOUTS_FILE)["vllm_release"] == version.split("+")[0]
+    package = Path(origin).parent
     models_dir = package / "model_executor" / "models"
-    for model_type, row in layout_rows().items():
+    for model_type, row in {**layout_rows(), **unmodelled_rows()}.items():
         cited = row["vllm"].split()[0].rstrip(":")
         # A bare file name is under model_executor/models; a path is under the package
         # (vLLM 0.32 serves Kimi-Linear from vllm/models/kimi_k3/).

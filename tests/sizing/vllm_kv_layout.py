@@ -249,7 +249,9 @@ def _own_heads(hf: Any, kind: str, tp: int) -> dict[str, int]:
 
 # Architectures whose layers build their own KV cache specs that the per-layer kinds here
 # do not reproduce: DeepSeek-V4 (models/deepseek_v4/attention.py: compressed MLA with
-# tokens_per_state, a separate SWA cache, compressor state and indexer caches) and
+# tokens_per_state, a separate SWA cache, compressor state and indexer caches, grouped by
+# kv_cache_utils._get_packed_kv_cache_groups under the BLHNC layout its indexer backend
+# requires; kvtool refuses it too, see [unmodelled] in rules/models/layouts.toml) and
 # MiniMax-M3 (models/minimax_m3: GQA plus an indexer side cache, 128-token sparse pages).
 # A generic answer for them would be a figure vLLM never computes, so they are refused.
 _OWN_SPEC_ARCHITECTURES = ("DeepseekV4", "DeepseekV41", "MiniMaxM3")
