@@ -209,6 +209,10 @@ def _read_one(
 
 def _template_reason(text: str) -> str:
     """Why a templated file is skipped, and what to audit instead."""
+    # Most templates are a chart's: the KServe reader is imported only for a text that
+    # names its kind (is_config_template matches a line ``kind: LLMInferenceServiceConfig``).
+    if "LLMInferenceServiceConfig" not in text:
+        return f"a chart template, not YAML until rendered; {RENDER_HINT}"
     from kvtool.audit.inputs import kserve_llm
 
     if kserve_llm.is_config_template(text):
