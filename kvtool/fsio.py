@@ -25,6 +25,8 @@ from kvtool import limits
 from kvtool.errors import KvtoolError
 
 STDIN = "-"
+# Inputs open without blocking (a FIFO must not hang the run), never as a controlling tty.
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 
 class ChangedOnDisk(KvtoolError):
@@ -38,9 +40,16 @@ def describe_os_error(error: OSError, path: object = None) -> str:
     return f"{where}: {reason}"
 
 
-def read_input_bytes(path: Path | str, *, limit: limits.Limit = limits.INPUT_BYTES) -> bytes:
-    """The bytes of a regular file (or stdin for ``-``), at most ``limit`` of them."""
-    cap = limit.count
+def read_input_bytes(
+    path: Path | str, *, limit: limits.Limit = limits.INPUT_BYTES, cap: int | None = None
+) -> bytes:
+    """The bytes of a regular file (or stdin for ``-``), at most ``limit`` of them.
+
+    ``cap`` is ``limit.count`` when the caller has it already: a directory walk reads the
+    limit's environment variable once, not once per file.
+    """
+    if cap is None:
+        cap = limit.count
     if str(path) == STDIN:
         stream = getattr(sys.stdin, "buffer", None)  # a text-only stdin (tests) has no bytes
         data = stream.read(cap + 1) if stream is not None else sys.stdin.read(cap + 1).encode()
@@ -48,7 +57,7 @@ def read_input_bytes(path: Path | str, *, limit: limits.Limit = limits.INPUT_BYT
             raise limits.LimitExceeded(limit.message("<stdin>"))
         return data
     try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+        descriptor = os.open(path, _READ_FLAGS)
     except FileNotFoundError:
         raise KvtoolError(f"{path}: no such file or directory") from None
     except OSError as error:

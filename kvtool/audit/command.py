@@ -309,11 +309,15 @@ def audit(
             out.chatter.print(line, markup=False, soft_wrap=True)
     if not invocations and not any(s.problem for s in inputs.skipped):
         out.warnings.print(
-            "kvtool: warning: no vLLM server found in the input", markup=False, soft_wrap=True
+            "kvtool: warning: no vLLM server found in the input",
+            markup=False,
+            emoji=False,
+            soft_wrap=True,
         )
     for warning in sorted({i.target.warning for i in report.invocations if i.target.warning}):
+        # Plain text: no :name: emoji codes either (their table costs every run a start-up).
         out.warnings.print(
-            f"kvtool: warning: {terminal_line(warning)}", markup=False, soft_wrap=True
+            f"kvtool: warning: {terminal_line(warning)}", markup=False, emoji=False, soft_wrap=True
         )
     if fix or diff:
         from kvtool.audit.fixing import apply_fixes

@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from types import MappingProxyType
 from typing import Any, Literal, TypeVar, cast
 
 import msgspec
@@ -217,6 +218,21 @@ class EffectiveConnector(msgspec.Struct, frozen=True):
         return tuple(dict.fromkeys((self.name, *self.children)))
 
 
+_Named = TypeVar("_Named", FlagFact, ConnectorFact, EnvVarFact)
+# Rows of a release table by name, built once per table (every engine of an audit that
+# checks against one release shares it): id of the rows -> (the rows, kept alive, map).
+_BY_NAME: dict[int, tuple[tuple[Any, ...], Mapping[str, Any]]] = {}
+
+
+def _by_name(rows: tuple[_Named, ...]) -> Mapping[str, _Named]:
+    known = _BY_NAME.get(id(rows))
+    if known is not None and known[0] is rows:
+        return cast(Mapping[str, _Named], known[1])
+    table = MappingProxyType({row.name: row for row in rows})
+    _BY_NAME[id(rows)] = (rows, table)
+    return table
+
+
 @dataclass(frozen=True)
 class RuleContext:
     config: ServeConfig
@@ -275,8 +291,8 @@ class RuleContext:
 
     # -- options -----------------------------------------------------------------
     @cached_property
-    def _flag_facts(self) -> dict[str, FlagFact]:
-        return {fact.name: fact for fact in self.facts.flags}
+    def _flag_facts(self) -> Mapping[str, FlagFact]:
+        return _by_name(self.facts.flags)
 
     def flag_fact(self, flag: str) -> FlagFact | None:
         """The release table's fact for a canonical flag name (``--no-X`` resolves to ``--X``)."""
@@ -361,16 +377,16 @@ class RuleContext:
         return extra if isinstance(extra, dict) else {}
 
     @cached_property
-    def _connector_facts(self) -> dict[str, ConnectorFact]:
-        return {c.name: c for c in self.facts.connectors}
+    def _connector_facts(self) -> Mapping[str, ConnectorFact]:
+        return _by_name(self.facts.connectors)
 
     def connector_fact(self, name: str) -> ConnectorFact | None:
         return self._connector_facts.get(name)
 
     @cached_property
-    def env_var_facts(self) -> dict[str, EnvVarFact]:
+    def env_var_facts(self) -> Mapping[str, EnvVarFact]:
         """The env vars the target release reads, by name."""
-        return {env.name: env for env in self.facts.env_vars}
+        return _by_name(self.facts.env_vars)
 
     @cached_property
     def offload_requested(self) -> bool:

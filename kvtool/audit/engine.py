@@ -220,16 +220,15 @@ class Auditor:
         report = AuditReport()
         prepared = [(inv, self.target_for(inv)) for inv in invocations]
         contexts = [self.context_for(inv, target) for inv, target in prepared]
+        by_file: dict[str, list[RuleContext]] = {}
+        for ctx in contexts:
+            if ctx.config.invocation.file is not None:
+                by_file.setdefault(ctx.config.invocation.file, []).append(ctx)
         for (invocation, target), ctx in zip(prepared, contexts, strict=True):
             # Rules about engines that work together (a prefill/decode pair) see the other
             # engines of the same input file.
-            siblings = tuple(
-                other
-                for other in contexts
-                if other is not ctx
-                and invocation.file is not None
-                and other.config.invocation.file == invocation.file
-            )
+            same_file = by_file.get(invocation.file, []) if invocation.file is not None else []
+            siblings = tuple(other for other in same_file if other is not ctx)
             ctx = dataclasses.replace(ctx, siblings=siblings)
             report.invocations.append(self._audit_one(invocation, report, target, ctx))
         self._report_suppressions(report)

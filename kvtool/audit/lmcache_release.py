@@ -109,7 +109,10 @@ def bundled_in(image: str) -> LmcacheRelease | None:
 
 def is_requirements_name(name: str) -> bool:
     """``requirements.txt``, ``requirements-cuda.txt``, ``requirements/common.txt``."""
-    path = PurePath(name.lower())
+    lowered = name.lower()
+    if ".txt" not in lowered:  # most names of a directory walk: no path to build
+        return False
+    path = PurePath(lowered)
     return path.suffix == ".txt" and (
         path.name.startswith("requirements") or path.parent.name == "requirements"
     )

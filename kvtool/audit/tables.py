@@ -23,12 +23,7 @@ class ShippedTables:
     def target(
         self, requested: str | None, image: str | None, *, origin: str = "--vllm-version"
     ) -> Target:
-        from kvtool.releases import resolve_target
-
-        resolved = resolve_target(requested, image, origin=origin)
-        return Target(
-            vllm_version=resolved.version, source=resolved.source, warning=resolved.warning
-        )
+        return _target(requested, image, origin)
 
     def release(self, version: str) -> ReleaseFacts:
         from kvtool.releases import load_release
@@ -45,6 +40,15 @@ class ShippedTables:
 
     def model(self, name: str) -> ModelFacts | None:
         return _model_facts(name)
+
+
+@cache
+def _target(requested: str | None, image: str | None, origin: str) -> Target:
+    """The release table for one (version, image): most engines of a tree share an image."""
+    from kvtool.releases import resolve_target
+
+    resolved = resolve_target(requested, image, origin=origin)
+    return Target(vllm_version=resolved.version, source=resolved.source, warning=resolved.warning)
 
 
 @cache

@@ -10,13 +10,13 @@ one table.
 from __future__ import annotations
 
 import importlib
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from rich.console import Console
 
+from kvtool.output.jsontext import dumps_indented
 from kvtool.output.streams import Output
 
 R = TypeVar("R")
@@ -72,7 +72,7 @@ def json_document(kind: ReportKind[R], report: R) -> dict[str, Any]:
 def render(kind: ReportKind[R], report: R, output_format: str) -> str:
     """A machine format of ``report`` as text (json or one of ``kind.formats``)."""
     if output_format == "json":
-        return json.dumps(json_document(kind, report), indent=2) + "\n"
+        return dumps_indented(json_document(kind, report)) + "\n"
     return kind.formats[output_format](report)
 
 

@@ -23,6 +23,7 @@ from kvtool.audit.lmcache_release import LmcacheRelease, pins_in_text
 from kvtool.audit.model import Invocation, Location, SkippedInput
 from kvtool.errors import KvtoolError
 from kvtool.fsio import read_input_bytes, reader_text
+from kvtool.limits import INPUT_BYTES
 
 
 class NoServerCommand(KvtoolError):
@@ -88,6 +89,10 @@ def read_input_set(
     seen: set[str] = set()  # absolute paths, not resolved: a symlinked twin is read again
     # One directory's walk names each file once: only several paths need the check.
     check_twins = len(paths) > 1
+    try:  # the input size limit, read once for the walk
+        cap: int | None = INPUT_BYTES.count
+    except KvtoolError:
+        cap = None  # a malformed setting: each file's read reports it, as it always has
     for path in paths:
         if not path.exists():
             raise KvtoolError(f"{path}: no such file or directory")
@@ -99,7 +104,7 @@ def read_input_set(
                 if key in seen:
                     continue
                 seen.add(key)
-            text = _read_file(name, result, named=named)
+            text = _read_file(name, result, named=named, cap=cap)
             if text is not None:
                 pending.append(_Pending(text, name, os.path.dirname(name) or "."))
     if stdin is not None:
@@ -150,12 +155,12 @@ def read_inputs(paths: list[Path], *, input_format: str | None = None) -> list[I
     return found.invocations
 
 
-def _read_file(path: str, result: InputSet, *, named: bool) -> str | None:
+def _read_file(path: str, result: InputSet, *, named: bool, cap: int | None) -> str | None:
     # Regular files only, within the input size limit (a FIFO or /dev/zero must not hang
     # the run or fill memory); the text as every reader and --fix see it. A binary file
     # met in a directory walk is passed over; one the user named is a problem.
     try:
-        data = read_input_bytes(path)
+        data = read_input_bytes(path, cap=cap)
     except KvtoolError as error:
         result.skipped.append(SkippedInput(file=path, reason=_reason(error, path), problem=True))
         return None
@@ -209,6 +214,10 @@ def _read_one(
 
 def _template_reason(text: str) -> str:
     """Why a templated file is skipped, and what to audit instead."""
+    # Most templates are a chart's: the KServe reader is imported only for a text that
+    # names its kind (is_config_template matches a line ``kind: LLMInferenceServiceConfig``).
+    if "LLMInferenceServiceConfig" not in text:
+        return f"a chart template, not YAML until rendered; {RENDER_HINT}"
     from kvtool.audit.inputs import kserve_llm
 
     if kserve_llm.is_config_template(text):

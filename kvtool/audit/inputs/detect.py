@@ -69,6 +69,8 @@ def is_json_manifest(text: str, name: str) -> bool:
 
 def is_template(text: str, name: str) -> bool:
     """A Helm chart template or a Jinja-templated file: not YAML until rendered."""
+    if "{{" not in text and "{%" not in text:  # what both patterns below start with
+        return False
     if is_helm_values_name(name):
         return False
     return bool(_TEMPLATE_ACTION.search(text) or _JINJA_BLOCK.search(text))

@@ -50,12 +50,14 @@ def candidate_paths(directory: Path) -> Iterator[str]:
             and not _ignored(root, d, ignores, is_dir=True)
         )
         for name in sorted(files):
-            path = os.path.join(root, name)
             # requirements*.txt: not a deployment, but it may pin the LMCache release.
-            wanted = is_candidate(name) or is_requirements_name(path)
-            if (wanted or ("." not in name and _has_shebang(path))) and not _ignored(
-                root, name, ignores, is_dir=False
-            ):
+            wanted = is_candidate(name) or (
+                name.lower().endswith(".txt") and is_requirements_name(os.path.join(root, name))
+            )
+            if not wanted and "." in name:
+                continue  # most files of a repository: no path to build
+            path = os.path.join(root, name)
+            if (wanted or _has_shebang(path)) and not _ignored(root, name, ignores, is_dir=False):
                 yield path
 
 

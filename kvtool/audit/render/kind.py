@@ -11,8 +11,20 @@ from rich.console import Console
 from kvtool.audit import ruledocs
 from kvtool.audit.engine import AuditReport
 from kvtool.audit.registry import Rule, RuleMeta
-from kvtool.audit.render import github, json_report, sarif, text
+from kvtool.audit.render import json_report, text
 from kvtool.output.kinds import ReportKind
+
+
+def _sarif(report: AuditReport) -> str:
+    from kvtool.audit.render import sarif  # imported by the runs that ask for it (hashlib)
+
+    return sarif.render(report)
+
+
+def _github(report: AuditReport) -> str:
+    from kvtool.audit.render import github
+
+    return github.render(report)
 
 
 def _audit_document(report: AuditReport) -> dict[str, Any]:
@@ -27,7 +39,7 @@ AUDIT: ReportKind[AuditReport] = ReportKind(
     text=text.print_report,
     document=_audit_document,
     schema=lambda: msgspec.json.schema(json_report.JsonReport),
-    formats={"sarif": sarif.render, "github": github.render},
+    formats={"sarif": _sarif, "github": _github},
 )
 
 
