@@ -219,9 +219,25 @@ def identify(name: str, *, config_path: str | None = None) -> ModelIdentity | No
     found = find_model_config(name, config_path=config_path or None, catalog=False)
     if found is not None:
         return classify_config(found.raw, name=name, where=found.where)
-    for row in families():
-        if row.matches(name):
-            return ModelIdentity(
-                name=name, traits=frozenset(row.traits), source=row.config, family=row.family
-            )
+    row = family_row(name)
+    if row is None:
+        return None
+    return ModelIdentity(
+        name=name, traits=frozenset(row.traits), source=row.config, family=row.family
+    )
+
+
+@cache
+def family_row(name: str) -> FamilyRow | None:
+    """The first family row whose patterns match ``name`` (an audit asks once per model
+    name, however many engines serve it)."""
+    lowered = name.lower()
+    for row, compiled in _compiled_families():
+        if any(pattern.search(lowered) for pattern in compiled):
+            return row
     return None
+
+
+@cache
+def _compiled_families() -> tuple[tuple[FamilyRow, tuple[re.Pattern[str], ...]], ...]:
+    return tuple((row, tuple(re.compile(p) for p in row.patterns)) for row in families())
