@@ -43,6 +43,8 @@ def mounted_files(
         files = _files(source, data.keys())
         sub_path = yaml_tree.scalar(yaml_tree.get(mount, "subPath"))
         for relative, key in files.items():
+            if key not in data or not _plain_relative(relative):
+                continue  # Kubernetes refuses the pod (or mounts nothing there)
             if sub_path is not None and relative != sub_path:
                 continue
             path = mount_path if sub_path is not None else posixpath.join(mount_path, relative)
@@ -53,6 +55,11 @@ def mounted_files(
             first_line = location.line + 1 if "\n" in value else location.line
             found[posixpath.normpath(path)] = WrittenFile(value, location.file, first_line)
     return found
+
+
+def _plain_relative(path: str) -> bool:
+    """A ``path`` Kubernetes accepts for a projected key: relative, no ``..`` element."""
+    return bool(path) and not path.startswith("/") and ".." not in path.split("/")
 
 
 def _files(source: yaml.Node, keys: Iterable[str]) -> dict[str, str]:

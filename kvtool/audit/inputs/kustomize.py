@@ -130,14 +130,15 @@ def read_json6902(
     if not patches:
         return []
     notes: list[str] = []
-    resources = list(_resources(node, here, 0, notes))
+    resources = list(_resources(node, here, 0, _Walk(notes, {os.path.realpath(here)})))
+    budget = json_patch.CopyBudget(f"JSON patches of {source.file or '<input>'}")
     for patch in patches:
         targets = [r for r in resources if _targets(patch.target, r.node)]
         if not targets:
             notes.append(f"{patch.where}: its target is not among the resources read")
         for resource in targets:
             for operation in patch.operations:
-                problem = json_patch.apply(resource.node, operation)
+                problem = json_patch.apply(resource.node, operation, budget)
                 if problem is not None:
                     notes.append(f"{patch.where}: {problem}")
             resource.patched = True
@@ -177,6 +178,8 @@ def _json6902_patches(
             where = yaml_tree.where(inline, file)
         elif path is not None:
             patch_file = os.path.normpath(os.path.join(here, path))
+            if not _inside(patch_file, here):
+                continue  # kustomize's load restrictor refuses it too
             try:
                 found = _operations(read_input_text(patch_file), patch_file, None)
             except KvtoolError:
@@ -201,8 +204,39 @@ def _operations(
     return found
 
 
-def _resources(node: yaml.Node, here: str, depth: int, notes: list[str]) -> Iterator[_Resource]:
-    """The objects of a Kustomization's ``resources`` (and legacy ``bases``), in order."""
+@dataclass
+class _Walk:
+    """One walk of a kustomization's resources: what was read, and what was not and why.
+
+    Each directory and file is read once: kustomize refuses a cycle and a resource
+    listed twice, and reading ``resources: [., ., .]`` again at each level would take
+    time exponential in the depth.
+    """
+
+    notes: list[str]
+    seen: set[str]
+
+
+def _inside(path: str, root: str) -> bool:
+    """Whether ``path`` (symbolic links followed) lies in the directory ``root``."""
+    real, real_root = os.path.realpath(path), os.path.realpath(root)
+    return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
+
+
+def _outside_note(name: str, root: str) -> str:
+    return (
+        f"resource {name!r} is outside {root}: not read (kustomize's default load "
+        "restrictor allows only files within the kustomization's directory)"
+    )
+
+
+def _resources(node: yaml.Node, here: str, depth: int, walk: _Walk) -> Iterator[_Resource]:
+    """The objects of a Kustomization's ``resources`` (and legacy ``bases``), in order.
+
+    A file must lie within the kustomization's directory, as kustomize's default load
+    restrictor (``LoadRestrictionsRootOnly``) requires; another kustomization directory
+    (``../base``) may lie anywhere, and its files within it.
+    """
     entries = yaml_tree.sequence(yaml_tree.get(node, "resources"))
     entries += yaml_tree.sequence(yaml_tree.get(node, "bases"))
     for entry in entries:
@@ -210,23 +244,32 @@ def _resources(node: yaml.Node, here: str, depth: int, notes: list[str]) -> Iter
         if name is None or "://" in name or name.startswith(("github.com/", "git@")):
             continue  # a remote base: not on this machine
         path = os.path.normpath(os.path.join(here, name))
-        if os.path.isdir(path):
-            yield from _directory(path, depth, notes)
+        is_directory = os.path.isdir(path)
+        if not is_directory and not _inside(path, here):
+            walk.notes.append(_outside_note(name, here))
+            continue
+        real = os.path.realpath(path)
+        if real in walk.seen:
+            walk.notes.append(f"resource {name!r}: {path} was read already; not read again")
+            continue
+        walk.seen.add(real)
+        if is_directory:
+            yield from _directory(path, depth, walk)
             continue
         try:
             text = read_input_text(path)
             documents = yaml_tree.compose_documents(text, path)
         except KvtoolError as error:
-            notes.append(f"resource {name}: {error}")
+            walk.notes.append(f"resource {name!r}: {error}")
             continue
         for document in documents:
             for obj in _objects(document):
                 yield _Resource(obj, text, path)
 
 
-def _directory(path: str, depth: int, notes: list[str]) -> Iterator[_Resource]:
+def _directory(path: str, depth: int, walk: _Walk) -> Iterator[_Resource]:
     if depth >= _MAX_DEPTH:
-        notes.append(f"{path}: kustomizations nested too deeply; not read")
+        walk.notes.append(f"{path}: kustomizations nested too deeply; not read")
         return
     for name in KUSTOMIZATION_FILES:
         kustomization = os.path.join(path, name)
@@ -236,11 +279,12 @@ def _directory(path: str, depth: int, notes: list[str]) -> Iterator[_Resource]:
                     read_input_text(kustomization), kustomization
                 )
             except KvtoolError as error:
-                notes.append(str(error))
+                walk.notes.append(str(error))
                 return
             for document in documents:
-                yield from _resources(document, path, depth + 1, notes)
+                yield from _resources(document, path, depth + 1, walk)
             return
+    walk.notes.append(f"{path}: a directory without a kustomization file; not read")
 
 
 def _objects(document: yaml.Node) -> Iterator[yaml.Node]:

@@ -1,0 +1,290 @@
+"""Hostile inputs for the readers of kustomize JSON 6902 patches, ConfigMap mounts,
+container memory quantities and KAITO presets: nothing read from outside what the user
+named, no traceback, no hang, no graph where a tree belongs.
+
+Shapes as the reader tests write them (kubernetes-sigs/kustomize examples/jsonpatch.md
+overlays; Kubernetes Pod/ConfigMap objects; kaito-project/kaito v1beta1 Workspaces).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kvtool.audit.inputs import NoServerCommand, json_patch, read_input_set, read_text, yaml_tree
+from kvtool.audit.inputs.quantity import parse_bytes, parse_docker_bytes
+from kvtool.audit.model import Invocation
+from kvtool.limits import LimitExceeded
+
+DEPLOYMENT = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: vllm}
+spec:
+  template:
+    spec:
+      containers:
+        - name: vllm
+          image: vllm/vllm-openai:v0.20.0
+          args: ["m", "--max-model-len", "4096"]
+"""
+ADD_ARG = """\
+patches:
+  - target: {kind: Deployment, name: vllm}
+    patch: |-
+      - op: add
+        path: /spec/template/spec/containers/0/args/-
+        value: --enforce-eager
+"""
+
+
+def _overlay(tmp_path: Path, resources: list[str], patches: str = ADD_ARG) -> Path:
+    """base/ (a Deployment) and overlay/kustomization.yaml naming ``resources``."""
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "deployment.yaml").write_text(DEPLOYMENT)
+    (tmp_path / "base" / "kustomization.yaml").write_text("resources: [deployment.yaml]\n")
+    (tmp_path / "overlay").mkdir()
+    listed = "".join(f"  - {name!r}\n" for name in resources)
+    kustomization = tmp_path / "overlay" / "kustomization.yaml"
+    kustomization.write_text(f"resources:\n{listed}{patches}")
+    return kustomization
+
+
+def _patched(path: Path) -> list[Invocation]:
+    found = read_input_set([path])
+    assert not [s for s in found.skipped if s.problem], found.skipped
+    return found.invocations
+
+
+def test_resources_outside_the_kustomization_are_not_read(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.yaml"
+    secret.write_text(DEPLOYMENT.replace("vllm/vllm-openai", "leaked/image"))
+    outside = os.path.relpath(secret, tmp_path / "overlay")
+    kustomization = _overlay(tmp_path, ["../base", outside, str(secret), "../base/deployment.yaml"])
+    (invocation,) = _patched(kustomization)
+    assert "--enforce-eager" in [t.text for t in invocation.tokens]
+    assert invocation.image is not None and "leaked" not in invocation.image
+    outside_notes = [n for n in invocation.notes if "outside" in n and "load restrictor" in n]
+    assert len(outside_notes) == 3, invocation.notes
+
+
+def test_a_patch_file_outside_the_kustomization_is_not_read(tmp_path: Path) -> None:
+    patch = tmp_path / "patch.yaml"
+    patch.write_text("- op: add\n  path: /spec/template/spec/containers/0/args/-\n  value: x\n")
+    patches = f"patchesJson6902:\n  - target: {{kind: Deployment}}\n    path: {patch}\n"
+    kustomization = _overlay(tmp_path, ["../base"], patches)
+    with pytest.raises(NoServerCommand):
+        read_text(
+            kustomization.read_text(),
+            str(kustomization),
+            input_format="kubernetes",
+            base_dir=kustomization.parent,
+        )
+
+
+def test_self_references_and_repeats_are_read_once(tmp_path: Path) -> None:
+    """``resources: [., ., ...]`` at every level would be read 20**8 times; a cycle
+    through another directory ends too."""
+    kustomization = _overlay(tmp_path, ["../base", *["."] * 20, "../loop", "../base"])
+    loop = tmp_path / "loop"
+    loop.mkdir()
+    (loop / "kustomization.yaml").write_text("resources: [../overlay, ../loop, .]\n")
+    started = time.process_time()
+    (invocation,) = _patched(kustomization)
+    assert time.process_time() - started < 5
+    assert [t.text for t in invocation.tokens].count("--enforce-eager") == 1
+    assert any("read already" in note for note in invocation.notes)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_fifos_symlink_loops_directories_and_missing_files_are_notes(tmp_path: Path) -> None:
+    kustomization = _overlay(
+        tmp_path, ["../base", "fifo", "loop", "missing.yaml", "empty", "/dev/zero"]
+    )
+    overlay = kustomization.parent
+    os.mkfifo(overlay / "fifo")
+    (overlay / "loop").symlink_to("loop")
+    (overlay / "empty").mkdir()
+    started = time.monotonic()
+    (invocation,) = _patched(kustomization)
+    assert time.monotonic() - started < 5
+    notes = "\n".join(invocation.notes)
+    for name in ("fifo", "loop", "missing.yaml", "empty", "/dev/zero"):
+        assert name in notes, notes
+
+
+def _sizes(node: yaml.Node, cap: int) -> int:
+    """Nodes reached from ``node`` following every path, up to ``cap`` (a tree's size)."""
+    count, stack = 0, [node]
+    while stack and count < cap:
+        current = stack.pop()
+        count += 1
+        if isinstance(current, yaml.MappingNode):
+            stack.extend(v for _, v in current.value)
+        elif isinstance(current, yaml.SequenceNode):
+            stack.extend(current.value)
+    return count
+
+
+def _operations(text: str) -> list[json_patch.Operation]:
+    found = json_patch.operations(yaml_tree.compose_documents(text, "patch.yaml")[0])
+    assert found is not None
+    return found
+
+
+def test_a_patch_cannot_add_a_value_inside_itself() -> None:
+    (target,) = yaml_tree.compose_documents("spec: {}\n", "base.yaml")
+    patch = (
+        "- {op: add, path: /spec/a, value: &v {k: 1}}\n- {op: add, path: /spec/a/self, value: *v}\n"
+    )
+    for operation in _operations(patch):
+        assert json_patch.apply(target, operation) is None
+    assert _sizes(target, 1000) < 20  # a cycle would reach the cap
+
+
+def test_shared_values_do_not_double_with_each_operation() -> None:
+    """Each level adds one node twice (an alias): shared, 40 levels are 2**40 paths."""
+    (target,) = yaml_tree.compose_documents("spec: {}\n", "base.yaml")
+    lines, path = [], "/spec"
+    for level in range(40):
+        lines.append(f"- {{op: add, path: {path}/l, value: &n{level} {{}}}}")
+        lines.append(f"- {{op: add, path: {path}/r, value: *n{level}}}")
+        path += "/l"
+    budget = json_patch.CopyBudget("patch.yaml")
+    for operation in _operations("\n".join(lines) + "\n"):
+        json_patch.apply(target, operation, budget)
+    assert _sizes(target, 10_000) < 200
+
+
+def test_copies_stop_at_the_node_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The patch reads within the limit; applied to many targets, its copies do not."""
+    (target,) = yaml_tree.compose_documents("spec: {}\n", "base.yaml")
+    big = "[" + ", ".join(["1"] * 40) + "]"
+    (operation,) = _operations(f"- {{op: add, path: /spec/a, value: {big}}}\n")
+    monkeypatch.setenv("KVTOOL_LIMIT_YAML_NODES", "100")
+    budget = json_patch.CopyBudget("patch.yaml")
+    json_patch.apply(target, operation, budget)
+    json_patch.apply(target, operation, budget)
+    with pytest.raises(LimitExceeded, match="yaml_nodes"):
+        json_patch.apply(target, operation, budget)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/spec/list/²/x",
+        "/spec/list/" + "9" * 5000 + "/x",
+        "/spec/list/999999999/args/-",
+        "/spec/list/²",
+        "/spec/list/" + "9" * 5000,
+        "/spec/list/-1",
+        "/spec/~1~0/x",
+    ],
+)
+def test_odd_indexes_are_reasons_not_errors(path: str) -> None:
+    (target,) = yaml_tree.compose_documents("spec: {list: [a, b]}\n", "base.yaml")
+    (operation,) = _operations(f"- op: add\n  path: '{path}'\n  value: x\n")
+    assert json_patch.apply(target, operation) is not None
+
+
+CONFIGMAP_POD = """\
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: cfg}
+data:
+  config.yaml: |
+    max-model-len: 4096
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: p}
+spec:
+  containers:
+    - name: vllm
+      image: vllm/vllm-openai:v0.20.0
+      args: [--model, m, --config, /etc/vllm/config.yaml]
+      volumeMounts: [{name: c, mountPath: /etc/vllm MOUNT}]
+  volumes: [{name: c, configMap: {name: cfg, items: ITEMS}}]
+"""
+
+
+@pytest.mark.parametrize(
+    ("mount", "items"),
+    [
+        ("", "[{key: missing, path: config.yaml}]"),
+        (", subPath: config.yaml", "[{key: missing, path: config.yaml}]"),
+        (", subPath: ..", "[{key: config.yaml, path: ..}]"),
+        ("/x", "[{key: config.yaml, path: ../config.yaml}]"),
+        ("", "[{key: config.yaml, path: /etc/vllm/config.yaml}]"),
+    ],
+)
+def test_configmap_items_kubernetes_refuses_mount_nothing(
+    tmp_path: Path, mount: str, items: str
+) -> None:
+    path = tmp_path / "pod.yaml"
+    path.write_text(CONFIGMAP_POD.replace(" MOUNT", mount).replace("ITEMS", items))
+    found = read_input_set([path])
+    assert not [s for s in found.skipped if s.problem], found.skipped
+    (invocation,) = found.invocations
+    assert all(key != "max-model-len" for key, _, _ in invocation.config_items)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "1e999Gi",
+        "-5Gi",
+        "0x10",
+        "NaN",
+        ".inf",
+        "\u0661\u0662Gi",
+        "9" * 5000,
+        "1e" + "9" * 5000,
+        "9" * 5000 + "Gi",
+        "1e65",
+        "",
+    ],
+)
+def test_quantities_that_are_no_memory_size(text: str) -> None:
+    assert parse_bytes(text) is None
+
+
+@pytest.mark.parametrize(
+    "text", ["9" * 5000 + "g", "1." + "9" * 5000, "\u0661\u0662g", "-5g", "0x10"]
+)
+def test_docker_sizes_that_are_no_memory_size(text: str) -> None:
+    assert parse_docker_bytes(text) is None
+
+
+def test_a_huge_memory_limit_is_a_note_and_the_other_files_are_read(tmp_path: Path) -> None:
+    pod = DEPLOYMENT.replace(
+        'args: ["m", "--max-model-len", "4096"]',
+        'args: ["m"]\n          resources: {limits: {memory: "' + "9" * 5000 + 'Gi"}}',
+    )
+    (tmp_path / "a.yaml").write_text(pod)
+    (tmp_path / "b.yaml").write_text(DEPLOYMENT)
+    found = read_input_set([tmp_path / "a.yaml", tmp_path / "b.yaml"])
+    assert len(found.invocations) == 2 and not found.skipped
+    huge = next(i for i in found.invocations if i.file and i.file.endswith("a.yaml"))
+    assert any("not a Kubernetes quantity" in note for note in huge.notes)
+
+
+@pytest.mark.parametrize("count", ["²", "9" * 5000, "-1", "1e400", "[1]"])
+def test_kaito_resource_count_that_is_no_number(count: str) -> None:
+    workspace = f"""\
+apiVersion: kaito.sh/v1beta1
+kind: Workspace
+metadata: {{name: ws}}
+resource:
+  count: {count}
+  instanceType: Standard_NC48ads_A100_v4
+inference:
+  preset: {{name: phi-4-mini-instruct}}
+"""
+    (invocation,) = read_text(workspace, "ws.yaml", input_format="kubernetes")
+    if count != "[1]":
+        assert any("resource.count" in note for note in invocation.notes), invocation.notes
