@@ -8,15 +8,19 @@ overlays; Kubernetes Pod/ConfigMap objects; kaito-project/kaito v1beta1 Workspac
 
 from __future__ import annotations
 
+import functools
 import os
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from kvtool.audit.inputs import NoServerCommand, json_patch, read_input_set, read_text, yaml_tree
 from kvtool.audit.inputs.quantity import parse_bytes, parse_docker_bytes
+from kvtool.audit.lmcache_release import pins_in_text
 from kvtool.audit.model import Invocation
 from kvtool.limits import LimitExceeded
 
@@ -288,3 +292,124 @@ inference:
     (invocation,) = read_text(workspace, "ws.yaml", input_format="kubernetes")
     if count != "[1]":
         assert any("resource.count" in note for note in invocation.notes), invocation.notes
+
+
+@pytest.mark.parametrize(
+    ("text", "name"),
+    [
+        ("pip install lmcache==" + "9" * 5000 + ".1.1\n", "Dockerfile"),
+        ("pip install lmcache==\u0661.\u0662.\u0663\n", "Dockerfile"),
+        ("lmcache==\u0661.\u0662.\u0663\n", "requirements.txt"),
+        ("lmcache==0.3.9\x1b[2J\n", "requirements.txt"),
+    ],
+)
+def test_odd_pins_are_no_release(text: str, name: str) -> None:
+    assert pins_in_text(text, name) == ()
+
+
+def test_pins_keep_their_lines() -> None:
+    text = "RUN pip install vllm lmcache==0.3.9 && pip install x \\\n  lmcache==0.3.8\n\n"
+    text += 'RUN pip install "lmcache[cuda]==0.3.7.post1"\n'
+    pins = pins_in_text(text, "Dockerfile")
+    assert [(p.version, p.origin.rsplit(":", 1)[1]) for p in pins] == [
+        ("0.3.9", "1"),
+        ("0.3.8", "1"),
+        ("0.3.7.post1", "4"),
+    ]
+
+
+def _workflow(count: int) -> str:
+    # The shape of a workflow starting vLLM (vllm-project/vllm .github/workflows).
+    steps = "".join(
+        f"      - name: serve {n}\n        env: {{PORT: '{8000 + n % 1000}'}}\n"
+        f"        run: vllm serve ${{{{ matrix.model }}}} --port $PORT\n"
+        for n in range(count)
+    )
+    return f"on: push\njobs:\n  serve:\n    runs-on: ubuntu-latest\n    steps:\n{steps}"
+
+
+def _read_workflow(text: str) -> None:
+    read_text(text, "ci.yml", input_format="github-actions")
+
+
+def _pod_of(count: int) -> str:
+    # One pod, many containers mounting a memory emptyDir and a ConfigMap (as above).
+    containers = "".join(
+        f"    - name: c{n}\n      image: vllm/vllm-openai:v0.20.0\n      args: [--model, m]\n"
+        f"      resources: {{limits: {{memory: {n + 1}Gi}}}}\n"
+        f"      volumeMounts: [{{name: shm, mountPath: /dev/shm}}, {{name: c, mountPath: /c}}]\n"
+        for n in range(count)
+    )
+    volumes = (
+        "  volumes: [{name: shm, emptyDir: {medium: Memory}}, {name: c, configMap: {name: x}}]\n"
+    )
+    head = "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n"
+    return head + containers + volumes
+
+
+@functools.cache
+def _composed(text: str) -> yaml.Node:
+    """Composed once (not timed): the readers' own work is what is measured."""
+    (document,) = yaml_tree.compose_documents(text, "pod.yaml")
+    return document
+
+
+def _read_pod_resources(text: str) -> None:
+    """What the container-resource and ConfigMap readers add per container, on their own:
+    the pod-mates list every invocation carries is n per container by design."""
+    from kvtool.audit.inputs import configmap_files, container_resources
+
+    pod = _composed(text)
+    spec = yaml_tree.get(pod, "spec")
+    for container in yaml_tree.sequence(yaml_tree.get(spec, "containers")):
+        container_resources.read_resources(container, spec, "pod.yaml", [])
+        configmap_files.mounted_files(container, pod, {})
+
+
+def _pip_line(count: int) -> str:
+    return "RUN " + "pip install x " * count + "lmcache\n" + "pip install lmcache==0.3.9\n" * count
+
+
+def _read_pins(text: str) -> None:
+    pins_in_text(text, "Dockerfile")
+
+
+def _overlay_patch(count: int) -> str:
+    ops = "".join(
+        f"      - op: add\n        path: /spec/template/spec/containers/0/args/-\n"
+        f"        value: --served-model-name=m{n}\n"
+        for n in range(count)
+    )
+    head = "resources: [deployment.yaml]\npatches:\n  - target: {kind: Deployment}\n    patch: |-\n"
+    return head + ops
+
+
+def _read_overlay(text: str) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        (Path(folder) / "deployment.yaml").write_text(DEPLOYMENT)
+        read_text(text, "kustomization.yaml", input_format="kubernetes", base_dir=Path(folder))
+
+
+@pytest.mark.parametrize(
+    ("make", "read", "base"),
+    [
+        (_workflow, _read_workflow, 25),
+        (_pod_of, _read_pod_resources, 250),
+        (_pip_line, _read_pins, 500),
+        (_overlay_patch, _read_overlay, 50),
+    ],
+    ids=["github-actions-steps", "pod-containers", "pip-pins", "kustomize-json-patch-ops"],
+)
+def test_new_readers_grow_linearly(make: Any, read: Any, base: int) -> None:
+    """As tests/hostile/test_limits.py times the older readers: CPU time, best of three,
+    16x the input at most 16 x 3 the time."""
+    texts = [make(base), make(4 * base), make(16 * base)]
+    best = [float("inf")] * len(texts)
+    for _ in range(3):
+        for index, text in enumerate(texts):
+            started = time.process_time()
+            read(text)
+            best[index] = min(best[index], time.process_time() - started)
+    one, four, sixteen = best
+    assert four < 4 * 3 * one, (one, four)
+    assert sixteen < 16 * 3 * one, (one, sixteen)

@@ -15,11 +15,9 @@ from collections.abc import Iterable
 
 import yaml
 
-from kvtool.audit.inputs import yaml_tree
+from kvtool.audit.inputs import pod_holder, yaml_tree
 from kvtool.audit.inputs.source import ConfigMaps
 from kvtool.audit.inputs.vllm_config import WrittenFile
-
-_CONTAINER_LISTS = ("containers", "initContainers")
 
 
 def mounted_files(
@@ -79,11 +77,6 @@ def _files(source: yaml.Node, keys: Iterable[str]) -> dict[str, str]:
 def _pod_holding(container: yaml.Node, above: yaml.Node | None) -> yaml.Node | None:
     """The PodSpec whose container list holds ``container``: ``above`` or one of its values."""
     for candidate in (above, *(value for _, _, value in yaml_tree.items(above))):
-        held = [
-            item
-            for key in _CONTAINER_LISTS
-            for item in yaml_tree.sequence(yaml_tree.get(candidate, key))
-        ]
-        if any(item is container for item in held):
+        if pod_holder.holds(candidate, container):
             return candidate
     return None

@@ -1,0 +1,29 @@
+"""Whether a mapping holds a given container in its ``containers``/``initContainers``.
+
+Readers that find a container's PodSpec ask this of each container of a pod; the ids of
+a mapping's containers are kept on its node, so a pod of n containers costs n, not n².
+"""
+
+from __future__ import annotations
+
+import yaml
+
+from kvtool.audit.inputs import yaml_tree
+
+CONTAINER_LISTS = ("containers", "initContainers")
+_HELD = "_kvtool_held_containers"
+
+
+def holds(candidate: yaml.Node | None, container: yaml.Node) -> bool:
+    """Whether ``container`` is in ``candidate``'s ``containers`` or ``initContainers``."""
+    if candidate is None:
+        return False
+    held: frozenset[int] | None = getattr(candidate, _HELD, None)
+    if held is None:
+        held = frozenset(
+            id(item)
+            for key in CONTAINER_LISTS
+            for item in yaml_tree.sequence(yaml_tree.get(candidate, key))
+        )
+        setattr(candidate, _HELD, held)
+    return id(container) in held
