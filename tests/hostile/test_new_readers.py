@@ -8,6 +8,7 @@ overlays; Kubernetes Pod/ConfigMap objects; kaito-project/kaito v1beta1 Workspac
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import tempfile
@@ -17,11 +18,14 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvtool.audit.inputs import NoServerCommand, json_patch, read_input_set, read_text, yaml_tree
 from kvtool.audit.inputs.quantity import parse_bytes, parse_docker_bytes
 from kvtool.audit.lmcache_release import pins_in_text
 from kvtool.audit.model import Invocation
+from kvtool.errors import KvtoolError
 from kvtool.limits import LimitExceeded
 
 DEPLOYMENT = """\
@@ -413,3 +417,181 @@ def test_new_readers_grow_linearly(make: Any, read: Any, base: int) -> None:
     one, four, sixteen = best
     assert four < 4 * 3 * one, (one, four)
     assert sixteen < 16 * 3 * one, (one, sixteen)
+
+
+# Hypothesis: the new readers' shapes with hostile values in every place they index.
+_FRAGMENTS = st.sampled_from(
+    [
+        "[1]",
+        "{a: 1}",
+        "null",
+        "7",
+        "1e400",
+        "-5Gi",
+        "0x10",
+        ".nan",
+        "'1e999Gi'",
+        "''",
+        "'${{ x }}'",
+        '"\\e[2J"',
+        "[--model, 7, null, [1]]",
+        "{containers: 7}",
+        "[{name: [1], image: {a: 1}, args: 7}]",
+        "'" + "9" * 5000 + "'",
+        "'²'",
+        "'/spec/template/spec/containers/999999999/args/-'",
+        "'../../etc/passwd'",
+        "..",
+    ]
+)
+_HOLE_VALUES = st.one_of(_FRAGMENTS, st.text(alphabet="ab: -[]{}&*!|>'\"#,0123${}", max_size=30))
+
+_SHAPES = {
+    "dynamo": """\
+apiVersion: nvidia.com/v1alpha1
+kind: DynamoGraphDeployment
+metadata: {name: d}
+spec:
+  services:
+    VllmWorker:
+      extraPodSpec:
+        mainContainer:
+          image: nvcr.io/nvidia/ai-dynamo/vllm-runtime:0.4.0
+          command: [python3, -m, dynamo.vllm]
+          args: [--model, HOLE, HOLE, --connector, HOLE]
+          resources: {limits: {memory: HOLE}}
+""",
+    "kserve": """\
+apiVersion: serving.kserve.io/v1beta1
+kind: InferenceService
+metadata: {name: isvc}
+spec:
+  predictor:
+    model:
+      modelFormat: {name: huggingface}
+      args: [--model_id=x, HOLE, HOLE]
+      resources: {limits: {memory: HOLE}}
+""",
+    "kserve-llm": """\
+apiVersion: serving.kserve.io/v1alpha1
+kind: LLMInferenceService
+metadata: {name: llm}
+spec:
+  model: {uri: HOLE}
+  template: {containers: [{name: main, image: HOLE, command: [vllm, serve, HOLE]}]}
+  prefill: HOLE
+""",
+    "modelservice": """\
+modelArtifacts: {uri: HOLE, name: HOLE}
+decode:
+  replicas: 1
+  containers: [{name: vllm, image: HOLE, modelCommand: vllmServe, args: [HOLE]}]
+prefill: {containers: HOLE}
+""",
+    "ray-serve": """\
+apiVersion: ray.io/v1
+kind: RayService
+metadata: {name: llm}
+spec:
+  serveConfigV2: |
+    applications:
+    - import_path: ray.serve.llm:build_openai_app
+      args: {llm_configs: [{model_loading_config: HOLE, engine_kwargs: {max_model_len: HOLE}}]}
+""",
+    "kaito-preset": """\
+apiVersion: kaito.sh/v1beta1
+kind: Workspace
+metadata: {name: ws}
+resource: {count: HOLE, instanceType: HOLE}
+inference: {preset: {name: phi-4-mini-instruct}, config: HOLE}
+""",
+    "pod-mounts": """\
+apiVersion: v1
+kind: Pod
+metadata: {name: p}
+spec:
+  containers:
+    - name: vllm
+      image: vllm/vllm-openai:v0.20.0
+      args: [--model, m, --config, HOLE]
+      resources: {limits: {memory: HOLE}}
+      volumeMounts: [{name: c, mountPath: HOLE, subPath: HOLE}]
+  volumes: [{name: c, configMap: {name: cfg, items: [{key: HOLE, path: HOLE}]}}]
+""",
+    "github-actions": """\
+on: push
+jobs:
+  j:
+    env: {A: HOLE}
+    steps:
+      - name: HOLE
+        run: vllm serve HOLE --port HOLE
+""",
+}
+_SHAPE_FORMAT = {"github-actions": "github-actions"}
+
+
+def _filled(shape: str, values: list[str]) -> str:
+    parts = _SHAPES[shape].split("HOLE")
+    holes = iter(values * len(parts))
+    return "".join(
+        part + (next(holes) if i < len(parts) - 1 else "") for i, part in enumerate(parts)
+    )
+
+
+def _bounded_read(read: Any) -> None:
+    started = time.perf_counter()
+    with contextlib.suppress(KvtoolError):
+        read()
+    assert time.perf_counter() - started < 2.0
+
+
+@pytest.mark.parametrize("shape", sorted(_SHAPES))
+@settings(max_examples=25, deadline=None)
+@given(values=st.lists(_HOLE_VALUES, min_size=1, max_size=6))
+def test_new_reader_shapes_with_hostile_values(shape: str, values: list[str]) -> None:
+    text = _filled(shape, values)
+    kind = _SHAPE_FORMAT.get(shape, "kubernetes")
+    _bounded_read(lambda: read_text(text, "x.yaml", input_format=kind))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text(alphabet="0123456789.eE+-kKMGTPEimgbB x\u0661\u00b2", max_size=40))
+def test_sizes_are_a_count_of_bytes_or_none(text: str) -> None:
+    for parse in (parse_bytes, parse_docker_bytes):
+        value = parse(text)
+        assert value is None or (isinstance(value, int) and value >= 0)
+
+
+_POINTER_TOKENS = st.sampled_from(
+    ["spec", "a", "-", "0", "1", "²", "9" * 30, "~0", "~1", "", "containers", "args"]
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["add", "replace", "remove", "move", "copy"]),
+            st.lists(_POINTER_TOKENS, min_size=1, max_size=5),
+            st.sampled_from(["x", "[1, 2]", "{a: 1}", "&v {k: [1]}", "*v", "null"]),
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_json_patches_leave_a_tree(ops: list[tuple[str, list[str], str]]) -> None:
+    """Any sequence of operations applies or gives a reason, and the target stays a tree."""
+    lines, anchored = [], False
+    for op, tokens, value in ops:
+        if value.startswith(("&v", "*v")):  # one anchor, then aliases of it
+            value = "*v" if anchored else "&v {k: [1]}"
+            anchored = True
+        pointer = "/" + "/".join(tokens)
+        lines.append(f"- {{op: {op}, path: '{pointer}', value: {value}}}")
+    (target,) = yaml_tree.compose_documents("spec: {containers: [{args: [a]}]}\n", "base.yaml")
+    operations = json_patch.operations(yaml_tree.compose_documents("\n".join(lines), "p.yaml")[0])
+    assert operations is not None
+    for operation in operations:
+        assert isinstance(json_patch.apply(target, operation), str | None)
+    assert _sizes(target, 10_000) < 10_000
