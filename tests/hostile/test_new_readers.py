@@ -595,3 +595,13 @@ def test_json_patches_leave_a_tree(ops: list[tuple[str, list[str], str]]) -> Non
     for operation in operations:
         assert isinstance(json_patch.apply(target, operation), str | None)
     assert _sizes(target, 10_000) < 10_000
+
+
+def test_an_overlay_adds_a_bounded_number_of_notes(tmp_path: Path) -> None:
+    """Thousands of missing resources and failing operations: a few lines per container."""
+    failing = "".join(f"      - {{op: remove, path: /spec/none{n}}}\n" for n in range(2_000))
+    patches = ADD_ARG + failing
+    kustomization = _overlay(tmp_path, ["../base", *(f"m{n}.yaml" for n in range(2_000))], patches)
+    (invocation,) = _patched(kustomization)
+    assert len(invocation.notes) <= 30
+    assert any("more notes" in note for note in invocation.notes)

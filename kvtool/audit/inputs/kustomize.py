@@ -143,6 +143,7 @@ def read_json6902(
                     notes.append(f"{patch.where}: {problem}")
             resource.patched = True
     overlay = f" (kustomize overlay {source.file or '<input>'})"
+    shown = _summarised(notes)
     found: list[Invocation] = []
     for resource in resources:
         if not resource.patched:
@@ -153,10 +154,22 @@ def read_json6902(
                 msgspec.structs.replace(
                     invocation,
                     label=invocation.label + overlay,
-                    notes=invocation.notes + tuple(notes),
+                    notes=invocation.notes + shown,
                 )
             )
     return found
+
+
+# Notes one overlay adds to each object it patches: 100,000 listed resources or failing
+# operations would otherwise be 100,000 lines on every container of the base.
+_MOST_NOTES = 20
+
+
+def _summarised(notes: list[str]) -> tuple[str, ...]:
+    if len(notes) <= _MOST_NOTES:
+        return tuple(notes)
+    left = len(notes) - _MOST_NOTES
+    return (*notes[:_MOST_NOTES], f"... and {left} more notes of this kustomization")
 
 
 def _json6902_patches(
