@@ -605,3 +605,28 @@ def test_an_overlay_adds_a_bounded_number_of_notes(tmp_path: Path) -> None:
     (invocation,) = _patched(kustomization)
     assert len(invocation.notes) <= 30
     assert any("more notes" in note for note in invocation.notes)
+
+
+@pytest.mark.parametrize("value", ["0", "²", "9" * 5000, "99999999999", "-2", "[1]"])
+def test_modelservice_parallelism_that_is_no_size(value: str) -> None:
+    """llm-d-modelservice values (llm-d-incubation/llm-d-modelservice values.yaml shape)."""
+    values = f"""\
+modelArtifacts: {{uri: hf://Qwen/Qwen3-0.6B, name: Qwen/Qwen3-0.6B}}
+decode:
+  parallelism: {{tensor: {value}, dataLocal: {value}, workers: {value}}}
+  containers: [{{name: vllm, image: ghcr.io/llm-d/llm-d-cuda:v0.3.0, modelCommand: vllmServe}}]
+"""
+    (invocation,) = read_text(values, "values.yaml", input_format="kubernetes")
+    assert "--tensor-parallel-size" not in [t.text for t in invocation.tokens]
+
+
+def test_modelservice_zero_workers_is_no_division() -> None:
+    values = """\
+modelArtifacts: {uri: hf://Qwen/Qwen3-0.6B, name: Qwen/Qwen3-0.6B}
+decode:
+  parallelism: {data: 4, workers: 0}
+  containers: [{name: vllm, image: ghcr.io/llm-d/llm-d-cuda:v0.3.0, modelCommand: vllmServe}]
+"""
+    (invocation,) = read_text(values, "values.yaml", input_format="kubernetes")
+    words = [t.text for t in invocation.tokens]
+    assert words[words.index("--data-parallel-size") + 1] == "4"

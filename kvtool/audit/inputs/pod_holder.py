@@ -14,16 +14,20 @@ CONTAINER_LISTS = ("containers", "initContainers")
 _HELD = "_kvtool_held_containers"
 
 
-def holds(candidate: yaml.Node | None, container: yaml.Node) -> bool:
-    """Whether ``container`` is in ``candidate``'s ``containers`` or ``initContainers``."""
+def holds(
+    candidate: yaml.Node | None,
+    container: yaml.Node,
+    lists: tuple[str, ...] = CONTAINER_LISTS,
+) -> bool:
+    """Whether ``container`` is in one of ``candidate``'s ``lists`` (by default
+    ``containers`` and ``initContainers``)."""
     if candidate is None:
         return False
-    held: frozenset[int] | None = getattr(candidate, _HELD, None)
+    attribute = _HELD + "_" + "_".join(lists)
+    held: frozenset[int] | None = getattr(candidate, attribute, None)
     if held is None:
         held = frozenset(
-            id(item)
-            for key in CONTAINER_LISTS
-            for item in yaml_tree.sequence(yaml_tree.get(candidate, key))
+            id(item) for key in lists for item in yaml_tree.sequence(yaml_tree.get(candidate, key))
         )
-        setattr(candidate, _HELD, held)
+        setattr(candidate, attribute, held)
     return id(container) in held
