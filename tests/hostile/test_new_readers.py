@@ -630,3 +630,31 @@ decode:
     (invocation,) = read_text(values, "values.yaml", input_format="kubernetes")
     words = [t.text for t in invocation.tokens]
     assert words[words.index("--data-parallel-size") + 1] == "4"
+
+
+@pytest.mark.parametrize(
+    ("name", "matches"),
+    [
+        ("(a+)+$", False),
+        ("(a|a)*", False),
+        (".*.*.*.*.*.*.*x", False),
+        ("a" * 30 + "(a?){30}", False),
+        ("vllm-.*", True),
+        ("vllm-(prefill|decode)", True),
+    ],
+)
+def test_target_names_match_in_bounded_time(tmp_path: Path, name: str, matches: bool) -> None:
+    """The base object's name is a long run of one letter: backtracking patterns would
+    take exponential (or high polynomial) time on it."""
+    object_name = "vllm-decode" if matches else "a" * 250 + "!"
+    (tmp_path / "base").mkdir()
+    (tmp_path / "base" / "deployment.yaml").write_text(
+        DEPLOYMENT.replace("{name: vllm}", f"{{name: '{object_name}'}}")
+    )
+    patch = ADD_ARG.replace("name: vllm}", f"name: '{name}'}}")
+    kustomization = tmp_path / "kustomization.yaml"
+    kustomization.write_text("resources: [base/deployment.yaml]\n" + patch)
+    started = time.process_time()
+    found = read_input_set([kustomization])
+    assert time.process_time() - started < 5
+    assert bool(found.invocations) == matches

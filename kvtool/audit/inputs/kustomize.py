@@ -325,7 +325,30 @@ def _targets(target: yaml.Node, obj: yaml.Node) -> bool:
         return False
     if name is None:
         return True
+    if not _tame(name) or len(obj_name) > _MOST_NAME_CHARS:
+        return name == obj_name
     try:
         return re.fullmatch(name, obj_name) is not None
     except re.error:
         return name == obj_name
+
+
+# Kubernetes object names are DNS subdomains: at most 253 characters.
+_MOST_NAME_CHARS = 253
+# kustomize matches with Go's regexp (linear time); Python's backtracks. A quantified
+# group (``(a+)+``, ``(a|a)*``, ``(a?){30}``) takes exponential time, and each
+# unbounded quantifier multiplies the work by the name's length: such a pattern is
+# compared as a plain name.
+_QUANTIFIED_GROUP = re.compile(r"\)[*+{]")
+_UNBOUNDED = re.compile(r"(?<!\\)(?:[*+]|\{\d*,\d*\})")
+_BACKREFERENCE = re.compile(r"\\[1-9]|\(\?P=")
+_MOST_UNBOUNDED = 2
+
+
+def _tame(pattern: str) -> bool:
+    """Whether ``pattern`` matches a name in time about linear in its length."""
+    return (
+        _QUANTIFIED_GROUP.search(pattern) is None
+        and _BACKREFERENCE.search(pattern) is None
+        and len(_UNBOUNDED.findall(pattern)) <= _MOST_UNBOUNDED
+    )
