@@ -28,25 +28,29 @@ from kvtool.releases.images import parse_image
 from kvtool.resources import read_table, rules_dir
 
 TAGS_FILE = "images/lmcache_tags.toml"
-_RELEASE = r"v?(\d+\.\d+\.\d+(?:(?:\.post|rc|\.dev)\d+)?)"
+# ASCII digits, at most nine a part: Arabic-Indic digits or a 5,000-digit part is no release.
+_RELEASE = r"v?(\d{1,9}\.\d{1,9}\.\d{1,9}(?:(?:\.post|rc|\.dev)\d{1,9})?)"
 # The tag's head is the release; a suffix after "-" (cu129, lightweight) is a build flavour.
-_LEADING_TAG = re.compile(r"^" + _RELEASE + r"(?:-[\w.]+)?$")
+_LEADING_TAG = re.compile(r"^" + _RELEASE + r"(?:-[\w.]+)?$", re.ASCII)
 # `pip install ... lmcache==X` (also `pip3`, `uv pip`, `python -m pip`), within one
-# command: words up to a shell separator, after joining backslash-continued lines.
-_PIP_PIN = re.compile(
-    r"\bpip3?\s+install\b[^;&|\n]*?(?<![\w.-])[\"']?lmcache(?:\[[\w,]*\])?\s*==\s*"
-    + _RELEASE
-    + r"(?![\w.])",
-    re.IGNORECASE,
+# command: words up to a shell separator, after joining backslash-continued lines. The
+# command is found first and the pin searched after its `pip install`: one pattern
+# spanning both retried the rest of the line at every `pip install` (quadratic).
+_COMMAND = re.compile(r"[^;&|\n]+")
+_PIP_INSTALL = re.compile(r"\bpip3?[ \t\r\f\v]+install\b", re.IGNORECASE)
+_PIN_AFTER_INSTALL = re.compile(
+    r"(?<![\w.-])[\"']?lmcache(?:\[[\w,]*\])?\s*==\s*" + _RELEASE + r"(?![\w.])",
+    re.IGNORECASE | re.ASCII,
 )
 # A bundling row about an image's content: ``where = "image vllm/vllm-openai:v0.32.0"``.
 _IMAGE_CONTENT = re.compile(r"^image (?P<repository>[\w.-]+/[\w.-]+):v?\d")
 # Only a plain release tag: flavours (``-cu129``) are other builds with other pins
 # (bundling.toml's kv_connectors_cu12 row).
-_PLAIN_RELEASE_TAG = re.compile(r"^v?(\d+\.\d+\.\d+)$")
+_PLAIN_RELEASE_TAG = re.compile(r"^v?(\d{1,9}\.\d{1,9}\.\d{1,9})$", re.ASCII)
+# `[ \t]*`, not `\s*`: a line start must not scan on through the blank lines after it.
 _REQUIREMENT_PIN = re.compile(
-    r"^\s*lmcache(?:\[[\w,]*\])?\s*==\s*" + _RELEASE + r"\s*(?:[;#].*)?$",
-    re.IGNORECASE | re.MULTILINE,
+    r"^[ \t]*lmcache(?:\[[\w,]*\])?[ \t]*==[ \t]*" + _RELEASE + r"[ \t]*(?:[;#].*)?$",
+    re.IGNORECASE | re.MULTILINE | re.ASCII,
 )
 
 
@@ -126,15 +130,37 @@ def pins_in_text(text: str, file: str) -> tuple[LmcacheRelease, ...]:
         found = [(m.start(), m.group(1), "requirement") for m in _REQUIREMENT_PIN.finditer(text)]
     else:
         joined = text.replace("\\\n", "  ")  # same length: offsets still give the line
-        found = [(m.start(), m.group(1), "pip install") for m in _PIP_PIN.finditer(joined)]
+        found = [(at, version, "pip install") for at, version in _pip_pins(joined)]
+    lines = _Lines(text)
     return tuple(
-        LmcacheRelease(version, f"{how} lmcache=={version} at {file}:{_line(text, at)}", file)
+        LmcacheRelease(version, f"{how} lmcache=={version} at {file}:{lines.at(at)}", file)
         for at, version, how in found
     )
 
 
-def _line(text: str, offset: int) -> int:
-    return text.count("\n", 0, offset) + 1
+def _pip_pins(text: str) -> Iterable[tuple[int, str]]:
+    """(offset of the `pip install`, release) of each pin: the first pin after each
+    `pip install` of a command, as a shell runs it."""
+    for command in _COMMAND.finditer(text):
+        position, end = command.start(), command.end()
+        while (install := _PIP_INSTALL.search(text, position, end)) is not None:
+            pin = _PIN_AFTER_INSTALL.search(text, install.end(), end)
+            if pin is None:
+                break
+            yield install.start(), pin.group(1)
+            position = pin.end()
+
+
+class _Lines:
+    """Line numbers of increasing offsets, counted once through the text."""
+
+    def __init__(self, text: str) -> None:
+        self.text, self.offset, self.line = text, 0, 1
+
+    def at(self, offset: int) -> int:
+        self.line += self.text.count("\n", self.offset, offset)
+        self.offset = offset
+        return self.line
 
 
 def _agreed(pins: Iterable[LmcacheRelease]) -> LmcacheRelease | None:

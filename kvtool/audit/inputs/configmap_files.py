@@ -15,11 +15,9 @@ from collections.abc import Iterable
 
 import yaml
 
-from kvtool.audit.inputs import yaml_tree
+from kvtool.audit.inputs import pod_holder, yaml_tree
 from kvtool.audit.inputs.source import ConfigMaps
 from kvtool.audit.inputs.vllm_config import WrittenFile
-
-_CONTAINER_LISTS = ("containers", "initContainers")
 
 
 def mounted_files(
@@ -43,6 +41,8 @@ def mounted_files(
         files = _files(source, data.keys())
         sub_path = yaml_tree.scalar(yaml_tree.get(mount, "subPath"))
         for relative, key in files.items():
+            if key not in data or not _plain_relative(relative):
+                continue  # Kubernetes refuses the pod (or mounts nothing there)
             if sub_path is not None and relative != sub_path:
                 continue
             path = mount_path if sub_path is not None else posixpath.join(mount_path, relative)
@@ -53,6 +53,11 @@ def mounted_files(
             first_line = location.line + 1 if "\n" in value else location.line
             found[posixpath.normpath(path)] = WrittenFile(value, location.file, first_line)
     return found
+
+
+def _plain_relative(path: str) -> bool:
+    """A ``path`` Kubernetes accepts for a projected key: relative, no ``..`` element."""
+    return bool(path) and not path.startswith("/") and ".." not in path.split("/")
 
 
 def _files(source: yaml.Node, keys: Iterable[str]) -> dict[str, str]:
@@ -72,11 +77,6 @@ def _files(source: yaml.Node, keys: Iterable[str]) -> dict[str, str]:
 def _pod_holding(container: yaml.Node, above: yaml.Node | None) -> yaml.Node | None:
     """The PodSpec whose container list holds ``container``: ``above`` or one of its values."""
     for candidate in (above, *(value for _, _, value in yaml_tree.items(above))):
-        held = [
-            item
-            for key in _CONTAINER_LISTS
-            for item in yaml_tree.sequence(yaml_tree.get(candidate, key))
-        ]
-        if any(item is container for item in held):
+        if pod_holder.holds(candidate, container):
             return candidate
     return None

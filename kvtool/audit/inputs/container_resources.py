@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 import msgspec
 import yaml
 
-from kvtool.audit.inputs import yaml_tree
+from kvtool.audit.inputs import pod_holder, yaml_tree
 from kvtool.audit.inputs.command_line import ServeMatch
 from kvtool.audit.inputs.quantity import parse_bytes, parse_docker_bytes
 from kvtool.audit.model import (
@@ -36,8 +36,6 @@ from kvtool.audit.model import (
     Quantity,
     VolumeMount,
 )
-
-_CONTAINER_LISTS = ("containers", "initContainers")
 
 
 def attach(
@@ -60,13 +58,8 @@ def _pod_spec(container: yaml.Node, above: yaml.Node | None) -> yaml.Node | None
     reports the mapping one level above the container list, for its annotations)."""
     candidates = [above, *(value for _, _, value in yaml_tree.items(above))]
     for candidate in candidates:
-        held = [
-            item
-            for key in _CONTAINER_LISTS
-            for item in yaml_tree.sequence(yaml_tree.get(candidate, key))
-        ]
         holds_model = yaml_tree.get(candidate, "model") is container
-        if holds_model or any(item is container for item in held):
+        if holds_model or pod_holder.holds(candidate, container):
             return candidate
     return None
 

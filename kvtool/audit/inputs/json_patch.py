@@ -9,10 +9,12 @@ where the base wrote them, a patch's ``value`` where the patch wrote it (see
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import yaml
 
+from kvtool import limits
 from kvtool.audit.inputs import yaml_tree
 from kvtool.audit.inputs.positions import LineIndex, OffsetMap
 
@@ -42,8 +44,43 @@ def operations(root: yaml.Node | None) -> list[Operation] | None:
     return found
 
 
-def apply(root: yaml.Node, operation: Operation) -> str | None:
-    """Apply one operation in place; a one-line reason when it cannot be applied."""
+class CopyBudget:
+    """Nodes the values of a run's operations may add, all targets together.
+
+    Each applied value is a fresh copy: a patch whose YAML aliases share one value among
+    operations, or add a value inside itself, would otherwise make the patched object a
+    graph whose paths double with each operation, or a cycle. Copies keep the tree a
+    tree, and the ``yaml_nodes`` limit bounds what they add.
+    """
+
+    def __init__(self, what: str) -> None:
+        self.left = limits.YAML_NODES.count
+        self.what = what
+
+    def fresh(self, value: yaml.Node) -> yaml.Node:
+        """A copy of ``value`` without shared nodes (marks and origin kept)."""
+        top = copy.copy(value)
+        stack = [top]
+        while stack:
+            node = stack.pop()
+            self.left -= 1
+            if self.left < 0:
+                raise limits.LimitExceeded(limits.YAML_NODES.message(self.what))
+            if isinstance(node, yaml.MappingNode):
+                node.value = [(copy.copy(k), copy.copy(v)) for k, v in node.value]
+                stack.extend(n for pair in node.value for n in pair)
+            elif isinstance(node, yaml.SequenceNode):
+                node.value = [copy.copy(item) for item in node.value]
+                stack.extend(node.value)
+        return top
+
+
+def apply(root: yaml.Node, operation: Operation, budget: CopyBudget | None = None) -> str | None:
+    """Apply one operation in place; a one-line reason when it cannot be applied.
+
+    ``budget``: where the copies of applied values are counted (a fresh one per call
+    when None).
+    """
     if operation.op not in OPS:
         return f"op {operation.op!r} is not applied by kvtool"
     if not operation.path.startswith("/"):
@@ -55,6 +92,11 @@ def apply(root: yaml.Node, operation: Operation) -> str | None:
     last = tokens[-1]
     if operation.op != "remove" and operation.value is None:
         return f"{operation.op} {operation.path} has no value"
+    if operation.value is not None:
+        budget = budget or CopyBudget(f"JSON patch {operation.path!r}")
+        operation = Operation(
+            operation.op, operation.path, budget.fresh(operation.value), operation.at
+        )
     if isinstance(parent, yaml.MappingNode):
         return _apply_to_mapping(parent, last, operation)
     if isinstance(parent, yaml.SequenceNode):
@@ -87,8 +129,8 @@ def _apply_to_sequence(node: yaml.SequenceNode, token: str, operation: Operation
         assert operation.value is not None
         node.value.append(operation.value)
         return None
-    index = int(token) if token.isdigit() else -1
-    if not 0 <= index <= size or (index == size and operation.op != "add"):
+    index = _index(token)
+    if index is None or not 0 <= index <= size or (index == size and operation.op != "add"):
         return f"{operation.path}: index out of range"
     if operation.op == "remove":
         del node.value[index]
@@ -103,8 +145,20 @@ def _apply_to_sequence(node: yaml.SequenceNode, token: str, operation: Operation
 
 def _child(node: yaml.Node | None, token: str) -> yaml.Node | None:
     if isinstance(node, yaml.SequenceNode):
-        return node.value[int(token)] if token.isdigit() and int(token) < len(node.value) else None
+        index = _index(token)
+        return node.value[index] if index is not None and index < len(node.value) else None
     return yaml_tree.get(node, token)
+
+
+# More digits than any list can have entries: ``int`` is not asked to read them.
+_MOST_INDEX_DIGITS = 18
+
+
+def _index(token: str) -> int | None:
+    """A list index token (ASCII digits, as RFC 6901 writes them), or None."""
+    if not (token.isascii() and token.isdigit()) or len(token) > _MOST_INDEX_DIGITS:
+        return None
+    return int(token)
 
 
 def _key(node: yaml.Node) -> str | None:

@@ -184,7 +184,8 @@ def read_workload(
     at_count = yaml_tree.location(count_node, file) if count_node else at_preset
     at_instance = yaml_tree.location(instance_node, file) if instance_node else at_preset
     count = yaml_tree.scalar(count_node) or "1"
-    nodes = int(count) if count.isdigit() else None
+    # ASCII digits, few enough for int(): "²" is a digit to str.isdigit, not to int().
+    nodes = int(count) if count.isascii() and count.isdigit() and len(count) <= 9 else None
     instance = facts.instance_types.get(yaml_tree.scalar(instance_node) or "")
     notes: list[str] = []
 

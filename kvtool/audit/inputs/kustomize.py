@@ -130,18 +130,20 @@ def read_json6902(
     if not patches:
         return []
     notes: list[str] = []
-    resources = list(_resources(node, here, 0, notes))
+    resources = list(_resources(node, here, 0, _Walk(notes, {os.path.realpath(here)})))
+    budget = json_patch.CopyBudget(f"JSON patches of {source.file or '<input>'}")
     for patch in patches:
         targets = [r for r in resources if _targets(patch.target, r.node)]
         if not targets:
             notes.append(f"{patch.where}: its target is not among the resources read")
         for resource in targets:
             for operation in patch.operations:
-                problem = json_patch.apply(resource.node, operation)
+                problem = json_patch.apply(resource.node, operation, budget)
                 if problem is not None:
                     notes.append(f"{patch.where}: {problem}")
             resource.patched = True
     overlay = f" (kustomize overlay {source.file or '<input>'})"
+    shown = _summarised(notes)
     found: list[Invocation] = []
     for resource in resources:
         if not resource.patched:
@@ -152,10 +154,22 @@ def read_json6902(
                 msgspec.structs.replace(
                     invocation,
                     label=invocation.label + overlay,
-                    notes=invocation.notes + tuple(notes),
+                    notes=invocation.notes + shown,
                 )
             )
     return found
+
+
+# Notes one overlay adds to each object it patches: 100,000 listed resources or failing
+# operations would otherwise be 100,000 lines on every container of the base.
+_MOST_NOTES = 20
+
+
+def _summarised(notes: list[str]) -> tuple[str, ...]:
+    if len(notes) <= _MOST_NOTES:
+        return tuple(notes)
+    left = len(notes) - _MOST_NOTES
+    return (*notes[:_MOST_NOTES], f"... and {left} more notes of this kustomization")
 
 
 def _json6902_patches(
@@ -177,6 +191,8 @@ def _json6902_patches(
             where = yaml_tree.where(inline, file)
         elif path is not None:
             patch_file = os.path.normpath(os.path.join(here, path))
+            if not _inside(patch_file, here):
+                continue  # kustomize's load restrictor refuses it too
             try:
                 found = _operations(read_input_text(patch_file), patch_file, None)
             except KvtoolError:
@@ -201,8 +217,39 @@ def _operations(
     return found
 
 
-def _resources(node: yaml.Node, here: str, depth: int, notes: list[str]) -> Iterator[_Resource]:
-    """The objects of a Kustomization's ``resources`` (and legacy ``bases``), in order."""
+@dataclass
+class _Walk:
+    """One walk of a kustomization's resources: what was read, and what was not and why.
+
+    Each directory and file is read once: kustomize refuses a cycle and a resource
+    listed twice, and reading ``resources: [., ., .]`` again at each level would take
+    time exponential in the depth.
+    """
+
+    notes: list[str]
+    seen: set[str]
+
+
+def _inside(path: str, root: str) -> bool:
+    """Whether ``path`` (symbolic links followed) lies in the directory ``root``."""
+    real, real_root = os.path.realpath(path), os.path.realpath(root)
+    return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
+
+
+def _outside_note(name: str, root: str) -> str:
+    return (
+        f"resource {name!r} is outside {root}: not read (kustomize's default load "
+        "restrictor allows only files within the kustomization's directory)"
+    )
+
+
+def _resources(node: yaml.Node, here: str, depth: int, walk: _Walk) -> Iterator[_Resource]:
+    """The objects of a Kustomization's ``resources`` (and legacy ``bases``), in order.
+
+    A file must lie within the kustomization's directory, as kustomize's default load
+    restrictor (``LoadRestrictionsRootOnly``) requires; another kustomization directory
+    (``../base``) may lie anywhere, and its files within it.
+    """
     entries = yaml_tree.sequence(yaml_tree.get(node, "resources"))
     entries += yaml_tree.sequence(yaml_tree.get(node, "bases"))
     for entry in entries:
@@ -210,23 +257,32 @@ def _resources(node: yaml.Node, here: str, depth: int, notes: list[str]) -> Iter
         if name is None or "://" in name or name.startswith(("github.com/", "git@")):
             continue  # a remote base: not on this machine
         path = os.path.normpath(os.path.join(here, name))
-        if os.path.isdir(path):
-            yield from _directory(path, depth, notes)
+        is_directory = os.path.isdir(path)
+        if not is_directory and not _inside(path, here):
+            walk.notes.append(_outside_note(name, here))
+            continue
+        real = os.path.realpath(path)
+        if real in walk.seen:
+            walk.notes.append(f"resource {name!r}: {path} was read already; not read again")
+            continue
+        walk.seen.add(real)
+        if is_directory:
+            yield from _directory(path, depth, walk)
             continue
         try:
             text = read_input_text(path)
             documents = yaml_tree.compose_documents(text, path)
         except KvtoolError as error:
-            notes.append(f"resource {name}: {error}")
+            walk.notes.append(f"resource {name!r}: {error}")
             continue
         for document in documents:
             for obj in _objects(document):
                 yield _Resource(obj, text, path)
 
 
-def _directory(path: str, depth: int, notes: list[str]) -> Iterator[_Resource]:
+def _directory(path: str, depth: int, walk: _Walk) -> Iterator[_Resource]:
     if depth >= _MAX_DEPTH:
-        notes.append(f"{path}: kustomizations nested too deeply; not read")
+        walk.notes.append(f"{path}: kustomizations nested too deeply; not read")
         return
     for name in KUSTOMIZATION_FILES:
         kustomization = os.path.join(path, name)
@@ -236,11 +292,12 @@ def _directory(path: str, depth: int, notes: list[str]) -> Iterator[_Resource]:
                     read_input_text(kustomization), kustomization
                 )
             except KvtoolError as error:
-                notes.append(str(error))
+                walk.notes.append(str(error))
                 return
             for document in documents:
-                yield from _resources(document, path, depth + 1, notes)
+                yield from _resources(document, path, depth + 1, walk)
             return
+    walk.notes.append(f"{path}: a directory without a kustomization file; not read")
 
 
 def _objects(document: yaml.Node) -> Iterator[yaml.Node]:
@@ -268,7 +325,30 @@ def _targets(target: yaml.Node, obj: yaml.Node) -> bool:
         return False
     if name is None:
         return True
+    if not _tame(name) or len(obj_name) > _MOST_NAME_CHARS:
+        return name == obj_name
     try:
         return re.fullmatch(name, obj_name) is not None
     except re.error:
         return name == obj_name
+
+
+# Kubernetes object names are DNS subdomains: at most 253 characters.
+_MOST_NAME_CHARS = 253
+# kustomize matches with Go's regexp (linear time); Python's backtracks. A quantified
+# group (``(a+)+``, ``(a|a)*``, ``(a?){30}``) takes exponential time, and each
+# unbounded quantifier multiplies the work by the name's length: such a pattern is
+# compared as a plain name.
+_QUANTIFIED_GROUP = re.compile(r"\)[*+{]")
+_UNBOUNDED = re.compile(r"(?<!\\)(?:[*+]|\{\d*,\d*\})")
+_BACKREFERENCE = re.compile(r"\\[1-9]|\(\?P=")
+_MOST_UNBOUNDED = 2
+
+
+def _tame(pattern: str) -> bool:
+    """Whether ``pattern`` matches a name in time about linear in its length."""
+    return (
+        _QUANTIFIED_GROUP.search(pattern) is None
+        and _BACKREFERENCE.search(pattern) is None
+        and len(_UNBOUNDED.findall(pattern)) <= _MOST_UNBOUNDED
+    )

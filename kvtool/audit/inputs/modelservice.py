@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import yaml
 
-from kvtool.audit.inputs import yaml_tree
+from kvtool.audit.inputs import pod_holder, yaml_tree
 from kvtool.audit.inputs.container import ArgvWord, ConfiguredCommand
 from kvtool.audit.model import PodContainer, SourceToken
 
@@ -73,10 +73,12 @@ def configured_command(
 def _role(container: yaml.Node, above: yaml.Node | None) -> yaml.Node | None:
     """The mapping (``decode``/``prefill``) whose ``containers`` list holds ``container``."""
     for candidate in (above, *(value for _, _, value in yaml_tree.items(above))):
-        held = yaml_tree.sequence(yaml_tree.get(candidate, "containers"))
-        if any(item is container for item in held):
+        if pod_holder.holds(candidate, container, ("containers",)):
             return candidate
     return None
+
+
+_MOST_DIGITS = 9
 
 
 def _parallelism(node: yaml.Node | None, file: str | None) -> list[ArgvWord]:
@@ -85,7 +87,11 @@ def _parallelism(node: yaml.Node | None, file: str | None) -> list[ArgvWord]:
     def size(key: str) -> tuple[int, yaml.Node] | None:
         value_node = yaml_tree.get(node, key)
         value = yaml_tree.scalar(value_node)
-        if value_node is None or value is None or not value.isdigit():
+        # ASCII digits ("²" is a digit to isdigit, not to int), few enough that products
+        # stay printable; workers: 0 is no size (the chart would divide by it).
+        if value_node is None or value is None or not (value.isascii() and value.isdigit()):
+            return None
+        if len(value) > _MOST_DIGITS or int(value) == 0:
             return None
         return int(value), value_node
 

@@ -31,24 +31,30 @@ _DECIMAL = {
 }
 _QUANTITY = re.compile(
     r"(?P<number>[+-]?(?:\d+\.?\d*|\.\d+))"
-    r"(?:(?P<binary>[KMGTPE]i)|[eE](?P<exponent>[+-]?\d+)|(?P<decimal>[mkMGTPE]?))"
+    r"(?:(?P<binary>[KMGTPE]i)|[eE](?P<exponent>[+-]?\d+)|(?P<decimal>[mkMGTPE]?))",
+    re.ASCII,  # Arabic-Indic digits are no quantity to Kubernetes
 )
-_DOCKER_SIZE = re.compile(r"(\d+(?:\.\d+)*) ?([kKmMgGtTpP])?[iI]?[bB]?")
+_DOCKER_SIZE = re.compile(r"(\d+(?:\.\d+)*) ?([kKmMgGtTpP])?[iI]?[bB]?", re.ASCII)
 _DOCKER_UNITS = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40, "p": 2**50}
 # Kubernetes refuses exponents past this; a bound also keeps 1e999999 from being computed.
 _MAX_EXPONENT = 64
+# Digits of a number read (Kubernetes' own parser stops far earlier): more are not a
+# size, and int() would refuse them past the interpreter's digit limit.
+_MAX_DIGITS = 64
 
 
 def parse_bytes(text: str) -> int | None:
     """The byte count ``text`` means as a Kubernetes quantity; None when it is not one
     (or is negative: no memory size is)."""
     match = _QUANTITY.fullmatch(text.strip())
-    if match is None:
+    if match is None or len(match["number"]) > _MAX_DIGITS:
         return None
     number = Fraction(match["number"])
     if match["binary"]:
         value = number * _BINARY[match["binary"]]
     elif match["exponent"] is not None:
+        if len(match["exponent"]) > _MAX_DIGITS:
+            return None
         exponent = int(match["exponent"])
         if abs(exponent) > _MAX_EXPONENT:
             return None
@@ -63,7 +69,7 @@ def parse_bytes(text: str) -> int | None:
 def parse_docker_bytes(text: str) -> int | None:
     """The byte count of a Docker/Compose size (``RAMInBytes``); None when it is not one."""
     match = _DOCKER_SIZE.fullmatch(text.strip())
-    if match is None or match[1].count(".") > 1:
+    if match is None or match[1].count(".") > 1 or len(match[1]) > _MAX_DIGITS:
         return None
     multiplier = _DOCKER_UNITS[match[2].lower()] if match[2] else 1
     return int(Fraction(match[1]) * multiplier)
