@@ -113,6 +113,12 @@ ARCHIVE_RATIO = Limit(
     "x",
     "unpacked size of an archive's members over its own size (at least 1 MiB)",
 )
+POD_CONTAINERS = Limit(
+    "pod_containers",
+    256,
+    "containers",
+    "containers in one pod (every engine is checked against each of its pod mates)",
+)
 SIZING_LAYERS = Limit(
     "sizing_layers", 100_000, "layers", "num_hidden_layers (or a similar count) in a config.json"
 )
@@ -139,6 +145,7 @@ ALL: tuple[Limit, ...] = (
     HTTP_DEADLINE_S,
     ARCHIVE_MEMBERS,
     ARCHIVE_RATIO,
+    POD_CONTAINERS,
     SIZING_LAYERS,
     SIMULATE_WORK,
 )

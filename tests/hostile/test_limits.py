@@ -103,6 +103,25 @@ def test_the_input_size_limit_is_named_and_adjustable(tmp_path: Path) -> None:
     assert _kvtool("audit", str(script)).returncode in (0, 1)
 
 
+def test_a_pod_past_the_container_limit_is_one_report_line(tmp_path: Path) -> None:
+    """Every engine carries its pod mates, so a pod's work grows with its size squared."""
+    containers = "".join(
+        f"    - name: c{n}\n      image: vllm/vllm-openai:v0.32.0\n"
+        f'      command: ["vllm", "serve", "m", "--port", "{8000 + n}"]\n'
+        for n in range(8)
+    )
+    big = tmp_path / "pod.yaml"
+    # The shape of a Pod manifest (kubernetes/website, content/en/examples/pods/simple-pod.yaml).
+    header = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers:\n"
+    big.write_text(header + containers)
+    fine = tmp_path / "serve.sh"
+    fine.write_text("vllm serve m --port 8000\n")
+    result = _kvtool("audit", str(big), str(fine), env={"KVTOOL_LIMIT_POD_CONTAINERS": "4"})
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "KVTOOL_LIMIT_POD_CONTAINERS" in result.stdout + result.stderr
+    assert _kvtool("audit", str(big)).returncode in (0, 1)
+
+
 def _commented_commands(count: int) -> str:
     return "".join(
         f"# kvtool: ignore[VG002]\nvllm serve m --port {8000 + n % 1000}  # serve {n}\n"

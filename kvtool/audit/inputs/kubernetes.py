@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import msgspec
 import yaml
 
+from kvtool import limits
 from kvtool.audit.inputs import (
     kaito,
     kaito_preset,
@@ -259,6 +260,9 @@ def _pod_siblings(
         pods.setdefault((id(item.pod), item.role), []).append(item.container)
     found: dict[int, tuple[PodContainer, ...]] = {}
     for containers in pods.values():
+        # Each container carries its mates and rules compare every engine with them:
+        # work grows with the square of a pod's size, so the size is bounded.
+        limits.POD_CONTAINERS.check(len(containers), file or "<input>")
         found.update(pod.siblings(containers, text, file))
     return found
 
