@@ -154,6 +154,11 @@ def _plan_compressed_mla(
     and refuses other KV cache dtypes (``_resolve_dsv4_kv_cache_dtype``); the caches are
     replicated on every TP rank (``max_tp_shards=1``), so the pages do not depend on TP.
     """
+    if dep.pp > 1 or dep.dcp > 1:
+        raise KvtoolError(
+            "kvtool size models DeepSeek-V4 at --pp 1 and --dcp 1 only: its per-layer "
+            "caches are not split across pipeline stages or decode context ranks here"
+        )
     backend = backend_by_name(dep.attention_backend or DSV4_BACKEND)
     capability = gpu_capability(dep.gpu)
     if backend.name != DSV4_BACKEND or capability not in backend.capabilities:

@@ -105,3 +105,9 @@ def test_deepseek_v4_fp8_is_stored_as_fp8_ds_mla() -> None:
 def test_deepseek_v4_off_flashmla_is_refused() -> None:
     with pytest.raises(KvtoolError, match="FLASHMLA_SPARSE only"):
         _report("deepseek-v4-flash", gpu="a100")
+
+
+@pytest.mark.parametrize("split", [{"pp": 2}, {"tp": 2, "dcp": 2}])
+def test_deepseek_v4_split_layers_are_refused(split: dict[str, int]) -> None:
+    with pytest.raises(KvtoolError, match="--pp 1 and --dcp 1 only"):
+        _report("deepseek-v4-flash", **split)
