@@ -16,11 +16,13 @@ from kvtool import limits
 from kvtool.errors import KvtoolError
 from kvtool.resources import read_table, rules_dir
 from kvtool.sizing.checkpoint_kv import declared_kv_cache_dtype
+from kvtool.sizing.compressed_mla import COMPRESS_RATIOS, INDEXED_RATIO
 from kvtool.sizing.dtypes import model_dtype_bytes
 from kvtool.sizing.facts import sizing_facts
 from kvtool.sizing.spec import (
     AttentionGroup,
     AttentionKind,
+    CompressedMlaLayout,
     GatedDeltaNetGroup,
     KimiDeltaAttentionGroup,
     Mamba1Group,
@@ -639,6 +641,84 @@ def _mimo_v2(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGroup
     return tuple(groups), ()
 
 
+def _compress_ratios(cfg: _Config) -> tuple[int, ...]:
+    """``compress_ratios`` of the decoder layers (entries past them are the MTP layers')."""
+    layers = cfg.positive_int("num_hidden_layers")
+    ratios = cfg.get("compress_ratios")
+    if not isinstance(ratios, list) or not all(
+        isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in ratios
+    ):
+        raise KvtoolError(
+            f"{cfg.where}: field 'compress_ratios' must be a list of non-negative integers"
+        )
+    unknown = sorted({r for r in ratios if r > 1 and r not in COMPRESS_RATIOS})
+    if unknown:
+        raise KvtoolError(
+            f"{cfg.where}: field 'compress_ratios' has ratio {unknown[0]}; vLLM 0.32 builds "
+            f"0, 1 (uncompressed), {', '.join(map(str, COMPRESS_RATIOS))}"
+        )
+    if len(ratios) < layers:
+        raise KvtoolError(
+            f"{cfg.where}: field 'compress_ratios' has {len(ratios)} entries but "
+            f"num_hidden_layers is {layers}"
+        )
+    return tuple(ratios[:layers])
+
+
+def _compressed_mla_layout(cfg: _Config, row: Mapping[str, Any]) -> CompressedMlaLayout:
+    head = cfg.positive_int("index_head_dim")
+    return CompressedMlaLayout(
+        compress_ratios=_compress_ratios(cfg),
+        head_dim=cfg.positive_int("head_dim"),
+        index_head_dim=head,
+        sliding_window=cfg.positive_int("sliding_window"),
+        compressed_block=int(row["compressed_block"]),
+        window_block=int(row["window_block"]),
+        indexer_key_bytes=head
+        + head // int(row["indexer_quant_block"]) * int(row["indexer_scale_bytes"]),
+    )
+
+
+def _compressed_mla(
+    row: Mapping[str, Any],
+) -> Callable[[_Config], tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]]:
+    """DeepSeek-V4, seen per token: a sliding-window latent on every layer, a latent on
+    the compressed layers and the indexer key on the ratio-4 ones (the per-token figures
+    count every token; vLLM's blocks store one state per ratio tokens, modelled per
+    layer by :mod:`kvtool.sizing.compressed_mla`)."""
+
+    def parse(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]:
+        layout = _compressed_mla_layout(cfg, row)
+        ratios = layout.compress_ratios
+        compressed = sum(1 for r in ratios if r > 1)
+        indexed = sum(1 for r in ratios if r == INDEXED_RATIO)
+        latent = {"num_kv_heads": 1, "head_size_k": layout.head_dim, "head_size_v": 0}
+        groups = [
+            AttentionGroup(
+                kind=AttentionKind.SLIDING,
+                num_layers=len(ratios),
+                sliding_window=layout.sliding_window,
+                **latent,
+            )
+        ]
+        if compressed:
+            groups.append(AttentionGroup(kind=AttentionKind.MLA, num_layers=compressed, **latent))
+        if indexed:
+            groups.append(
+                AttentionGroup(
+                    kind=AttentionKind.INDEXER,
+                    num_layers=indexed,
+                    num_kv_heads=1,
+                    head_size_k=layout.index_head_dim,
+                    head_size_v=0,
+                    token_bytes=layout.indexer_key_bytes,
+                )
+            )
+        return tuple(groups), ()
+
+    return parse
+
+
 _Parser = Callable[[_Config], tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]]
 
 # One parser per cache layout; rules/models/layouts.toml maps each model_type to one.
@@ -656,6 +736,7 @@ LAYOUT_PARSERS: dict[str, Callable[[Mapping[str, Any]], _Parser]] = {
     "sparse_mla": lambda row: _sparse_mla(
         int(row["indexer_quant_block"]), int(row["indexer_scale_bytes"])
     ),
+    "compressed_mla": _compressed_mla,
     "jamba": lambda row: _jamba,
     "nemotron_h": lambda row: _nemotron_h,
     "granite_hybrid": lambda row: _granite_hybrid,
@@ -809,6 +890,14 @@ def spec_from_config(
     ssm_dtype = _ssm_state_dtype(model_type, text)
     if ssm_dtype is not None:
         assumptions.append(f"SSM state dtype {ssm_dtype}, as vLLM picks for {model_type}")
+    compressed_mla = None
+    if layout_rows()[model_type]["layout"] == "compressed_mla":
+        compressed_mla = _compressed_mla_layout(text, layout_rows()[model_type])
+        assumptions.append(
+            "per-token figures count a latent for every token on every layer; vLLM's "
+            "compressed caches keep one per compress_ratio tokens (block-level figures "
+            "follow vLLM's per-layer caches)"
+        )
     max_len = text.get("max_position_embeddings")
     quant, quant_file = raw.get("quantization_config"), where
     if quant is None and quant_config is not None:
@@ -831,6 +920,7 @@ def spec_from_config(
         checkpoint_kv_cache_dtype=declared[0] if declared else None,
         checkpoint_kv_cache_source=f"{quant_file}: {declared[1]}" if declared else None,
         auto_kv_cache_dtype_by_gpu=auto_kv_cache_dtypes(model_type),
+        compressed_mla=compressed_mla,
         assumptions=tuple(assumptions),
     )
 

@@ -37,6 +37,13 @@ class KvGroup:
     # (vLLM's UniformTypeKVCacheSpecs: per-layer heads, sparse MLA's latent + indexer)
     layer_pages: tuple[tuple[int, int], ...] = ()
 
+    @property
+    def group_bytes(self) -> int:
+        """One block of every layer slot of the group: the group's share of a pool block."""
+        if self.layer_pages:
+            return sum(page * layers for page, layers in self.layer_pages)
+        return self.page_bytes * self.slots
+
     def blocks_per_request(
         self, max_model_len: int, in_flight_tokens: int | None, mamba_align: bool
     ) -> int | None:

@@ -24,17 +24,24 @@ from kvtool.sizing.backends import (
     select_backend,
 )
 from kvtool.sizing.block_size import BlockChoice, choose_block_size
+from kvtool.sizing.compressed_mla import DS_MLA_STATE_BYTES, layer_caches
 from kvtool.sizing.deployment import Deployment
 from kvtool.sizing.dtypes import kv_dtype_bytes
 from kvtool.sizing.facts import SizingFacts
 from kvtool.sizing.kv_groups import KvPool, build_pool
 from kvtool.sizing.layer_pages import LayerPages, layer_page_kind, layer_pages
-from kvtool.sizing.spec import AttentionKind, ModelSpec
+from kvtool.sizing.packed_groups import packed_pool
+from kvtool.sizing.spec import AttentionKind, CompressedMlaLayout, ModelSpec
 
 # vLLM's "auto" model dtype on CUDA downcasts a float32 checkpoint to the platform's first
 # supported dtype, bfloat16 (config/model.py _resolve_auto_dtype; platforms/cuda.py).
 FLOAT32_NAMES = ("float32", "fp32", "float")
 CUDA_PREFERRED_DTYPE = "bfloat16"
+# The backend vLLM 0.32 runs DeepSeek-V4 with on CUDA (FlashMLA sparse).
+DSV4_BACKEND = "FLASHMLA_SPARSE"
+DSV4_SOURCE = (
+    "https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/models/deepseek_v4/attention.py"
+)
 
 
 @dataclass(frozen=True)
@@ -133,12 +140,84 @@ def _check_layer_kernels(
         )
 
 
+def _plan_compressed_mla(
+    spec: ModelSpec,
+    layout: CompressedMlaLayout,
+    dep: Deployment,
+    model_dtype: str,
+    kv_dtype: str,
+    notes: list[str],
+) -> KvPlan:
+    """DeepSeek-V4 on FlashMLA: per-layer caches packed block-outermost into groups.
+
+    vLLM's DeepSeek-V4 backend on CUDA (FlashMLA sparse) stores the latent as fp8_ds_mla
+    and refuses other KV cache dtypes (``_resolve_dsv4_kv_cache_dtype``); the caches are
+    replicated on every TP rank (``max_tp_shards=1``), so the pages do not depend on TP.
+    """
+    if dep.pp > 1 or dep.dcp > 1:
+        raise KvtoolError(
+            "kvtool size models DeepSeek-V4 at --pp 1 and --dcp 1 only: its per-layer "
+            "caches are not split across pipeline stages or decode context ranks here"
+        )
+    backend = backend_by_name(dep.attention_backend or DSV4_BACKEND)
+    capability = gpu_capability(dep.gpu)
+    if backend.name != DSV4_BACKEND or capability not in backend.capabilities:
+        raise KvtoolError(
+            f"kvtool size models DeepSeek-V4 on {DSV4_BACKEND} only (GPUs of compute "
+            f"capability {', '.join(map(str, backend_by_name(DSV4_BACKEND).capabilities))}x), "
+            f"not {backend.name} on {dep.gpu}"
+        )
+    if kv_dtype != "auto" and not kv_dtype.startswith("fp8"):
+        raise KvtoolError(
+            f"--kv-cache-dtype {kv_dtype}: vLLM 0.32 refuses it for DeepSeek-V4 on "
+            f"{DSV4_BACKEND}, whose fp8_ds_mla layout only supports fp8 KV cache "
+            f"({DSV4_SOURCE} _resolve_dsv4_kv_cache_dtype)"
+        )
+    if kv_dtype != "fp8_ds_mla":
+        notes.append(
+            f"--kv-cache-dtype {kv_dtype} is fp8_ds_mla for DeepSeek-V4 on {DSV4_BACKEND} "
+            f"({DSV4_SOURCE} _resolve_dsv4_kv_cache_dtype): 584 B per "
+            "latent state, pages padded to 576 B"
+        )
+    caches = layer_caches(layout)
+    pool = packed_pool(caches)
+    stored = msgspec.structs.replace(
+        spec,
+        attention=tuple(
+            msgspec.structs.replace(g, token_bytes=DS_MLA_STATE_BYTES)
+            if g.kind is not AttentionKind.INDEXER
+            else g
+            for g in spec.attention
+        ),
+    )
+    blocks = sorted({g.block_size for g in pool.groups}, reverse=True)
+    block = BlockChoice(
+        layout.compressed_block,
+        f"DeepSeek-V4's compressed caches take {layout.compressed_block}-token blocks; its "
+        f"sliding-window and compressor-state groups take {', '.join(map(str, blocks[1:]))}",
+    )
+    return KvPlan(
+        spec=stored,
+        model_dtype=model_dtype,
+        kv_cache_dtype="fp8_ds_mla",
+        kv_bytes=1,
+        backend=backend,
+        pages=(),
+        block=block,
+        pool=pool,
+        mamba_align=dep.prefix_caching,
+        notes=tuple(notes),
+    )
+
+
 def plan_kv_cache(spec: ModelSpec, dep: Deployment, facts: SizingFacts) -> KvPlan:
     notes: list[str] = []
     model_dtype, note = resolve_model_dtype(spec, dep)
     notes += [note] if note else []
     kv_dtype, note = resolve_kv_cache_dtype(spec, dep)
     notes += [note] if note else []
+    if spec.compressed_mla is not None:
+        return _plan_compressed_mla(spec, spec.compressed_mla, dep, model_dtype, kv_dtype, notes)
     kv_bytes = kv_dtype_bytes(kv_dtype, model_dtype)
     if dep.attention_backend is not None:
         backend = backend_by_name(dep.attention_backend)

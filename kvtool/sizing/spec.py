@@ -244,6 +244,33 @@ class KimiDeltaAttentionGroup(_Frozen, frozen=True, kw_only=True):
         return (self.d_conv - 1) * conv_dim, self.num_heads // tp * self.head_dim**2
 
 
+class CompressedMlaLayout(_Frozen, frozen=True, kw_only=True):
+    """DeepSeek-V4's per-layer caches: compressed MLA, a sliding window, compressor states.
+
+    ``compress_ratios[i]`` is decoder layer i's ratio (tokens per stored state; 0 or 1:
+    the layer keeps only its sliding-window cache). ``compressed_block`` and
+    ``window_block`` are the tokens per block of the compressed and sliding-window caches;
+    ``indexer_key_bytes`` is one state of the ratio-4 layers' indexer key cache.
+    """
+
+    MINIMUMS: ClassVar[dict[str, int]] = {
+        "head_dim": 1,
+        "index_head_dim": 1,
+        "sliding_window": 1,
+        "compressed_block": 1,
+        "window_block": 1,
+        "indexer_key_bytes": 1,
+    }
+
+    compress_ratios: tuple[int, ...]
+    head_dim: int
+    index_head_dim: int
+    sliding_window: int
+    compressed_block: int
+    window_block: int
+    indexer_key_bytes: int
+
+
 StateGroup = Mamba1Group | Mamba2Group | GatedDeltaNetGroup | KimiDeltaAttentionGroup
 
 
@@ -278,6 +305,8 @@ class ModelSpec(_Frozen, frozen=True, kw_only=True):
     # (CUDA capability major, dtype): what vLLM's per-model config hook makes of
     # --kv-cache-dtype auto on that GPU generation (GLM-5 on SM100: fp8_e4m3).
     auto_kv_cache_dtype_by_gpu: tuple[tuple[int, str], ...] = ()
+    # DeepSeek-V4: caches laid out per layer and packed block-outermost (None otherwise).
+    compressed_mla: CompressedMlaLayout | None = None
     assumptions: tuple[str, ...] = ()  # defaults kvtool filled in, said out loud
 
     @property

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import CliResult
+from tests.sizing.deepseek_v4_configs import write_config
 
 CONFIGS = Path(__file__).parent / "configs"
 LLAMA_8B = CONFIGS / "llama-3.1-8b.config.json"
@@ -199,33 +200,30 @@ def test_unsupported_architecture(kvtool_cli, tmp_path: Path) -> None:  # type: 
     _fails_naming(kvtool_cli("size", "--model", str(path)), "model_type 'bert'", "supported:")
 
 
-def test_unmodelled_architecture_names_what_is_missing(kvtool_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    # DeepSeek-V4-Flash's attention fields, as its config.json has them (seen in
-    # ai-dynamo/aiconfigurator model_configs/deepseek-ai--DeepSeek-V4-Flash_config.json);
-    # vLLM serves it (DeepseekV4ForCausalLM), kvtool does not model its caches yet.
-    path = _write_config(
-        tmp_path,
-        architectures=["DeepseekV4ForCausalLM"],
-        model_type="deepseek_v4",
-        num_hidden_layers=43,
-        compress_ratios=[0, 0] + [4, 128] * 20 + [4, 0],
-        sliding_window=128,
-        head_dim=512,
-        num_key_value_heads=1,
-        index_head_dim=128,
-        index_n_heads=64,
-        index_topk=512,
-    )
-    _fails_naming(
-        kvtool_cli("size", "--model", str(path)),
-        "model_type 'deepseek_v4'",
-        "compress_ratios",
-        "sliding-window cache",
-        "compressor state caches",
-        "indexer",
-        "/vllm/models/deepseek_v4/attention.py",
-        "supported:",
-    )
+def test_deepseek_v4_prints_vllms_groups(kvtool_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = write_config(tmp_path, "deepseek-v4-flash")
+    result = kvtool_cli("size", "--model", str(path), "--gpu-kv-gib", "80")
+    assert result.exit_code == 0
+    assert "KV cache groups (5)" in result.stdout
+    assert "FLASHMLA_SPARSE" in result.stdout
+
+
+def test_deepseek_v4_bfloat16_is_refused_as_vllm_refuses_it(kvtool_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = write_config(tmp_path, "deepseek-v4-flash")
+    result = kvtool_cli("size", "--model", str(path), "--kv-cache-dtype", "bfloat16")
+    _fails_naming(result, "bfloat16", "fp8_ds_mla", "_resolve_dsv4_kv_cache_dtype")
+
+
+def test_deepseek_v4_short_compress_ratios_names_the_field(kvtool_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = write_config(tmp_path, "deepseek-v4-flash", compress_ratios=[4, 128])
+    result = kvtool_cli("size", "--model", str(path))
+    _fails_naming(result, "compress_ratios", "num_hidden_layers is 43")
+
+
+def test_deepseek_v4_unknown_ratio_names_the_field(kvtool_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = write_config(tmp_path, "deepseek-v4-flash", compress_ratios=[8] * 44)
+    result = kvtool_cli("size", "--model", str(path))
+    _fails_naming(result, "compress_ratios", "ratio 8")
 
 
 def test_invalid_json_and_unknown_name(kvtool_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -19,8 +19,10 @@ from typing import Any
 
 import pytest
 
+from kvtool.errors import KvtoolError
 from kvtool.sizing import SizingReport, compute, load_model_spec, make_deployment
 from kvtool.sizing.catalog import find_entry
+from tests.sizing.deepseek_v4_configs import DEEPSEEK_V4
 from tests.sizing.test_vllm_block_goldens import (
     CHATGLM3_6B,
     COMMAND_R7B,
@@ -101,6 +103,9 @@ WRITTEN = {
     "chatglm3-6b": CHATGLM3_6B,  # num_layers, multi_query_group_num
     # The multimodal wrapper as served: vLLM asks its text model's state shapes.
     "kimi-k3": KIMI_K3,
+    # DeepSeek-V4: per-layer compressed, sliding-window, compressor and indexer caches,
+    # packed block-outermost into groups of different block sizes.
+    **DEEPSEEK_V4,
 }
 MODELS.update({name: None for name in [*RESHAPED, *WRITTEN]})
 # The wide TP where 8 does not divide the heads (vLLM refuses such a TP).
@@ -112,6 +117,10 @@ CASES = [
 # 512-dim layers takes exactly 64-token pages; kvtool refuses them): pinned here to a
 # block that works at both TP sizes, as an operator would.
 PINNED_BLOCK = {("gemma-4-31b", "fp8"): 64}
+# Cases vLLM refuses and kvtool must refuse alike, with the backend vLLM is asked about:
+# DeepSeek-V4's fp8_ds_mla layout on FlashMLA takes fp8 KV caches only.
+REFUSED = [("deepseek-v4-flash", 1, "bfloat16", "FLASHMLA_SPARSE")]
+REFUSAL = "fp8_ds_mla layout only supports fp8"  # vLLM's words, which kvtool repeats
 
 
 def _config(name: str) -> dict[str, Any]:
@@ -154,18 +163,21 @@ def vllm_layouts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     python = vllm_python()
     root = tmp_path_factory.mktemp("vllm-kv-layout")
     cases = []
-    for name, tp, dtype in CASES:
+    refused_backends = {(name, tp, dtype): backend for name, tp, dtype, backend in REFUSED}
+    for name, tp, dtype in [*CASES, *refused_backends]:
         model_dir = root / name
         model_dir.mkdir(exist_ok=True)
         (model_dir / "config.json").write_text(json.dumps(_config(name)))
-        report = _kvtool(model_dir, tp, dtype)
+        backend = refused_backends.get((name, tp, dtype))
+        if backend is None:
+            backend = _kvtool(model_dir, tp, dtype).attention_backend
         cases.append(
             {
                 "id": _case_id(name, tp, dtype),
                 "model_dir": str(model_dir),
                 "tp": tp,
                 "kv_cache_dtype": dtype,
-                "backend": report.attention_backend,
+                "backend": backend,
                 "block_size": PINNED_BLOCK.get((name, dtype)),
                 "max_model_len": MAX_MODEL_LEN,
                 "max_in_flight_tokens": IN_FLIGHT_TOKENS,
@@ -221,6 +233,16 @@ def test_kvtool_matches_vllm_layout(
     assert ours.num_gpu_blocks == theirs["num_blocks"]
     assert ours.gpu_tier_tokens == theirs["capacity_tokens"]
     assert ours.state_page_bytes == theirs["state_page_bytes"]
+
+
+@pytest.mark.parametrize(("name", "tp", "dtype", "backend"), REFUSED)
+def test_kvtool_refuses_what_vllm_refuses(
+    vllm_layouts: dict[str, Any], name: str, tp: int, dtype: str, backend: str
+) -> None:
+    theirs = vllm_layouts[_case_id(name, tp, dtype)]
+    assert REFUSAL in theirs.get("error", ""), theirs
+    with pytest.raises(KvtoolError, match=f"{backend}, whose {REFUSAL}"):
+        _kvtool(Path(theirs["root"]) / name, tp, dtype)
 
 
 def test_every_layout_row_cites_a_model_file_of_the_vllm_release() -> None:

@@ -23,6 +23,9 @@ through ``customize_attention_spec`` with each layer's backend as the model runn
 The layout is pinned to ``LBNHC`` (not block-outermost), the one CUDA's FlashAttention and
 FlashInfer backends prefer; sparse MLA's mixed page sizes resolve to it as well
 (``resolve_kv_cache_layout``: no backend declares a set, LBNHC is block-compact).
+DeepSeek-V4's per-layer caches are built as its model files build them
+(:func:`_deepseek_v4_layout`) under BLHNC, the block-outermost layout its backends
+declare, so ``get_kv_cache_groups`` packs them (``_get_packed_kv_cache_groups``).
 """
 
 from __future__ import annotations
@@ -248,13 +251,11 @@ def _own_heads(hf: Any, kind: str, tp: int) -> dict[str, int]:
 
 
 # Architectures whose layers build their own KV cache specs that the per-layer kinds here
-# do not reproduce: DeepSeek-V4 (models/deepseek_v4/attention.py: compressed MLA with
-# tokens_per_state, a separate SWA cache, compressor state and indexer caches, grouped by
-# kv_cache_utils._get_packed_kv_cache_groups under the BLHNC layout its indexer backend
-# requires; kvtool refuses it too, see [unmodelled] in rules/models/layouts.toml) and
-# MiniMax-M3 (models/minimax_m3: GQA plus an indexer side cache, 128-token sparse pages).
-# A generic answer for them would be a figure vLLM never computes, so they are refused.
-_OWN_SPEC_ARCHITECTURES = ("DeepseekV4", "DeepseekV41", "MiniMaxM3")
+# do not reproduce: DeepSeek-V4.1 (not yet built here; DeepSeek-V4 is, by
+# _deepseek_v4_layout) and MiniMax-M3 (models/minimax_m3: GQA plus an indexer side cache,
+# 128-token sparse pages). A generic answer for them would be a figure vLLM never
+# computes, so they are refused.
+_OWN_SPEC_ARCHITECTURES = ("DeepseekV41", "MiniMaxM3")
 
 
 def _with_hf_config(vllm_config: Any, hf_config: Any) -> Any:
@@ -284,25 +285,180 @@ def _model_config(model_dir: str, max_model_len: int) -> Any:
     )
 
 
-def layout(case: dict[str, Any]) -> dict[str, Any]:
+def _pool_figures(vllm_config: Any, specs: dict[str, Any], kv_memory_bytes: int) -> dict[str, Any]:
+    """vLLM's groups, pool and capacity for ``specs``, in the shape kvtool reports them."""
     import torch
+    from vllm.v1.core import kv_cache_utils as kcu
+    from vllm.v1.kv_cache_interface import MambaSpec, UniformTypeKVCacheSpecs
+
+    model_config, cache = vllm_config.model_config, vllm_config.cache_config
+    groups = kcu.get_kv_cache_groups(vllm_config, dict(specs))  # type: ignore[arg-type]
+    config = kcu.get_kv_cache_config_from_groups(
+        vllm_config,  # type: ignore[arg-type]
+        groups,
+        kv_memory_bytes,
+    )
+    tokens, _ = kcu.get_kv_cache_capacity(vllm_config, config)  # type: ignore[arg-type]
+
+    def kind_of(spec: Any) -> str:
+        if isinstance(spec, UniformTypeKVCacheSpecs):
+            return kind_of(next(iter(spec.kv_cache_specs.values())))
+        return {
+            "FullAttentionSpec": "full",
+            "MLAAttentionSpec": "mla",
+            "SlidingWindowSpec": "sliding",
+            "ChunkedLocalAttentionSpec": "chunked",
+            "SlidingWindowMLASpec": "sliding",
+            "MambaSpec": "state",
+        }[type(spec).__name__]
+
+    def page_sizes(spec: Any) -> list[int]:
+        if isinstance(spec, UniformTypeKVCacheSpecs):
+            return [s.page_size_bytes for s in spec.kv_cache_specs.values()]
+        return [spec.page_size_bytes]
+
+    state = [s for s in specs.values() if isinstance(s, MambaSpec)]
+    return {
+        "block_size": cache.block_size,
+        "model_dtype": str(model_config.dtype).removeprefix("torch."),
+        "groups": [
+            {
+                "kind": kind_of(group.kv_cache_spec),
+                "layers": len(group.layer_names),
+                "block_size": group.kv_cache_spec.block_size,
+                "page_bytes": max(page_sizes(group.kv_cache_spec)),
+                # each page size and its layers when a group mixes them, as kvtool lists it
+                "layer_pages": sorted(Counter(page_sizes(group.kv_cache_spec)).items())
+                if len(set(page_sizes(group.kv_cache_spec))) > 1
+                else [],
+            }
+            for group in groups
+        ],
+        "num_blocks": config.num_blocks,
+        "capacity_tokens": tokens,
+        "state_page_bytes": state[0].real_page_size_bytes if state else 0,
+        "state_dtype_bytes": [torch.empty((), dtype=d).element_size() for d in state[0].dtypes]
+        if state
+        else [],
+    }
+
+
+def _deepseek_v4_layout(case: dict[str, Any], model_config: Any) -> dict[str, Any]:
+    """DeepSeek-V4's cache layers built as its model files build them (vLLM v0.32.0).
+
+    Per decoder layer i with r = ``compress_ratios[i]``, in registration order
+    (``models/deepseek_v4/attention.py`` DeepseekV4Attention and DeepseekV4IndexerCache,
+    ``models/deepseek_v4/compressor.py`` CompressorStateCache,
+    ``v1/attention/backends/mla/sparse_swa.py`` DeepseekV4SWACache): r > 1 a compressed
+    latent (``tokens_per_state`` r), every layer a 64-token sliding-window latent, r > 1 the
+    compressor's float32 state, r = 4 the indexer's key cache and its compressor state. The
+    KV dtype is resolved by the model's own ``_resolve_dsv4_kv_cache_dtype`` for the
+    fp8_ds_mla layout of the named backend (FlashMLA); the layout is BLHNC, the
+    block-outermost one DeepSeek-V4's backends declare, so ``get_kv_cache_groups`` packs.
+    """
+    import torch
+    from vllm.config import CacheConfig, ParallelConfig
+    from vllm.models.deepseek_v4.attention import _resolve_dsv4_kv_cache_dtype
+    from vllm.v1.kv_cache_interface import (
+        MLAAttentionSpec,
+        SlidingWindowMLASpec,
+        get_kv_quant_mode,
+    )
+
+    assert case["backend"] == "FLASHMLA_SPARSE", case["backend"]  # the fp8_ds_mla layout
+    # The compressed caches' block: sparse_mla.py lays out 256 // compress_ratio states.
+    cache = CacheConfig(block_size=case["block_size"] or 256, cache_dtype="auto")
+    cache_dtype, kv_dtype = _resolve_dsv4_kv_cache_dtype(True, case["kv_cache_dtype"], cache)
+    cache.kv_cache_layout = "BLHNC"
+    quant = {"cache_dtype_str": cache_dtype, "kv_quant_mode": get_kv_quant_mode(cache_dtype)}
+    latent = {**quant, "state_content_bytes": 584, "model_version": "deepseek_v4"}
+    align = 576  # fp8_ds_mla's UE8M0 paged layout
+    one = {"num_kv_heads": 1, "max_tp_shards": 1, "alignment": align}
+    hf = model_config.hf_text_config
+    head, index_head = hf.head_dim, hf.index_head_dim
+    specs: dict[str, Any] = {}
+    for i, ratio in enumerate(hf.compress_ratios[: model_config.get_total_num_hidden_layers()]):
+        name = f"layers.{i}.attn"
+        if ratio > 1:
+            specs[name] = MLAAttentionSpec(
+                block_size=cache.block_size,
+                head_size=head,
+                dtype=kv_dtype,
+                tokens_per_state=ratio,
+                **one,
+                **latent,
+            )
+        specs[f"{name}.swa_cache"] = SlidingWindowMLASpec(
+            block_size=64,
+            head_size=head,
+            dtype=kv_dtype,
+            sliding_window=hf.sliding_window,
+            **one,
+            **latent,
+        )
+        if ratio <= 1:
+            continue
+        overlap = 1 + (ratio == 4)
+        specs[f"{name}.compressor.state_cache"] = SlidingWindowMLASpec(
+            block_size=4 if ratio == 4 else 8,
+            head_size=2 * overlap * head,
+            dtype=torch.float32,
+            sliding_window=overlap * ratio,
+            **one,
+        )
+        if ratio != 4:
+            continue
+        specs[f"{name}.indexer.k_cache"] = MLAAttentionSpec(
+            block_size=cache.block_size,
+            head_size=index_head + index_head // 128 * 4,
+            dtype=torch.uint8,
+            tokens_per_state=ratio,
+            **one,
+        )
+        specs[f"{name}.indexer.compressor.state_cache"] = SlidingWindowMLASpec(
+            block_size=4,
+            head_size=2 * 2 * index_head,
+            dtype=torch.float32,
+            sliding_window=2 * ratio,
+            **one,
+        )
+    hf_config = SimpleNamespace(model_type=model_config.hf_config.model_type)
+    vllm_config = SimpleNamespace(
+        model_config=SimpleNamespace(
+            max_model_len=case["max_model_len"],
+            hf_config=hf_config,
+            use_mla=True,
+            dtype=model_config.dtype,
+        ),
+        cache_config=cache,
+        parallel_config=ParallelConfig(tensor_parallel_size=case["tp"]),
+        speculative_config=None,
+        num_speculative_tokens=0,
+        scheduler_config=SimpleNamespace(disable_hybrid_kv_cache_manager=False),
+        attention_config=SimpleNamespace(hisparse_config=None),
+        max_in_flight_tokens=case["max_in_flight_tokens"],
+    )
+    return _pool_figures(vllm_config, specs, case["kv_memory_bytes"])
+
+
+def layout(case: dict[str, Any]) -> dict[str, Any]:
     from vllm.config import CacheConfig, ParallelConfig
     from vllm.model_executor.models import ModelRegistry
     from vllm.platforms.interface import Platform
     from vllm.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
-    from vllm.v1.core import kv_cache_utils as kcu
     from vllm.v1.kv_cache_interface import (
         ChunkedLocalAttentionSpec,
         FullAttentionSpec,
         MambaSpec,
         MLAAttentionSpec,
         SlidingWindowSpec,
-        UniformTypeKVCacheSpecs,
         get_kv_quant_mode,
     )
 
     model_config = _model_config(case["model_dir"], case["max_model_len"])
+    if model_config.architecture.startswith("DeepseekV4"):
+        return _deepseek_v4_layout(case, model_config)
     parallel = ParallelConfig(tensor_parallel_size=case["tp"])
     cache_dtype = _resolved_cache_dtype(case["kv_cache_dtype"], model_config)
     cache = CacheConfig(
@@ -408,54 +564,7 @@ def layout(case: dict[str, Any]) -> dict[str, Any]:
                 page_size_padded=cache.mamba_page_size_padded,
                 mamba_cache_mode=cache.mamba_cache_mode,
             )
-    groups = kcu.get_kv_cache_groups(vllm_config, dict(specs))  # type: ignore[arg-type]
-    config = kcu.get_kv_cache_config_from_groups(
-        vllm_config,  # type: ignore[arg-type]
-        groups,
-        case["kv_memory_bytes"],
-    )
-    tokens, _ = kcu.get_kv_cache_capacity(vllm_config, config)  # type: ignore[arg-type]
-
-    def kind_of(spec: Any) -> str:
-        if isinstance(spec, UniformTypeKVCacheSpecs):
-            return kind_of(next(iter(spec.kv_cache_specs.values())))
-        return {
-            "FullAttentionSpec": "full",
-            "MLAAttentionSpec": "mla",
-            "SlidingWindowSpec": "sliding",
-            "ChunkedLocalAttentionSpec": "chunked",
-            "MambaSpec": "state",
-        }[type(spec).__name__]
-
-    def page_sizes(spec: Any) -> list[int]:
-        if isinstance(spec, UniformTypeKVCacheSpecs):
-            return [s.page_size_bytes for s in spec.kv_cache_specs.values()]
-        return [spec.page_size_bytes]
-
-    state = [s for s in specs.values() if isinstance(s, MambaSpec)]
-    return {
-        "block_size": cache.block_size,
-        "model_dtype": str(model_config.dtype).removeprefix("torch."),
-        "groups": [
-            {
-                "kind": kind_of(group.kv_cache_spec),
-                "layers": len(group.layer_names),
-                "block_size": group.kv_cache_spec.block_size,
-                "page_bytes": max(page_sizes(group.kv_cache_spec)),
-                # each page size and its layers when a group mixes them, as kvtool lists it
-                "layer_pages": sorted(Counter(page_sizes(group.kv_cache_spec)).items())
-                if len(set(page_sizes(group.kv_cache_spec))) > 1
-                else [],
-            }
-            for group in groups
-        ],
-        "num_blocks": config.num_blocks,
-        "capacity_tokens": tokens,
-        "state_page_bytes": state[0].real_page_size_bytes if state else 0,
-        "state_dtype_bytes": [torch.empty((), dtype=d).element_size() for d in state[0].dtypes]
-        if state
-        else [],
-    }
+    return _pool_figures(vllm_config, specs, case["kv_memory_bytes"])
 
 
 REGISTRY_KEY = "__model_registry__"
