@@ -226,6 +226,24 @@ def test_deepseek_v4_unknown_ratio_names_the_field(kvtool_cli, tmp_path: Path) -
     _fails_naming(result, "compress_ratios", "ratio 8")
 
 
+def test_unmodelled_architecture_names_what_is_missing(kvtool_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # MiniMax-M3's sparse VL model as its NVFP4 checkpoint declares it (model_type
+    # minimax_m3_vl, MiniMaxM3SparseForConditionalGeneration, registered in vLLM 0.32);
+    # kvtool does not model its indexer caches yet, and says which parts are missing.
+    path = _write_config(
+        tmp_path,
+        architectures=["MiniMaxM3SparseForConditionalGeneration"],
+        model_type="minimax_m3_vl",
+    )
+    _fails_naming(
+        kvtool_cli("size", "--model", str(path)),
+        "model_type 'minimax_m3_vl'",
+        "lightning-indexer key cache",
+        "/vllm/models/minimax_m3/nvidia/model.py",
+        "supported:",
+    )
+
+
 def test_invalid_json_and_unknown_name(kvtool_cli, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     path = tmp_path / "config.json"
     path.write_text("{not json")
