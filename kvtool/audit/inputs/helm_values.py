@@ -127,22 +127,32 @@ def _production_stack(
 
 
 def _vllm_config_words(
-    config: yaml.Node, file: str | None, flag: Callable[[str, yaml.Node | None], ArgvWord]
+    config: yaml.Node,
+    file: str | None,
+    flag: Callable[[str, yaml.Node | None], ArgvWord],
+    value_flags: tuple[tuple[str, str], ...] = _VALUE_FLAGS,
+    *,
+    prefix_caching_always: bool = True,
 ) -> list[ArgvWord]:
+    """The flags a chart writes from ``vllmConfig``. The Deployment template writes one of
+    the two prefix-caching spellings whenever vllmConfig is given; the RayCluster start
+    script only ``--enable-prefix-caching``, when it is true."""
     words: list[ArgvWord] = []
     chunked = yaml_tree.get(config, "enableChunkedPrefill")
     if chunked is not None:
         spelled = "--enable-chunked-prefill" if _truthy(chunked) else "--no-enable-chunked-prefill"
         words.append(flag(spelled, chunked))
     prefix = yaml_tree.get(config, "enablePrefixCaching")
-    # The template writes one of the two whenever vllmConfig is given.
-    words.append(
-        flag(
-            "--enable-prefix-caching" if _truthy(prefix) else "--no-enable-prefix-caching",
-            prefix if prefix is not None else config,
+    if prefix_caching_always:
+        words.append(
+            flag(
+                "--enable-prefix-caching" if _truthy(prefix) else "--no-enable-prefix-caching",
+                prefix if prefix is not None else config,
+            )
         )
-    )
-    for key, spelled in _VALUE_FLAGS:
+    elif _truthy(prefix):
+        words.append(flag("--enable-prefix-caching", prefix))
+    for key, spelled in value_flags:
         node = yaml_tree.get(config, key)
         if node is not None:
             words += [flag(spelled, node), _scalar_word(node, file)]
@@ -313,7 +323,9 @@ def _production_stack_ray(
         words += [flag("--tool-call-parser", parser), _scalar_word(parser, file)]
     config = yaml_tree.get(spec, "vllmConfig")
     if isinstance(config, yaml.MappingNode):
-        words += _ray_config_words(config, file, flag)
+        words += _vllm_config_words(
+            config, file, flag, _RAY_VALUE_FLAGS, prefix_caching_always=False
+        )
     revision = yaml_tree.get(spec, "modelRevision")
     if revision is not None and yaml_tree.scalar(revision):
         words += [flag("--revision", revision), _scalar_word(revision, file)]
@@ -330,23 +342,3 @@ def _production_stack_ray(
     env = _production_stack_env(spec, config, lmcache, file)
     label = f"production-stack modelSpec {name} (RayCluster head)"
     return _chart_invocations(words, text, source, env, spec, label, comments, notes)
-
-
-def _ray_config_words(
-    config: yaml.Node, file: str | None, flag: Callable[[str, yaml.Node | None], ArgvWord]
-) -> list[ArgvWord]:
-    words: list[ArgvWord] = []
-    chunked = yaml_tree.get(config, "enableChunkedPrefill")
-    if chunked is not None:
-        spelled = "--enable-chunked-prefill" if _truthy(chunked) else "--no-enable-chunked-prefill"
-        words.append(flag(spelled, chunked))
-    prefix = yaml_tree.get(config, "enablePrefixCaching")
-    if _truthy(prefix):
-        words.append(flag("--enable-prefix-caching", prefix))
-    for key, spelled in _RAY_VALUE_FLAGS:
-        node = yaml_tree.get(config, key)
-        if node is not None:
-            words += [flag(spelled, node), _scalar_word(node, file)]
-    for item in yaml_tree.sequence(yaml_tree.get(config, "extraArgs")):
-        words.append(_scalar_word(item, file))
-    return words
