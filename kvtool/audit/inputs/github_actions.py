@@ -15,11 +15,11 @@ from __future__ import annotations
 import yaml
 
 from kvtool.audit.inputs import yaml_tree
-from kvtool.audit.inputs.positions import LineIndex, OffsetMap
+from kvtool.audit.inputs.positions import LineIndex
 from kvtool.audit.inputs.shell import ShellContext, read_script
 from kvtool.audit.inputs.source import ReadSource
 from kvtool.audit.inputs.suppressions import yaml_comment_suppressions
-from kvtool.audit.model import EnvAssignment, Invocation, Location
+from kvtool.audit.model import EnvAssignment, Invocation
 
 _EXPRESSION = "${{"
 
@@ -34,16 +34,10 @@ def read(text: str, source: ReadSource) -> list[Invocation]:
         for job_id, _, job in yaml_tree.items(yaml_tree.get(document, "jobs")):
             job_env = workflow_env + _env(job, file)
             for number, step in enumerate(yaml_tree.sequence(yaml_tree.get(job, "steps")), 1):
-                run = yaml_tree.get(step, "run")
-                script = yaml_tree.scalar(run)
-                if script is None or not isinstance(run, yaml.ScalarNode):
+                run = yaml_tree.scalar_script(yaml_tree.get(step, "run"), text, index)
+                if run is None:
                     continue
-                start, end = yaml_tree.scalar_source_span(run, text)
-                mapping = OffsetMap.align(script, text, start, end)
-
-                def locate(begin: int, finish: int, mapping: OffsetMap = mapping) -> Location:
-                    return index.location(mapping.to_source(begin), mapping.to_source(finish))
-
+                script, locate = run
                 step_name = yaml_tree.scalar(yaml_tree.get(step, "name")) or f"step {number}"
                 context = ShellContext(
                     file=file,

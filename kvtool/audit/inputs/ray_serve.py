@@ -208,16 +208,10 @@ def read_job_entrypoint(
     """A RayJob's ``spec.entrypoint``: the shell command Ray runs on the head node
     (ray-project/kuberay ray-operator/config/samples/ray-job.*.yaml)."""
     entry = yaml_tree.get_path(node, "spec", "entrypoint")
-    script = yaml_tree.scalar(entry)
-    if script is None or not isinstance(entry, yaml.ScalarNode):
+    found = yaml_tree.scalar_script(entry, text, LineIndex(text, source.file))
+    if found is None:
         return []
-    start, end = yaml_tree.scalar_source_span(entry, text)
-    mapping = OffsetMap.align(script, text, start, end)
-    index = LineIndex(text, source.file)
-
-    def locate(begin: int, finish: int) -> Location:
-        return index.location(mapping.to_source(begin), mapping.to_source(finish))
-
+    script, locate = found
     context = ShellContext(
         file=source.file,
         kind="kubernetes",

@@ -12,11 +12,11 @@ from __future__ import annotations
 import yaml
 
 from kvtool.audit.inputs import yaml_tree
-from kvtool.audit.inputs.positions import LineIndex, OffsetMap
+from kvtool.audit.inputs.positions import LineIndex
 from kvtool.audit.inputs.shell import ShellContext, read_script
 from kvtool.audit.inputs.source import ReadSource
 from kvtool.audit.inputs.suppressions import yaml_comment_suppressions
-from kvtool.audit.model import EnvAssignment, Invocation, Location
+from kvtool.audit.model import EnvAssignment, Invocation
 
 
 def read(text: str, source: ReadSource) -> list[Invocation]:
@@ -25,16 +25,10 @@ def read(text: str, source: ReadSource) -> list[Invocation]:
     found: list[Invocation] = []
     index = LineIndex(text, file)
     for document in yaml_tree.compose_documents(text, file):
-        run = yaml_tree.get(document, "run")
-        script = yaml_tree.scalar(run)
-        if script is None or not isinstance(run, yaml.ScalarNode):
+        run = yaml_tree.scalar_script(yaml_tree.get(document, "run"), text, index)
+        if run is None:
             continue
-        start, end = yaml_tree.scalar_source_span(run, text)
-        mapping = OffsetMap.align(script, text, start, end)
-
-        def locate(begin: int, finish: int, mapping: OffsetMap = mapping) -> Location:
-            return index.location(mapping.to_source(begin), mapping.to_source(finish))
-
+        script, locate = run
         env = _runtime_env(document, file) + tuple(
             EnvAssignment(
                 name=name,

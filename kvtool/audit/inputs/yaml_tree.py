@@ -7,11 +7,12 @@ with PyYAML's safe constructor so their types match ``yaml.safe_load``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import yaml
 
+from kvtool.audit.inputs.positions import LineIndex, OffsetMap
 from kvtool.audit.model import Location
 from kvtool.errors import KvtoolError
 from kvtool.yamlguard import check_document
@@ -171,3 +172,21 @@ def sequence(node: yaml.Node | None) -> list[yaml.Node]:
 def scalar_source_span(node: yaml.Node, text: str) -> tuple[int, int]:
     """Offsets of a node's written form in the source text (quotes and indicators included)."""
     return node.start_mark.index, node.end_mark.index if node.end_mark else len(text)
+
+
+def scalar_script(
+    node: yaml.Node | None, text: str, index: LineIndex
+) -> tuple[str, Callable[[int, int], Location]] | None:
+    """A script written as one YAML scalar (a ``run:`` step, an ``entrypoint``), with a
+    function that maps offsets in the script to where they stand in ``text``; None when
+    ``node`` is no scalar."""
+    script = scalar(node)
+    if script is None or not isinstance(node, yaml.ScalarNode):
+        return None
+    start, end = scalar_source_span(node, text)
+    mapping = OffsetMap.align(script, text, start, end)
+
+    def locate(begin: int, finish: int) -> Location:
+        return index.location(mapping.to_source(begin), mapping.to_source(finish))
+
+    return script, locate
