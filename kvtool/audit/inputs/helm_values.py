@@ -86,19 +86,7 @@ def _production_stack(
     def flag(text_: str, node: yaml.Node | None) -> ArgvWord:
         return ArgvWord(text_, at(node))
 
-    url = yaml_tree.get(spec, "modelURL")
-    words = [flag("vllm", url), flag("serve", url)]
-    if url is not None:
-        words.append(_scalar_word(url, file))
-    words += [flag("--host", url), flag("0.0.0.0", url)]
-    words += [flag("--port", url), flag(_PRODUCTION_STACK_PORT, url)]
-    if _truthy(yaml_tree.get(spec, "enableLoRA")):
-        words.append(flag("--enable-lora", yaml_tree.get(spec, "enableLoRA")))
-    if _truthy(yaml_tree.get(spec, "enableTool")):
-        words.append(flag("--enable-auto-tool-choice", yaml_tree.get(spec, "enableTool")))
-    parser = yaml_tree.get(spec, "toolCallParser")
-    if parser is not None and yaml_tree.scalar(parser):
-        words += [flag("--tool-call-parser", parser), _scalar_word(parser, file)]
+    words = _serve_head(spec, file, flag) + _feature_words(spec, file, flag)
     config = yaml_tree.get(spec, "vllmConfig")
     if isinstance(config, yaml.MappingNode):
         words += _vllm_config_words(config, file, flag)
@@ -124,6 +112,35 @@ def _production_stack(
         ]
     label = f"production-stack modelSpec {name}"
     return _chart_invocations(words, text, source, env, spec, label, comments, notes)
+
+
+def _serve_head(
+    spec: yaml.Node, file: str | None, flag: Callable[[str, yaml.Node | None], ArgvWord]
+) -> list[ArgvWord]:
+    """``vllm serve <modelURL> --host 0.0.0.0 --port 8000``, as both production-stack
+    templates (Deployment and RayCluster) start a modelSpec."""
+    url = yaml_tree.get(spec, "modelURL")
+    words = [flag("vllm", url), flag("serve", url)]
+    if url is not None:
+        words.append(_scalar_word(url, file))
+    for word in ("--host", "0.0.0.0", "--port", _PRODUCTION_STACK_PORT):
+        words.append(flag(word, url))
+    return words
+
+
+def _feature_words(
+    spec: yaml.Node, file: str | None, flag: Callable[[str, yaml.Node | None], ArgvWord]
+) -> list[ArgvWord]:
+    """The LoRA and tool-calling flags a modelSpec turns on."""
+    words: list[ArgvWord] = []
+    if _truthy(yaml_tree.get(spec, "enableLoRA")):
+        words.append(flag("--enable-lora", yaml_tree.get(spec, "enableLoRA")))
+    if _truthy(yaml_tree.get(spec, "enableTool")):
+        words.append(flag("--enable-auto-tool-choice", yaml_tree.get(spec, "enableTool")))
+    parser = yaml_tree.get(spec, "toolCallParser")
+    if parser is not None and yaml_tree.scalar(parser):
+        words += [flag("--tool-call-parser", parser), _scalar_word(parser, file)]
+    return words
 
 
 def _vllm_config_words(
@@ -306,21 +323,10 @@ def _production_stack_ray(
     def flag(text_: str, node: yaml.Node | None) -> ArgvWord:
         return ArgvWord(text_, yaml_tree.location(node, file) if node is not None else here)
 
-    url = yaml_tree.get(spec, "modelURL")
-    words = [flag("vllm", url), flag("serve", url)]
-    if url is not None:
-        words.append(_scalar_word(url, file))
-    for word in ("--host", "0.0.0.0", "--port", _PRODUCTION_STACK_PORT):
-        words.append(flag(word, url))
+    words = _serve_head(spec, file, flag)
     ray = yaml_tree.get_path(spec, "raySpec", "enabled")
     words += [flag("--distributed-executor-backend", ray), flag("ray", ray)]
-    if _truthy(yaml_tree.get(spec, "enableLoRA")):
-        words.append(flag("--enable-lora", yaml_tree.get(spec, "enableLoRA")))
-    if _truthy(yaml_tree.get(spec, "enableTool")):
-        words.append(flag("--enable-auto-tool-choice", yaml_tree.get(spec, "enableTool")))
-    parser = yaml_tree.get(spec, "toolCallParser")
-    if parser is not None and yaml_tree.scalar(parser):
-        words += [flag("--tool-call-parser", parser), _scalar_word(parser, file)]
+    words += _feature_words(spec, file, flag)
     config = yaml_tree.get(spec, "vllmConfig")
     if isinstance(config, yaml.MappingNode):
         words += _vllm_config_words(
