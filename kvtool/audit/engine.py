@@ -268,7 +268,9 @@ class Auditor:
             origin = "--lmcache-version"
             if from_file:
                 origin = f"{self.settings.source}: lmcache-version"
-            explicit = LmcacheRelease(self.settings.lmcache_version, origin)
+            explicit = LmcacheRelease(
+                _lmcache_version(self.settings.lmcache_version, origin), origin
+            )
         return resolve_lmcache_release(
             explicit=explicit, file=invocation.file, image=invocation.image, pins=self.lmcache_pins
         )
@@ -421,3 +423,15 @@ def _sort_key(finding: Finding) -> tuple[str, int, int, str]:
         (loc.column or 0) if loc else 0,
         finding.code,
     )
+
+
+def _lmcache_version(value: str, origin: str) -> str:
+    """``value`` when it reads as a release (``0.3.9``, ``v0.5.6``); else one line naming
+    where it was given, before any rule compares it with a range."""
+    from packaging.version import Version
+
+    try:
+        Version(value.removeprefix("v"))
+    except ValueError:  # InvalidVersion, or digits past the int_digits limit
+        raise KvtoolError(f"{origin}: {value!r} is not an LMCache version") from None
+    return value

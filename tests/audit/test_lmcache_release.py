@@ -302,3 +302,21 @@ def test_vg016_fires_on_the_release_the_vllm_image_bundles(
         "--select", "VG016", "--output-format", "json",
     )  # fmt: skip
     assert json.loads(result.stdout)["findings"] == []
+
+
+@pytest.mark.parametrize("given", ["x.y", "latest"])
+def test_an_lmcache_version_that_is_no_release_is_one_line(
+    kvtool_cli: Any, tmp_path: Path, given: str
+) -> None:
+    script = tmp_path / "serve.sh"
+    script.write_text(
+        "vllm serve m --kv-transfer-config "
+        '\'{"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}\'\n'
+    )
+    result = kvtool_cli(
+        "audit", "--vllm-version", "0.32.0", "--lmcache-version", given, str(script)
+    )
+    assert result.exit_code == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip() == (
+        f"kvtool: error: --lmcache-version: {given!r} is not an LMCache version"
+    )
