@@ -281,10 +281,11 @@ class _SharedArenaBuilder:
                                 prot=mmap.PROT_READ | mmap.PROT_WRITE, offset=offset)
             # frombuffer holds the mapping until the tensor and its views are gone.
             tensor = torch.frombuffer(mapping, dtype=torch.uint8)
-        except OSError as exc:
+        except Exception as exc:  # whatever failed, this rank falls back and joins round 3
             _close(fd)
+            detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
             return None, (f"could not map rank {theirs.rank}'s host arena "
-                          f"(/proc/{theirs.pid}/fd/{theirs.fd}): {exc.strerror or exc}"), True
+                          f"(/proc/{theirs.pid}/fd/{theirs.fd}): {detail}"), True
         return HostArena(tensor, shared=True, offset=offset, fd=fd), "", False
 
     def _fall_back(self, reason: str, *, warn: bool) -> HostArena:

@@ -120,3 +120,19 @@ def test_a_rank_the_kernel_keeps_out_falls_back_with_one_warning() -> None:
     assert not [msg for level, msg in creator["logs"] if level == "WARNING"]
     (line,) = [msg for level, msg in creator["logs"] if level == "INFO"]
     assert "1 of 2 ranks fell back to private arenas (ranks 1:" in line
+
+
+def test_a_collective_that_fails_leaves_a_private_arena_and_one_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # No process group in this process: the first all_gather raises, as a broken one would.
+    if torch.distributed.is_initialized():
+        pytest.skip("this process already has a default process group")
+    broken = host_arena.ProcessGroupRendezvous([None], rank=0)
+    with caplog.at_level("INFO", logger="kvtool.connector"):
+        arena = host_arena.allocate(5000, broken, page_aligned=True)
+    assert not arena.shared and arena.fd is None and arena.nbytes == 5000
+    assert arena.tensor.data_ptr() % PAGE == 0
+    assert "the rendezvous failed" in arena.fallback
+    (record,) = caplog.records
+    assert record.levelname == "WARNING" and "private arena of 5000 B" in record.getMessage()

@@ -14,8 +14,9 @@ Every worker of an engine calls ``register_kv_caches`` once, from
 ``Worker.initialize_from_config``, which the engine core runs on every worker
 (``collective_rpc``), after ``init_device`` initialised the distributed groups;
 vLLM skips it only for the profiling pass, on every rank alike
-(``gpu_model_runner.py`` ``initialize_kv_cache`` at v0.32.0), so a collective
-there is joined by all of them.
+(``initialize_kv_cache`` in
+https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/v1/worker/gpu_model_runner.py),
+so a collective there is joined by all of them.
 """
 
 from __future__ import annotations
