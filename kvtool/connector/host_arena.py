@@ -241,7 +241,7 @@ class _SharedArenaBuilder:
             _close(fd)
             return self._fall_back(f"the rendezvous failed: {exc}", warn=True)
         theirs = next(p for p in published_all if p.rank == creator)
-        arena, reason, warn = self._map(theirs, fd, offsets[index], total)
+        arena, reason, warn = self._map(theirs, fd, offsets[index])
         if arena is None:
             arena = self._fall_back(reason, warn=warn)
         try:
@@ -262,8 +262,8 @@ class _SharedArenaBuilder:
             raise ValueError(f"ranks are not unique: {sorted(ranks)}")
         return members
 
-    def _map(self, theirs: _Published, own_fd: int, offset: int,
-             total: int) -> tuple[HostArena | None, str, bool]:
+    def _map(self, theirs: _Published, own_fd: int,
+             offset: int) -> tuple[HostArena | None, str, bool]:
         """This rank's slice of the creator's object, or None, why, and whether this
         rank is the one to warn (a creator's failure is warned by the creator)."""
         if theirs.error:
