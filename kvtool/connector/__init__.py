@@ -25,8 +25,11 @@ Scheduler process (adapter's SCHEDULER role):
   ``store.StoreIndex(..., record_events=True)``, ``store.take_events()`` lists
   the hashes that became or stopped being servable (KV events).
 
-Worker processes (WORKER role): ``transfer.TransferEngine.from_kv_caches(kv_caches,
-num_slots=store.num_slots, block_dim=...)``; ``submit_store(job)`` in
+Worker processes (WORKER role): ``host_arena.allocate(bytes, rendezvous, ...)``
+(one memfd per host, shared through a ``host_arena.Rendezvous`` among the engine's
+ranks; ``None`` for a private arena), then
+``transfer.TransferEngine.from_kv_caches(kv_caches, num_slots=store.num_slots,
+block_dim=..., arena=arena.tensor)``; ``submit_store(job)`` in
 ``wait_for_save``, ``submit_load(job)`` in ``start_load_kv``, ``poll()`` ->
 ``TransferResult(job_id, ok)`` to report back.
 """

@@ -40,6 +40,14 @@ connectors (MultiConnector shares one extra config) and are ignored. Unknown
 - ``kvtool.store_decode`` (false): also buffer the blocks that decoding fills,
   not only the prompt's (worth it when outputs are fed back as prompts, as in
   multi-turn chat).
+- ``kvtool.host_arena`` (``host``): where the workers' host store lives.
+  ``host``: the ranks of one host share one anonymous memory object (a memfd,
+  nothing in ``/dev/shm``), each rank mapping and, on CUDA, page-locking only
+  its own page-aligned slice; one log line per host gives its size and ranks. A
+  rank that cannot join it (e.g. the kernel refuses to open another process's
+  ``/proc/<pid>/fd``) logs a warning and keeps a private arena. ``rank``: every
+  rank allocates its own arena. Either way the ranks together hold the
+  ``kvtool.host_capacity_bytes`` asked for (:mod:`kvtool.connector.host_arena`).
 
 The horizon default and the FIFO defaults are LMCache 0.5.6's
 (lmcache/integration/vllm/lazy_offload_policy/ at v0.5.6) so results compare like for like.
@@ -77,6 +85,11 @@ class ShutdownMode(str, Enum):
     DROP = "drop"
 
 
+class HostArenaMode(str, Enum):
+    HOST = "host"
+    RANK = "rank"
+
+
 _GIB = 1 << 30
 _SIZE_UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": _GIB, "tib": 1 << 40,
                "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
@@ -100,6 +113,7 @@ class ConnectorConfig(BaseModel):
     shutdown_drain_seconds: float = 30.0
     load_async: bool = True
     store_decode: bool = False
+    host_arena: HostArenaMode = HostArenaMode.HOST
 
     @classmethod
     def from_extra_config(cls, extra: Mapping[str, Any] | None) -> ConnectorConfig:
@@ -140,6 +154,7 @@ class ConnectorConfig(BaseModel):
                if self.shutdown is ShutdownMode.DRAIN else ""),
             f"load_async={str(self.load_async).lower()}",
             f"store_decode={str(self.store_decode).lower()}",
+            f"host_arena={self.host_arena.value}",
         ]
         return f"kvtool lazy offload enabled with {self.policy.value} policy: " + ", ".join(knobs)
 
@@ -164,6 +179,16 @@ def _shutdown(key: str, raw: Any) -> ShutdownMode:
     except ValueError:
         raise ConnectorConfigError(
             f"kv_connector_extra_config: {key}={raw!r}; use 'drain' or 'drop'"
+        ) from None
+
+
+def _host_arena(key: str, raw: Any) -> HostArenaMode:
+    try:
+        return HostArenaMode(str(raw).strip().lower())
+    except ValueError:
+        raise ConnectorConfigError(
+            f"kv_connector_extra_config: {key}={raw!r}; use 'host' (one shared arena per "
+            "host) or 'rank' (one arena per rank)"
         ) from None
 
 
@@ -255,5 +280,6 @@ _KEYS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
         "shutdown_drain_seconds", _float_range(0.0, inclusive=False)),
     "kvtool.load_async": ("load_async", _bool),
     "kvtool.store_decode": ("store_decode", _bool),
+    "kvtool.host_arena": ("host_arena", _host_arena),
 }
 """Documented key -> (model field, parser). The parsers own the range checks."""

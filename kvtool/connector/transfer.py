@@ -23,9 +23,11 @@ copy read it. A load's stream waits for the compute stream and for
 outstanding stores, and the compute stream waits for the load. Nothing on
 the step path synchronises the host; :meth:`poll` reads events.
 
-The host arena is one allocation of exactly ``num_slots`` rows; on CUDA it
-is page-locked with ``cudaHostRegister`` rather than taken from PyTorch's
-pinned allocator, which rounds sizes up to a power of two.
+The host arena is exactly ``num_slots`` rows, given by the caller (a slice of
+the host's shared memfd, :mod:`kvtool.connector.host_arena`) or allocated
+here; on CUDA it is page-locked in place with ``cudaHostRegister`` rather
+than taken from PyTorch's pinned allocator, which rounds sizes up to a
+power of two.
 
 On CPU a job is finished when ``submit_*`` returns, and its copies cover
 every segment at once: segments that are equally shaped and evenly spaced
@@ -52,6 +54,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import torch
+
+from kvtool.connector import host_arena
 
 if TYPE_CHECKING:
     # Only CPU copies need NumPy at run time (through Tensor.numpy()), so the
@@ -189,7 +193,6 @@ def joint_runs(block_ids: Sequence[int], slots: Sequence[int]) -> list[tuple[int
 
 
 _WIDE_DTYPES = (torch.int64, torch.int32, torch.int16)
-_PAGE = 4096
 
 
 def widest_view(segment: torch.Tensor) -> torch.Tensor:
@@ -227,12 +230,16 @@ class _Pending:
 class TransferEngine:
     """Copies whole blocks between KV segments and a host arena of ``num_slots`` slots.
 
+    ``arena``: exactly ``num_slots * block_bytes`` contiguous ``uint8`` CPU bytes
+    (:func:`kvtool.connector.host_arena.allocate`); a private one is allocated when omitted.
+
     Invariants: a slot's recorded key is set when a store into it is submitted,
     and a load reads only slots whose recorded key equals the job's key; every
     submitted job is reported by :meth:`poll` exactly once.
     """
 
-    def __init__(self, segments: Sequence[torch.Tensor], num_slots: int) -> None:
+    def __init__(self, segments: Sequence[torch.Tensor], num_slots: int,
+                 arena: torch.Tensor | None = None) -> None:
         if not segments:
             raise ValueError("no KV segments registered")
         if num_slots < 1:
@@ -248,17 +255,21 @@ class TransferEngine:
         self.num_slots = num_slots
         self.num_blocks = int(segments[0].shape[0])
         self.is_cuda = self.device.type == "cuda"
-        # One allocation of exactly the asked bytes (page-locked by registration
-        # on CUDA), viewed per segment; equal widths stack like the segments.
+        # Exactly the asked bytes (page-locked by registration on CUDA), viewed
+        # per segment; equal widths stack like the segments.
         widths = [int(s.shape[1]) for s in self.segments]
         arena_bytes = num_slots * sum(widths)
-        if self.is_cuda:  # page-aligned, so registration pins exactly these pages
-            raw = torch.empty(arena_bytes + _PAGE, dtype=torch.uint8)
-            start = -raw.data_ptr() % _PAGE
-            self._arena_storage = raw[start:start + arena_bytes]
+        if arena is None:  # page-aligned on CUDA, so registration pins exactly these pages
+            arena = host_arena.private(arena_bytes, page_aligned=self.is_cuda).tensor
+        elif (arena.dtype != torch.uint8 or arena.dim() != 1 or arena.device.type != "cpu"
+              or arena.numel() != arena_bytes or not arena.is_contiguous()):
+            raise ValueError(
+                f"the host arena must be {arena_bytes} contiguous uint8 bytes on the CPU, "
+                f"got {arena.dtype} {tuple(arena.shape)} on {arena.device}"
+            )
+        self._arena_storage = arena
+        if self.is_cuda:
             _register_host_memory(self, self._arena_storage)
-        else:
-            self._arena_storage = torch.empty(arena_bytes, dtype=torch.uint8)
         if len(set(widths)) == 1:
             whole = self._arena_storage.view(len(widths), num_slots, widths[0])
             self.arena = list(whole.unbind(0))
@@ -286,7 +297,8 @@ class TransferEngine:
 
     @classmethod
     def from_kv_caches(
-        cls, kv_caches: Mapping[str, torch.Tensor], num_slots: int, block_dim: int = 0
+        cls, kv_caches: Mapping[str, torch.Tensor], num_slots: int, block_dim: int = 0,
+        arena: torch.Tensor | None = None,
     ) -> TransferEngine:
         """Segments of every registered layer tensor, in a stable (sorted-name) order.
 
@@ -296,7 +308,7 @@ class TransferEngine:
         segments = [
             seg for name in sorted(kv_caches) for seg in block_segments(kv_caches[name], block_dim)
         ]
-        return cls(segments, num_slots)
+        return cls(segments, num_slots, arena)
 
     @property
     def block_bytes(self) -> int:

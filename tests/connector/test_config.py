@@ -9,6 +9,7 @@ import pytest
 from kvtool.connector.config import (
     ConnectorConfig,
     ConnectorConfigError,
+    HostArenaMode,
     PolicyName,
     ShutdownMode,
 )
@@ -24,6 +25,7 @@ def test_defaults_are_the_documented_ones() -> None:
     assert config.shutdown is ShutdownMode.DRAIN
     assert config.shutdown_drain_seconds == 30.0
     assert config.load_async is True
+    assert config.host_arena is HostArenaMode.HOST
 
 
 def test_keys_are_read_from_strings_and_native_values() -> None:
@@ -109,3 +111,17 @@ def test_store_decode_reads_booleans(raw: object, expected: bool) -> None:
 def test_store_decode_refuses_what_is_not_a_boolean() -> None:
     with pytest.raises(ConnectorConfigError, match=r"kvtool\.store_decode='maybe' is not a bool"):
         ConnectorConfig.from_extra_config({"kvtool.store_decode": "maybe"})
+
+
+@pytest.mark.parametrize(("raw", "expected"), [("rank", HostArenaMode.RANK),
+                                               (" Host ", HostArenaMode.HOST)])
+def test_host_arena_reads_host_or_rank(raw: str, expected: HostArenaMode) -> None:
+    config = ConnectorConfig.from_extra_config({"kvtool.host_arena": raw})
+    assert config.host_arena is expected
+    assert f"host_arena={expected.value}" in config.describe()
+
+
+def test_host_arena_refuses_other_scopes_naming_both() -> None:
+    with pytest.raises(ConnectorConfigError,
+                       match=r"kvtool\.host_arena='node'; use 'host' .* or 'rank'"):
+        ConnectorConfig.from_extra_config({"kvtool.host_arena": "node"})

@@ -1,6 +1,7 @@
 """The connector's worker side (one per rank): the transfer engine over vLLM's KV tensors.
 
-``register_kv_caches`` builds the :class:`~kvtool.connector.transfer.TransferEngine`;
+``register_kv_caches`` builds the :class:`~kvtool.connector.transfer.TransferEngine`
+over this rank's host arena (one memfd per host, :mod:`kvtool.connector.host_arena`);
 ``fence`` (at ``bind_connector_metadata``) orders the next forward after the
 previous step's copies; ``start_load`` loads hits before the forward;
 ``wait_for_save`` copies released blocks after the forward that computed them;
@@ -13,6 +14,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from kvtool.connector.config import HostArenaMode
 from kvtool.connector.manager import JobReport
 from kvtool.connector.vllm.common import (
     ConnectorSetup,
@@ -23,6 +25,7 @@ from kvtool.connector.vllm.common import (
 if TYPE_CHECKING:
     import torch
 
+    from kvtool.connector.host_arena import HostArena
     from kvtool.connector.transfer import TransferEngine
 
 logger = logging.getLogger("kvtool.connector")
@@ -34,6 +37,7 @@ class KvtoolConnectorWorker:
     def __init__(self, setup: ConnectorSetup) -> None:
         self.setup = setup
         self.engine: TransferEngine | None = None
+        self.arena: HostArena | None = None
         self._finished_reports: list[JobReport] = []
         self._load_blocks: dict[int, tuple[int, ...]] = {}
         self._load_errors: set[int] = set()
@@ -41,7 +45,7 @@ class KvtoolConnectorWorker:
         self._finished_recving: set[str] = set()
 
     def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
-        from kvtool.connector.transfer import TransferEngine
+        from kvtool.connector.transfer import TransferEngine, block_segments
 
         layout = self.setup.layout
         first = next(iter(kv_caches.values()))
@@ -55,14 +59,30 @@ class KvtoolConnectorWorker:
                 f"no dimension of the KV tensor {tuple(first.shape)} counts the "
                 f"{layout.num_blocks} blocks vLLM allocated"
             )
-        engine = TransferEngine.from_kv_caches(kv_caches, self.setup.num_slots,
-                                               block_dim=block_dim)
-        if engine.block_bytes != layout.block_bytes:
+        block_bytes = sum(int(segment.shape[1]) for kv in kv_caches.values()
+                          for segment in block_segments(kv, block_dim))
+        if block_bytes != layout.block_bytes:
             raise ValueError(
-                f"KV tensors hold {engine.block_bytes} bytes per block, the KV cache "
+                f"KV tensors hold {block_bytes} bytes per block, the KV cache "
                 f"config says {layout.block_bytes}: unsupported layout"
             )
-        self.engine = engine
+        self.arena = self._allocate_arena(self.setup.num_slots * block_bytes, first.is_cuda)
+        self.engine = TransferEngine.from_kv_caches(
+            kv_caches, self.setup.num_slots, block_dim=block_dim, arena=self.arena.tensor)
+
+    def _allocate_arena(self, nbytes: int, pinned: bool) -> HostArena:
+        """This rank's host arena; with ``kvtool.host_arena=host`` a collective over the
+        engine's ranks (every worker registers its KV caches once, at start-up)."""
+        from kvtool.connector import host_arena
+        from kvtool.connector.vllm.rendezvous import engine_rendezvous
+
+        share_with = None
+        if self.setup.config.host_arena is HostArenaMode.HOST:
+            share_with, why_not = engine_rendezvous()
+            if share_with is None:
+                logger.info("kvtool host arena: a private arena of %d B per rank: %s",
+                            nbytes, why_not)
+        return host_arena.allocate(nbytes, share_with, page_aligned=pinned)
 
     def _engine(self) -> TransferEngine:
         if self.engine is None:
