@@ -2,7 +2,10 @@
 
 The main test environment has no vLLM; tests that need it run a script with the python
 of ``.venv-vllm`` (built by ``scripts/setup_vllm_env.sh``) in a subprocess. The python
-is taken from ``$KVTOOL_VLLM_PYTHON`` when set, else ``<repo>/.venv-vllm/bin/python``.
+is taken from ``$KVTOOL_VLLM_PYTHON`` when set, else ``<repo>/.venv-vllm/bin/python``;
+either way the subprocess imports this checkout's kvtool (it leads ``PYTHONPATH``), so
+a venv holding only vLLM and what it imports will do, e.g. one with another vLLM
+release for ``tests/connector/test_scheduler_harness.py``.
 
 Use::
 
@@ -80,6 +83,11 @@ def vllm_subprocess_env(scratch: Path | None = None) -> dict[str, str]:
             "VLLM_CPU_KVCACHE_SPACE": "1",
             "TOKENIZERS_PARALLELISM": "false",
         }
+    )
+    # This checkout's kvtool first: an interpreter from KVTOOL_VLLM_PYTHON may not have
+    # kvtool installed, and .venv-vllm's editable install may point at another checkout.
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(REPO_ROOT), *(p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)]
     )
     if scratch is not None:
         env["VLLM_CACHE_ROOT"] = str(scratch / "vllm-cache")

@@ -10,12 +10,15 @@ from packaging.version import InvalidVersion, Version
 
 # The hook signatures, SchedulerOutput fields and BlockPool internals the adapter
 # relies on were read from vLLM 0.32.0 (vllm/v1/core/block_pool.py and kv_cache_utils.py);
-# 0.33 keeps them. Other series move or rename them, so the adapter refuses them.
-SUPPORTED_SERIES: tuple[tuple[int, int], ...] = ((0, 32), (0, 33))
+# 0.33 keeps them; 0.34 drops CachedRequestData.resumed_req_ids and adds may_load_async,
+# both handled by feature in kvtool/connector/vllm/. The scheduler harness
+# (tests/connector/scheduler_harness.py) has run on 0.32 and 0.34; other series are
+# unread, so the adapter refuses them.
+SUPPORTED_SERIES: tuple[tuple[int, int], ...] = ((0, 32), (0, 33), (0, 34))
 
 
 def supported_text() -> str:
-    """The supported series as a user reads them: ``0.32.x, 0.33.x``."""
+    """The supported series as a user reads them, e.g. ``0.32.x, 0.33.x``."""
     return ", ".join(f"{major}.{minor}.x" for major, minor in SUPPORTED_SERIES)
 
 

@@ -50,7 +50,7 @@ def test_kvtool_child_of_multiconnector_is_checked_with_its_own_extra_config() -
 def test_kvtool_connector_on_a_release_the_adapter_refuses_is_an_error() -> None:
     supported = [v for v in available_versions() if adapter_supports(v)]
     refused = [v for v in available_versions() if not adapter_supports(v)]
-    past = refused[-1]  # the newest table the adapter refuses (0.34.0 when it was written)
+    past = refused[-1]  # the newest table the adapter refuses
     child = {**KVTOOL, "kv_role": "kv_both"}
     extra = {"connectors": [{"kv_connector": "NixlConnector", "kv_role": "kv_both"}, child]}
     for kv in (

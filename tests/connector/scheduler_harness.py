@@ -1,9 +1,12 @@
-"""KvtoolConnector driven by vLLM 0.32's real Scheduler, with a fake model that checks every read.
+"""KvtoolConnector driven by vLLM's real Scheduler, with a fake model that checks every read.
 
-Runs inside the vLLM environment (``tests/connector/test_scheduler_harness.py``
-starts it in a subprocess). No engine, no attention: the scheduler role of the
-connector is the one vLLM's ``Scheduler`` builds from ``kv_transfer_config``,
-and one worker-role connector per rank gets CPU KV tensors from this script.
+Runs inside a vLLM environment of any release the adapter supports
+(``tests/connector/test_scheduler_harness.py`` starts it in a subprocess, with
+``.venv-vllm`` or ``$KVTOOL_VLLM_PYTHON``); what differs between releases is
+told apart by feature in the "per release" section. No engine, no attention:
+the scheduler role of the connector is the one vLLM's ``Scheduler`` builds from
+``kv_transfer_config``, and one worker-role connector per rank gets CPU KV
+tensors from this script.
 
 The fake model writes, for every token it computes, a fingerprint of the
 whole token prefix (and of the model's "weights version") into that token's
@@ -15,6 +18,7 @@ after a reset, or loads into the wrong block is caught there.
 
 Scenarios are functions registered in :data:`SCENARIOS`; ``--mutant`` patches
 one known bug in before running them (the test expects the harness to fail).
+A scenario for a feature the installed release lacks reports itself skipped.
 
 The harness's shape (a VllmConfig, a KVCacheConfig with one full-attention
 group, a Scheduler, hand-made ModelRunnerOutputs) follows vLLM's own
@@ -30,7 +34,7 @@ import sys
 import tempfile
 import traceback
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +74,10 @@ FP_MASK = (1 << 48) - 1
 
 class WrongKV(AssertionError):
     """The fake model read KV that is not what it computed for that prefix."""
+
+
+class NotOnThisRelease(Exception):
+    """The scenario exercises a vLLM feature the installed release lacks."""
 
 
 def write_model(directory: Path, num_layers: int) -> Path:
@@ -133,6 +141,36 @@ class SlowEngine:
         return [*self._poll(), *(TransferResult(job.job_id, True) for _, job, _ in due)]
 
 
+# --------------------------------------------------------------------------- per release
+# What differs between the vLLM releases the adapter supports is told apart by
+# feature, never by version string.
+
+_RUNNER_OUTPUT_FIELDS = {f.name for f in fields(ModelRunnerOutput)}
+
+
+def runner_output(req_ids: list[str], **kwargs: Any) -> ModelRunnerOutput:
+    """A ModelRunnerOutput for ``req_ids`` in batch order. Up to 0.33 it also maps
+    each id to its row (``req_id_to_index``); 0.34 reads the rows from ``req_ids``
+    (https://github.com/vllm-project/vllm/blob/v0.34.0/vllm/v1/outputs.py)."""
+    if "req_id_to_index" in _RUNNER_OUTPUT_FIELDS:
+        kwargs["req_id_to_index"] = {rid: i for i, rid in enumerate(req_ids)}
+    return ModelRunnerOutput(req_ids=req_ids, **kwargs)
+
+
+def scheduler_has_option(name: str) -> bool:
+    """Whether this release's SchedulerConfig takes ``name``."""
+    return name in {f.name for f in fields(SchedulerConfig)}
+
+
+def resumed_ids(cached: Any) -> set[str]:
+    """Requests resumed after preemption among the cached ones: their block ids
+    replace the table instead of extending it. vLLM 0.34 has no such field: it
+    re-sends a resumed request in full among the new ones
+    (https://github.com/vllm-project/vllm/blob/v0.34.0/vllm/v1/core/sched/output.py)."""
+    resumed: set[str] = getattr(cached, "resumed_req_ids", set())
+    return resumed
+
+
 class Rank:
     """One worker: its connector and its KV tensors (its pipeline stage's layers)."""
 
@@ -166,6 +204,7 @@ class Sim:
         async_scheduling: bool = False,
         failure_policy: str = "fail",
         kv_events: bool = False,
+        scheduler_options: dict[str, Any] | None = None,
     ) -> None:
         pp = len(stage_layers)
         model = write_model(model_dir / f"layers{sum(stage_layers)}", sum(stage_layers))
@@ -176,7 +215,7 @@ class Sim:
             scheduler_config=SchedulerConfig(
                 max_num_seqs=max_seqs, max_num_batched_tokens=max_batched, max_model_len=512,
                 enable_chunked_prefill=True, async_scheduling=async_scheduling,
-                is_encoder_decoder=False),
+                is_encoder_decoder=False, **(scheduler_options or {})),
             parallel_config=ParallelConfig(tensor_parallel_size=tp, pipeline_parallel_size=pp),
             device_config=DeviceConfig("cpu"),
             kv_transfer_config=KVTransferConfig(
@@ -214,6 +253,8 @@ class Sim:
         self.weights = 1
         self.tables: dict[str, list[int]] = {}
         self.preemptions = 0
+        self.resumes = 0  # preempted requests scheduled again, however the release sends them
+        self._preempted: set[str] = set()
         self.load_errors = 0
         self.finished: dict[str, RequestStatus] = {}
         self.outputs: dict[str, list[int]] = {}
@@ -295,13 +336,21 @@ class Sim:
         for rid in output.preempted_req_ids or ():
             self.tables.pop(rid, None)
             self.preemptions += 1
+            self._preempted.add(rid)
         for new in output.scheduled_new_reqs:
+            # Also a resumed request on vLLM 0.34 (see resumed_ids).
             self.tables[new.req_id] = list(new.block_ids[0])
+            if new.req_id in self._preempted:
+                self._preempted.discard(new.req_id)
+                self.resumes += 1
         cached = output.scheduled_cached_reqs
+        resumed = resumed_ids(cached)
         for i, rid in enumerate(cached.req_ids):
             new_ids = cached.new_block_ids[i]
-            if rid in cached.resumed_req_ids:
+            if rid in resumed:
                 self.tables[rid] = list(new_ids[0]) if new_ids else []
+                self._preempted.discard(rid)
+                self.resumes += 1
             elif new_ids:
                 self.tables.setdefault(rid, []).extend(new_ids[0])
 
@@ -354,9 +403,8 @@ class Sim:
                 meta_out = part if meta_out is None else meta_out.aggregate(part)
             rank.connector.clear_connector_metadata()
         ids = [rid for rid, _, _ in scheduled]
-        return ModelRunnerOutput(
-            req_ids=ids, req_id_to_index={rid: i for i, rid in enumerate(ids)},
-            sampled_token_ids=sampled,
+        return runner_output(
+            ids, sampled_token_ids=sampled,
             kv_connector_output=KVConnectorOutput(kv_connector_worker_meta=meta_out,
                                                   finished_recving=finished_recving,
                                                   invalid_block_ids=errors),
@@ -440,6 +488,34 @@ def scenario_host_hit_does_not_stall(model_dir: Path, load_async: bool) -> dict[
     return stats
 
 
+def scenario_host_hit_loads_while_batch_is_full(model_dir: Path) -> dict[str, Any]:
+    """vLLM 0.34's ``--max-num-inflight-kv-loads``: a request the connector says may load
+    asynchronously (``may_load_async``) starts its load while every running slot is
+    taken, instead of first waiting for a slot."""
+    if not scheduler_has_option("max_num_inflight_kv_loads"):
+        raise NotOnThisRelease("SchedulerConfig has no max_num_inflight_kv_loads (vLLM < 0.34)")
+    sim = Sim(model_dir, extra={"kvtool.policy": "eager"}, num_blocks=48, max_seqs=2,
+              scheduler_options={"max_num_inflight_kv_loads": 2})
+    doc = tokens(7, 64)
+    sim.add("a", [*doc, 3])
+    sim.run()
+    assert sim.scheduler.reset_prefix_cache()  # the engine forgets, the host keeps
+    sim.add("busy0", tokens(8, 20), max_tokens=30)
+    sim.add("busy1", tokens(9, 20), max_tokens=30)
+    for _ in range(3):
+        sim.step()  # both decoding: no running slot is free
+    sim.add("hit", [*doc, 4])
+    sim.step()
+    running = {request.request_id for request in sim.scheduler.running}
+    assert running == {"busy0", "busy1"}, running
+    assert "hit" in sim.waited_for_kv, "the host hit did not start loading while the batch was full"
+    sim.run()
+    stats = sim.stats()
+    assert stats["loaded"] == 4, stats
+    assert sim.finished["hit"] is RequestStatus.FINISHED_LENGTH_CAPPED, sim.finished
+    return stats
+
+
 def scenario_chunked_prefill_partial_overlap(model_dir: Path) -> dict[str, Any]:
     sim = Sim(model_dir, extra={"kvtool.policy": "eager"}, num_blocks=64, max_batched=32)
     doc = tokens(3, 112)  # 7 blocks, prefilled in 32-token chunks
@@ -462,10 +538,12 @@ def scenario_preemption(model_dir: Path) -> dict[str, Any]:
         sim.add(f"p{i}", tokens(10 + i, 60), max_tokens=60)
     sim.run()
     assert sim.preemptions > 0, "the pool was not small enough to preempt"
+    # Every read after a resume was checked too.
+    assert sim.resumes > 0, "no preempted request was scheduled again"
     for i in range(4):
         sim.add(f"p{i}-again", tokens(10 + i, 60), max_tokens=2)
     sim.run()
-    return sim.stats() | {"preemptions": sim.preemptions}
+    return sim.stats() | {"preemptions": sim.preemptions, "resumes": sim.resumes}
 
 
 def scenario_aborts(model_dir: Path) -> dict[str, Any]:
@@ -701,6 +779,7 @@ SCENARIOS: dict[str, Callable[[Path], dict[str, Any]]] = {
     "sync_load_joins_the_batch": lambda d: scenario_host_hit_does_not_stall(d, False),
     "store_evict_load_sync": lambda d: scenario_store_evict_load(
         d, "eviction_aware", load_async=False),
+    "host_hit_loads_while_batch_is_full": scenario_host_hit_loads_while_batch_is_full,
     "chunked_prefill_partial_overlap": scenario_chunked_prefill_partial_overlap,
     "preemption": scenario_preemption,
     "aborts": scenario_aborts,
@@ -764,6 +843,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.scenarios or list(SCENARIOS):
             try:
                 results[name] = {"ok": True, "stats": SCENARIOS[name](Path(tmp))}
+            except NotOnThisRelease as exc:
+                results[name] = {"ok": True, "skipped": str(exc)}
             except AssertionError as exc:  # WrongKV included
                 results[name] = {"ok": False, "wrong_kv": isinstance(exc, WrongKV),
                                  "error": f"{type(exc).__name__}: {exc}",

@@ -12,6 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from kvtool.connector.series import SUPPORTED_SERIES, supported_text
+
+_FIRST, _LAST = min(SUPPORTED_SERIES), max(SUPPORTED_SERIES)
+BEFORE_FIRST = f"{_FIRST[0]}.{_FIRST[1] - 1}.2"
+AFTER_LAST = f"{_LAST[0]}.{_LAST[1] + 1}.0"
+
 
 def import_adapter_under(version: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     fake = tmp_path / "vllm"
@@ -23,7 +29,7 @@ def import_adapter_under(version: str, tmp_path: Path) -> subprocess.CompletedPr
     )
 
 
-@pytest.mark.parametrize("version", ["0.31.2", "0.34.0", "1.0.0", "not-a-version"])
+@pytest.mark.parametrize("version", [BEFORE_FIRST, AFTER_LAST, "1.0.0", "not-a-version"])
 def test_unsupported_vllm_release_is_refused_with_the_supported_ones_named(
     version: str, tmp_path: Path
 ) -> None:
@@ -32,11 +38,13 @@ def test_unsupported_vllm_release_is_refused_with_the_supported_ones_named(
     last_line = proc.stderr.strip().splitlines()[-1]
     assert "UnsupportedVllmError" in last_line
     assert f"this is vLLM {version}" in last_line
-    assert "0.32.x, 0.33.x" in last_line
+    assert supported_text() in last_line
+    assert all(f"{major}.{minor}.x" in last_line for major, minor in SUPPORTED_SERIES)
 
 
-def test_a_supported_release_passes_the_gate(tmp_path: Path) -> None:
+@pytest.mark.parametrize("series", SUPPORTED_SERIES, ids=lambda s: f"{s[0]}.{s[1]}")
+def test_a_supported_release_passes_the_gate(series: tuple[int, int], tmp_path: Path) -> None:
     # Past the gate the adapter imports vLLM's connector API, which the stand-in lacks.
-    proc = import_adapter_under("0.33.1", tmp_path)
+    proc = import_adapter_under(f"{series[0]}.{series[1]}.1", tmp_path)
     assert "UnsupportedVllmError" not in proc.stderr
     assert "No module named 'vllm.distributed'" in proc.stderr

@@ -290,20 +290,24 @@ def test_without_a_version_the_reference_connector_plans_for_a_release_it_suppor
         assert f"planning for {supported[-1]}" in result.stderr
 
 
-def test_a_release_past_the_adapter_is_refused_without_a_security_hint(kvtool_cli: Any) -> None:
+def test_a_release_outside_the_adapter_is_refused_without_a_security_hint(
+    kvtool_cli: Any,
+) -> None:
     from packaging.version import Version
 
     from kvtool.launch.recipe import find_recipe
     from kvtool.launch.service import supported_versions
 
-    newest_supported = supported_versions(find_recipe("kvtool-connector-eager"))[-1]
-    later = [v for v in available_versions() if Version(v) > Version(newest_supported)]
-    if not later:
-        pytest.skip(f"no table newer than {newest_supported}, the adapter's newest release")
+    supported = supported_versions(find_recipe("kvtool-connector-eager"))
+    later = [v for v in available_versions() if Version(v) > Version(supported[-1])]
+    earlier = [v for v in available_versions() if Version(v) < Version(supported[0])]
+    # The first release past the adapter when a table has one (a release just out),
+    # else the newest one before it.
+    outside = later[0] if later else earlier[-1]
     refused = kvtool_cli("launch", "kvtool-connector-eager", "--model", MODEL,
-                         "--host-ram-gib", "64", "--vllm-version", later[0])
+                         "--host-ram-gib", "64", "--vllm-version", outside)
     assert refused.exit_code == 2
-    assert f"does not support vLLM {later[0]}" in refused.stderr
+    assert f"does not support vLLM {outside}" in refused.stderr
     assert "kvtool.connector.vllm" in refused.stderr  # the gate says which part refuses
     assert "--allow-below-security-floor" not in refused.stderr  # it would not help
 

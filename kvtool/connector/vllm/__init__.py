@@ -24,9 +24,10 @@ offloading/scheduler.py, worker.py and metrics.py):
 - :mod:`.metrics`: the counters vLLM aggregates and shows on ``/metrics``.
 - :mod:`.common`: the messages between the roles and the KV layout both derive.
 
-Supported releases: :data:`kvtool.connector.series.SUPPORTED_SERIES` (vLLM 0.32.x and
-0.33.x); importing this package under any other release raises
-:class:`UnsupportedVllmError` naming them.
+Supported releases: the series in :data:`kvtool.connector.series.SUPPORTED_SERIES`;
+importing this package under any other release raises :class:`UnsupportedVllmError`
+naming them. Where those releases differ, the adapter checks for the feature (a field,
+a hook), never the version string.
 """
 
 from __future__ import annotations

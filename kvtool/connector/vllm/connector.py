@@ -93,6 +93,19 @@ class KvtoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
         # engine also accepts; CPU_ATTN supports only LBHNC.
         return "LBHNC"
 
+    # Hooks later releases added that stay at vLLM's defaults, each right for this
+    # connector (base.py at https://github.com/vllm-project/vllm/blob/v0.34.0/vllm/
+    # distributed/kv_transfer/kv_connector/v1/base.py):
+    # - supports_sleep_mode (0.33, True) and unregister_kv_caches / restore_kv_caches
+    #   (0.33, no-ops): the workers copy through vLLM's own KV views, which keep their
+    #   addresses across sleep and the extensible KV cache's release; vLLM
+    #   synchronizes the device before it unmaps the memory, so no copy is in flight
+    #   then (vllm/v1/worker/gpu_worker.py, vllm/utils/extensible_tensor.py).
+    # - kv_cache_access (0.34, IN_PROCESS): torch copies in this process; nothing is
+    #   registered with an RDMA engine or exported to another process.
+    # - supports_lookahead_block_hashes (0.34, False): host entries are keyed by the
+    #   plain prefix-cache hashes of full blocks, so vLLM keeps those.
+
     # ================================================================== scheduler
 
     def bind_gpu_block_pool(self, gpu_block_pool: Any) -> None:
@@ -107,6 +120,12 @@ class KvtoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
         self, request: Any, blocks: Any, num_external_tokens: int
     ) -> None:
         self._scheduler().update_state_after_alloc(request, blocks, num_external_tokens)
+
+    def may_load_async(self, request: Any) -> bool:
+        """vLLM 0.34+ (``--max-num-inflight-kv-loads``): whether a host hit may load
+        while the running batch is full (see ``KvtoolConnectorScheduler.may_load_async``).
+        Older releases never call it."""
+        return self._scheduler().may_load_async(request)
 
     def build_connector_meta(self, scheduler_output: Any) -> KvtoolConnectorMetadata:
         return self._scheduler().build_connector_meta(scheduler_output)

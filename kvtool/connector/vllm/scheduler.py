@@ -10,7 +10,9 @@ the host store index (with ``kvtool.load_async`` the request then waits in
 ``get_finished``, so the batch never waits for the copy); ``request_finished``
 returns False so the blocks go back to vLLM's free queue still hashed;
 ``has_pending_push_work`` keeps the engine stepping while blocks are buffered
-or in flight, so the idle drain runs.
+or in flight, so the idle drain runs; ``may_load_async`` (vLLM 0.34, under
+``--max-num-inflight-kv-loads``) lets a host hit start loading while the
+running batch is full.
 
 KV events: when vLLM publishes them (``--kv-events-config`` with
 ``enable_kv_cache_events``), ``take_events`` reports the host tier as medium
@@ -36,7 +38,7 @@ instead of failing again. What happens to the request is vLLM's
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -61,6 +63,24 @@ logger = logging.getLogger("kvtool.connector")
 # (kv_cache_utils.make_block_hash_with_group_id); requests carry hashes without it.
 _GROUP_ID_BYTES = 4
 
+_NO_REQUESTS: frozenset[str] = frozenset()
+
+
+def resumed_req_ids(cached: Any) -> Collection[str]:
+    """Requests among ``scheduled_cached_reqs`` that resume after a preemption.
+
+    Up to vLLM 0.33 a resumed request comes back among the cached ones, named in
+    ``CachedRequestData.resumed_req_ids``, its whole block table in ``new_block_ids``
+    (https://github.com/vllm-project/vllm/blob/v0.33.0/vllm/v1/core/sched/output.py).
+    vLLM 0.34 removed the field: it re-sends a resumed request in full among
+    ``scheduled_new_reqs``, like a new one ("A resumed request is re-sent in full",
+    https://github.com/vllm-project/vllm/blob/v0.34.0/vllm/v1/core/sched/scheduler.py),
+    where ``build_connector_meta`` starts it over as it starts any new request.
+    Told apart by the field, not by the release.
+    """
+    resumed: Collection[str] | None = getattr(cached, "resumed_req_ids", None)
+    return _NO_REQUESTS if resumed is None else resumed
+
 
 class VllmBlockPoolView:
     """:class:`~kvtool.connector.blockpool.BlockPoolView` over vLLM's ``BlockPool``.
@@ -79,6 +99,17 @@ class VllmBlockPoolView:
     @property
     def num_free(self) -> int:
         return int(self._pool.get_num_free_blocks())
+
+    def cached_prefix_blocks(self, block_hashes: Sequence[BlockHash]) -> int:
+        """Leading blocks of the chain vLLM's prefix cache holds (KV cache group 0):
+        the local hit vLLM will find, as of now. No side effects."""
+        get_cached_block = self._pool.get_cached_block
+        count = 0
+        for block_hash in block_hashes:
+            if get_cached_block(block_hash, [0]) is None:
+                break
+            count += 1
+        return count
 
     def iter_eviction_order(self) -> Iterator[int]:
         # Walks FreeKVCacheBlockQueue's linked list itself (fake head and tail
@@ -125,6 +156,7 @@ class KvtoolConnectorScheduler:
             int(sched.max_num_batched_tokens), self._block_size, int(sched.max_num_seqs)
         )
         self.manager: LazyOffloadManager | None = None
+        self._pool_view: VllmBlockPoolView | None = None
         self._hash_ratio = 1
         self._tracked: dict[str, _Tracked] = {}
         self._buffering: set[str] = set()  # tracked ids whose prompt is not all buffered
@@ -141,11 +173,12 @@ class KvtoolConnectorScheduler:
             return
         self._hash_ratio = max(1, self._block_size // int(gpu_block_pool.hash_block_size))
         setup = self.setup
+        self._pool_view = VllmBlockPoolView(gpu_block_pool)
         store = StoreIndex(self.config.host_capacity_bytes, setup.host_block_bytes,
                            setup.fingerprint, record_events=self._kv_events)
         self.manager = LazyOffloadManager(
             self.config,
-            VllmBlockPoolView(gpu_block_pool),
+            self._pool_view,
             store,
             world_size=setup.world_size,
             group_tokens_per_block=[self._block_size],
@@ -186,6 +219,32 @@ class KvtoolConnectorScheduler:
         # worker reported its load (get_finished), instead of joining this batch.
         return hit_blocks * bs, self.config.load_async and hit_blocks > 0
 
+    def may_load_async(self, request: Any) -> bool:
+        """Whether :meth:`get_num_new_matched_tokens` would answer asynchronously for
+        ``request`` now: ``kvtool.load_async`` is on and the host holds the block
+        after the engine's own prefix-cache hit.
+
+        vLLM 0.34 asks this when a request enters the waiting queues, and only
+        under ``--max-num-inflight-kv-loads``: a request it answers True for goes
+        to a queue whose loads start while the running batch is full, so the KV
+        is there when a slot frees. vLLM's default says True only for P/D
+        ``do_remote_prefill`` requests, which would leave every host hit waiting
+        for a running slot before its load even starts. A wrong True (the entry
+        was evicted, or the engine cached the block meanwhile) only holds other
+        such loads back until a slot is free, so the check is the one
+        ``get_num_new_matched_tokens`` makes, on the first block past the local
+        hit: a dictionary lookup per locally cached block, plus one
+        (https://github.com/vllm-project/vllm/blob/v0.34.0/vllm/distributed/kv_transfer/kv_connector/v1/base.py,
+        ``may_load_async``; vllm/v1/core/sched/scheduler.py, ``_enqueue_waiting_request``).
+        """
+        manager, pool = self.manager, self._pool_view
+        if not self.config.load_async or manager is None or pool is None:
+            return False
+        cap = (int(request.num_tokens) - 1) // self._block_size
+        hashes = self._block_hashes(request, 0, cap)
+        local = pool.cached_prefix_blocks(hashes)
+        return manager.lookup(hashes[local:local + 1]) > 0
+
     def update_state_after_alloc(
         self, request: Any, blocks: Any, num_external_tokens: int
     ) -> None:
@@ -215,6 +274,8 @@ class KvtoolConnectorScheduler:
         num_scheduled: dict[str, int] = scheduler_output.num_scheduled_tokens
         allocated: list[int] = []
 
+        # New requests, and on vLLM 0.34 resumed ones too (see resumed_req_ids):
+        # either way the request starts over from the blocks listed here.
         for new in scheduler_output.scheduled_new_reqs:
             group0 = list(new.block_ids[0]) if new.block_ids else []
             allocated += group0
@@ -228,7 +289,7 @@ class KvtoolConnectorScheduler:
                               new.num_computed_tokens + num_scheduled.get(new.req_id, 0))
 
         cached = scheduler_output.scheduled_cached_reqs
-        resumed = cached.resumed_req_ids
+        resumed = resumed_req_ids(cached)
         if not self._buffering and not resumed:
             # The usual decode step: every running prompt is buffered, so only the
             # allocations matter (this runs for every running request every step).
@@ -254,7 +315,7 @@ class KvtoolConnectorScheduler:
         """Running requests: note their new blocks in ``allocated``, restart resumed
         ones, and buffer the prompt blocks that became full."""
         manager = self._manager()
-        tracked_by_id, resumed = self._tracked, cached.resumed_req_ids
+        tracked_by_id, resumed = self._tracked, resumed_req_ids(cached)
         new_block_ids, num_computed = cached.new_block_ids, cached.num_computed_tokens
         for i, request_id in enumerate(cached.req_ids):
             new_ids = new_block_ids[i]
