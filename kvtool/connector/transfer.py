@@ -51,19 +51,27 @@ Why ``PER_LAYER`` never lets a kernel read a block before its copy wrote it:
    stream, waiting for the event recorded after the last copy into that
    layer's memory. Layers that alias one tensor (vLLM's cross-layer KV
    sharing) share one event; a name the engine does not know waits for
-   the whole load. Other kernels of the forward do not touch loaded blocks:
-   the KV-cache update writes this step's new tokens, which lie in blocks
-   after the loaded ones (a hit always leaves the last prompt token to compute).
-3. Layers never asked about (attention without metadata reads no KV), later
-   forwards (a speculative drafter, possibly a full CUDA graph) and the next
-   step are covered by the join, which the connector runs at the first hook
-   after the forward (``finish_forward``, ``get_finished``,
-   ``wait_for_save``) and again in :meth:`fence` before the next one: each
-   queues the wait after every kernel of the forward and before anything
-   later. The events of a step stay valid until the join, so a layer asked
-   twice (micro-batches, a drafter) waits both times.
+   the whole load. Another request of the batch that hits a loaded block in
+   vLLM's prefix cache reads it in the same attention, after the same wait.
+   Other kernels of the forward do not touch loaded blocks: the KV-cache
+   update, which runs before the hook, writes this step's new tokens, and they
+   lie in blocks after the loaded ones (the scheduler never loads the block
+   holding a prompt's last token, which vLLM always computes).
+3. Layers never asked about (vLLM skips the hook for a layer without
+   attention metadata, whose attention then reads no KV), later forwards (a
+   speculative drafter, possibly a full CUDA graph) and the next step are
+   covered by the join, which the connector runs at the first hook after the
+   forward (``finish_forward``, ``get_finished``, ``wait_for_save``) and
+   again in :meth:`fence` before the next one: each queues the wait after
+   every kernel of the forward and before anything later. A step's layer
+   events stay valid until the join, so a layer asked twice (micro-batches)
+   waits both times; after it, the hook has nothing left to wait for.
 4. When the connector cannot tell that the hooks will run, it asks for
-   ``WHOLE`` instead.
+   ``WHOLE`` instead (:mod:`kvtool.connector.vllm.worker`).
+
+All CUDA work goes through a :class:`DeviceQueue` (:class:`CudaQueue`), so the
+tests run this ordering on a stand-in without a GPU
+(``tests/connector/lazy_streams.py``).
 
 On CPU every load is synchronous and whole whatever the mode (below), so
 per-layer waits cost one attribute check.

@@ -460,3 +460,26 @@ def test_every_segment_must_belong_to_a_layer() -> None:
     segments = [block_segments(t)[0] for t in _kv_cpu_layout("cpu", num_blocks=4).values()]
     with pytest.raises(ValueError, match="exactly one layer"):
         TransferEngine(segments, num_slots=2, layers={"l0": [0], "l1": [1]})
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (scripts/gpu_check.sh)")
+def test_a_per_layer_load_read_layer_by_layer_on_cuda_sees_every_byte() -> None:
+    kv = {name: t.to("cuda") for name, t in _kv_cpu_layout("cpu", num_blocks=16).items()}
+    original = {name: t.clone() for name, t in kv.items()}
+    engine = TransferEngine.from_kv_caches(kv, num_slots=4)
+    sources, slots, targets = (1, 2, 9), (0, 1, 3), (12, 13, 4)
+    keys = tuple(("h", b) for b in sources)
+    assert _run(engine, Job(1, sources, slots, keys), store=True)
+    for t in kv.values():
+        t.zero_()
+    engine.submit_load(Job(2, targets, slots, keys), wait=LoadWait.PER_LAYER)
+    engine.flush_loads()
+    seen = {}
+    for name in kv:  # a forward on the compute stream, each read right after its wait
+        engine.wait_for_layer(name)
+        seen[name] = kv[name][list(targets)].clone()
+    engine.join_loads()
+    assert [(r.job_id, r.ok) for r in engine.wait_all()] == [(2, True)]
+    torch.cuda.synchronize()
+    for name in kv:
+        assert torch.equal(seen[name], original[name][list(sources)]), name

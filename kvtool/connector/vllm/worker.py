@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from vllm.config import CUDAGraphMode
 
 from kvtool.connector.manager import JobReport
+from kvtool.connector.transfer import LoadWait, TransferEngine
 from kvtool.connector.vllm.common import (
     ConnectorSetup,
     KvtoolConnectorMetadata,
@@ -46,8 +47,6 @@ from kvtool.connector.vllm.common import (
 
 if TYPE_CHECKING:
     import torch
-
-    from kvtool.connector.transfer import TransferEngine
 
 logger = logging.getLogger("kvtool.connector")
 
@@ -73,8 +72,6 @@ class KvtoolConnectorWorker:
         self._finished_recving: set[str] = set()
 
     def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
-        from kvtool.connector.transfer import TransferEngine
-
         layout = self.setup.layout
         first = next(iter(kv_caches.values()))
         # The dimension that counts blocks: 0 on CPU ([blocks, heads, bs, 2*hs]),
@@ -114,12 +111,12 @@ class KvtoolConnectorWorker:
         request waits in the scheduler instead, so nothing waits for it."""
         if not meta.load_jobs:
             return
-        from kvtool.connector.transfer import LoadWait
-
         engine = self._engine()
         sync_wait = LoadWait.PER_LAYER if per_layer else LoadWait.WHOLE
-        # Synchronous loads first: the forward waits for them, not for the others.
-        for job in sorted(meta.load_jobs, key=lambda job: job.job_id in meta.load_requests):
+        jobs = meta.load_jobs
+        if meta.load_requests:  # synchronous loads first: the forward waits for them only
+            jobs = sorted(jobs, key=lambda job: job.job_id in meta.load_requests)
+        for job in jobs:
             self._load_blocks[job.job_id] = job.block_ids
             request = meta.load_requests.get(job.job_id)
             if request is None:
