@@ -3,8 +3,9 @@
 With a forward that calls ``wait_for_layer_load`` (piecewise CUDA graphs or
 eager), nothing waits up front and each layer's read sees exactly the layers
 up to it; with a full CUDA graph, or no attention metadata in the forward
-context, the whole load is waited for before the forward; the first hook
-after the forward covers layers the forward never asked about. The streams
+context, or before every registered layer has asked once, or when one never
+does, the whole load is waited for before the forward; the first hook after
+the forward covers layers the forward never asked about. The streams
 are a lazy stand-in (no CUDA here; see lazy_streams.py): copies run only
 when a wait forces them.
 """
@@ -47,7 +48,8 @@ def test_a_forward_that_asks_per_layer_reads_each_layer_once_it_alone_is_loaded(
     assert figures["reads_exactly_up_to_the_layer"]  # in model order, no layer early
 
 
-@pytest.mark.parametrize("case", ["full_graph", "no_attention_metadata"])
+@pytest.mark.parametrize("case", ["full_graph", "no_attention_metadata",
+                                  "before_every_layer_asked", "a_registered_layer_never_asks"])
 def test_a_forward_that_will_not_ask_waits_for_the_whole_load_up_front(
     cases: dict[str, Any], case: str
 ) -> None:

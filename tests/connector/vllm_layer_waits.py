@@ -7,7 +7,11 @@ stand-in of ``tests/connector/lazy_streams.py`` (no CUDA here; see there), so
 copies run only when a wait forces them. For each kind of forward it binds
 metadata with one synchronous load, calls ``start_load_kv`` inside vLLM's own
 ``set_forward_context``, reads the KV as the forward's kernels would, and
-reports what each read saw. Prints one JSON object: case -> figures.
+reports what each read saw. Per-layer waits start only once every registered
+layer has called ``wait_for_layer_load`` in some forward: a case before any
+forward, and a connector with one registered layer that never asks (as a
+Mamba layer would not), show the whole load waited for up front. Prints one
+JSON object: case -> figures.
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ KEYS = tuple(("key", b) for b in SOURCES)
 class Forward:
     """One worker-role connector, its KV, and a fresh lazy engine per case."""
 
-    def __init__(self, model: Path) -> None:
+    def __init__(self, model: Path, silent_layers: int = 0) -> None:
         self.vllm_config = VllmConfig(
             model_config=ModelConfig(model=str(model), max_model_len=256, dtype="float16",
                                      skip_tokenizer_init=True),
@@ -64,10 +68,13 @@ class Forward:
         self.vllm_config.cache_config.kv_cache_layout = KVCacheLayout.LBHNC.name
         spec = FullAttentionSpec(block_size=BLOCK_SIZE, num_kv_heads=2, head_size=8,
                                  dtype=torch.float16)
+        # The layers the forward asks about; the silent ones are registered too.
         self.layers = [f"model.layers.{i}.self_attn.attn" for i in range(NUM_LAYERS)]
+        registered = self.layers + [f"model.layers.{NUM_LAYERS + i}.mixer"
+                                    for i in range(silent_layers)]
         kv_cache_config = get_kv_cache_config_from_groups(
-            self.vllm_config, [KVCacheGroupSpec(self.layers, spec)],
-            NUM_BLOCKS * NUM_LAYERS * spec.page_size_bytes)
+            self.vllm_config, [KVCacheGroupSpec(registered, spec)],
+            NUM_BLOCKS * len(registered) * spec.page_size_bytes)
         self.kv = allocate_kv_cache(kv_cache_config, torch.device("cpu"), KVCacheLayout.LBHNC)
         self.connector = KvtoolConnector(self.vllm_config, KVConnectorRole.WORKER,
                                          kv_cache_config)
@@ -95,6 +102,17 @@ class Forward:
         with set_forward_context(attn_metadata, self.vllm_config,
                                  cudagraph_runtime_mode=mode):
             self.connector.start_load_kv(get_forward_context())
+
+    def warm_up(self) -> None:
+        """A step without loads whose forward asks about each of ``layers``."""
+        self.connector.bind_connector_metadata(KvtoolConnectorMetadata())
+        with set_forward_context({name: object() for name in self.layers}, self.vllm_config,
+                                 cudagraph_runtime_mode=CUDAGraphMode.PIECEWISE):
+            self.connector.start_load_kv(get_forward_context())
+            for name in self.layers:
+                self.connector.wait_for_layer_load(name)
+        self.connector.get_finished(set())
+        self.connector.clear_connector_metadata()
 
     def loaded(self) -> list[bool]:
         """Per layer (model order), whether a kernel queued now reads the loaded bytes."""
@@ -132,7 +150,8 @@ def run_case(forward: Forward, attn_metadata: Any, mode: CUDAGraphMode,
 
 def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
-        forward = Forward(write_model(Path(tmp) / "model", NUM_LAYERS))
+        model = write_model(Path(tmp) / "model", NUM_LAYERS)
+        forward = Forward(model)
         metadata = {name: object() for name in forward.layers}  # any per-layer metadata
 
         def get_finished(f: Forward) -> None:  # model runner v1, right after the forward
@@ -148,6 +167,11 @@ def main() -> int:
             return
 
         cases = {
+            "before_every_layer_asked": run_case(
+                forward, metadata, CUDAGraphMode.PIECEWISE, get_finished),
+        }
+        forward.warm_up()
+        cases |= {
             "piecewise": run_case(forward, metadata, CUDAGraphMode.PIECEWISE, get_finished),
             "eager": run_case(forward, metadata, CUDAGraphMode.NONE, get_finished),
             "full_graph": run_case(forward, metadata, CUDAGraphMode.FULL, nothing, ask=0),
@@ -160,6 +184,10 @@ def main() -> int:
             "first_layer_only_then_wait_for_save": run_case(
                 forward, metadata, CUDAGraphMode.PIECEWISE, wait_for_save, ask=1),
         }
+        silent = Forward(model, silent_layers=1)
+        silent.warm_up()
+        cases["a_registered_layer_never_asks"] = run_case(
+            silent, metadata, CUDAGraphMode.PIECEWISE, get_finished)
         print(json.dumps(cases))
     return 0
 

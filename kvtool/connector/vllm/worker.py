@@ -22,7 +22,10 @@ and piecewise graphs run attention eagerly between the pieces. Hence
 :func:`forward_calls_layer_hooks`: per-layer waits only when the forward
 context that ``start_load_kv`` receives has attention metadata and is not a
 ``FULL`` graph (model runner v2 starts a full graph's loads outside the
-forward, with an empty context, which reads as "no hooks"); otherwise the
+forward, with an empty context, which reads as "no hooks"), and only once
+every registered layer has called the hook in some forward: a layer whose
+KV is read by an op without the decorator (vLLM's Mamba and linear-attention
+ops have none) never does, so its model is never pipelined. Otherwise the
 forward waits for the whole load up front, as before. The first hook after the
 forward joins the whole load (``finish_forward`` on model runner v2,
 ``wait_for_save`` or ``get_finished`` on v1, whichever comes first), before a
@@ -70,6 +73,9 @@ class KvtoolConnectorWorker:
         self._load_errors: set[int] = set()
         self._load_requests: dict[int, str] = {}  # async load job id -> its request
         self._finished_recving: set[str] = set()
+        # Registered layers that have not yet called wait_for_layer_load: per-layer
+        # waits would leave their reads unordered, so loads stay whole until it is empty.
+        self._layers_never_asked: set[str] = set()
 
     def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
         layout = self.setup.layout
@@ -92,6 +98,7 @@ class KvtoolConnectorWorker:
                 f"config says {layout.block_bytes}: unsupported layout"
             )
         self.engine = engine
+        self._layers_never_asked = set(kv_caches)
 
     def _engine(self) -> TransferEngine:
         if self.engine is None:
@@ -106,12 +113,14 @@ class KvtoolConnectorWorker:
 
     def start_load(self, meta: KvtoolConnectorMetadata, *, per_layer: bool = False) -> None:
         """Submit the step's loads. Synchronous ones feed this step's forward: with
-        ``per_layer`` each layer's readers wait for that layer (``wait_for_layer_load``),
+        ``per_layer`` (the forward calls the hooks), once every layer has asked for
+        itself, each layer's readers wait for that layer (``wait_for_layer_load``);
         else the forward waits for all of them up front. An asynchronous one's
         request waits in the scheduler instead, so nothing waits for it."""
         if not meta.load_jobs:
             return
         engine = self._engine()
+        per_layer = per_layer and not self._layers_never_asked
         sync_wait = LoadWait.PER_LAYER if per_layer else LoadWait.WHOLE
         jobs = meta.load_jobs
         if meta.load_requests:  # synchronous loads first: the forward waits for them only
@@ -133,6 +142,8 @@ class KvtoolConnectorWorker:
     def wait_for_layer_load(self, layer_name: str) -> None:
         """Before ``layer_name``'s attention reads its KV: the current stream waits for
         that layer's part of this step's per-layer loads (nothing to do otherwise)."""
+        if self._layers_never_asked:
+            self._layers_never_asked.discard(layer_name)
         if self.engine is not None:
             self.engine.wait_for_layer(layer_name)
 
