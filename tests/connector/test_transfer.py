@@ -1,7 +1,9 @@
-"""Transfer engine round trips on CPU tensors, and on CUDA when a GPU is present.
+"""Transfer engine round trips on CPU tensors, and on CUDA when a GPU is present; the
+order of per-layer loads on a stream stand-in (lazy_streams.py).
 
-Imports only torch and kvtool.connector.transfer, so scripts/gpu_check.sh can
-run it on a GPU machine that has torch but not kvtool's other dependencies.
+Imports only torch, kvtool.connector.transfer and tests/connector/lazy_streams.py,
+so scripts/gpu_check.sh can run it on a GPU machine that has torch but not
+kvtool's other dependencies.
 """
 
 from __future__ import annotations
