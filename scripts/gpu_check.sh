@@ -7,7 +7,10 @@
 #   2. scripts/bench/gpu_pipeline.py: KV tensors in each layout the engine accepts,
 #      compute-stream "forward" kernels, stores after it on the side stream, loads
 #      before the next one, asynchronous loads read only once polled done, every byte
-#      verified on the device; host syncs per step;
+#      verified on the device; host syncs per step; a synchronous load pipelined per
+#      layer, read by a per-layer "forward" right after each layer's wait (every byte
+#      checked), with CUDA event times showing the first layer's read starting before
+#      the last layer's copy finished (and not so with one whole wait);
 #      device staging bytes; store (device -> pinned host) and load (host -> device)
 #      GB/s against a plain pinned copy of the same bytes in the same run (target >= 0.8x).
 # Without a CUDA device it exits 2 with one line on stderr. GPU_CHECK_DRY_RUN=1 runs
@@ -39,11 +42,15 @@ result=$(timeout 150 "$PYTHON" scripts/bench/gpu_pipeline.py --json) || status=$
 echo "$result"
 "$PYTHON" - "$result" <<'PY'
 import json, sys
+sys.path.insert(0, "scripts/bench")
+from gpu_pipeline import layered_lines
 r = json.loads(sys.argv[1])
 for name, p in r["layouts"].items():
     print(f"gpu_check: {name}: {p['steps']} steps, mismatched elements {p['mismatched_elements']}, "
           f"failed jobs {len(p['failed_jobs'])}, host syncs/step {p['host_syncs_per_step']}, "
           f"device staging {p['device_staging_bytes']} B")
+for line in layered_lines(r["layered_load"]):
+    print("gpu_check:", line)
 b = r["bandwidth"]
 print(f"gpu_check: store {b['store_d2h_gbps']} GB/s vs plain pinned {b['plain_d2h_gbps']} GB/s "
       f"= {b['store_ratio']}x; load {b['load_h2d_gbps']} GB/s vs {b['plain_h2d_gbps']} GB/s "

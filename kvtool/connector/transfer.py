@@ -20,8 +20,61 @@ the compute stream (the forward that computed the blocks); the next step's
 compute stream waits for the store (:meth:`TransferEngine.fence`), so an
 engine block that the scheduler recycles is not overwritten before its
 copy read it. A load's stream waits for the compute stream and for
-outstanding stores, and the compute stream waits for the load. Nothing on
-the step path synchronises the host; :meth:`poll` reads events.
+outstanding stores. Nothing on the step path synchronises the host;
+:meth:`poll` reads events.
+
+Loads on CUDA are issued layer by layer (:class:`LoadWait` says who waits):
+
+- ``WHOLE``: the compute stream waits for the whole load before its next
+  kernel (a forward that calls no per-layer hook, e.g. a full CUDA graph).
+- ``PER_LAYER``: the step's synchronous loads are batched
+  (:meth:`TransferEngine.flush_loads`): every job's copies of the first layer,
+  one event, every job's copies of the next layer, one event, and so on, in
+  the order the layers were registered (vLLM registers them in model order).
+  Nothing waits up front. :meth:`TransferEngine.wait_for_layer`, which vLLM
+  reaches from each attention layer right before it reads that layer's KV
+  (``wait_for_layer_load``), makes the current stream wait for that layer's
+  event only, so layer 0 attends while later layers still copy.
+  :meth:`TransferEngine.join_loads` then makes the current stream wait for the
+  last event.
+- ``NONE``: nothing waits; the blocks are read only once :meth:`poll`
+  reported the job (an asynchronous load: vLLM keeps its request out of the
+  batch until then).
+
+Why ``PER_LAYER`` never lets a kernel read a block before its copy wrote it:
+
+1. The load stream first waits for everything already queued on the compute
+   stream and on the store stream (a freshly allocated block may still be
+   read by the previous forward or by a store).
+2. In a forward that calls the hook, the only kernel that reads a layer's
+   KV is its attention, and the hook runs right before it on the same
+   stream, waiting for the event recorded after the last copy into that
+   layer's memory. Layers that alias one tensor (vLLM's cross-layer KV
+   sharing) share one event; a name the engine does not know waits for
+   the whole load. Another request of the batch that hits a loaded block in
+   vLLM's prefix cache reads it in the same attention, after the same wait.
+   Other kernels of the forward do not touch loaded blocks: the KV-cache
+   update, which runs before the hook, writes this step's new tokens, and they
+   lie in blocks after the loaded ones (the scheduler never loads the block
+   holding a prompt's last token, which vLLM always computes).
+3. Layers never asked about (vLLM skips the hook for a layer without
+   attention metadata, whose attention then reads no KV), later forwards (a
+   speculative drafter, possibly a full CUDA graph) and the next step are
+   covered by the join, which the connector runs at the first hook after the
+   forward (``finish_forward``, ``get_finished``, ``wait_for_save``) and
+   again in :meth:`fence` before the next one: each queues the wait after
+   every kernel of the forward and before anything later. A step's layer
+   events stay valid until the join, so a layer asked twice (micro-batches)
+   waits both times; after it, the hook has nothing left to wait for.
+4. When the connector cannot tell that the hooks will run, it asks for
+   ``WHOLE`` instead (:mod:`kvtool.connector.vllm.worker`).
+
+All CUDA work goes through a :class:`DeviceQueue` (:class:`CudaQueue`), so the
+tests run this ordering on a stand-in without a GPU
+(``tests/connector/lazy_streams.py``).
+
+On CPU every load is synchronous and whole whatever the mode (below), so
+per-layer waits cost one attribute check.
 
 The host arena is exactly ``num_slots`` rows, given by the caller (a slice of
 the host's shared memfd, :mod:`kvtool.connector.host_arena`) or allocated
@@ -48,8 +101,10 @@ torch and NumPy are imported here only (optional dependency ``kvtool[connector]`
 
 from __future__ import annotations
 
+import enum
 import weakref
 from collections.abc import Hashable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
@@ -167,6 +222,10 @@ def _numpy_pairs(
             for e, h in zip(engine, host, strict=True)]
 
 
+Run = tuple[int, int, int]
+"""``(first block, first slot, length)``: see :func:`joint_runs`."""
+
+
 MAX_SLICE_COPIES = 8
 """Up to this many runs a CPU copy is one NumPy slice assignment per run, beyond it
 one indexed copy: in the engine, right after a forward pass, a 4-block load of
@@ -175,10 +234,10 @@ scattered blocks took 34 us as four slice copies and 52 us as one indexed copy
 about 1 us and an indexed copy about 7."""
 
 
-def joint_runs(block_ids: Sequence[int], slots: Sequence[int]) -> list[tuple[int, int, int]]:
+def joint_runs(block_ids: Sequence[int], slots: Sequence[int]) -> list[Run]:
     """``(first block, first slot, length)`` for each stretch in which block ids and
     slots both count up by one."""
-    runs: list[tuple[int, int, int]] = []
+    runs: list[Run] = []
     block0 = slot0 = length = 0
     for block, slot in zip(block_ids, slots, strict=True):
         if length and block == block0 + length and slot == slot0 + length:
@@ -213,6 +272,61 @@ def widest_view(segment: torch.Tensor) -> torch.Tensor:
     return segment
 
 
+class LoadWait(enum.Enum):
+    """Who waits for a load's copies on CUDA (see the module docstring)."""
+
+    WHOLE = "whole"
+    """The current stream waits for the whole load before its next kernel."""
+    PER_LAYER = "per_layer"
+    """Batched until :meth:`TransferEngine.flush_loads`; readers of a layer wait
+    with :meth:`TransferEngine.wait_for_layer`, everything else after
+    :meth:`TransferEngine.join_loads`."""
+    NONE = "none"
+    """Nothing waits: read the blocks only once :meth:`TransferEngine.poll`
+    reported the job."""
+
+
+class DeviceQueue(Protocol):
+    """The streams, events and copies the engine queues work with.
+
+    :class:`CudaQueue` is the real one. Streams have ``wait_stream(stream)`` and
+    ``wait_event(event)``; events have ``record(stream)``, ``query()`` and
+    ``synchronize()``, as ``torch.cuda.Stream`` and ``torch.cuda.Event``.
+    """
+
+    def new_stream(self) -> Any: ...
+    def current_stream(self) -> Any: ...
+    def on(self, stream: Any) -> AbstractContextManager[Any]:
+        """Work queued inside the block goes to ``stream``."""
+        ...
+    def new_event(self) -> Any: ...
+    def copy(self, dst: torch.Tensor, src: torch.Tensor) -> None:
+        """Queue ``dst <- src`` on the current stream."""
+        ...
+
+
+class CudaQueue:
+    """:class:`DeviceQueue` over CUDA streams and events on one device."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def new_stream(self) -> Any:
+        return torch.cuda.Stream(device=self.device)  # type: ignore[no-untyped-call]
+
+    def current_stream(self) -> Any:
+        return torch.cuda.current_stream(self.device)
+
+    def on(self, stream: Any) -> AbstractContextManager[Any]:
+        return torch.cuda.stream(stream)
+
+    def new_event(self) -> Any:
+        return torch.cuda.Event()  # type: ignore[no-untyped-call]
+
+    def copy(self, dst: torch.Tensor, src: torch.Tensor) -> None:
+        dst.copy_(src, non_blocking=True)
+
+
 class TransferResult(NamedTuple):
     job_id: int
     ok: bool
@@ -222,7 +336,7 @@ class TransferResult(NamedTuple):
 @dataclass
 class _Pending:
     job_id: int
-    event: Any  # torch.cuda.Event on CUDA, None when already complete
+    event: Any  # the event after its last copy on CUDA; None when already complete
     ok: bool = True
     error: str = ""
 
@@ -238,8 +352,21 @@ class TransferEngine:
     submitted job is reported by :meth:`poll` exactly once.
     """
 
-    def __init__(self, segments: Sequence[torch.Tensor], num_slots: int,
-                 arena: torch.Tensor | None = None) -> None:
+    def __init__(
+        self,
+        segments: Sequence[torch.Tensor],
+        num_slots: int,
+        layers: Mapping[str, Sequence[int]] | None = None,
+        *,
+        arena: torch.Tensor | None = None,
+        queue: DeviceQueue | None = None,
+    ) -> None:
+        """``layers`` maps each layer name to the indices of its segments, in the
+        order the forward reads the layers (default: one layer per segment, named
+        by its index). ``arena`` is the host memory to use (exactly ``num_slots``
+        rows, see :mod:`kvtool.connector.host_arena`); without it the engine
+        allocates its own. ``queue`` replaces CUDA's streams and events: the engine
+        then queues its copies as on CUDA whatever the device (tests use a stand-in)."""
         if not segments:
             raise ValueError("no KV segments registered")
         if num_slots < 1:
@@ -291,24 +418,44 @@ class TransferEngine:
         self.slot_keys: list[Hashable | None] = [None] * num_slots
         self._pending: list[_Pending] = []
         self._stores_in_flight: list[Any] = []  # events the next forward must wait for
-        if self.is_cuda:
-            self._store_stream = torch.cuda.Stream(device=self.device)  # type: ignore[no-untyped-call]
-            self._load_stream = torch.cuda.Stream(device=self.device)  # type: ignore[no-untyped-call]
+        self._queue: DeviceQueue | None = (
+            queue if queue is not None else CudaQueue(self.device) if self.is_cuda else None)
+        if self._queue is not None:
+            self._store_stream = self._queue.new_stream()
+            self._load_stream = self._queue.new_stream()
+        self._groups, self._group_of = _layer_groups(self.segments, layers)
+        # The step's synchronous loads (LoadWait.PER_LAYER) whose copies flush_loads
+        # has not queued yet: (record, runs).
+        self._layered: list[tuple[_Pending, list[Run]]] = []
+        # Until join_loads: each layer group's event, and the event after the last copy.
+        self._layer_events: list[Any] = []
+        self._loads_done: Any = None
 
     @classmethod
     def from_kv_caches(
-        cls, kv_caches: Mapping[str, torch.Tensor], num_slots: int, block_dim: int = 0,
+        cls,
+        kv_caches: Mapping[str, torch.Tensor],
+        num_slots: int,
+        block_dim: int = 0,
+        *,
         arena: torch.Tensor | None = None,
+        queue: DeviceQueue | None = None,
     ) -> TransferEngine:
         """Segments of every registered layer tensor, in a stable (sorted-name) order.
 
         Layers that share one storage (vLLM's CPU backend) are still separate
-        segments: each layer's slice of a block is its own run of bytes.
+        segments: each layer's slice of a block is its own run of bytes. Loads
+        copy the layers in the order of ``kv_caches`` (vLLM registers them in
+        model order), so the first layer the forward reads is the first copied.
         """
-        segments = [
-            seg for name in sorted(kv_caches) for seg in block_segments(kv_caches[name], block_dim)
-        ]
-        return cls(segments, num_slots, arena)
+        segments: list[torch.Tensor] = []
+        indices: dict[str, list[int]] = {}
+        for name in sorted(kv_caches):
+            own = block_segments(kv_caches[name], block_dim)
+            indices[name] = list(range(len(segments), len(segments) + len(own)))
+            segments += own
+        return cls(segments, num_slots, {name: indices[name] for name in kv_caches},
+                   arena=arena, queue=queue)
 
     @property
     def block_bytes(self) -> int:
@@ -330,7 +477,8 @@ class TransferEngine:
             self._check_job(job)
             for slot, key in zip(job.slots, job.keys, strict=True):
                 self.slot_keys[slot] = key
-            if self.is_cuda:
+            if self._queue is not None:
+                self._flush_if_batched()
                 record.event = self._store_cuda(joint_runs(job.block_ids, job.slots))
                 self._stores_in_flight.append(record.event)
             else:
@@ -342,15 +490,13 @@ class TransferEngine:
             record.ok, record.error = False, f"store job {job.job_id}: {exc}"
         self._pending.append(record)
 
-    def submit_load(self, job: TransferJob, *, before_forward: bool = True) -> None:
+    def submit_load(self, job: TransferJob, *, wait: LoadWait = LoadWait.WHOLE) -> None:
         """Scatter ``job.slots`` into ``job.block_ids`` after checking every slot's key.
 
         On CUDA the load is ordered after the work already queued on the current
-        stream. With ``before_forward`` the current stream also waits for the
-        load before its next kernel, so the forward that reads these blocks sees
-        them; without it nothing waits, and the blocks may be read only once
-        :meth:`poll` reported the job (an asynchronous load: its request is not
-        in the batch until then).
+        stream, and ``wait`` says what waits for it (:class:`LoadWait`): with
+        ``PER_LAYER`` the copies are queued by the next :meth:`flush_loads`. On CPU
+        the copies are done when this returns, whatever ``wait`` says.
         """
         record = _Pending(job.job_id, None)
         try:
@@ -362,17 +508,78 @@ class TransferEngine:
                     if have != want
                 ]
                 raise ValueError(f"host slots {wrong[:8]} do not hold the requested blocks")
-            if self.is_cuda:
-                record.event = self._load_cuda(joint_runs(job.block_ids, job.slots),
-                                               before_forward)
-            else:
+            if self._queue is None:
                 self._copy_cpu(job.block_ids, job.slots, load=True)
+            elif wait is LoadWait.PER_LAYER:
+                self._layered.append((record, joint_runs(job.block_ids, job.slots)))
+                return  # flush_loads appends the record once its copies are queued
+            else:
+                self._flush_if_batched()
+                _, record.event = self._load_cuda(joint_runs(job.block_ids, job.slots),
+                                                  per_layer=False)
+                if wait is LoadWait.WHOLE:
+                    self._queue.current_stream().wait_event(record.event)
         except (RuntimeError, ValueError, IndexError) as exc:
             record.ok, record.error = False, f"load job {job.job_id}: {exc}"
         self._pending.append(record)
 
+    def flush_loads(self) -> None:
+        """Queue the copies of the ``PER_LAYER`` loads submitted since the last flush:
+        every job's blocks of the first layer, an event, the next layer, an event...
+        Until :meth:`join_loads`, :meth:`wait_for_layer` waits for these events."""
+        if not self._layered or self._queue is None:
+            return
+        batch, self._layered = self._layered, []
+        # One batch of layer events at a time: an earlier one is joined first.
+        self.join_loads()
+        runs = [run for _, job_runs in batch for run in job_runs]
+        try:
+            self._layer_events, self._loads_done = self._load_cuda(runs, per_layer=True)
+        except (RuntimeError, ValueError, IndexError) as exc:
+            # Whatever was queued is waited for as a whole; vLLM recomputes the blocks.
+            done = self._queue.new_event()
+            done.record(self._load_stream)
+            self._layer_events, self._loads_done = [done] * len(self._groups), done
+            for record, _ in batch:
+                record.ok, record.error = False, f"load job {record.job_id}: {exc}"
+        for record, _ in batch:
+            record.event = self._loads_done
+            self._pending.append(record)
+
+    def wait_for_layer(self, layer_name: str) -> None:
+        """Make the current stream wait for the copies into ``layer_name``'s KV (every
+        layer sharing its memory included) of the flushed ``PER_LAYER`` loads, not for
+        the other layers'. A name the engine does not know waits for the whole load.
+        Queues a device wait only; a no-op when no such load awaits its join."""
+        if self._loads_done is None:
+            if not self._layered:
+                return
+            self.flush_loads()
+        assert self._queue is not None  # only queued loads set _loads_done
+        group = self._group_of.get(layer_name)
+        event = self._loads_done if group is None else self._layer_events[group]
+        self._queue.current_stream().wait_event(event)
+
+    def join_loads(self) -> None:
+        """Make the current stream wait for the whole of the flushed ``PER_LAYER``
+        loads, and forget their layer events (see the module docstring, point 3)."""
+        if self._layered:
+            self.flush_loads()  # joins the previous batch, then queues this one
+        if self._loads_done is None:
+            return
+        assert self._queue is not None
+        self._queue.current_stream().wait_event(self._loads_done)
+        self._layer_events, self._loads_done = [], None
+
+    def _flush_if_batched(self) -> None:
+        # Work queued after a batch of PER_LAYER loads must come after its copies
+        # on the load stream, as it was submitted after them.
+        if self._layered:
+            self.flush_loads()
+
     def poll(self) -> list[TransferResult]:
         """Jobs finished since the last poll, in submission order of completion checks."""
+        self._flush_if_batched()
         if not self._pending:
             return []
         done, waiting = [], []
@@ -386,24 +593,34 @@ class TransferEngine:
 
     def wait_all(self) -> list[TransferResult]:
         """Block until every submitted job is finished, then report them."""
+        self._flush_if_batched()
         for record in self._pending:
             if record.event is not None:
                 record.event.synchronize()
         return self.poll()
 
     def has_pending(self) -> bool:
-        return bool(self._pending)
+        return bool(self._pending or self._layered)
 
     def fence(self) -> None:
-        """Make the current (compute) stream wait for every store still copying, so the
-        next forward cannot overwrite a block before its store read it. Queues device
-        waits only; never blocks the host. A no-op on CPU, where copies are done at submit."""
-        if not self.is_cuda or not self._stores_in_flight:
+        """Before a forward: make the current (compute) stream wait for every store
+        still copying, so it cannot overwrite a block before its store read it, and
+        join any ``PER_LAYER`` load not joined yet. Queues device waits only; never
+        blocks the host. A no-op on CPU, where copies are done at submit."""
+        if self._queue is None:
             return
-        current = torch.cuda.current_stream(self.device)
+        self.join_loads()
+        if not self._stores_in_flight:
+            return
+        current = self._queue.current_stream()
         for event in self._stores_in_flight:
             current.wait_event(event)
         self._stores_in_flight = []
+
+    @property
+    def load_stream(self) -> Any:
+        """The side stream loads are queued on (None on CPU): benchmarks time it."""
+        return self._load_stream if self._queue is not None else None
 
     @property
     def staging_bytes(self) -> int:
@@ -437,32 +654,42 @@ class TransferEngine:
 
     # ------------------------------------------------------------------ CUDA
 
-    def _store_cuda(self, runs: list[tuple[int, int, int]]) -> Any:
-        stream = self._store_stream
-        stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(stream):
+    def _store_cuda(self, runs: list[Run]) -> Any:
+        assert self._queue is not None
+        queue, stream = self._queue, self._store_stream
+        stream.wait_stream(queue.current_stream())
+        with queue.on(stream):
             for seg, host in zip(self._wide, self._wide_arena, strict=True):
                 for block, slot, n in runs:
-                    host[slot:slot + n].copy_(seg[block:block + n], non_blocking=True)
-            event = torch.cuda.Event()  # type: ignore[no-untyped-call]
+                    queue.copy(host[slot:slot + n], seg[block:block + n])
+            event = queue.new_event()
             event.record(stream)
         return event
 
-    def _load_cuda(self, runs: list[tuple[int, int, int]], before_forward: bool) -> Any:
-        stream = self._load_stream
-        current = torch.cuda.current_stream(self.device)
-        stream.wait_stream(current)
+    def _load_cuda(self, runs: list[Run], per_layer: bool) -> tuple[list[Any], Any]:
+        """Queue the copies of ``runs`` layer group by layer group on the load stream:
+        (one event per group when ``per_layer``, else none; the event after the last)."""
+        assert self._queue is not None
+        queue, stream = self._queue, self._load_stream
+        stream.wait_stream(queue.current_stream())
         # A block being loaded into may be one a store of the previous step still reads.
         stream.wait_stream(self._store_stream)
-        with torch.cuda.stream(stream):
-            for seg, host in zip(self._wide, self._wide_arena, strict=True):
-                for block, slot, n in runs:
-                    seg[block:block + n].copy_(host[slot:slot + n], non_blocking=True)
-            event = torch.cuda.Event()  # type: ignore[no-untyped-call]
-            event.record(stream)
-        if before_forward:
-            current.wait_event(event)
-        return event
+        layer_events = []
+        with queue.on(stream):
+            for group in self._groups:
+                for index in group:
+                    seg, host = self._wide[index], self._wide_arena[index]
+                    for block, slot, n in runs:
+                        queue.copy(seg[block:block + n], host[slot:slot + n])
+                if per_layer:
+                    event = queue.new_event()
+                    event.record(stream)
+                    layer_events.append(event)
+            if not per_layer:
+                done = queue.new_event()
+                done.record(stream)
+                return layer_events, done
+        return layer_events, layer_events[-1]
 
     def _check_job(self, job: TransferJob) -> None:
         if not len(job.block_ids) == len(job.slots) == len(job.keys):
@@ -475,6 +702,36 @@ class TransferEngine:
         if min(job.block_ids) < 0 or max(job.block_ids) >= self.num_blocks:
             bad = [b for b in job.block_ids if not 0 <= b < self.num_blocks]
             raise ValueError(f"block ids {bad[:8]} outside the engine's {self.num_blocks} blocks")
+
+
+def _layer_groups(
+    segments: Sequence[torch.Tensor], layers: Mapping[str, Sequence[int]] | None
+) -> tuple[list[tuple[int, ...]], dict[str, int]]:
+    """Segment indices per layer group, in ``layers``' order, and each name's group.
+
+    Names whose segments are the same memory (vLLM registers a layer that shares
+    another's KV cache under its own name, with the same tensor) form one group:
+    every copy into that memory precedes the group's event.
+    """
+    if layers is None:
+        layers = {str(index): (index,) for index in range(len(segments))}
+    groups: list[list[int]] = []
+    group_of: dict[str, int] = {}
+    by_memory: dict[tuple[tuple[int, int, int], ...], int] = {}
+    for name, indices in layers.items():
+        if not indices or any(not 0 <= i < len(segments) for i in indices):
+            raise ValueError(f"layer {name!r}: segment indices {list(indices)} out of range")
+        memory = tuple((segments[i].data_ptr(), segments[i].stride(0), int(segments[i].shape[1]))
+                       for i in indices)
+        group = by_memory.setdefault(memory, len(groups))
+        if group == len(groups):
+            groups.append([])
+        groups[group] += indices
+        group_of[name] = group
+    covered = sorted(i for group in groups for i in group)
+    if covered != list(range(len(segments))):
+        raise ValueError("every segment must belong to exactly one layer")
+    return [tuple(group) for group in groups], group_of
 
 
 def _register_host_memory(owner: object, tensor: torch.Tensor) -> None:

@@ -18,16 +18,29 @@ loaded byte is compared on the device; the mismatch count is read once at
 the end. Host synchronisations inside the step loop are counted with
 ``torch.cuda.set_sync_debug_mode("warn")``.
 
+Then a synchronous load pipelined per layer (``LoadWait.PER_LAYER``, what the
+connector does when the forward calls vLLM's ``wait_for_layer_load``): a
+compute-stream "forward" calls ``wait_for_layer`` before each layer, then
+checks every byte of that layer's loaded blocks and runs a matmul standing in
+for the layer's other work; ``join_loads`` follows. The same forward over a
+load the compute stream waits for as a whole (``LoadWait.WHOLE``) is the
+comparison. CUDA events (timing, relative to one recorded right before the
+load) give when the first layer's read started, when the last layer's copy
+finished and when the forward finished; ``pipelined`` is whether the first
+read started before the last copy finished (required with per-layer waits,
+impossible with a whole wait).
+
 Then it times one large store (device -> pinned host) and one large load
 (host -> device) of runs of consecutive blocks against a plain pinned copy of
 the same bytes in the same run (target ratio >= 0.8), and reports the device
 staging the engine allocates (none by design).
 
 ``--dry-run`` runs the same pipeline on CPU with small tensors (copies are
-synchronous there; no timing targets). Imports only torch and
+synchronous there: no timings, no targets). Imports only torch and
 ``kvtool.connector.transfer``, so it runs on a GPU machine without vLLM or
 kvtool's other dependencies (scripts/gpu_check.sh). Exit code 1 when a byte
-differs, a host sync happens in the step loop, or a ratio misses its target.
+differs, a host sync happens in the step loop, the per-layer load does not
+overlap the forward, or a ratio misses its target.
 """
 
 from __future__ import annotations
@@ -42,7 +55,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from kvtool.connector.transfer import TransferEngine
+from kvtool.connector.transfer import LoadWait, TransferEngine
 
 # Logical [L, B, H, N, C] -> physical order, as vLLM 0.32's KVCacheLayout values.
 LAYOUTS: dict[str, tuple[int, ...]] = {
@@ -155,7 +168,7 @@ def run_pipeline(shape: Shape, order: tuple[int, ...], device: torch.device,
                 job_id = next(job_ids)
                 engine.submit_load(Job(job_id, tuple(async_base + b for b in blocks), src_slots,
                                        tuple(("k", src_step, b) for b in blocks)),
-                                   before_forward=False)
+                                   wait=LoadWait.NONE)
                 async_load = (job_id, src_step, blocks)
             results = engine.poll()
             done.update(r.job_id for r in results)
@@ -174,6 +187,86 @@ def run_pipeline(shape: Shape, order: tuple[int, ...], device: torch.device,
         "host_syncs_per_step": syncs / steps,
         "device_staging_bytes": engine.staging_bytes,
     }
+
+
+def layered_load(shape: Shape, device: torch.device, blocks: int, repeats: int) -> dict[str, Any]:
+    """A synchronous load read by a per-layer "forward", with per-layer waits and with
+    one whole wait: every byte checked, and (on CUDA) when the first read started."""
+    kv = kv_views(shape, LAYOUTS["LBHNC"], device)
+    names = list(kv)  # model order, as vLLM registers the layers
+    engine = TransferEngine.from_kv_caches(kv, num_slots=blocks)
+    sources = tuple(range(blocks))
+    targets = tuple(range(blocks, 2 * blocks))
+    slots = tuple(range(blocks))
+    keys = tuple(("layered", b) for b in sources)
+    for layer, name in enumerate(names):
+        for b in sources:
+            kv[name][b].fill_(pattern(0, b, layer))
+    engine.submit_store(Job(1, sources, slots, keys))
+    store_failed = [r.error for r in engine.wait_all() if not r.ok]
+    cuda = device.type == "cuda"
+    width = 2048 if cuda else 64
+    weight = torch.randn(width, width, dtype=shape.dtype, device=device) / width ** 0.5
+    hidden = torch.randn(width, width, dtype=shape.dtype, device=device)
+    expected = [torch.tensor([pattern(0, b, layer) for b in sources], dtype=shape.dtype,
+                             device=device).view(-1, 1, 1, 1) for layer in range(len(names))]
+    job_ids = iter(range(2, 1 << 30))
+    report: dict[str, Any] = {"bytes": blocks * engine.block_bytes, "layers": len(names)}
+
+    def timing_event() -> Any:
+        return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+
+    for mode in (LoadWait.PER_LAYER, LoadWait.WHOLE):
+        mismatches = torch.zeros((), dtype=torch.int64, device=device)
+        failed = list(store_failed)
+        runs: list[dict[str, float]] = []
+        syncs = 0
+        for _ in range(repeats):
+            for name in names:
+                kv[name][blocks:2 * blocks].zero_()
+            marks: dict[str, Any] = {}
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                if cuda:
+                    torch.cuda.set_sync_debug_mode("warn")
+                    marks = {k: timing_event() for k in ("start", "read0", "copied", "end")}
+                    marks["start"].record()
+                engine.submit_load(Job(next(job_ids), targets, slots, keys), wait=mode)
+                engine.flush_loads()
+                if cuda:
+                    marks["copied"].record(engine.load_stream)  # after the last copy
+                x = hidden
+                for layer, name in enumerate(names):
+                    engine.wait_for_layer(name)  # what vLLM calls before the attention
+                    if cuda and layer == 0:
+                        marks["read0"].record()
+                    block = kv[name][blocks:2 * blocks]
+                    mismatches += (block != expected[layer]).sum()
+                    x = torch.tanh(x @ weight)  # the layer's other work
+                engine.join_loads()
+                if cuda:
+                    marks["end"].record()
+                    torch.cuda.set_sync_debug_mode("default")
+            syncs += sum("synchroniz" in str(w.message).lower() for w in caught)
+            failed += [r.error for r in engine.wait_all() if not r.ok]
+            if cuda:
+                marks["end"].synchronize()
+                start = marks["start"]
+                runs.append({k: start.elapsed_time(marks[k]) for k in ("read0", "copied", "end")})
+        figures: dict[str, Any] = {"mismatched_elements": int(mismatches.item()),
+                                   "failed_jobs": failed, "host_syncs": syncs}
+        if runs:
+            median = {k: sorted(r[k] for r in runs)[len(runs) // 2] for k in runs[0]}
+            figures.update({
+                "first_read_start_ms": round(median["read0"], 3),
+                "last_copy_done_ms": round(median["copied"], 3),
+                "forward_done_ms": round(median["end"], 3),
+                "pipelined": median["read0"] < median["copied"],
+            })
+        else:  # CPU: copies are done at submit, nothing overlaps
+            figures["pipelined"] = None
+        report[mode.value] = figures
+    return report
 
 
 def _timed(device: torch.device, action: Any, repeats: int) -> float:
@@ -232,6 +325,21 @@ def bandwidth(shape: Shape, device: torch.device, blocks: int, run: int,
     }
 
 
+def layered_lines(r: dict[str, Any]) -> list[str]:
+    """The per-layer load's figures, one line per way of waiting."""
+    lines = []
+    for mode in (LoadWait.PER_LAYER.value, LoadWait.WHOLE.value):
+        f = r[mode]
+        timing = (f"first layer read at {f['first_read_start_ms']} ms, last layer copied at "
+                  f"{f['last_copy_done_ms']} ms, forward done at {f['forward_done_ms']} ms"
+                  if "first_read_start_ms" in f else "no timings (CPU copies are synchronous)")
+        lines.append(f"layered load ({mode} wait): {r['layers']} layers, {r['bytes']} B: "
+                     f"{timing}; pipelined {f['pipelined']}; mismatched elements "
+                     f"{f['mismatched_elements']}, failed jobs {len(f['failed_jobs'])}, "
+                     f"host syncs {f['host_syncs']}")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="one JSON object on stdout")
@@ -251,12 +359,21 @@ def main(argv: list[str] | None = None) -> int:
                               torch.cuda.get_device_name(device), "layouts": {}}
     for name, order in LAYOUTS.items():
         report["layouts"][name] = run_pipeline(shape, order, device, args.steps, per_step)
+    report["layered_load"] = layered_load(shape, device, per_step, repeats=2 if args.dry_run else 5)
     blocks = 16 if args.dry_run else 256
     report["bandwidth"] = bandwidth(shape, device, blocks, run=8, repeats=3 if args.dry_run else 10)
     problems = [f"{name}: {r}" for name, r in report["layouts"].items()
                 if r["mismatched_elements"] != 0 or r["failed_jobs"]
                 or r["async_loads_checked"] == 0
                 or (not args.dry_run and r["host_syncs_per_step"] > 0)]
+    for mode, r in report["layered_load"].items():
+        if not isinstance(r, dict):
+            continue
+        if r["mismatched_elements"] != 0 or r["failed_jobs"] or (
+                not args.dry_run and r["host_syncs"] > 0):
+            problems.append(f"layered load ({mode}): {r}")
+        if not args.dry_run and r["pipelined"] != (mode == LoadWait.PER_LAYER.value):
+            problems.append(f"layered load ({mode}): pipelined is {r['pipelined']}")
     if not args.dry_run:
         bw = report["bandwidth"]
         problems += [f"{k} {bw[k]} < {RATIO_TARGET}" for k in ("store_ratio", "load_ratio")
@@ -267,6 +384,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         for name, r in report["layouts"].items():
             print(f"{name}: {r}")
+        for line in layered_lines(report["layered_load"]):
+            print(line)
         print(f"bandwidth: {report['bandwidth']}")
         print("problems: " + ("; ".join(problems) or "none"))
     return 1 if problems else 0

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import torch
 
-from kvtool.connector.transfer import TransferEngine
+from kvtool.connector.transfer import LoadWait, TransferEngine
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "gpu_check.sh"
@@ -50,6 +50,10 @@ def test_the_dry_run_verifies_every_layout_on_cpu() -> None:
     for layout in ("LBHNC", "LBNHC", "BLHNC", "BLNHC"):
         line = next(x for x in proc.stdout.splitlines() if x.startswith(f"{layout}: "))
         assert "'mismatched_elements': 0" in line and "'async_loads_checked': 0" not in line
+    for wait in ("per_layer", "whole"):
+        line = next(x for x in proc.stdout.splitlines()
+                    if x.startswith(f"layered load ({wait} wait): "))
+        assert "mismatched elements 0, failed jobs 0" in line
     assert proc.stdout.rstrip().endswith("problems: none")
 
 
@@ -72,12 +76,32 @@ def test_the_byte_check_covers_asynchronous_loads(monkeypatch: pytest.MonkeyPatc
     pipeline = _pipeline()
     original = TransferEngine.submit_load
 
-    def shifted_when_async(self: TransferEngine, job: Any, *, before_forward: bool = True) -> None:
-        if not before_forward:
+    def shifted_when_async(self: TransferEngine, job: Any, *,
+                           wait: LoadWait = LoadWait.WHOLE) -> None:
+        if wait is LoadWait.NONE:
             job = job._replace(block_ids=tuple(b + 1 for b in job.block_ids))
-        original(self, job, before_forward=before_forward)
+        original(self, job, wait=wait)
 
     monkeypatch.setattr(TransferEngine, "submit_load", shifted_when_async)
     result = pipeline.run_pipeline(pipeline.DRY_RUN_SHAPE, pipeline.LAYOUTS["LBHNC"],
                                    torch.device("cpu"), steps=3, per_step=4)
     assert result["async_loads_checked"] > 0 and result["mismatched_elements"] > 0
+
+
+def test_the_byte_check_covers_the_load_read_layer_by_layer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pipeline = _pipeline()
+    original = TransferEngine.submit_load
+
+    def shifted_when_per_layer(self: TransferEngine, job: Any, *,
+                               wait: LoadWait = LoadWait.WHOLE) -> None:
+        if wait is LoadWait.PER_LAYER:
+            job = job._replace(block_ids=tuple(b + 1 for b in job.block_ids))
+        original(self, job, wait=wait)
+
+    monkeypatch.setattr(TransferEngine, "submit_load", shifted_when_per_layer)
+    result = pipeline.layered_load(pipeline.DRY_RUN_SHAPE, torch.device("cpu"), blocks=4,
+                                   repeats=1)
+    assert result["per_layer"]["mismatched_elements"] > 0
+    assert result["whole"]["mismatched_elements"] == 0

@@ -1,7 +1,9 @@
-"""Transfer engine round trips on CPU tensors, and on CUDA when a GPU is present.
+"""Transfer engine round trips on CPU tensors, and on CUDA when a GPU is present; the
+order of per-layer loads on a stream stand-in (lazy_streams.py).
 
-Imports only torch and kvtool.connector.transfer, so scripts/gpu_check.sh can
-run it on a GPU machine that has torch but not kvtool's other dependencies.
+Imports only torch, kvtool.connector.transfer and tests/connector/lazy_streams.py,
+so scripts/gpu_check.sh can run it on a GPU machine that has torch but not
+kvtool's other dependencies.
 """
 
 from __future__ import annotations
@@ -19,12 +21,14 @@ torch = pytest.importorskip("torch")
 
 from kvtool.connector.transfer import (  # noqa: E402
     MAX_SLICE_COPIES,
+    LoadWait,
     TransferEngine,
     block_segments,
     joint_runs,
     stacked_view,
     widest_view,
 )
+from tests.connector.lazy_streams import LazyQueue  # noqa: E402
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
@@ -268,3 +272,216 @@ def test_a_block_split_per_head_is_refused_with_the_layouts_to_use() -> None:
     layer = torch.zeros(3, 10, 4, 8).permute(1, 0, 2, 3)
     with pytest.raises(ValueError, match=r"not one dense run of bytes.*LBHNC"):
         block_segments(layer)
+
+
+# ---------------------------------------------------------------------- loads per layer
+#
+# CUDA streams cannot run here, so these tests queue the engine's copies on
+# LazyQueue (tests/connector/lazy_streams.py): a stand-in that runs queued work
+# only when a wait forces it, the least favourable schedule CUDA may pick.
+# Every byte read is real; only the stream scheduling is simulated.
+
+NUM_LAYERS = 12  # more than 10: sorted names ("...10" < "...2") differ from model order
+
+
+def _lazy_engine(
+    num_blocks: int = 16, num_slots: int = 8, layers: int = NUM_LAYERS
+) -> tuple[TransferEngine, dict[str, torch.Tensor], LazyQueue]:
+    queue = LazyQueue()
+    gen = torch.Generator().manual_seed(1)
+    # Registered in model order, as vLLM does.
+    kv = {f"model.layers.{i}.self_attn.attn": torch.randn(num_blocks, 2, 4, 8, generator=gen)
+          for i in range(layers)}
+    engine = TransferEngine.from_kv_caches(kv, num_slots=num_slots, queue=queue)
+    return engine, kv, queue
+
+
+def _store_then_clear(engine: TransferEngine, kv: dict[str, torch.Tensor], queue: LazyQueue,
+                      *jobs: Job) -> dict[str, torch.Tensor]:
+    original = {name: t.clone() for name, t in kv.items()}
+    for job in jobs:
+        engine.submit_store(job)
+    queue.run_everything()
+    assert [r.ok for r in engine.poll()] == [True] * len(jobs)
+    for t in kv.values():
+        t.zero_()
+    return original
+
+
+def _loaded(kv: dict[str, torch.Tensor], original: dict[str, torch.Tensor], name: str,
+            sources: tuple[int, ...], targets: tuple[int, ...]) -> bool:
+    return all(torch.equal(kv[name][dst], original[name][src])
+               for src, dst in zip(sources, targets, strict=True))
+
+
+def _zero(kv: dict[str, torch.Tensor], name: str, targets: tuple[int, ...]) -> bool:
+    return torch.count_nonzero(kv[name][list(targets)]).item() == 0
+
+
+def test_each_layer_read_waits_for_its_own_copies_and_no_later_layer() -> None:
+    engine, kv, queue = _lazy_engine()
+    sources, slots, targets = (3, 4, 9), (0, 1, 2), (10, 11, 5)
+    keys = tuple(("h", b) for b in sources)
+    original = _store_then_clear(engine, kv, queue, Job(1, sources, slots, keys))
+    engine.submit_load(Job(2, targets, slots, keys), wait=LoadWait.PER_LAYER)
+    engine.flush_loads()
+    names = list(kv)  # model order
+    for i, name in enumerate(names):
+        engine.wait_for_layer(name)  # what vLLM calls before the layer's attention
+        loaded, later_untouched = queue.read(lambda name=name, later=names[i + 1:]: (
+            _loaded(kv, original, name, sources, targets),
+            all(_zero(kv, other, targets) for other in later),
+        ))
+        assert loaded, f"{name} read before its copies ran"
+        # The pipelining: the read of layer i started before layer i+1's copies ran
+        # (a wait for the whole load, or for a later layer, would have run them).
+        assert later_untouched, f"{name}'s wait also waited for later layers"
+    engine.join_loads()
+    assert [(r.job_id, r.ok) for r in engine.wait_all()] == [(2, True)]
+
+
+def test_a_batch_of_loads_copies_every_job_of_a_layer_before_the_next_layer() -> None:
+    engine, kv, queue = _lazy_engine()
+    original = _store_then_clear(engine, kv, queue, Job(1, (1, 2), (0, 1), ("a", "b")),
+                                 Job(2, (6,), (5,), ("c",)))
+    engine.submit_load(Job(3, (8, 9), (0, 1), ("a", "b")), wait=LoadWait.PER_LAYER)
+    engine.submit_load(Job(4, (12,), (5,), ("c",)), wait=LoadWait.PER_LAYER)
+    engine.flush_loads()
+    layer0, layer1 = list(kv)[:2]
+    engine.wait_for_layer(layer0)
+    both, next_layer_untouched = queue.read(lambda: (
+        _loaded(kv, original, layer0, (1, 2, 6), (8, 9, 12)),
+        _zero(kv, layer1, (8, 9, 12)),
+    ))
+    assert both and next_layer_untouched
+    engine.join_loads()
+    assert sorted(r.job_id for r in engine.wait_all() if r.ok) == [3, 4]
+
+
+def test_layers_the_forward_never_asks_about_are_covered_by_the_join() -> None:
+    engine, kv, queue = _lazy_engine()
+    sources, slots, targets = (0, 7), (3, 4), (14, 15)
+    original = _store_then_clear(engine, kv, queue, Job(1, sources, slots, ("x", "y")))
+    engine.submit_load(Job(2, targets, slots, ("x", "y")), wait=LoadWait.PER_LAYER)
+    engine.flush_loads()
+    engine.wait_for_layer(next(iter(kv)))  # only the first layer asks
+    engine.join_loads()  # finish_forward / get_finished / wait_for_save
+    assert queue.read(lambda: all(_loaded(kv, original, n, sources, targets) for n in kv))
+
+
+def test_without_a_join_the_next_step_fence_still_waits_for_the_load() -> None:
+    engine, kv, queue = _lazy_engine()
+    sources, slots, targets = (2,), (6,), (13,)
+    original = _store_then_clear(engine, kv, queue, Job(1, sources, slots, ("x",)))
+    engine.submit_load(Job(2, targets, slots, ("x",)), wait=LoadWait.PER_LAYER)
+    engine.flush_loads()
+    assert not queue.read(lambda: _loaded(kv, original, next(iter(kv)), sources, targets))
+    engine.fence()  # bind_connector_metadata of the next step
+    assert queue.read(lambda: all(_loaded(kv, original, n, sources, targets) for n in kv))
+
+
+def test_a_layer_name_the_engine_does_not_know_waits_for_the_whole_load() -> None:
+    engine, kv, queue = _lazy_engine()
+    sources, slots, targets = (5,), (0,), (6,)
+    original = _store_then_clear(engine, kv, queue, Job(1, sources, slots, ("x",)))
+    engine.submit_load(Job(2, targets, slots, ("x",)), wait=LoadWait.PER_LAYER)
+    engine.flush_loads()
+    engine.wait_for_layer("model.layers.99.self_attn.attn")
+    assert queue.read(lambda: all(_loaded(kv, original, n, sources, targets) for n in kv))
+
+
+def test_a_layer_sharing_another_layers_kv_waits_for_the_copies_into_it() -> None:
+    # vLLM registers a layer that reuses an earlier layer's KV cache under its own
+    # name, with the very same tensor (gpu_model_runner.initialize_kv_cache_tensors).
+    queue = LazyQueue()
+    gen = torch.Generator().manual_seed(2)
+    own = [torch.randn(8, 2, 4, 8, generator=gen) for _ in range(3)]
+    kv = {"layers.0": own[0], "layers.1": own[1], "layers.2": own[2], "layers.3": own[0]}
+    engine = TransferEngine.from_kv_caches(kv, num_slots=4, queue=queue)
+    original = _store_then_clear(engine, kv, queue, Job(1, (1,), (2,), ("x",)))
+    engine.submit_load(Job(2, (5,), (2,), ("x",)), wait=LoadWait.PER_LAYER)
+    engine.flush_loads()
+    engine.wait_for_layer("layers.3")
+    shared, others_untouched = queue.read(lambda: (
+        torch.equal(own[0][5], original["layers.0"][1]),
+        _zero(kv, "layers.1", (5,)) and _zero(kv, "layers.2", (5,)),
+    ))
+    assert shared and others_untouched
+
+
+def test_a_whole_load_is_waited_for_before_the_next_kernel() -> None:
+    engine, kv, queue = _lazy_engine()
+    sources, slots, targets = (1, 2), (0, 1), (3, 4)
+    original = _store_then_clear(engine, kv, queue, Job(1, sources, slots, ("x", "y")))
+    engine.submit_load(Job(2, targets, slots, ("x", "y")))  # LoadWait.WHOLE
+    assert queue.read(lambda: all(_loaded(kv, original, n, sources, targets) for n in kv))
+
+
+def test_an_asynchronous_load_is_waited_for_by_nothing_and_reported_once_done() -> None:
+    engine, kv, queue = _lazy_engine()
+    sources, slots, targets = (1,), (0,), (3,)
+    original = _store_then_clear(engine, kv, queue, Job(1, sources, slots, ("x",)))
+    engine.submit_load(Job(2, targets, slots, ("x",)), wait=LoadWait.NONE)
+    assert not queue.read(lambda: any(_loaded(kv, original, n, sources, targets) for n in kv))
+    assert engine.poll() == []
+    queue.run_everything()  # the device got to it
+    assert [(r.job_id, r.ok) for r in engine.poll()] == [(2, True)]
+    assert all(_loaded(kv, original, n, sources, targets) for n in kv)
+
+
+def test_a_per_layer_load_with_a_wrong_key_fails_at_submit_and_leaves_nothing_to_wait_for(
+) -> None:
+    engine, kv, queue = _lazy_engine()
+    _store_then_clear(engine, kv, queue, Job(1, (1,), (0,), ("x",)))
+    engine.submit_load(Job(2, (3,), (0,), ("other",)), wait=LoadWait.PER_LAYER)
+    engine.flush_loads()
+    (result,) = engine.poll()
+    assert not result.ok and "do not hold" in result.error
+    queued = len(queue.compute.work)
+    engine.wait_for_layer(next(iter(kv)))
+    assert len(queue.compute.work) == queued  # no wait queued
+    load_stream = queue.streams[1]  # the engine makes its store stream, then its load stream
+    assert "copy" not in load_stream.labels()
+
+
+def test_on_cpu_per_layer_loads_are_done_at_submit() -> None:
+    kv = _kv_cpu_layout("cpu", num_blocks=8)
+    engine = TransferEngine.from_kv_caches(kv, num_slots=4)
+    assert _run(engine, Job(1, (1, 2), (0, 1), ("a", "b")), store=True)
+    original = {name: t.clone() for name, t in kv.items()}
+    engine.submit_load(Job(2, (5, 6), (0, 1), ("a", "b")), wait=LoadWait.PER_LAYER)
+    for name, t in kv.items():  # before any flush, wait or join
+        assert torch.equal(t[5], original[name][1]) and torch.equal(t[6], original[name][2])
+    assert [(r.job_id, r.ok) for r in engine.poll()] == [(2, True)]
+    engine.flush_loads()
+    engine.wait_for_layer("layer0")
+    engine.join_loads()
+
+
+def test_every_segment_must_belong_to_a_layer() -> None:
+    segments = [block_segments(t)[0] for t in _kv_cpu_layout("cpu", num_blocks=4).values()]
+    with pytest.raises(ValueError, match="exactly one layer"):
+        TransferEngine(segments, num_slots=2, layers={"l0": [0], "l1": [1]})
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (scripts/gpu_check.sh)")
+def test_a_per_layer_load_read_layer_by_layer_on_cuda_sees_every_byte() -> None:
+    kv = {name: t.to("cuda") for name, t in _kv_cpu_layout("cpu", num_blocks=16).items()}
+    original = {name: t.clone() for name, t in kv.items()}
+    engine = TransferEngine.from_kv_caches(kv, num_slots=4)
+    sources, slots, targets = (1, 2, 9), (0, 1, 3), (12, 13, 4)
+    keys = tuple(("h", b) for b in sources)
+    assert _run(engine, Job(1, sources, slots, keys), store=True)
+    for t in kv.values():
+        t.zero_()
+    engine.submit_load(Job(2, targets, slots, keys), wait=LoadWait.PER_LAYER)
+    engine.flush_loads()
+    seen = {}
+    for name in kv:  # a forward on the compute stream, each read right after its wait
+        engine.wait_for_layer(name)
+        seen[name] = kv[name][list(targets)].clone()
+    engine.join_loads()
+    assert [(r.job_id, r.ok) for r in engine.wait_all()] == [(2, True)]
+    torch.cuda.synchronize()
+    for name in kv:
+        assert torch.equal(seen[name], original[name][list(sources)]), name

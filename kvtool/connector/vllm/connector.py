@@ -25,7 +25,7 @@ from kvtool.connector.vllm.common import (
 )
 from kvtool.connector.vllm.metrics import KvtoolConnectorStats, KvtoolPromMetrics
 from kvtool.connector.vllm.scheduler import KvtoolConnectorScheduler
-from kvtool.connector.vllm.worker import KvtoolConnectorWorker
+from kvtool.connector.vllm.worker import KvtoolConnectorWorker, forward_calls_layer_hooks
 
 if TYPE_CHECKING:
     import torch
@@ -191,10 +191,17 @@ class KvtoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
         meta = self._bound_metadata()
         if meta is not None:
-            self._worker().start_load(meta)
+            # Pipelined per layer only when the forward will ask for each layer.
+            self._worker().start_load(meta, per_layer=forward_calls_layer_hooks(forward_context))
 
     def wait_for_layer_load(self, layer_name: str) -> None:
-        return  # loads complete (or are ordered on the device) in start_load_kv
+        # vLLM calls it before the layer's attention reads its KV; it queues a device
+        # wait for that layer's copies only (kvtool.connector.transfer).
+        self._worker().wait_for_layer_load(layer_name)
+
+    def finish_forward(self) -> None:
+        # Model runner v2, right after the forward: the rest of this step's loads.
+        self._worker().finish_forward()
 
     def save_kv_layer(
         self, layer_name: str, kv_layer: torch.Tensor, attn_metadata: Any, **kwargs: Any

@@ -7,15 +7,43 @@ previous step's copies; ``start_load`` loads hits before the forward;
 ``wait_for_save`` copies released blocks after the forward that computed them;
 ``build_connector_worker_meta`` reports finished jobs, and ``get_finished``
 the requests whose asynchronous load (``kvtool.load_async``) is done.
+
+Synchronous loads (``kvtool.load_async=false``) feed this step's forward. On
+CUDA they are pipelined per layer when the forward will call
+``wait_for_layer_load`` before each attention layer reads its KV: vLLM 0.32
+calls it from the ``maybe_transfer_kv_layer`` decorator of
+``unified_attention_with_output`` and ``unified_mla_attention_with_output``
+(every attention backend, MLA included, and layers that share another's KV
+cache, under their own name), only when that layer has attention metadata
+(https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/model_executor/layers/attention/kv_transfer_utils.py).
+A full CUDA graph replays the forward without running Python, so the hook is
+not called; vLLM says so in ``requires_piecewise_for_cudagraph``
+(https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/distributed/kv_transfer/kv_connector/v1/base.py),
+and piecewise graphs run attention eagerly between the pieces. Hence
+:func:`forward_calls_layer_hooks`: per-layer waits only when the forward
+context that ``start_load_kv`` receives has attention metadata and is not a
+``FULL`` graph (model runner v2 starts a full graph's loads outside the
+forward, with an empty context, which reads as "no hooks"), and only once
+every registered layer has called the hook in some forward: a layer whose
+KV is read by an op without the decorator (vLLM's Mamba and linear-attention
+ops have none) never does, so its model is never pipelined. Otherwise the
+forward waits for the whole load up front, as before. The first hook after the
+forward joins the whole load (``finish_forward`` on model runner v2,
+``wait_for_save`` or ``get_finished`` on v1, whichever comes first), before a
+speculative drafter or the next step; see :mod:`kvtool.connector.transfer` for
+the ordering argument.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from vllm.config import CUDAGraphMode
 
 from kvtool.connector.config import HostArenaMode
 from kvtool.connector.manager import JobReport
+from kvtool.connector.transfer import LoadWait, TransferEngine, block_segments
 from kvtool.connector.vllm.common import (
     ConnectorSetup,
     KvtoolConnectorMetadata,
@@ -26,9 +54,16 @@ if TYPE_CHECKING:
     import torch
 
     from kvtool.connector.host_arena import HostArena
-    from kvtool.connector.transfer import TransferEngine
 
 logger = logging.getLogger("kvtool.connector")
+
+
+def forward_calls_layer_hooks(forward_context: Any) -> bool:
+    """Whether the forward that ``start_load_kv`` precedes will call ``wait_for_layer_load``
+    before each attention layer that reads KV (see the module docstring)."""
+    if forward_context is None or forward_context.attn_metadata is None:
+        return False
+    return bool(forward_context.cudagraph_runtime_mode != CUDAGraphMode.FULL)
 
 
 class KvtoolConnectorWorker:
@@ -43,10 +78,11 @@ class KvtoolConnectorWorker:
         self._load_errors: set[int] = set()
         self._load_requests: dict[int, str] = {}  # async load job id -> its request
         self._finished_recving: set[str] = set()
+        # Registered layers that have not yet called wait_for_layer_load: per-layer
+        # waits would leave their reads unordered, so loads stay whole until it is empty.
+        self._layers_never_asked: set[str] = set()
 
     def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
-        from kvtool.connector.transfer import TransferEngine, block_segments
-
         layout = self.setup.layout
         first = next(iter(kv_caches.values()))
         # The dimension that counts blocks: 0 on CPU ([blocks, heads, bs, 2*hs]),
@@ -69,6 +105,7 @@ class KvtoolConnectorWorker:
         self.arena = self._allocate_arena(self.setup.num_slots * block_bytes, first.is_cuda)
         self.engine = TransferEngine.from_kv_caches(
             kv_caches, self.setup.num_slots, block_dim=block_dim, arena=self.arena.tensor)
+        self._layers_never_asked = set(kv_caches)
 
     def _allocate_arena(self, nbytes: int, pinned: bool) -> HostArena:
         """This rank's host arena; with ``kvtool.host_arena=host`` a collective over the
@@ -95,24 +132,50 @@ class KvtoolConnectorWorker:
         if self.engine is not None:
             self.engine.fence()
 
-    def start_load(self, meta: KvtoolConnectorMetadata) -> None:
+    def start_load(self, meta: KvtoolConnectorMetadata, *, per_layer: bool = False) -> None:
+        """Submit the step's loads. Synchronous ones feed this step's forward: with
+        ``per_layer`` (the forward calls the hooks), once every layer has asked for
+        itself, each layer's readers wait for that layer (``wait_for_layer_load``);
+        else the forward waits for all of them up front. An asynchronous one's
+        request waits in the scheduler instead, so nothing waits for it."""
         if not meta.load_jobs:
             return
         engine = self._engine()
-        for job in meta.load_jobs:
+        per_layer = per_layer and not self._layers_never_asked
+        sync_wait = LoadWait.PER_LAYER if per_layer else LoadWait.WHOLE
+        jobs = meta.load_jobs
+        if meta.load_requests:  # synchronous loads first: the forward waits for them only
+            jobs = sorted(jobs, key=lambda job: job.job_id in meta.load_requests)
+        for job in jobs:
             self._load_blocks[job.job_id] = job.block_ids
             request = meta.load_requests.get(job.job_id)
-            if request is not None:
-                self._load_requests[job.job_id] = request
-            # A synchronous load feeds this step's forward, which must wait for it;
-            # an asynchronous one's request waits in the scheduler instead.
-            engine.submit_load(job, before_forward=request is None)
+            if request is None:
+                engine.submit_load(job, wait=sync_wait)
+                continue
+            self._load_requests[job.job_id] = request
+            engine.submit_load(job, wait=LoadWait.NONE)  # after the flushed sync loads
+        engine.flush_loads()
         # A load's key check happens at submit, so failures are known now and
         # vLLM can recompute those blocks in this very step (or, for an
         # asynchronous load, learns of them with the request's get_finished).
         self._collect(engine)
 
+    def wait_for_layer_load(self, layer_name: str) -> None:
+        """Before ``layer_name``'s attention reads its KV: the current stream waits for
+        that layer's part of this step's per-layer loads (nothing to do otherwise)."""
+        if self._layers_never_asked:
+            self._layers_never_asked.discard(layer_name)
+        if self.engine is not None:
+            self.engine.wait_for_layer(layer_name)
+
+    def finish_forward(self) -> None:
+        """The forward is queued: everything after it waits for the whole of this
+        step's per-layer loads (layers never asked about, a drafter, the next step)."""
+        if self.engine is not None:
+            self.engine.join_loads()
+
     def start_store(self, meta: KvtoolConnectorMetadata) -> None:
+        self.finish_forward()  # wait_for_save is model runner v1's first hook after the forward
         if not meta.store_jobs:
             return
         engine = self._engine()
@@ -134,6 +197,7 @@ class KvtoolConnectorWorker:
     def get_finished(self) -> set[str] | None:
         """Requests whose asynchronous load finished (failed blocks are reported by
         :meth:`get_block_ids_with_load_errors` in the same pass, as vLLM requires)."""
+        self.finish_forward()  # model runner v1 calls it right after the forward
         if self.engine is not None and self._load_requests and self.engine.has_pending():
             self._collect(self.engine)
         if not self._finished_recving:
