@@ -31,14 +31,21 @@ def engine_rendezvous() -> tuple[ProcessGroupRendezvous | None, str]:
 
     if not dist.is_available() or not dist.is_initialized():
         return None, "torch.distributed is not initialised (ranks in one process)"
-    from vllm.distributed import parallel_state
+    # Names, not the module, so tests/releases/test_adapter_api.py checks each one
+    # exists in every supported release.
+    from vllm.distributed.parallel_state import (
+        get_pcp_group,
+        get_pp_group,
+        get_tp_group,
+        get_world_group,
+        model_parallel_is_initialized,
+    )
 
-    if not parallel_state.model_parallel_is_initialized():
+    if not model_parallel_is_initialized():
         return None, "vLLM's model-parallel groups are not initialised"
     try:
-        groups = [parallel_state.get_tp_group(), parallel_state.get_pcp_group(),
-                  parallel_state.get_pp_group()]
-        rank = int(parallel_state.get_world_group().rank)
+        groups = [get_tp_group(), get_pcp_group(), get_pp_group()]
+        rank = int(get_world_group().rank)
     except AssertionError as exc:  # a group vLLM did not build
         return None, f"vLLM's parallel groups are incomplete: {exc}"
     return ProcessGroupRendezvous([group.cpu_group for group in groups], rank), ""
