@@ -30,7 +30,8 @@ Loads on CUDA are issued layer by layer (:class:`LoadWait` says who waits):
 - ``PER_LAYER``: the step's synchronous loads are batched
   (:meth:`TransferEngine.flush_loads`): every job's copies of the first layer,
   one event, every job's copies of the next layer, one event, and so on, in
-  the order the layers were registered (vLLM registers them in model order).
+  the order the forward reads the layers (:meth:`TransferEngine.order_layers`;
+  until told, the order they were registered in, which for vLLM is model order).
   Nothing waits up front. :meth:`TransferEngine.wait_for_layer`, which vLLM
   reaches from each attention layer right before it reads that layer's KV
   (``wait_for_layer_load``), makes the current stream wait for that layer's
@@ -446,7 +447,7 @@ class TransferEngine:
         Layers that share one storage (vLLM's CPU backend) are still separate
         segments: each layer's slice of a block is its own run of bytes. Loads
         copy the layers in the order of ``kv_caches`` (vLLM registers them in
-        model order), so the first layer the forward reads is the first copied.
+        model order) until :meth:`order_layers` gives the order the forward reads them.
         """
         segments: list[torch.Tensor] = []
         indices: dict[str, list[int]] = {}
@@ -559,6 +560,25 @@ class TransferEngine:
         group = self._group_of.get(layer_name)
         event = self._loads_done if group is None else self._layer_events[group]
         self._queue.current_stream().wait_event(event)
+
+    def order_layers(self, names: Sequence[str]) -> None:
+        """Copy layer groups in the order of their first name in ``names`` (the order
+        the forward asked for them), then the groups no name reaches, as before.
+
+        Per-layer pipelining gains most when the layer read first is copied first;
+        registration order is only a guess at the forward's. Only between batches:
+        a flushed batch's layer events are indexed by the current order."""
+        if self._layered or self._loads_done is not None:
+            raise RuntimeError("layers can be reordered only while no per-layer load is queued")
+        order: list[int] = []
+        for name in names:
+            group = self._group_of.get(name)
+            if group is not None and group not in order:
+                order.append(group)
+        order += [g for g in range(len(self._groups)) if g not in order]
+        new_index = {old: new for new, old in enumerate(order)}
+        self._groups = [self._groups[old] for old in order]
+        self._group_of = {name: new_index[g] for name, g in self._group_of.items()}
 
     def join_loads(self) -> None:
         """Make the current stream wait for the whole of the flushed ``PER_LAYER``

@@ -485,3 +485,31 @@ def test_a_per_layer_load_read_layer_by_layer_on_cuda_sees_every_byte() -> None:
     torch.cuda.synchronize()
     for name in kv:
         assert torch.equal(seen[name], original[name][list(sources)]), name
+
+
+def test_reordered_layers_copy_first_the_layer_the_forward_reads_first() -> None:
+    engine, kv, queue = _lazy_engine()
+    sources, slots, targets = (3, 4), (0, 1), (10, 11)
+    keys = tuple(("h", b) for b in sources)
+    original = _store_then_clear(engine, kv, queue, Job(1, sources, slots, keys))
+    names = list(kv)
+    engine.order_layers(names[::-1])  # the forward reads the last registered layer first
+    engine.submit_load(Job(2, targets, slots, keys), wait=LoadWait.PER_LAYER)
+    engine.flush_loads()
+    engine.wait_for_layer(names[-1])
+    loaded, others_untouched = queue.read(lambda: (
+        _loaded(kv, original, names[-1], sources, targets),
+        all(_zero(kv, other, targets) for other in names[:-1]),
+    ))
+    assert loaded and others_untouched
+    engine.join_loads()
+    assert [(r.job_id, r.ok) for r in engine.wait_all()] == [(2, True)]
+
+
+def test_layers_cannot_be_reordered_while_a_per_layer_load_awaits_its_join() -> None:
+    engine, kv, queue = _lazy_engine()
+    _store_then_clear(engine, kv, queue, Job(1, (3,), (0,), ("h",)))
+    engine.submit_load(Job(2, (10,), (0,), ("h",)), wait=LoadWait.PER_LAYER)
+    engine.flush_loads()
+    with pytest.raises(RuntimeError, match="reordered"):
+        engine.order_layers(list(kv)[::-1])

@@ -63,3 +63,13 @@ def test_the_first_hook_after_the_forward_waits_for_layers_never_asked_about(
     figures = cases[f"first_layer_only_then_{hook}"]
     assert figures["loaded_before_any_hook"] == [False] * NUM_LAYERS
     assert figures["loaded_after"] == [True] * NUM_LAYERS
+
+
+def test_loads_copy_the_layers_in_the_order_the_forward_first_read_them(
+    cases: dict[str, Any]
+) -> None:
+    # Registered 0..11, read 11..0: without reordering, layer 11's wait would run
+    # every other layer's copies first.
+    figures = cases["read_in_another_order"]
+    assert figures["loaded_before_any_hook"] == [False] * NUM_LAYERS
+    assert figures["reads_exactly_up_to_the_layer"]

@@ -82,14 +82,25 @@ class Forward:
         self.queue = LazyQueue()
         self.original: dict[str, torch.Tensor] = {}
 
-    def start(self, attn_metadata: Any, mode: CUDAGraphMode) -> None:
-        """A fresh lazy engine holding SOURCES; the step's sync load into TARGETS started
-        the way the model runner starts it, inside the step's forward context."""
+    def use_lazy_engine(self) -> TransferEngine:
+        """The worker's transfer engine rebuilt over the same KV on a fresh lazy queue."""
         self.queue = LazyQueue()
         worker = self.connector.connector_worker
         assert worker is not None
         worker.engine = TransferEngine.from_kv_caches(self.kv, worker.setup.num_slots,
                                                       queue=self.queue)
+        return worker.engine
+
+    def start(self, attn_metadata: Any, mode: CUDAGraphMode, *,
+              fresh_engine: bool = True) -> None:
+        """A lazy engine (fresh unless told otherwise) holding SOURCES; the step's sync
+        load into TARGETS started the way the model runner starts it, inside the
+        step's forward context."""
+        worker = self.connector.connector_worker
+        assert worker is not None and worker.engine is not None
+        if fresh_engine:
+            self.use_lazy_engine()
+        assert worker.engine is not None
         for tensor in self.kv.values():
             tensor.copy_(torch.randn(tensor.shape).to(tensor.dtype))
         self.original = {name: t.clone() for name, t in self.kv.items()}
@@ -103,13 +114,13 @@ class Forward:
                                  cudagraph_runtime_mode=mode):
             self.connector.start_load_kv(get_forward_context())
 
-    def warm_up(self) -> None:
-        """A step without loads whose forward asks about each of ``layers``."""
+    def warm_up(self, order: list[str] | None = None) -> None:
+        """A step without loads whose forward asks about each of ``layers`` (in ``order``)."""
         self.connector.bind_connector_metadata(KvtoolConnectorMetadata())
         with set_forward_context({name: object() for name in self.layers}, self.vllm_config,
                                  cudagraph_runtime_mode=CUDAGraphMode.PIECEWISE):
             self.connector.start_load_kv(get_forward_context())
-            for name in self.layers:
+            for name in order or self.layers:
                 self.connector.wait_for_layer_load(name)
         self.connector.get_finished(set())
         self.connector.clear_connector_metadata()
@@ -183,6 +194,22 @@ def main() -> int:
                 forward, metadata, CUDAGraphMode.PIECEWISE, finish_forward, ask=1),
             "first_layer_only_then_wait_for_save": run_case(
                 forward, metadata, CUDAGraphMode.PIECEWISE, wait_for_save, ask=1),
+        }
+        # A model whose forward reads its layers in another order than vLLM registered
+        # them: loads copy in the order the forward asked, so each read still sees
+        # exactly the layers read before it (the first read waits for one layer only).
+        backwards = Forward(model)
+        backwards.use_lazy_engine()
+        asked = forward.layers[::-1]
+        backwards.warm_up(asked)
+        backwards.start(metadata, CUDAGraphMode.PIECEWISE, fresh_engine=False)
+        up_front = backwards.loaded()
+        reads = backwards.per_layer_reads(asked)
+        cases["read_in_another_order"] = {
+            "loaded_before_any_hook": up_front,
+            "reads_exactly_up_to_the_layer": all(
+                seen == [forward.layers[j] in asked[:i + 1] for j in range(NUM_LAYERS)]
+                for i, seen in enumerate(reads)),
         }
         silent = Forward(model, silent_layers=1)
         silent.warm_up()

@@ -27,7 +27,9 @@ forward, with an empty context, which reads as "no hooks"), and only once
 every registered layer has called the hook in some forward: a layer whose
 KV is read by an op without the decorator (vLLM's Mamba and linear-attention
 ops have none) never does, so its model is never pipelined. Otherwise the
-forward waits for the whole load up front, as before. The first hook after the
+forward waits for the whole load up front, as before. The order in which the
+layers first asked is the order later loads copy them in, so the layer a
+forward reads first is copied first whatever order vLLM registered them in. The first hook after the
 forward joins the whole load (``finish_forward`` on model runner v2,
 ``wait_for_save`` or ``get_finished`` on v1, whichever comes first), before a
 speculative drafter or the next step; see :mod:`kvtool.connector.transfer` for
@@ -81,6 +83,7 @@ class KvtoolConnectorWorker:
         # Registered layers that have not yet called wait_for_layer_load: per-layer
         # waits would leave their reads unordered, so loads stay whole until it is empty.
         self._layers_never_asked: set[str] = set()
+        self._first_asked: list[str] = []  # registered layers in the order they first asked
 
     def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
         layout = self.setup.layout
@@ -163,8 +166,13 @@ class KvtoolConnectorWorker:
     def wait_for_layer_load(self, layer_name: str) -> None:
         """Before ``layer_name``'s attention reads its KV: the current stream waits for
         that layer's part of this step's per-layer loads (nothing to do otherwise)."""
-        if self._layers_never_asked:
+        if self._layers_never_asked and layer_name in self._layers_never_asked:
             self._layers_never_asked.discard(layer_name)
+            self._first_asked.append(layer_name)
+            if not self._layers_never_asked and self.engine is not None:
+                # Every layer asked once, so loads go per layer from the next step
+                # on: copy them in the order this forward read them.
+                self.engine.order_layers(self._first_asked)
         if self.engine is not None:
             self.engine.wait_for_layer(layer_name)
 
