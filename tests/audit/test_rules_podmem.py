@@ -27,6 +27,7 @@ from kvtool.audit.model import (
     ServeOption,
     VolumeMount,
 )
+from kvtool.connector.config import ConnectorConfig
 from tests.audit.rulekit import FILE, codes, config, ktc, only, opt, run
 from tests.conftest import CliResult
 
@@ -279,3 +280,31 @@ def test_a_deployment_end_to_end(kvtool_cli: Cli, tmp_path: Path) -> None:
     )
     assert isinstance(location, dict) and location["line"] == command_line
     assert findings(E2E_SIZED) == {}
+
+
+def test_kvtool_connector_host_store_counts_against_the_memory_limit_not_dev_shm() -> None:
+    # KvtoolConnector keeps kvtool.host_capacity_bytes (engine-wide) in one memfd per host
+    # (kvtool/connector/host_arena.py): shmem pages charged to the container's cgroup,
+    # outside /dev/shm. Its size parser is the connector's own (kvtool.connector.config).
+    def kvtool(**extra: object) -> ServeOption:
+        return ktc(kv_connector="KvtoolConnector", kv_role="kv_both",
+                   kv_connector_module_path="kvtool.connector.vllm",
+                   kv_connector_extra_config=extra)
+
+    big = kvtool(**{"kvtool.host_capacity_bytes": "96GiB"})
+    finding = only(run(_pod("0.32.0", big, TP2, limit="64Gi", shm="1Gi")), "SZ012")
+    assert finding.severity.value == "error" and finding.evidence["tier_gib"] == 96
+    assert finding.flag == "kvtool.host_capacity_bytes"
+    assert "SZ013" not in codes(run(_pod("0.32.0", big, TP2, limit="200Gi", shm="1Gi")))
+    # The default capacity, from the connector's own config, plus 2 x 3 GiB of workers.
+    default = kvtool(**{"kvtool.policy": "fifo"})
+    capacity_gib = ConnectorConfig.from_extra_config({}).host_capacity_bytes / (1 << 30)
+    limit_gib = int(capacity_gib + 2 * 3) - 1
+    warned = only(run(_pod("0.32.0", default, TP2, limit=f"{limit_gib}Gi", shm="1Gi")), "SZ012")
+    assert warned.severity.value == "warning" and warned.evidence["tier_gib"] == capacity_gib
+    assert "default" in warned.message
+    fits = f"{int(capacity_gib + 2 * 3)}Gi"
+    assert "SZ012" not in codes(run(_pod("0.32.0", default, TP2, limit=fits, shm="1Gi")))
+    # A value the connector refuses is LZ009's, not a size guess here.
+    refused = kvtool(**{"kvtool.host_capacity_bytes": "lots"})
+    assert "SZ012" not in codes(run(_pod("0.32.0", refused, limit="1Gi", shm="1Gi")))

@@ -43,6 +43,8 @@ TOTAL_BYTES = "cpu_bytes_to_use"
 PER_RANK_BYTES = "cpu_bytes_to_use_per_rank"  # SimpleCPUOffload's per-rank override
 _FALSE = frozenset({"false", "0", "no", "off"})
 L1_SIZE_OPTION = "--l1-size-gb"  # the LMCache server's L1 capacity (GiB)
+KVTOOL_CONNECTOR = "KvtoolConnector"
+CAPACITY_KEY = "kvtool.host_capacity_bytes"
 
 CONTAINERD_DEFAULT_SHM = Reference(
     "https://github.com/containerd/containerd/blob/v1.6.0/pkg/cri/server/helpers_linux.go",
@@ -226,14 +228,37 @@ def _mp_server_tier(ctx: RuleContext) -> HostTier | None:
     )
 
 
+def _kvtool_tier(ctx: RuleContext) -> HostTier | None:
+    """kvtool's reference connector: ``kvtool.host_capacity_bytes`` (its default when not
+    given) over all of the engine's ranks, in one anonymous memfd per host, never in
+    /dev/shm (kvtool/connector/host_arena.py); shmem pages count against the cgroup."""
+    from kvtool.connector.config import ConnectorConfig, ConnectorConfigError
+
+    for name, extra in ctx.connector_extra_configs:
+        if name != KVTOOL_CONNECTOR:
+            continue
+        try:
+            config = ConnectorConfig.from_extra_config(extra)
+        except ConnectorConfigError:
+            return None  # LZ009 reports it; the engine would not start
+        given = CAPACITY_KEY in extra
+        what = (f"{CAPACITY_KEY}={extra[CAPACITY_KEY]}" if given
+                else f"{CAPACITY_KEY} (default {config.host_capacity_bytes / GIB:g} GiB)")
+        return HostTier(f"{what}, all ranks", CAPACITY_KEY, config.host_capacity_bytes / GIB,
+                        ctx.location_of(KV_TRANSFER_CONFIG), in_dev_shm=False)
+    return None
+
+
 def host_tiers(ctx: RuleContext) -> list[HostTier]:
     """Every host tier this engine's container allocates."""
     native = _vllm_cpu_tier(ctx)
     server = _mp_server_tier(ctx)
+    kvtool = _kvtool_tier(ctx)
     return (
         ([native] if native is not None else [])
         + _lmcache_tiers(ctx)
         + ([server] if server is not None else [])
+        + ([kvtool] if kvtool is not None else [])
     )
 
 
@@ -262,10 +287,11 @@ class HostTierExceedsMemoryLimit(ConfigRule):
     `--kv-offloading-size` / `cpu_bytes_to_use` / `cpu_bytes_to_use_per_rank` (with the
     native tier's per-rank power-of-two rounding before 0.27.0, SZ011), in-process
     LMCache's `max_local_cpu_size` times TP x PP, an LMCache `local_disk` under /dev/shm,
-    and the `--l1-size-gb` of an LMCache server the MP connector auto-starts in the
-    container - added up, against the container's memory limit (a pod's
-    `resources.limits.memory`, a Compose service's `mem_limit` or
-    `deploy.resources.limits.memory`, `docker run -m`).
+    the `--l1-size-gb` of an LMCache server the MP connector auto-starts in the
+    container, and kvtool's own connector's `kvtool.host_capacity_bytes` (its default
+    unless set; an anonymous memfd per host, so memory but never /dev/shm) - added up,
+    against the container's memory limit (a pod's `resources.limits.memory`, a Compose
+    service's `mem_limit` or `deploy.resources.limits.memory`, `docker run -m`).
 
     Why
     ---
