@@ -59,7 +59,9 @@ Why ``PER_LAYER`` never lets a kernel read a block before its copy wrote it:
    lie in blocks after the loaded ones (the scheduler never loads the block
    holding a prompt's last token, which vLLM always computes).
 3. Layers never asked about (vLLM skips the hook for a layer without
-   attention metadata, whose attention then reads no KV), later forwards (a
+   attention metadata; the adapter accepts one KV cache group only, for which
+   vLLM builds metadata for every attention layer of a step or for none, and a
+   forward with none is ``WHOLE``, point 4), later forwards (a
    speculative drafter, possibly a full CUDA graph) and the next step are
    covered by the join, which the connector runs at the first hook after the
    forward (``finish_forward``, ``get_finished``, ``wait_for_save``) and
