@@ -24,11 +24,13 @@ Use::
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import subprocess
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -174,3 +176,18 @@ def vllm_subprocess_env(scratch: Path | None = None) -> dict[str, str]:
     if scratch is not None:
         env["VLLM_CACHE_ROOT"] = str(scratch / "vllm-cache")
     return env
+
+
+def run_json_script(python: Path, script: Path, scratch: Path, *args: str,
+                    label: str = "") -> dict[str, Any]:
+    """Run ``script`` with a vLLM environment's ``python`` (:func:`vllm_subprocess_env`)
+    and return the JSON object its last line of output prints; a failed run fails the
+    test with its stderr (``label`` names the environment, where several are tried)."""
+    proc = subprocess.run(
+        [str(python), str(script), *args],
+        capture_output=True, text=True, timeout=600, env=vllm_subprocess_env(scratch),
+    )
+    where = f"on {label}:\n" if label else ""
+    assert proc.returncode == 0, f"{where}{proc.stderr[-4000:]}"
+    result: dict[str, Any] = json.loads(proc.stdout.splitlines()[-1])
+    return result

@@ -13,8 +13,6 @@ for a feature the release lacks is skipped, naming it.
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +20,7 @@ import pytest
 from packaging.version import Version
 
 from kvtool.connector.series import SUPPORTED_SERIES
-from tests.vllm_env import VllmEnvironment, harness_environments, vllm_subprocess_env
+from tests.vllm_env import VllmEnvironment, harness_environments, run_json_script
 
 pytestmark = pytest.mark.vllm
 
@@ -48,13 +46,7 @@ SCHEDULER_ENV = ENVIRONMENTS[-1]
 
 
 def run_harness(vllm: VllmEnvironment, tmp: Path, *args: str) -> dict[str, Any]:
-    proc = subprocess.run(
-        [str(vllm.usable_python()), str(SCRIPT), *args],
-        capture_output=True, text=True, timeout=600, env=vllm_subprocess_env(tmp),
-    )
-    assert proc.returncode == 0, f"on {vllm.label}:\n{proc.stderr[-4000:]}"
-    results: dict[str, Any] = json.loads(proc.stdout.splitlines()[-1])
-    return results
+    return run_json_script(vllm.usable_python(), SCRIPT, tmp, *args, label=vllm.label)
 
 
 # Module scope: each environment's scenarios run in one subprocess, shared by its tests.

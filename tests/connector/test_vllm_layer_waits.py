@@ -12,14 +12,12 @@ when a wait forces them.
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.vllm_env import vllm_python, vllm_subprocess_env
+from tests.vllm_env import run_json_script, vllm_python
 
 pytestmark = pytest.mark.vllm
 
@@ -29,13 +27,7 @@ NUM_LAYERS = 12
 
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    proc = subprocess.run(
-        [str(vllm_python()), str(SCRIPT)], capture_output=True, text=True, timeout=600,
-        env=vllm_subprocess_env(tmp_path_factory.mktemp("layer-waits")),
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    result: dict[str, Any] = json.loads(proc.stdout.splitlines()[-1])
-    return result
+    return run_json_script(vllm_python(), SCRIPT, tmp_path_factory.mktemp("layer-waits"))
 
 
 @pytest.mark.parametrize("case", ["piecewise", "eager"])

@@ -7,14 +7,12 @@ the others at registration with an error naming the layouts it takes.
 
 from __future__ import annotations
 
-import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.vllm_env import vllm_python, vllm_subprocess_env
+from tests.vllm_env import run_json_script, vllm_python
 
 pytestmark = pytest.mark.vllm
 
@@ -23,13 +21,7 @@ SCRIPT = Path(__file__).with_name("vllm_layouts.py")
 
 @pytest.fixture(scope="module")
 def layouts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    proc = subprocess.run(
-        [str(vllm_python()), str(SCRIPT)], capture_output=True, text=True, timeout=600,
-        env=vllm_subprocess_env(tmp_path_factory.mktemp("layouts")),
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    result: dict[str, Any] = json.loads(proc.stdout.splitlines()[-1])
-    return result
+    return run_json_script(vllm_python(), SCRIPT, tmp_path_factory.mktemp("layouts"))
 
 
 def test_every_block_compact_layout_round_trips_and_the_others_are_refused(
