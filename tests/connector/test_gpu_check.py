@@ -72,17 +72,22 @@ def test_the_byte_check_catches_a_load_into_the_wrong_block(
     assert result["mismatched_elements"] > 0
 
 
-def test_the_byte_check_covers_asynchronous_loads(monkeypatch: pytest.MonkeyPatch) -> None:
-    pipeline = _pipeline()
+def _shift_loads_waiting(monkeypatch: pytest.MonkeyPatch, shifted: LoadWait) -> None:
+    """Loads submitted with ``wait=shifted`` land one block off: a bug the byte check
+    must see (loads waited for otherwise are untouched)."""
     original = TransferEngine.submit_load
 
-    def shifted_when_async(self: TransferEngine, job: Any, *,
-                           wait: LoadWait = LoadWait.WHOLE) -> None:
-        if wait is LoadWait.NONE:
+    def submit_load(self: TransferEngine, job: Any, *, wait: LoadWait = LoadWait.WHOLE) -> None:
+        if wait is shifted:
             job = job._replace(block_ids=tuple(b + 1 for b in job.block_ids))
         original(self, job, wait=wait)
 
-    monkeypatch.setattr(TransferEngine, "submit_load", shifted_when_async)
+    monkeypatch.setattr(TransferEngine, "submit_load", submit_load)
+
+
+def test_the_byte_check_covers_asynchronous_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    pipeline = _pipeline()
+    _shift_loads_waiting(monkeypatch, LoadWait.NONE)
     result = pipeline.run_pipeline(pipeline.DRY_RUN_SHAPE, pipeline.LAYOUTS["LBHNC"],
                                    torch.device("cpu"), steps=3, per_step=4)
     assert result["async_loads_checked"] > 0 and result["mismatched_elements"] > 0
@@ -92,15 +97,7 @@ def test_the_byte_check_covers_the_load_read_layer_by_layer(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     pipeline = _pipeline()
-    original = TransferEngine.submit_load
-
-    def shifted_when_per_layer(self: TransferEngine, job: Any, *,
-                               wait: LoadWait = LoadWait.WHOLE) -> None:
-        if wait is LoadWait.PER_LAYER:
-            job = job._replace(block_ids=tuple(b + 1 for b in job.block_ids))
-        original(self, job, wait=wait)
-
-    monkeypatch.setattr(TransferEngine, "submit_load", shifted_when_per_layer)
+    _shift_loads_waiting(monkeypatch, LoadWait.PER_LAYER)
     result = pipeline.layered_load(pipeline.DRY_RUN_SHAPE, torch.device("cpu"), blocks=4,
                                    repeats=1)
     assert result["per_layer"]["mismatched_elements"] > 0
