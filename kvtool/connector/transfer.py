@@ -180,6 +180,31 @@ def block_segments(tensor: torch.Tensor, block_dim: int = 0) -> list[torch.Tenso
     return segments
 
 
+class LayerSegments(NamedTuple):
+    """Every registered layer's segments (:func:`layer_segments`)."""
+
+    segments: list[torch.Tensor]
+    """In sorted layer-name order: the host arena's layout, stable across runs."""
+    layers: dict[str, list[int]]
+    """Each layer's segment indices, in the order the layers were given."""
+
+    @property
+    def block_bytes(self) -> int:
+        """Bytes of one block over every segment: one host arena row."""
+        return sum(int(segment.shape[1]) for segment in self.segments)
+
+
+def layer_segments(kv_caches: Mapping[str, torch.Tensor], block_dim: int = 0) -> LayerSegments:
+    """:func:`block_segments` of every layer tensor, and which are whose."""
+    segments: list[torch.Tensor] = []
+    indices: dict[str, list[int]] = {}
+    for name in sorted(kv_caches):
+        own = block_segments(kv_caches[name], block_dim)
+        indices[name] = list(range(len(segments), len(segments) + len(own)))
+        segments += own
+    return LayerSegments(segments, {name: indices[name] for name in kv_caches})
+
+
 def _indices(shape: tuple[int, ...]) -> list[tuple[int, ...]]:
     out: list[tuple[int, ...]] = [()]
     for size in shape:
@@ -451,14 +476,8 @@ class TransferEngine:
         copy the layers in the order of ``kv_caches`` (vLLM registers them in
         model order) until :meth:`order_layers` gives the order the forward reads them.
         """
-        segments: list[torch.Tensor] = []
-        indices: dict[str, list[int]] = {}
-        for name in sorted(kv_caches):
-            own = block_segments(kv_caches[name], block_dim)
-            indices[name] = list(range(len(segments), len(segments) + len(own)))
-            segments += own
-        return cls(segments, num_slots, {name: indices[name] for name in kv_caches},
-                   arena=arena, queue=queue)
+        split = layer_segments(kv_caches, block_dim)
+        return cls(split.segments, num_slots, split.layers, arena=arena, queue=queue)
 
     @property
     def block_bytes(self) -> int:

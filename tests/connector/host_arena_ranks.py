@@ -31,7 +31,7 @@ import torch
 import torch.distributed as dist
 
 from kvtool.connector import host_arena
-from kvtool.connector.transfer import TransferEngine, block_segments
+from kvtool.connector.transfer import TransferEngine, layer_segments
 
 NUM_SLOTS = 3
 NUM_BLOCKS = 6
@@ -152,15 +152,15 @@ def main() -> int:
     denied_by = deny_proc(args.rank) if args.deny_proc else ""
 
     kv = kv_for(args.rank)
-    block_bytes = sum(int(seg.shape[1]) for t in kv.values() for seg in block_segments(t))
-    arena = host_arena.allocate(NUM_SLOTS * block_bytes, rendezvous, page_aligned=False)
-    engine = TransferEngine.from_kv_caches(kv, NUM_SLOTS, arena=arena.tensor)
+    split = layer_segments(kv)
+    arena = host_arena.allocate(NUM_SLOTS * split.block_bytes, rendezvous, page_aligned=False)
+    engine = TransferEngine(split.segments, NUM_SLOTS, split.layers, arena=arena.tensor)
     ok = round_trip(engine, kv)
     arena.tensor[-1] = 0xA0 + args.rank  # a byte of this rank's, for rank 0 to read
     stat = os.fstat(arena.fd) if arena.fd is not None else None
     mine = {
         "rank": args.rank, "shared": arena.shared, "offset": arena.offset,
-        "nbytes": arena.nbytes, "asked": NUM_SLOTS * block_bytes,
+        "nbytes": arena.nbytes, "asked": NUM_SLOTS * split.block_bytes,
         "fallback": arena.fallback, "denied_by": denied_by,
         "fd_stat": [stat.st_dev, stat.st_ino, stat.st_size] if stat else None,
         "address_in_page": arena.tensor.data_ptr() % host_arena.PAGE,

@@ -203,13 +203,17 @@ class KvtoolConnectorScheduler:
 
     # ------------------------------------------------------------------ host hits
 
+    def _claimable_blocks(self, request: Any) -> int:
+        """Full blocks a hit may cover: at least one token must be computed to sample
+        from, so never all of the request's tokens."""
+        return (int(request.num_tokens) - 1) // self._block_size
+
     def get_num_new_matched_tokens(
         self, request: Any, num_computed_tokens: int
     ) -> tuple[int | None, bool]:
         bs = self._block_size
         local_blocks = num_computed_tokens // bs
-        # At least one token must be computed to sample from, so never claim all of them.
-        cap = (int(request.num_tokens) - 1) // bs
+        cap = self._claimable_blocks(request)
         # A block hash chains every token before it, so the host only needs the
         # blocks after the engine's own hit, not the ones the engine already has.
         beyond = self._block_hashes(request, local_blocks, cap)
@@ -240,8 +244,7 @@ class KvtoolConnectorScheduler:
         manager, pool = self.manager, self._pool_view
         if not self.config.load_async or manager is None or pool is None:
             return False
-        cap = (int(request.num_tokens) - 1) // self._block_size
-        hashes = self._block_hashes(request, 0, cap)
+        hashes = self._block_hashes(request, 0, self._claimable_blocks(request))
         local = pool.cached_prefix_blocks(hashes)
         return manager.lookup(hashes[local:local + 1]) > 0
 

@@ -29,8 +29,8 @@ KV is read by an op without the decorator (vLLM's Mamba and linear-attention
 ops have none) never does, so its model is never pipelined. Otherwise the
 forward waits for the whole load up front, as before. The order in which the
 layers first asked is the order later loads copy them in, so the layer a
-forward reads first is copied first whatever order vLLM registered them in. The first hook after the
-forward joins the whole load (``finish_forward`` on model runner v2,
+forward reads first is copied first whatever order vLLM registered them in.
+The first hook after the forward joins the whole load (``finish_forward`` on model runner v2,
 ``wait_for_save`` or ``get_finished`` on v1, whichever comes first), before a
 speculative drafter or the next step; see :mod:`kvtool.connector.transfer` for
 the ordering argument.
@@ -45,7 +45,7 @@ from vllm.config import CUDAGraphMode
 
 from kvtool.connector.config import HostArenaMode
 from kvtool.connector.manager import JobReport
-from kvtool.connector.transfer import LoadWait, TransferEngine, block_segments
+from kvtool.connector.transfer import LoadWait, TransferEngine, layer_segments
 from kvtool.connector.vllm.common import (
     ConnectorSetup,
     KvtoolConnectorMetadata,
@@ -98,16 +98,17 @@ class KvtoolConnectorWorker:
                 f"no dimension of the KV tensor {tuple(first.shape)} counts the "
                 f"{layout.num_blocks} blocks vLLM allocated"
             )
-        block_bytes = sum(int(segment.shape[1]) for kv in kv_caches.values()
-                          for segment in block_segments(kv, block_dim))
-        if block_bytes != layout.block_bytes:
+        # Checked before the arena's collective, so a bad layout fails on its own rank.
+        split = layer_segments(kv_caches, block_dim)
+        if split.block_bytes != layout.block_bytes:
             raise ValueError(
-                f"KV tensors hold {block_bytes} bytes per block, the KV cache "
+                f"KV tensors hold {split.block_bytes} bytes per block, the KV cache "
                 f"config says {layout.block_bytes}: unsupported layout"
             )
-        self.arena = self._allocate_arena(self.setup.num_slots * block_bytes, first.is_cuda)
-        self.engine = TransferEngine.from_kv_caches(
-            kv_caches, self.setup.num_slots, block_dim=block_dim, arena=self.arena.tensor)
+        self.arena = self._allocate_arena(self.setup.num_slots * split.block_bytes,
+                                          first.is_cuda)
+        self.engine = TransferEngine(split.segments, self.setup.num_slots, split.layers,
+                                     arena=self.arena.tensor)
         self._layers_never_asked = set(kv_caches)
 
     def _allocate_arena(self, nbytes: int, pinned: bool) -> HostArena:
