@@ -178,35 +178,18 @@ def test_a_known_lmcache_bug_is_matched_against_the_tagged_release(
 ) -> None:
     # LMCache#3688 affects 0.4.5-0.5.0 and is guarded in 0.5.1 (rules/curated/known_bugs.toml).
     pod = tmp_path / "pod.yaml"
-    pod.write_text(_pod("lmcache/vllm-openai:v0.5.0", SERVE))
-    result = kvtool_cli(
-        "audit",
-        str(pod),
-        "--vllm-version",
-        "0.32.0",
-        "--select",
-        "SC002",
-        "--output-format",
-        "json",
-    )
-    (finding,) = [
-        f
-        for f in json.loads(result.stdout)["findings"]
-        if f["evidence"]["bug"] == "LMCache/LMCache#3688"
-    ]
+
+    def known_bugs(image: str) -> list[dict[str, Any]]:
+        pod.write_text(_pod(image, SERVE))
+        result = kvtool_cli("audit", str(pod), "--vllm-version", "0.32.0",
+                            "--select", "SC002", "--output-format", "json")
+        findings: list[dict[str, Any]] = json.loads(result.stdout)["findings"]
+        return findings
+
+    (finding,) = [f for f in known_bugs("lmcache/vllm-openai:v0.5.0")
+                  if f["evidence"]["bug"] == "LMCache/LMCache#3688"]
     assert "[LMCache 0.5.0 from image tag lmcache/vllm-openai:v0.5.0]" in finding["message"]
-    pod.write_text(_pod("lmcache/vllm-openai:v0.5.1", SERVE))
-    result = kvtool_cli(
-        "audit",
-        str(pod),
-        "--vllm-version",
-        "0.32.0",
-        "--select",
-        "SC002",
-        "--output-format",
-        "json",
-    )
-    bugs = [f["evidence"]["bug"] for f in json.loads(result.stdout)["findings"]]
+    bugs = [f["evidence"]["bug"] for f in known_bugs("lmcache/vllm-openai:v0.5.1")]
     assert "LMCache/LMCache#3688" not in bugs
 
 
