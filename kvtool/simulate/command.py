@@ -15,7 +15,6 @@ from kvtool.output.options import (
     TextOrJson,
 )
 
-_POLICIES = ("eager", "fifo", "eviction_aware")
 # Options of the built-in prefix-repetition workload (used when no --trace is given):
 # flag -> (prefix_repetition() argument, default named in the help text).
 _WORKLOAD_OPTIONS = {
@@ -99,7 +98,7 @@ def simulate(
     """Blocks stored before eviction and bytes written, per drain policy and knob setting."""
     from pydantic import ValidationError
 
-    from kvtool.connector.config import PolicyName
+    from kvtool.connector.policies import POLICY_NAMES
     from kvtool.errors import KvtoolError
     from kvtool.output.errors import bad_option, check_choice
     from kvtool.output.kinds import emit
@@ -111,8 +110,8 @@ def simulate(
 
     out = Output(output_file=output_file, quiet=quiet, color=color)
     for name in policy or ():
-        check_choice("--policy", name, _POLICIES)
-    policies = [PolicyName(p) for p in (policy or _POLICIES)]
+        check_choice("--policy", name, POLICY_NAMES)
+    policies = list(policy or POLICY_NAMES)
     workload = {
         "--num-prefixes": num_prefixes,
         "--prefix-len": prefix_len,

@@ -10,27 +10,28 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 
-from kvtool.connector.config import ConnectorConfig, PolicyName
+from kvtool.connector.config import ConnectorConfig
+from kvtool.connector.policies import POLICY_NAMES
 from kvtool.simulate.engine import EngineSettings, SimResult, Simulation
 from kvtool.simulate.workload import TraceRequest
 
 Knobs = dict[str, list[str]]
 
 
-def _applies(key: str, policy: PolicyName) -> bool:
-    for name in PolicyName:
-        if key.startswith(f"kvtool.{name.value}."):
-            return name is policy
+def _applies(key: str, policy: str) -> bool:
+    for name in POLICY_NAMES:
+        if key.startswith(f"kvtool.{name}."):
+            return name == policy
     return True
 
 
-def settings_for(policies: Sequence[PolicyName], knobs: Knobs) -> list[dict[str, str]]:
+def settings_for(policies: Sequence[str], knobs: Knobs) -> list[dict[str, str]]:
     """Every extra config to run: per policy, the product of the knobs that apply to it."""
     configs: list[dict[str, str]] = []
     for policy in policies:
         keys = [k for k in knobs if _applies(k, policy)]
         for values in itertools.product(*(knobs[k] for k in keys)):
-            configs.append({"kvtool.policy": policy.value, **dict(zip(keys, values, strict=True))})
+            configs.append({"kvtool.policy": policy, **dict(zip(keys, values, strict=True))})
     return configs
 
 

@@ -32,8 +32,7 @@ impossible with a whole wait).
 
 Then it times one large store (device -> pinned host) and one large load
 (host -> device) of runs of consecutive blocks against a plain pinned copy of
-the same bytes in the same run (target ratio >= 0.8), and reports the device
-staging the engine allocates (none by design).
+the same bytes in the same run (target ratio >= 0.8).
 
 ``--dry-run`` runs the same pipeline on CPU with small tensors (copies are
 synchronous there: no timings, no targets). Imports only torch and
@@ -185,7 +184,6 @@ def run_pipeline(shape: Shape, order: tuple[int, ...], device: torch.device,
         "failed_jobs": [r.error for r in failed],
         "async_loads_checked": async_checked,
         "host_syncs_per_step": syncs / steps,
-        "device_staging_bytes": engine.staging_bytes,
     }
 
 

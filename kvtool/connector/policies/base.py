@@ -13,9 +13,10 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Generator, Iterable, Iterator, Mapping
 from enum import Enum
-from typing import ClassVar, NamedTuple, Protocol
+from typing import TYPE_CHECKING, ClassVar, NamedTuple, Protocol
 
-from kvtool.connector.config import ConnectorConfig, PolicyName
+if TYPE_CHECKING:  # the config module reads the policy registry: no import at run time
+    from kvtool.connector.config import ConnectorConfig
 
 
 class RequestKey(NamedTuple):
@@ -114,10 +115,16 @@ class DrainPolicy(ABC):
       token, everything buffered is released, oldest first, at the step cap.
     """
 
-    name: ClassVar[PolicyName]
+    name: ClassVar[str]
+    """The ``kvtool.policy`` value; its own knobs are the ``kvtool.<name>.*`` keys."""
 
     def __init__(self, config: ConnectorConfig) -> None:
         self.config = config
+
+    @classmethod
+    def describe_knobs(cls, config: ConnectorConfig) -> list[str]:
+        """``key=value`` of the policy's own settings, for the start-up log line."""
+        return []
 
     def decide(
         self, signals: StepSignals, pending: PendingView, pool: EvictionOrder

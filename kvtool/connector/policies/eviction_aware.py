@@ -26,8 +26,10 @@ allocate. O(1) per finish.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-from kvtool.connector.config import ConnectorConfig, PolicyName
+if TYPE_CHECKING:
+    from kvtool.connector.config import ConnectorConfig
 from kvtool.connector.policies.base import (
     DrainPolicy,
     EvictionOrder,
@@ -48,7 +50,12 @@ decayed estimate does not keep reading the queue head forever."""
 
 
 class EvictionAwarePolicy(DrainPolicy):
-    name = PolicyName.EVICTION_AWARE
+    name = "eviction_aware"
+
+    @classmethod
+    def describe_knobs(cls, config: ConnectorConfig) -> list[str]:
+        return [f"horizon_steps={config.horizon_steps:g}",
+                f"max_deferral_seconds={config.max_deferral_seconds:g}"]
 
     def __init__(self, config: ConnectorConfig) -> None:
         super().__init__(config)

@@ -15,8 +15,10 @@ Semantics (LMCache's FIFO, https://github.com/LMCache/LMCache/blob/v0.5.6/lmcach
 from __future__ import annotations
 
 import heapq
+from typing import TYPE_CHECKING
 
-from kvtool.connector.config import PolicyName
+if TYPE_CHECKING:
+    from kvtool.connector.config import ConnectorConfig
 from kvtool.connector.policies.base import (
     DrainPolicy,
     EvictionOrder,
@@ -29,7 +31,11 @@ from kvtool.connector.policies.base import (
 
 
 class FifoPolicy(DrainPolicy):
-    name = PolicyName.FIFO
+    name = "fifo"
+
+    @classmethod
+    def describe_knobs(cls, config: ConnectorConfig) -> list[str]:
+        return [f"threshold={config.fifo_threshold}", f"select_count={config.fifo_select_count}"]
 
     def _decide(
         self, signals: StepSignals, pending: PendingView, pool: EvictionOrder
