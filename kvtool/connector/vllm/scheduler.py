@@ -183,6 +183,7 @@ class KvtoolConnectorScheduler:
             world_size=setup.world_size,
             group_tokens_per_block=[self._block_size],
             max_step_blocks=self._max_step_blocks,
+            null_block_id=int(gpu_block_pool.null_block.block_id),
         )
         self._stats_reader = ChangeReader(self.manager.stats, GAUGES)
 
