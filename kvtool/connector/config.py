@@ -33,11 +33,17 @@ connectors (MultiConnector shares one extra config) and are ignored. Unknown
 - ``kvtool.shutdown_drain_seconds`` (30): the bound on that: after this long
   without a step that schedules a token, pending work no longer keeps the
   engine stepping (> 0).
-- ``kvtool.load_async`` (true): a request with a host hit waits in vLLM's
-  ``WAITING_FOR_REMOTE_KVS`` while its blocks load and joins a later batch, so
-  a load never holds back the requests already running; false loads before the
-  forward of the step that schedules the request (that whole batch waits for
-  the copy on a GPU).
+- ``kvtool.load_async`` (false): how a host hit is loaded. ``false`` loads it
+  in the step that schedules the request, before its forward (pipelined per
+  layer on CUDA, so each layer waits only for its own copy): the request keeps
+  its place in the batch, and the copy costs less than recomputing the tokens
+  (``scripts/gpu_check.sh`` reports both per KV layout on a GPU). ``true``: the
+  request waits in vLLM's ``WAITING_FOR_REMOTE_KVS`` until its copy is done and
+  joins a later batch, so the running batch never waits for a copy; but it
+  gives up its running slot for at least one step and then waits for a free
+  one, which made host-hit requests reach their first token 3.2-11x later than
+  recomputing them (``scripts/bench/offload_pressure.py`` measures both). Worth
+  it only where one hit's copy takes longer than a step's forward.
 - ``kvtool.store_decode`` (false): also buffer the blocks that decoding fills,
   not only the prompt's (worth it when outputs are fed back as prompts, as in
   multi-turn chat).
