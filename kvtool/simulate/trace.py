@@ -333,12 +333,21 @@ def prompt_token_ids(request: Request, *, seed: int = 0, vocab: tuple[int, int] 
 # --------------------------------------------------------------------------- generators
 
 
-class ChatParams(BaseModel):
-    """Multi-turn chat: each conversation resends its whole history with a new user turn."""
+class WorkloadParams(BaseModel):
+    """Parameters every generated workload has (and a bound on its requests' size)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    num_requests: int = Field(default=200, ge=1)
+    num_requests: int = Field(default=200, ge=1, le=1 << 32)
+
+    def request_tokens_bound(self) -> int:
+        """Most prompt plus output tokens one request can have."""
+        raise NotImplementedError
+
+
+class ChatParams(WorkloadParams):
+    """Multi-turn chat: each conversation resends its whole history with a new user turn."""
+
     turns: int = Field(default=5, ge=1, description="Turns per conversation.")
     system_prompts: int = Field(default=2, ge=1, description="Distinct system prompts.")
     system_tokens: int = Field(default=256, ge=0, le=MAX_TOKENS)
@@ -352,13 +361,13 @@ class ChatParams(BaseModel):
         default=True, description="The next turn's prompt holds the generated reply "
                                   "(else a canned reply of the same length).")
 
+    def request_tokens_bound(self) -> int:
+        return self.system_tokens + self.turns * (self.user_tokens + self.output_tokens)
 
-class RagParams(BaseModel):
+
+class RagParams(WorkloadParams):
     """Questions over documents: most requests read one of a few hot documents."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    num_requests: int = Field(default=200, ge=1)
     documents: int = Field(default=32, ge=1)
     hot_documents: int = Field(default=3, ge=1)
     hot_fraction: float = Field(default=0.7, ge=0.0, le=1.0)
@@ -369,13 +378,14 @@ class RagParams(BaseModel):
     arrive_every: int = Field(default=0, ge=0, le=MAX_TOKENS,
                               description="Steps between arrivals (0: all at step 0).")
 
+    def request_tokens_bound(self) -> int:
+        return (self.system_tokens + self.document_tokens + self.question_tokens
+                + self.output_tokens)
 
-class ZipfParams(BaseModel):
+
+class ZipfParams(WorkloadParams):
     """Prefixes drawn by Zipf rank: prefix k is chosen with weight 1 / k**alpha."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    num_requests: int = Field(default=200, ge=1)
     prefixes: int = Field(default=64, ge=1)
     alpha: float = Field(default=1.1, ge=0.0, le=10.0)
     system_tokens: int = Field(default=0, ge=0, le=MAX_TOKENS)
@@ -384,18 +394,21 @@ class ZipfParams(BaseModel):
     output_tokens: int = Field(default=16, ge=1, le=MAX_TOKENS)
     arrive_every: int = Field(default=0, ge=0, le=MAX_TOKENS)
 
+    def request_tokens_bound(self) -> int:
+        return self.system_tokens + self.prefix_tokens + self.suffix_tokens + self.output_tokens
 
-class PrefixRepetitionParams(BaseModel):
+
+class PrefixRepetitionParams(WorkloadParams):
     """``vllm bench serve --dataset-name prefix_repetition``: N prefixes, each request
     picks one at random and adds its own suffix (the default workload)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    num_requests: int = Field(default=200, ge=1)
     num_prefixes: int = Field(default=16, ge=1)
     prefix_tokens: int = Field(default=512, ge=0, le=MAX_TOKENS)
     suffix_tokens: int = Field(default=64, ge=0, le=MAX_TOKENS)
     output_tokens: int = Field(default=16, ge=1, le=MAX_TOKENS)
+
+    def request_tokens_bound(self) -> int:
+        return max(self.prefix_tokens + self.suffix_tokens, 1) + self.output_tokens
 
 
 def _prompt(*segments: Segment) -> tuple[Segment, ...]:
@@ -482,7 +495,7 @@ class Workload:
     """A generator and its parameters: ``kvtool simulate --workload NAME --param k=v``."""
 
     name: str
-    params: type[BaseModel]
+    params: type[WorkloadParams]
     generate: Callable[[Any, int], Iterator[Request]]
 
     def describe(self) -> str:
@@ -500,7 +513,7 @@ WORKLOADS: dict[str, Workload] = {
 """The one registry of generated workloads (CLI choices, help and docs read it)."""
 
 
-def workload_params(name: str, given: dict[str, Any]) -> BaseModel:
+def workload_params(name: str, given: dict[str, Any]) -> WorkloadParams:
     """Validated parameters of workload ``name`` (a KvtoolError names a bad one)."""
     workload = WORKLOADS[name]
     known = workload.params.model_fields
@@ -508,16 +521,16 @@ def workload_params(name: str, given: dict[str, Any]) -> BaseModel:
         if key not in known:
             raise KvtoolError(f"--param {key}: not a parameter of the {name} workload "
                               f"(it has {', '.join(known)})")
-    params: BaseModel = _parse(workload.params, given, f"--workload {name}")
+    params: WorkloadParams = _parse(workload.params, given, f"--workload {name}")
     return params
 
 
-def generate(name: str, params: BaseModel, seed: int = 0) -> Iterator[Request]:
+def generate(name: str, params: WorkloadParams, seed: int = 0) -> Iterator[Request]:
     """The requests of a generated workload, lazily, in reading order."""
     return WORKLOADS[name].generate(params, seed)
 
 
-def header_for(name: str, params: BaseModel, seed: int) -> HeaderLine:
+def header_for(name: str, params: WorkloadParams, seed: int) -> HeaderLine:
     """The header a generated trace is written with: enough to generate it again."""
     return HeaderLine(kvtool_trace=TRACE_VERSION, workload=name, seed=seed,
                       params=params.model_dump())
