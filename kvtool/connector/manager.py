@@ -91,6 +91,9 @@ class StepInput(NamedTuple):
     allocated_block_ids: Sequence[int] = ()
     """Block ids handed out this step (new requests' blocks and running requests'
     new blocks). A buffered block among them was possibly recycled."""
+    taken_blocks: int | None = None
+    """How many of them the pass took from the free queue's head (not prefix-cache
+    hits, which it only takes out of the queue); None: all of them."""
 
 
 class StepResult(NamedTuple):
@@ -321,9 +324,10 @@ class LazyOffloadManager:
     def step(self, step: StepInput) -> StepResult:
         """One scheduler step: find recycled blocks, ask the policy, carry out its releases."""
         now = self._clock()
-        tokens, allocated = step
-        if len(allocated) > self._largest_pass:
-            self._largest_pass = len(allocated)
+        tokens, allocated, taken = step
+        taken = len(allocated) if taken is None else taken
+        if taken > self._largest_pass:
+            self._largest_pass = taken
         where = self._where
         if where:  # else nothing is buffered that could have been recycled
             for block_id in allocated:

