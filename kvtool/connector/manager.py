@@ -682,6 +682,13 @@ class _View:
             if buffer.blocks:
                 yield key
 
+    def running_newest_first(self) -> list[RequestKey]:
+        buffers = self._m._buffers
+        running = [key for key in self._m._live.values()
+                   if (buffer := buffers.get(key)) is not None and buffer.blocks]
+        running.sort(key=lambda key: buffers[key].order, reverse=True)
+        return running
+
     def iter_fronts_older_than(self, cutoff: float) -> Generator[RequestKey, None, None]:
         kept: list[tuple[float, int, int, RequestKey]] = []
         try:

@@ -100,8 +100,10 @@ ENGINE: dict[str, int] = {"num_gpu_blocks": 64, "max_num_seqs": 4, "max_batched_
 """The full run's engine: a pool the workloads overflow (issue 25's runs: 64-96 blocks),
 chunked prefill, the settings tests/simulate/engine_workloads.py replays in simulate."""
 QUICK_POOL_BLOCKS = 32
-"""--quick's smaller workloads need a smaller pool for the same pressure (the least
-vLLM accepts for max_model_len 1024)."""
+"""--quick's smaller workloads need a smaller pool for the same pressure."""
+QUICK_MAX_MODEL_LEN = 512
+"""vLLM refuses a pool that cannot hold one request of max_model_len; --quick's
+prompts stay under 400 tokens."""
 SLICE_STEPS = 50
 STORE_BLOCKS: dict[str, int] = {"large": 4096, "small": 48}
 """Host store sizes in blocks: one no workload here fills, one they all overflow."""
@@ -170,7 +172,8 @@ def engine_args(model: Path, config: str, quick: bool) -> dict[str, Any]:
     args: dict[str, Any] = dict(
         model=str(model), dtype="bfloat16", enable_prefix_caching=True,
         block_size=BLOCK_SIZE, enforce_eager=True, seed=0, disable_log_stats=False,
-        max_model_len=ENGINE["max_model_len"], max_num_seqs=ENGINE["max_num_seqs"],
+        max_model_len=QUICK_MAX_MODEL_LEN if quick else ENGINE["max_model_len"],
+        max_num_seqs=ENGINE["max_num_seqs"],
         max_num_batched_tokens=ENGINE["max_batched_tokens"], enable_chunked_prefill=True,
         async_scheduling=False, kv_cache_memory_bytes=pool * BLOCK_BYTES,
     )

@@ -73,11 +73,12 @@ def test_the_traces_overflow_the_pool_and_share_multi_level_prefixes(bench: Modu
         blocks = {tuple(p[:end]) for p in prompts
                   for end in range(bench.BLOCK_SIZE, len(p) + 1, bench.BLOCK_SIZE)}
         assert len(blocks) > bench.QUICK_POOL_BLOCKS, name
-        assert max(len(p) for p in prompts) < bench.ENGINE["max_model_len"]
+        assert max(len(p) + r.output_tokens for p, r in zip(prompts, requests, strict=True)) \
+            <= bench.QUICK_MAX_MODEL_LEN
     chat = bench.workloads(0, quick=False)["chat"]
     # System prompt, then each turn's question and reply: the later turns follow a reply.
     assert max(len(r.segments) for r in chat) >= 5
-    assert any(r.after is not None and r.segments[-2].key for r in chat)
+    assert any(r.after is not None for r in chat)
 
 
 @pytest.mark.vllm

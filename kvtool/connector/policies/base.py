@@ -95,6 +95,10 @@ class PendingView(Protocol):
     def iter_requests(self) -> Iterator[RequestKey]:
         """Requests that buffer blocks, oldest admission first; lazy, O(1) per item."""
 
+    def running_newest_first(self) -> list[RequestKey]:
+        """Running (not finished, not preempted) requests that buffer blocks, newest
+        admission first. O(running requests): vLLM runs at most ``max_num_seqs``."""
+
     def iter_fronts_older_than(self, cutoff: float) -> Generator[RequestKey, None, None]:
         """Requests whose oldest buffered block was admitted at or before ``cutoff``,
         oldest first; O(log n) per item. Produced on demand: close() it when done."""
@@ -197,7 +201,7 @@ def release_at_risk(
       first ``depth`` free-queue positions (see :func:`due_in_window`).
 
     Returns the releases, the requests they name, and the budget left. Costs
-    O(requests buffering) on a step at preemption risk, else O(depth + released).
+    O(depth + running requests + released).
     """
     out: list[Release] = []
     named: set[RequestKey] = set()
@@ -207,7 +211,7 @@ def release_at_risk(
     shortfall = signals.pass_bound - signals.num_free
     if signals.pass_bound and shortfall > 0:
         at_risk: list[tuple[RequestKey, int | None]] = []
-        for request in reversed([r for r in pending.iter_requests() if r not in ready]):
+        for request in pending.running_newest_first():
             at_risk.append((request, None))
             first, last = pending.span(request)
             shortfall -= last - first + 1
