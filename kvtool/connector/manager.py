@@ -94,6 +94,9 @@ class StepInput(NamedTuple):
     taken_blocks: int | None = None
     """How many of them the pass took from the free queue's head (not prefix-cache
     hits, which it only takes out of the queue); None: all of them."""
+    running_demand: int | None = None
+    """Most blocks the requests running now may need in the next pass
+    (:attr:`~kvtool.connector.policies.StepSignals.running_demand`); None: unknown."""
 
 
 class StepResult(NamedTuple):
@@ -324,7 +327,7 @@ class LazyOffloadManager:
     def step(self, step: StepInput) -> StepResult:
         """One scheduler step: find recycled blocks, ask the policy, carry out its releases."""
         now = self._clock()
-        tokens, allocated, taken = step
+        tokens, allocated, taken, running_demand = step
         taken = len(allocated) if taken is None else taken
         if taken > self._largest_pass:
             self._largest_pass = taken
@@ -347,7 +350,8 @@ class LazyOffloadManager:
         est_blocks = (-(-tokens // tpbs[0]) if len(tpbs) == 1  # ceil, one KV cache group
                       else sum(-(-tokens // tpb) for tpb in tpbs))
         signals = StepSignals(now, tokens, len(allocated), est_blocks, self._idle_steps,
-                              idle_seconds, self.pool.num_free, self.pass_bound())
+                              idle_seconds, self.pool.num_free, self.pass_bound(),
+                              running_demand)
         releases = self.policy.decide(signals, self._view, self.pool)
         if releases and any(r.reason is ReleaseReason.IDLE for r in releases):
             self.stats.idle_drains += 1

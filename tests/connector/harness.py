@@ -86,9 +86,10 @@ class Rig:
         self.pool.free(list(reversed(self.held.pop(rid, []))))
         self.chains.pop(rid, None)
 
-    def step(self, tokens: int = 16) -> list[StoreJob]:
+    def step(self, tokens: int = 16, running_demand: int | None = None) -> list[StoreJob]:
         allocated, self.allocated = self.allocated, []
-        return list(self.manager.step(StepInput(tokens, allocated)).store_jobs)
+        step = StepInput(tokens, allocated, running_demand=running_demand)
+        return list(self.manager.step(step).store_jobs)
 
     def complete(self, jobs: Iterable[StoreJob], ok: bool = True) -> None:
         reports = [JobReport(job.job_id, ok) for job in jobs]

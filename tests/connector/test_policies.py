@@ -282,6 +282,16 @@ def test_a_full_pool_releases_running_buffers_before_a_pass_can_preempt_them() -
     assert stats.stored == 21 and stats.lost_to_recycling == 0 and stats.ledger_balanced()
 
 
+def test_decoding_requests_that_fit_the_free_queue_keep_their_buffers() -> None:
+    # The same full pool, but the running requests only decode (one block each at
+    # most): vLLM preempts only when they do not fit, so nothing is at risk yet.
+    rig = Rig.with_config({"kvtool.policy": "eviction_aware"}, num_blocks=24, max_step_blocks=12)
+    rig.compute("a", ["a0", "a1", "a2", "a3"])
+    rig.compute("others", [f"o{i}" for i in range(rig.pool.num_free - 3)])
+    assert rig.step(tokens=2, running_demand=2) == []
+    assert rig.step(tokens=2, running_demand=4) != []  # 4 > 3 free: a pass may preempt
+
+
 def test_a_roomy_pool_leaves_running_buffers_alone() -> None:
     rig = Rig.with_config({"kvtool.policy": "eviction_aware"}, num_blocks=64, max_step_blocks=12)
     rig.compute("a", ["a0", "a1", "a2", "a3"])

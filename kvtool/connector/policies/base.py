@@ -69,6 +69,11 @@ class StepSignals(NamedTuple):
     the next decision (0 = unknown): its token budget in blocks, a partly filled block
     per request, host loads (which use no token budget), and the most any pass took so
     far. A block nearer the head than this may be recycled before the next step."""
+    running_demand: int | None = None
+    """Most blocks the running requests themselves may need in the next pass (one per
+    request, plus the token budget in blocks while one is still prefilling): vLLM
+    preempts only when those do not fit in the free queue (a waiting request that does
+    not fit just waits). None: unknown, ``pass_bound`` is used."""
 
 
 class PendingView(Protocol):
@@ -192,11 +197,12 @@ def release_at_risk(
 ) -> tuple[list[Release], set[RequestKey], int]:
     """What the next scheduling pass may recycle before the next decision, released:
 
-    - when the free queue holds fewer blocks than that pass may take
-      (``signals.pass_bound``), the pass may preempt running requests and hand
-      their blocks out again at once: vLLM preempts the newest running request
-      first, and only the shortfall is taken from what it frees, so the buffers
-      of the newest running requests are released until they cover the shortfall;
+    - when the free queue holds fewer blocks than the running requests may need
+      (``signals.running_demand``), the pass may preempt running requests and hand
+      their blocks out again at once, to them and to the requests it admits
+      (``signals.pass_bound`` in all): vLLM preempts the newest running request
+      first, so the buffers of the newest running requests are released until
+      they cover what the pass may take beyond the free queue;
     - the due front of each finished request with a buffered block among the
       first ``depth`` free-queue positions (see :func:`due_in_window`).
 
@@ -208,8 +214,9 @@ def release_at_risk(
     if budget <= 0:
         return out, named, budget
     ready = pending.finished_ready()
+    demand = signals.pass_bound if signals.running_demand is None else signals.running_demand
     shortfall = signals.pass_bound - signals.num_free
-    if signals.pass_bound and shortfall > 0:
+    if signals.pass_bound and signals.num_free < demand and shortfall > 0:
         at_risk: list[tuple[RequestKey, int | None]] = []
         for request in pending.running_newest_first():
             at_risk.append((request, None))

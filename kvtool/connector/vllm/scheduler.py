@@ -155,6 +155,7 @@ class KvtoolConnectorScheduler:
         self._max_step_blocks = max_blocks_per_pass(
             int(sched.max_num_batched_tokens), self._block_size, int(sched.max_num_seqs)
         )
+        self._budget_blocks = -(-int(sched.max_num_batched_tokens) // self._block_size)
         self.manager: LazyOffloadManager | None = None
         self._pool_view: VllmBlockPoolView | None = None
         self._hash_ratio = 1
@@ -311,7 +312,8 @@ class KvtoolConnectorScheduler:
             self._buffer_running(cached, num_scheduled, allocated)
 
         result = manager.step(StepInput(int(scheduler_output.total_num_scheduled_tokens),
-                                        allocated, len(allocated) - cached_hits))
+                                        allocated, len(allocated) - cached_hits,
+                                        self._running_demand(scheduler_output)))
         meta = KvtoolConnectorMetadata(load_jobs=self._load_jobs,
                                        store_jobs=list(result.store_jobs),
                                        load_requests=self._load_requests)
@@ -319,6 +321,25 @@ class KvtoolConnectorScheduler:
         # (in-process executors share the object) while the next step plans loads.
         self._load_jobs, self._load_requests = [], {}
         return meta
+
+    def _running_demand(self, scheduler_output: Any) -> int:
+        """Most blocks this step's requests may need in the next pass: one each, plus
+        the token budget in blocks while one of them is still prefilling its prompt."""
+        num_scheduled: dict[str, int] = scheduler_output.num_scheduled_tokens
+        prefilling = any(new.prompt_token_ids is not None
+                         and new.num_computed_tokens + num_scheduled.get(new.req_id, 0)
+                         < len(new.prompt_token_ids)
+                         for new in scheduler_output.scheduled_new_reqs)
+        if not prefilling:
+            cached = scheduler_output.scheduled_cached_reqs
+            tracked_by_id = self._tracked
+            for i, request_id in enumerate(cached.req_ids):
+                tracked = tracked_by_id.get(request_id)
+                if tracked is None or (cached.num_computed_tokens[i]
+                                       + num_scheduled.get(request_id, 0)) < tracked.prompt_len:
+                    prefilling = True  # unknown requests count as prefilling: the safe side
+                    break
+        return len(num_scheduled) + (self._budget_blocks if prefilling else 0)
 
     def _buffer_running(
         self, cached: Any, num_scheduled: dict[str, int], allocated: list[int]
