@@ -220,6 +220,9 @@ class Fix(msgspec.Struct, kw_only=True):
     # Token-level edit for argv and shell inputs: replace these tokens by ``replacement``.
     remove_tokens: tuple[SourceToken, ...] = ()
     replacement: tuple[str, ...] = ()
+    # The replacement words go after the tokens, which stay: an addition anchored at a
+    # word, so it never clashes with another fix that edits that word itself.
+    insert_after: bool = False
 
 
 class Finding(msgspec.Struct, kw_only=True):

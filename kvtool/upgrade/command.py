@@ -1,7 +1,8 @@
 """``kvtool upgrade FILES... --to X``: parse options, plan the upgrade, fix, render.
 
-Exit codes: 0 the invocations start at the target as written (or after ``--fix``),
-1 an upgrade would break an invocation as written, 2 bad input or usage.
+Exit codes: 0 every invocation starts at the target as written (or after ``--fix``), 1 an
+invocation has an error at the target, whether the upgrade brought it or it was there
+before (after ``--fix`` too, while any is left), 2 bad input or usage.
 """
 
 import sys
@@ -63,7 +64,7 @@ def upgrade(
         bool, typer.Option("--diff", help="Show those fixes as a diff without writing.")
     ] = False,
     exit_zero: Annotated[
-        bool, typer.Option("--exit-zero", help="Exit 0 even when the upgrade would break.")
+        bool, typer.Option("--exit-zero", help="Exit 0 even when an invocation does not start at --to.")
     ] = False,
     quiet: QuietOption = False,
     color: ColorOption = ColorMode.auto,

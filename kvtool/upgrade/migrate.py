@@ -45,5 +45,6 @@ def env_flag_fix(finding: Finding, invocation: Invocation, version: str) -> Fix 
         applicability="safe",
         description=f"set {flag} {env.value} instead of {env.name}",
         remove_tokens=(anchor,),
-        replacement=(anchor.text, flag, env.value),
+        replacement=(flag, env.value),
+        insert_after=True,
     )
