@@ -75,6 +75,7 @@ def upgrade(
     from kvtool.audit.settings import load_settings
     from kvtool.output.kinds import emit
     from kvtool.output.streams import Output
+    from kvtool.termsafe import terminal_line
     from kvtool.upgrade.apply import apply_upgrade_fixes
     from kvtool.upgrade.plan import Planner
     from kvtool.upgrade.render import UPGRADE
@@ -99,6 +100,12 @@ def upgrade(
         elif run.diff:
             out.chatter.print(run.diff, markup=False, highlight=False, soft_wrap=True, end="")
         out.chatter.print(run.summary, markup=False, soft_wrap=True)
+        for failure in run.failures:
+            out.warnings.print(
+                f"kvtool: error: {terminal_line(failure)}", markup=False, soft_wrap=True
+            )
+        if run.failures:
+            raise typer.Exit(2)
         if fix:
             broken = run.still_breaks
     if not diff:
