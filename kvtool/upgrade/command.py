@@ -64,7 +64,8 @@ def upgrade(
         bool, typer.Option("--diff", help="Show those fixes as a diff without writing.")
     ] = False,
     exit_zero: Annotated[
-        bool, typer.Option("--exit-zero", help="Exit 0 even when an invocation does not start at --to.")
+        bool,
+        typer.Option("--exit-zero", help="Exit 0 even when an invocation does not start at --to."),
     ] = False,
     quiet: QuietOption = False,
     color: ColorOption = ColorMode.auto,
