@@ -18,9 +18,12 @@ from kvtool.output.completion import complete_rule, complete_version
 from kvtool.output.options import ColorMode, ColorOption, OutputFileOption, QuietOption
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from kvtool.audit.engine import AuditReport
     from kvtool.audit.inputs import InputSet
     from kvtool.audit.live import LiveServer
+    from kvtool.audit.settings import AuditSettings
     from kvtool.output.streams import Output
 
 
@@ -69,7 +72,11 @@ STDIN = "-"
 
 
 def _read(
-    paths: list[str], argv: list[str], input_format: str | None, stdin_filename: str | None
+    paths: list[str],
+    argv: list[str],
+    input_format: str | None,
+    stdin_filename: str | None,
+    excluded: "Callable[[str], bool] | None" = None,
 ) -> "InputSet":
     from kvtool.audit.inputs import InputSet, StdinInput, read_argv, read_input_set
     from kvtool.errors import KvtoolError
@@ -88,7 +95,7 @@ def _read(
         stdin = StdinInput(decode_text(read_input_bytes(STDIN), name), name)
     files = [Path(p) for p in paths if p != STDIN]
     found = (
-        read_input_set(files, input_format=input_format, stdin=stdin)
+        read_input_set(files, input_format=input_format, stdin=stdin, excluded=excluded)
         if files or stdin
         else InputSet()
     )
@@ -230,6 +237,33 @@ def audit(
             "else a bearer $VLLM_API_KEY); repeatable.",
         ),
     ] = None,
+    baseline: Annotated[
+        Path | None,
+        typer.Option(
+            "--baseline",
+            help="Report only findings not recorded in this baseline file (setting: baseline).",
+        ),
+    ] = None,
+    update_baseline: Annotated[
+        bool,
+        typer.Option(
+            "--update-baseline", help="Record every finding of this run in the --baseline file."
+        ),
+    ] = False,
+    exclude: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--exclude",
+            help="Gitignore-style patterns a directory walk skips (replaces the exclude "
+            "setting); repeatable.",
+        ),
+    ] = None,
+    extend_exclude: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--extend-exclude", help="Patterns to skip in addition to exclude; repeatable."
+        ),
+    ] = None,
 ) -> None:
     """Lint vLLM serve configurations against the target release's generated rule tables."""
     from kvtool.audit.engine import Auditor
@@ -256,7 +290,10 @@ def audit(
         fail_on=Severity(fail_on.value) if fail_on else None,
         host_ram_gib=host_ram_gib,
         model_config=str(model_config) if model_config is not None else None,
+        exclude=exclude,
+        extend_exclude=extend_exclude,
     )
+    baseline_path = _baseline_path(baseline, settings, update_baseline)
     if settings.model_config is not None:
         from kvtool.models import identify
 
@@ -276,7 +313,7 @@ def audit(
 
         inputs = InputSet(invocations=[live.invocation])
     else:
-        inputs = _read(file_paths, argv, input_format, stdin_filename)
+        inputs = _read(file_paths, argv, input_format, stdin_filename, settings.excluded())
     invocations = inputs.invocations
     _refuse_when_nothing_was_read(inputs)
     if output_file is not None:
@@ -339,6 +376,30 @@ def audit(
             report = without_fixed(report, run.fixed_codes)
         if run.failures:
             raise typer.Exit(2)
+    if baseline_path is not None:
+        from kvtool.audit import baseline as baselines
+
+        if update_baseline:
+            written = baselines.write_baseline(
+                baseline_path, report, [*file_paths, *(i.file for i in invocations if i.file)]
+            )
+            out.chatter.print(
+                f"kvtool: recorded {written} finding(s) in {terminal_line(str(baseline_path))}",
+                markup=False,
+                soft_wrap=True,
+            )
+            raise typer.Exit(0)
+        if baseline_path.exists():
+            known = baselines.load_baseline(baseline_path)
+            report.baselined = baselines.without_baselined(
+                report, known, baseline_path.resolve().parent
+            )
+        else:
+            from kvtool.errors import KvtoolError
+
+            raise KvtoolError(
+                f"--baseline {baseline_path}: no such file (write it with --update-baseline)"
+            )
     if not diff:
         emit(AUDIT, report, output_format.value, out)
     from kvtool.audit.render.text import summary
@@ -362,6 +423,22 @@ def _refuse_when_nothing_was_read(inputs: "InputSet") -> None:
     first = inputs.skipped[0].describe()
     more = len(inputs.skipped) - 1
     raise KvtoolError(first + (f" (and {more} more input(s) not read)" if more else ""))
+
+
+def _baseline_path(
+    given: Path | None, settings: "AuditSettings", updating: bool
+) -> Path | None:
+    """The baseline file: ``--baseline``, else the ``baseline`` setting (relative to the
+    settings file's directory)."""
+    from kvtool.errors import KvtoolError
+
+    if given is not None:
+        return given
+    if settings.baseline is not None:
+        return settings.root / settings.baseline
+    if updating:
+        raise KvtoolError("--update-baseline: name the file with --baseline FILE")
+    return None
 
 
 def _read_live(

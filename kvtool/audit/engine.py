@@ -55,6 +55,7 @@ class InvocationReport(msgspec.Struct):
 class AuditReport(msgspec.Struct):
     invocations: list[InvocationReport] = msgspec.field(default_factory=list)
     suppressed: int = 0  # findings silenced by inline or annotation suppressions
+    baselined: int = 0  # findings left out because the --baseline file records them
     # Files read but not audited (no server, chart templates, unreadable), set by the CLI.
     skipped: list[SkippedInput] = msgspec.field(default_factory=list)
 

@@ -101,6 +101,8 @@ def summary(report: AuditReport) -> str:
     text = f"Checked {len(report.invocations)} invocation(s) against {where}: {', '.join(parts)}"
     if report.suppressed:
         text += f", {report.suppressed} suppressed"
+    if report.baselined:
+        text += f", {report.baselined} in the baseline"
     fixable = _fixable(report)
     if fixable["safe"] or fixable["unsafe"]:
         text += f"; {fixable['safe']} fixable with --fix"
