@@ -14,8 +14,15 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from kvtool.audit.positionals import STDIN, split_positionals
 from kvtool.output.completion import complete_rule, complete_version
-from kvtool.output.options import ColorMode, ColorOption, OutputFileOption, QuietOption
+from kvtool.output.options import (
+    OUTPUT_FORMAT_ENV,
+    ColorMode,
+    ColorOption,
+    OutputFileOption,
+    QuietOption,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -38,37 +45,6 @@ class FailOn(str, Enum):
     info = "info"
     warning = "warning"
     error = "error"
-
-
-class RuleFormat(str, Enum):
-    text = "text"
-    json = "json"
-    markdown = "markdown"
-
-
-VLLM_HEADS = ("vllm", "serve")
-
-
-def split_positionals(words: list[str]) -> tuple[list[str], list[str]]:
-    """Split ``[PATHS]... [ARGV]`` (typer folds the words after ``--`` into the same list).
-
-    ARGV starts at the first word that is not an existing path and begins a vLLM command
-    (``vllm serve``, ``python -m vllm...``, ``X=1 vllm ...``, ``serve ...``).
-    """
-    from kvtool.audit.inputs.command_line import find_serve
-
-    for index, word in enumerate(words):
-        rest = words[index:]
-        if rest[:2] == ["vllm", "serve"]:
-            return words[:index], rest  # even where a folder named vllm exists (a vLLM checkout)
-        if Path(word).exists():
-            continue
-        if word in VLLM_HEADS or find_serve(rest) is not None:
-            return words[:index], rest
-    return words, []
-
-
-STDIN = "-"
 
 
 def _read(
@@ -109,8 +85,7 @@ def audit(
         list[str] | None,
         typer.Argument(
             help=(
-                "Files or directories to audit; after '--', a vLLM command "
-                "(vllm serve MODEL ...)."
+                "Files or directories to audit; after '--', a vLLM command (vllm serve MODEL ...)."
             ),
             show_default=False,
         ),
@@ -156,7 +131,7 @@ def audit(
     ] = False,
     output_format: Annotated[
         OutputFormat,
-        typer.Option("--output-format", envvar="KVTOOL_OUTPUT_FORMAT", help="Report format."),
+        typer.Option("--output-format", envvar=OUTPUT_FORMAT_ENV, help="Report format."),
     ] = OutputFormat.text,
     output_file: OutputFileOption = None,
     quiet: QuietOption = False,
@@ -192,7 +167,11 @@ def audit(
     ] = False,
     fix: Annotated[
         bool,
-        typer.Option("--fix", help="Apply safe fixes to shell-script inputs and show the diff."),
+        typer.Option(
+            "--fix",
+            help="Apply safe fixes in place (scripts, Kubernetes manifests, compose files) "
+            "and show the diff; fixes for other inputs are listed.",
+        ),
     ] = False,
     diff: Annotated[
         bool, typer.Option("--diff", help="Show the safe fixes as a diff without writing.")
@@ -425,9 +404,7 @@ def _refuse_when_nothing_was_read(inputs: "InputSet") -> None:
     raise KvtoolError(first + (f" (and {more} more input(s) not read)" if more else ""))
 
 
-def _baseline_path(
-    given: Path | None, settings: "AuditSettings", updating: bool
-) -> Path | None:
+def _baseline_path(given: Path | None, settings: "AuditSettings", updating: bool) -> Path | None:
     """The baseline file: ``--baseline``, else the ``baseline`` setting (relative to the
     settings file's directory)."""
     from kvtool.errors import KvtoolError
@@ -475,46 +452,6 @@ def without_fixed(
     return report
 
 
-def rule(
-    code: Annotated[
-        str | None,
-        typer.Argument(
-            help="Rule code or name, e.g. SZ001 or kv-offloading-size-per-rank.",
-            autocompletion=complete_rule,
-        ),
-    ] = None,
-    all_rules: Annotated[bool, typer.Option("--all", help="Every rule.")] = False,
-    output_format: Annotated[
-        RuleFormat,
-        typer.Option("--output-format", help="text, json or markdown."),
-    ] = RuleFormat.text,
-    output_file: OutputFileOption = None,
-    quiet: QuietOption = False,
-    color: ColorOption = ColorMode.auto,
-) -> None:
-    """Explain an audit rule (what, why, example, fix, releases, references)."""
-    from kvtool.audit.registry import registry
-    from kvtool.audit.render.kind import RULE, RuleSelection
-    from kvtool.errors import KvtoolError
-    from kvtool.output.kinds import emit
-    from kvtool.output.streams import Output
-
-    if all_rules == (code is not None):
-        raise KvtoolError("rule: give one rule code or name, or --all")
-    if all_rules:
-        selection = RuleSelection(tuple(registry), detailed=False)
-    else:
-        assert code is not None
-        found = registry.get(code)
-        if found is None:
-            raise KvtoolError(
-                f"rule: {code!r} is not a rule code or name (see `kvtool rule --all`)"
-            )
-        selection = RuleSelection((found,), detailed=True)
-    emit(RULE, selection, output_format.value, Output(output_file, quiet, color))
-
-
 def register(app: typer.Typer) -> None:
-    """Add ``audit`` and ``rule`` to the root app."""
+    """Add ``audit`` to the root app."""
     app.command("audit", no_args_is_help=False)(audit)
-    app.command("rule")(rule)

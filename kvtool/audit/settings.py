@@ -178,6 +178,13 @@ def apply_cli(
     """
     select = _split_commas(select)
     ignore = _split_commas(ignore)
+    if select or ignore:
+        # Checked here, so a bad one is blamed on the command line, not the settings file.
+        from kvtool.audit.engine import resolve_selectors
+        from kvtool.audit.registry import registry
+
+        resolve_selectors(select or (), "--select", registry)
+        resolve_selectors(ignore or (), "--ignore", registry)
     update: dict[str, Any] = {}
     if vllm_version is not None:
         update["vllm_version"] = vllm_version

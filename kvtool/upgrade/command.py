@@ -12,7 +12,13 @@ from typing import Annotated
 
 import typer
 
-from kvtool.output.options import ColorMode, ColorOption, OutputFileOption, QuietOption
+from kvtool.output.options import (
+    OUTPUT_FORMAT_ENV,
+    ColorMode,
+    ColorOption,
+    OutputFileOption,
+    QuietOption,
+)
 
 
 class UpgradeFormat(str, Enum):
@@ -41,14 +47,15 @@ def upgrade(
         str | None,
         typer.Option(
             "--input-format",
-            help="Force the input kind: shell, vllm-config, kubernetes, compose, kaito.",
+            help="Force the input kind (default: detected per file; the kinds are listed in "
+            "docs/audit-inputs.md and in the error for an unknown one).",
         ),
     ] = None,
     output_format: Annotated[
         UpgradeFormat,
         typer.Option(
             "--output-format",
-            envvar="KVTOOL_OUTPUT_FORMAT",
+            envvar=OUTPUT_FORMAT_ENV,
             help="Report format: text, json (with schema_version; schemas in docs/schemas/) "
             "or sarif (the findings the target release adds).",
         ),
@@ -71,8 +78,8 @@ def upgrade(
     color: ColorOption = ColorMode.auto,
 ) -> None:
     """What changes for each serve invocation, release by release, on the way to --to."""
-    from kvtool.audit.command import split_positionals
     from kvtool.audit.inputs import read_argv, read_inputs
+    from kvtool.audit.positionals import split_positionals
     from kvtool.audit.settings import load_settings
     from kvtool.output.kinds import emit
     from kvtool.output.streams import Output
