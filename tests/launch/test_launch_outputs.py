@@ -52,7 +52,9 @@ def _render(recipe: Recipe, target: str, tp: int = 2, **extra: object) -> str:
     return text
 
 
-@pytest.mark.parametrize("recipe", [r for r in RECIPES if "k8s" in r.target_names], ids=lambda r: r.name)
+@pytest.mark.parametrize(
+    "recipe", [r for r in RECIPES if "k8s" in r.target_names], ids=lambda r: r.name
+)
 def test_kubernetes_manifests_validate_against_the_schema(recipe: Recipe) -> None:
     documents = [d for d in yaml.safe_load_all(_render(recipe, "k8s")) if d]
     assert documents
