@@ -15,21 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from kvtool.releases import available_versions, load_release, release_index
+from kvtool.releases import available_versions
 from tests.conftest import CliResult
+from tests.release_facts import removed_value_flags
 
 Cli = Callable[..., CliResult]
 
 
 def _removed_flags(count: int) -> list[str]:
-    names = []
-    for name, gate in sorted(release_index().flags.items()):
-        if gate.gone_at is None or name.startswith("--no-"):
-            continue
-        last = available_versions()[available_versions().index(gate.gone_at) - 1]
-        fact = next((f for f in load_release(last).flags if f.name == name), None)
-        if fact is not None and fact.value == "required":
-            names.append(name)
+    names = removed_value_flags()
     assert len(names) >= count
     return names[:count]
 

@@ -13,23 +13,16 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from kvtool.releases import available_versions, load_release, release_index
+from kvtool.releases import available_versions
 from tests.conftest import CliResult
+from tests.release_facts import removed_value_flags
 
 Cli = Callable[..., CliResult]
 
 
 def _removed_flag() -> tuple[str, str]:
     """A value-taking flag gone by the newest release, and the newest release."""
-    newest = available_versions()[-1]
-    for name, gate in sorted(release_index().flags.items()):
-        if gate.gone_at is None or name.startswith("--no-"):
-            continue
-        last = available_versions()[available_versions().index(gate.gone_at) - 1]
-        fact = next((f for f in load_release(last).flags if f.name == name), None)
-        if fact is not None and fact.value == "required":
-            return name, newest
-    raise AssertionError("no removed value-taking flag in the release index")
+    return removed_value_flags()[0], available_versions()[-1]
 
 
 def _manifest(tmp_path: Path, flag: str) -> Path:

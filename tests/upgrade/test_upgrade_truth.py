@@ -14,26 +14,11 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from packaging.version import Version
-
 from kvtool.releases import available_versions, load_release, release_index
 from tests.conftest import CliResult
+from tests.release_facts import removed_value_flags
 
 Cli = Callable[..., CliResult]
-
-
-def _removed_flags_before(version: str) -> list[str]:
-    """Canonical value-taking flags gone at or before ``version`` (the audit errors on each)."""
-    index = release_index()
-    gone = []
-    for name, gate in sorted(index.flags.items()):
-        if gate.gone_at is None or Version(gate.gone_at) > Version(version):
-            continue
-        last = available_versions()[available_versions().index(gate.gone_at) - 1]
-        fact = next((f for f in load_release(last).flags if f.name == name), None)
-        if fact is not None and fact.value == "required" and not name.startswith("--no-"):
-            gone.append(name)
-    return gone
 
 
 def _script(tmp_path: Path, flags: list[str], env: tuple[str, ...] = ()) -> Path:
@@ -49,7 +34,7 @@ def test_errors_already_there_at_from_still_fail_the_upgrade(
 ) -> None:
     versions = available_versions()
     newest, start = versions[-1], versions[-4]
-    removed = _removed_flags_before(start)[:2]
+    removed = removed_value_flags(start)[:2]
     assert len(removed) == 2
     script = _script(tmp_path, removed)
     plan = kvtool_cli(
@@ -75,7 +60,7 @@ def test_errors_already_there_at_from_still_fail_the_upgrade(
 def test_an_error_fix_cannot_remove_keeps_exit_1_after_fix(kvtool_cli: Cli, tmp_path: Path) -> None:
     versions = available_versions()
     newest, start = versions[-1], versions[-3]
-    name = _removed_flags_before(start)[0]
+    name = removed_value_flags(start)[0]
     script = _script(tmp_path, [name])
     script.chmod(0o444)  # the fix cannot be written: the error stays
     result = kvtool_cli("upgrade", str(script), "--from", start, "--to", newest, "--fix")
