@@ -24,13 +24,17 @@ from dataclasses import dataclass
 
 from kvtool.audit.inputs.positions import LineIndex
 from kvtool.audit.inputs.shell_lexer import LexError, lex
-from kvtool.audit.model import Fix, InputKind, Invocation, SourceToken
+from kvtool.audit.model import (
+    REWRITABLE,
+    YAML_REWRITABLE,
+    Fix,
+    InputKind,
+    Invocation,
+    SourceToken,
+)
 from kvtool.errors import KvtoolError
 from kvtool.fsio import BOM
 
-YAML_REWRITABLE: frozenset[InputKind] = frozenset({"kubernetes", "compose"})
-_COMMAND_KINDS: frozenset[InputKind] = frozenset({"argv", "shell"})
-REWRITABLE: frozenset[InputKind] = _COMMAND_KINDS | YAML_REWRITABLE
 _CONTINUATION_TAIL = re.compile(r"[ \t]*\\?[ \t]*")
 _SEQUENCE_ITEM_HEAD = re.compile(r"[ \t]*-[ \t]+")
 _LINE_TAIL = re.compile(r"[ \t]*(#.*)?")

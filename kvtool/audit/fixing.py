@@ -21,14 +21,13 @@ from pathlib import Path
 
 from kvtool.audit.engine import AuditReport
 from kvtool.audit.fix import (
-    REWRITABLE,
     FixOutcome,
     fix_argv,
     fix_text,
     keep_line_endings,
     unified_diff,
 )
-from kvtool.audit.model import Finding, Fix, InputKind, Invocation
+from kvtool.audit.model import REWRITABLE, Finding, Fix, InputKind, Invocation
 from kvtool.errors import KvtoolError
 from kvtool.fsio import atomic_write, decode_text, read_input_bytes, reader_text
 

@@ -68,6 +68,12 @@ InputKind = Literal[
     "github-actions",
 ]
 
+# The input kinds --fix rewrites in place (the rest get their fixes listed); YAML ones are
+# read back after the edit, so a rewrite that would not parse as the fixed command is left.
+YAML_REWRITABLE: frozenset[InputKind] = frozenset({"kubernetes", "compose"})
+_COMMAND_REWRITABLE: frozenset[InputKind] = frozenset({"argv", "shell"})
+REWRITABLE: frozenset[InputKind] = _COMMAND_REWRITABLE | YAML_REWRITABLE
+
 
 class SkippedInput(msgspec.Struct, frozen=True, kw_only=True):
     """A file the audit read no invocation from, and why (shown in the report, never fatal)."""

@@ -18,9 +18,8 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from kvtool.audit.fix import REWRITABLE
 from kvtool.audit.fixing import EditPlan, FixedKey, finish, plan_fixes
-from kvtool.audit.model import Finding, Invocation
+from kvtool.audit.model import REWRITABLE, Finding, Invocation
 from kvtool.upgrade.migrate import ENV_CODES
 from kvtool.upgrade.plan import UpgradeReport
 from kvtool.upgrade.render import as_audit_report

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from kvtool.audit.engine import AuditReport
-from kvtool.audit.model import Finding, Severity
+from kvtool.audit.model import REWRITABLE, Finding, Severity
 from kvtool.audit.render.objects import object_of
 from kvtool.termsafe import terminal_line
 
@@ -79,8 +79,6 @@ def invocation_notes(report: AuditReport) -> list[str]:
 def _fixable(report: AuditReport) -> dict[str, int]:
     """Findings ``--fix`` can edit away, by applicability (as ruff counts them): a token
     edit in an input kind that is rewritten in place."""
-    from kvtool.audit.fix import REWRITABLE
-
     kinds = {i.label: i.kind for i in report.invocations}
     counts = {"safe": 0, "unsafe": 0}
     for finding in report.findings:
