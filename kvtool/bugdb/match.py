@@ -38,6 +38,8 @@ def _connectors_hold(ctx: RuleContext, trigger: Trigger) -> bool:
     in_use = set(ctx.connector_names)
     if trigger.connectors and not in_use & set(trigger.connectors):
         return False
+    if not in_use >= set(trigger.all_connectors):
+        return False
     return not (trigger.offload and not in_use & set(ctx.semantics.offload_connectors))
 
 

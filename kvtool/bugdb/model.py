@@ -102,21 +102,24 @@ class _Strict(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
 class Trigger(_Strict, frozen=True, kw_only=True):
     """The configuration that triggers a bug: every condition that is set must hold.
 
-    ``connectors``: one of them is in use (as vLLM loads it, MultiConnector children
-    included); ``offload``: some KV offload connector is in use; ``flags``: all given;
-    ``values``: each option's value matches its regex in full, ignoring case
-    (``--flag.key.key`` addresses a key inside a JSON-valued flag; ``defaults`` gives the
-    value an unset option has); ``extra``: each ``kv_connector_extra_config`` path
-    (``key.key``; a list matches when one element does) of a connector in ``connectors``
-    (any connector when none is named) matches its regex; ``env``: each variable has the
-    value (case-insensitive); ``unless_env``: the documented way out, not every one of
-    these has its value; ``model``: regex searched in the model name; ``model_traits``:
-    the model has every trait (``kvtool.models.TRAITS``, plus ``hybrid`` and ``state``);
-    ``min_tp``/``min_pp``/``min_dp``: parallel sizes at least these; ``expert_parallel``:
-    ``--enable-expert-parallel`` is on; ``image``: regex searched in the container image.
+    ``connectors``: one of them is in use (as vLLM loads it, MultiConnector and its
+    children included); ``all_connectors``: every one of them is in use; ``offload``:
+    some KV offload connector is in use; ``flags``: all given; ``values``: each option's
+    value matches its regex in full, ignoring case (``--flag.key.key`` addresses a key
+    inside a JSON-valued flag; ``defaults`` gives the value an unset option has);
+    ``extra``: each ``kv_connector_extra_config`` path (``key.key``; a list matches when
+    one element does) of a connector in ``connectors`` (any connector when none is
+    named) matches its regex; ``env``: each variable has the value (case-insensitive);
+    ``unless_env``: the documented way out, not every one of these has its value;
+    ``model``: regex searched in the model name (ignoring case); ``model_traits``: the
+    model has every trait (``kvtool.models.TRAITS``, plus ``hybrid`` and ``state``);
+    ``min_tp``/``min_pp``/``min_dp``: parallel sizes at least these;
+    ``expert_parallel``: ``--enable-expert-parallel`` is on; ``image``: regex searched
+    in the container image.
     """
 
     connectors: tuple[str, ...] = ()
+    all_connectors: tuple[str, ...] = ()
     offload: bool = False
     flags: tuple[str, ...] = ()
     values: dict[str, str] = msgspec.field(default_factory=dict)
