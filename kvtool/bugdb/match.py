@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+from packaging.specifiers import SpecifierSet
+
 from kvtool.audit.context import RuleContext
 from kvtool.bugdb.model import Trigger
 
@@ -31,6 +33,7 @@ def trigger_holds(ctx: RuleContext, trigger: Trigger) -> bool:
         and _model_holds(ctx, trigger)
         and _parallel_holds(ctx, trigger)
         and _image_holds(ctx, trigger)
+        and (trigger.vllm is None or SpecifierSet(trigger.vllm).contains(ctx.version))
     )
 
 

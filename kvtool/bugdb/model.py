@@ -20,6 +20,7 @@ from enum import Enum
 from typing import Annotated, Literal
 
 import msgspec
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from kvtool.audit.model import Severity
@@ -115,7 +116,8 @@ class Trigger(_Strict, frozen=True, kw_only=True):
     model has every trait (``kvtool.models.TRAITS``, plus ``hybrid`` and ``state``);
     ``min_tp``/``min_pp``/``min_dp``: parallel sizes at least these;
     ``expert_parallel``: ``--enable-expert-parallel`` is on; ``image``: regex searched
-    in the container image.
+    in the container image; ``vllm``: the target vLLM release is in this PEP 440
+    specifier set (for another component's bug that only some vLLM releases expose).
     """
 
     connectors: tuple[str, ...] = ()
@@ -134,6 +136,7 @@ class Trigger(_Strict, frozen=True, kw_only=True):
     min_dp: int | None = None
     expert_parallel: bool = False
     image: str | None = None
+    vllm: str | None = None  # PEP 440 specifier on the vLLM release (another component's bug)
 
     def patterns(self) -> list[str]:
         found = [*self.values.values(), *self.extra.values()]
@@ -213,6 +216,11 @@ class BugRecord(_Strict, frozen=True, kw_only=True):
             raise ValueError("state 'fixed' goes with a fixed release, and only it")
         if (self.marker is None) == (self.unproven is None):
             raise ValueError("give a marker that proves the range, or say why none can")
+        if self.trigger.vllm is not None:
+            try:
+                SpecifierSet(self.trigger.vllm)
+            except InvalidSpecifier as exc:
+                raise ValueError(f"trigger.vllm: not a version specifier: {exc}") from exc
         for pattern in self.trigger.patterns():
             try:
                 re.compile(pattern)
