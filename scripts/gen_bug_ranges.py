@@ -24,7 +24,9 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
+import msgspec
 from generated_files import write_or_check
 from packaging.version import Version
 from releasegen.prover import Check, Marker, Prover, ProverError
@@ -33,6 +35,8 @@ from kvtool.bugdb.model import BugRecord
 from kvtool.bugdb.store import PROOFS, bugs_dir, records
 
 GENERATOR_VERSION = 1
+# The record schema as JSON Schema, for editors and other tools reading rules/bugs/.
+SCHEMA = Path(__file__).resolve().parent.parent / "docs" / "schemas" / "bug-record.schema.json"
 
 
 def _log(message: str) -> None:
@@ -76,12 +80,15 @@ def prove(prover: Prover, bug: BugRecord) -> dict[str, object]:
         row = {**check.as_json(), "expected": expected}
         unique[(check.release, json.dumps(row, sort_keys=True))] = row
     ordered = sorted(unique.values(), key=lambda r: Version(str(r["release"])))
-    return {
+    entry: dict[str, object] = {
         "package": bug.package,
         "introduced": bug.introduced,
         "fixed": bug.fixed,
         "checks": ordered,
     }
+    if means == "fixed" and bug.introduced is not None and start is None:
+        entry["unchecked"] = ["introduced"]
+    return entry
 
 
 def scan(args: argparse.Namespace) -> int:
@@ -137,18 +144,22 @@ def main(argv: list[str] | None = None) -> int:
             _log(f"{bug.id}: {bug.package} {c['release']}: marker not {want} ({bug.marker.path})")
         if bad:
             failed.append(bug.id)
+        elif entry.get("unchecked"):
+            _log(f"{bug.id}: {entry['unchecked']} not checked by any marker: may affect")
         proven[bug.id] = entry
+    partial = sum(1 for e in proven.values() if isinstance(e, dict) and e.get("unchecked"))
     _log(
-        f"proved {len(proven) - len(failed)} of {len(proven)} marked records"
-        f" in {time.monotonic() - started:.1f}s"
+        f"proved {len(proven) - len(failed) - partial} of {len(proven)} marked records"
+        f" ({partial} with an end no marker checks) in {time.monotonic() - started:.1f}s"
     )
     text = json.dumps(
         {"generator_version": GENERATOR_VERSION, "records": dict(sorted(proven.items()))},
         indent=1,
         sort_keys=True,
     )
+    schema = json.dumps(msgspec.json.schema(BugRecord), indent=2) + "\n"
     stale = write_or_check(
-        {path: text + "\n"}, "python scripts/gen_bug_ranges.py", check=args.check
+        {path: text + "\n", SCHEMA: schema}, "python scripts/gen_bug_ranges.py", check=args.check
     )
     return 1 if failed or stale else 0
 

@@ -47,13 +47,29 @@ def _connectors_hold(ctx: RuleContext, trigger: Trigger) -> bool:
 
 
 def _extra_holds(ctx: RuleContext, trigger: Trigger) -> bool:
-    if not trigger.extra:
+    if not trigger.extra and not trigger.extra_above:
         return True
     return any(
         all(_matches(pattern, tree_values(extra, path)) for path, pattern in trigger.extra.items())
+        and all(
+            _above(bound, tree_values(extra, path)) for path, bound in trigger.extra_above.items()
+        )
         for name, extra in ctx.connector_extra_configs
         if not trigger.connectors or name in trigger.connectors
     )
+
+
+def _above(bound: float, values: list[object]) -> bool:
+    """One of ``values`` is a number (or numeric text) greater than ``bound``."""
+    for value in values:
+        if isinstance(value, bool):
+            continue
+        try:
+            if float(str(value)) > bound:
+                return True
+        except ValueError:
+            continue
+    return False
 
 
 def _env_holds(ctx: RuleContext, wanted: dict[str, str]) -> bool:

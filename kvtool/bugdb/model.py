@@ -110,7 +110,8 @@ class Trigger(_Strict, frozen=True, kw_only=True):
     inside a JSON-valued flag; ``defaults`` gives the value an unset option has);
     ``extra``: each ``kv_connector_extra_config`` path (``key.key``; a list matches when
     one element does) of a connector in ``connectors`` (any connector when none is
-    named) matches its regex; ``env``: each variable has the value (case-insensitive);
+    named) matches its regex; ``extra_above``: each such path holds a number above the
+    given one; ``env``: each variable has the value (case-insensitive);
     ``unless_env``: the documented way out, not every one of these has its value;
     ``model``: regex searched in the model name (ignoring case); ``model_traits``: the
     model has every trait (``kvtool.models.TRAITS``, plus ``hybrid`` and ``state``);
@@ -127,6 +128,7 @@ class Trigger(_Strict, frozen=True, kw_only=True):
     values: dict[str, str] = msgspec.field(default_factory=dict)
     defaults: dict[str, str] = msgspec.field(default_factory=dict)
     extra: dict[str, str] = msgspec.field(default_factory=dict)
+    extra_above: dict[str, float] = msgspec.field(default_factory=dict)
     env: dict[str, str] = msgspec.field(default_factory=dict)
     unless_env: dict[str, str] = msgspec.field(default_factory=dict)
     model: str | None = None

@@ -41,10 +41,14 @@ class Proof(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tru
     introduced: str | None
     fixed: str | None
     checks: tuple[BoundaryCheck, ...]
+    # Ends of the range no marker checks (a fix marker without an introduced marker):
+    # the range is then not proven, only the checked end is.
+    unchecked: tuple[str, ...] = ()
 
     @property
     def holds(self) -> bool:
-        return bool(self.checks) and all(c.present == c.expected for c in self.checks)
+        agree = all(c.present == c.expected for c in self.checks)
+        return bool(self.checks) and agree and not self.unchecked
 
 
 def bugs_dir() -> Path:

@@ -3,8 +3,9 @@
 One rule for every record: the record's component release must be in its affected range
 and its trigger must hold (:mod:`kvtool.bugdb.match`). Severity follows the record's
 impact; a range the generator could not prove from source is reported one step lower and
-worded "may affect", and so is a record of a component whose release the input does not
-name.
+worded "may affect". Where the input does not name the component's release (LMCache's,
+NIXL's, ...), only records no release has fixed apply, at info when they start at a
+known release.
 """
 
 from __future__ import annotations
@@ -69,7 +70,8 @@ class KnownBugMatches(ConfigRule):
     end by `scripts/gen_bug_ranges.py` (`rules/bugs/proofs.json` records the sha256 read).
     Severity follows the impact (error for corruption, start-up failures, crashes and OOM;
     warning for lost hits and slowdowns), one step lower ("may affect") where the range is
-    not proven or the component's release is not known from the input.
+    not proven. Without the component's release (LMCache, NIXL, ...) in the input, only
+    records no release has fixed apply.
     """
 
     code = "SC002"
@@ -95,6 +97,10 @@ class KnownBugMatches(ConfigRule):
             release = _component_release(ctx, bug)
             if release is not None and not bug.affects(release):
                 continue
+            # Without the component's release only a bug no release has fixed applies: a
+            # fixed one would be reported on every deployment that may well be past it.
+            if release is None and bug.fixed is not None:
+                continue
             if not trigger_holds(ctx, bug.trigger):
                 continue
             yield self._finding(ctx, bug, release)
@@ -106,7 +112,7 @@ class KnownBugMatches(ConfigRule):
         if proof is None:
             severity = _LOWER.get(severity, severity)
             doubts.append(f"range not proven from source ({bug.unproven or 'proof stale'})")
-        if release is None:
+        if release is None and bug.introduced is not None:
             severity = Severity.info
             doubts.append(f"{bug.component} release not known from the input")
         verb = "may affect" if doubts else "affects"
