@@ -192,6 +192,9 @@ class BugRecord(_Strict, frozen=True, kw_only=True):
     trigger: Trigger
     avoidance: str
     fix_flag: str | None = None  # a flag or setting that turns the fix on, where one exists
+    # A condition at run time the config cannot show ("requests are preempted"): the
+    # finding then says so and is one step lower, as the config alone may never hit it.
+    only_when: str | None = None
     marker: Marker | None = None
     unproven: str | None = None  # why the range cannot be proven from source
     examples: tuple[Example, ...] = ()

@@ -112,10 +112,14 @@ class KnownBugMatches(ConfigRule):
         if proof is None:
             severity = _LOWER.get(severity, severity)
             doubts.append(f"range not proven from source ({bug.unproven or 'proof stale'})")
+        if bug.only_when is not None:
+            severity = _LOWER.get(severity, severity)
+            doubts.append(f"only when {bug.only_when}")
         if release is None and bug.introduced is not None:
             severity = Severity.info
             doubts.append(f"{bug.component} release not known from the input")
-        verb = "may affect" if doubts else "affects"
+        unsure = proof is None or (release is None and bug.introduced is not None)
+        verb = "may affect" if unsure else "affects"
         where = f"{bug.component} {release}" if release else _range_text(bug)
         fixed = f"; fixed in {bug.component} {bug.fixed}" if bug.fixed else ""
         doubt = f" [{'; '.join(doubts)}]" if doubts else ""
