@@ -185,6 +185,7 @@ class BugRecord(_Strict, frozen=True, kw_only=True):
     component: Component
     report: str  # public URL of the issue (or PR) that describes the bug
     fix: str | None = None  # public URL of the fixing PR (None: none merged)
+    # closed-unfixed: closed upstream with no fix this database could find
     state: Literal["fixed", "open", "closed-unfixed"]
     introduced: str | None = None  # first affected release of ``component``
     fixed: str | None = None  # first release of ``component`` that is not affected
