@@ -73,10 +73,11 @@ def _above(bound: float, values: list[object]) -> bool:
 
 
 def _env_holds(ctx: RuleContext, wanted: dict[str, str]) -> bool:
-    """Every variable of ``wanted`` is set to its value (compared case-insensitively)."""
-    for name, expected in wanted.items():
+    """Every variable of ``wanted`` is set and its value matches the regex in full,
+    ignoring case (so ``True`` also matches ``true``)."""
+    for name, pattern in wanted.items():
         value = ctx.env_value(name)
-        if value is None or value.lower() != expected.lower():
+        if value is None or re.fullmatch(pattern, value, re.IGNORECASE) is None:
             return False
     return True
 

@@ -111,8 +111,8 @@ class Trigger(_Strict, frozen=True, kw_only=True):
     ``extra``: each ``kv_connector_extra_config`` path (``key.key``; a list matches when
     one element does) of a connector in ``connectors`` (any connector when none is
     named) matches its regex; ``extra_above``: each such path holds a number above the
-    given one; ``env``: each variable has the value (case-insensitive);
-    ``unless_env``: the documented way out, not every one of these has its value;
+    given one; ``env``: each variable is set and matches its regex in full (ignoring
+    case); ``unless_env``: the documented way out, not every one of these matches;
     ``model``: regex searched in the model name (ignoring case); ``model_traits``: the
     model has every trait (``kvtool.models.TRAITS``, plus ``hybrid`` and ``state``);
     ``min_tp``/``min_pp``/``min_dp``: parallel sizes at least these;
@@ -142,6 +142,7 @@ class Trigger(_Strict, frozen=True, kw_only=True):
 
     def patterns(self) -> list[str]:
         found = [*self.values.values(), *self.extra.values()]
+        found += [*self.env.values(), *self.unless_env.values()]
         return found + [p for p in (self.model, self.image) if p is not None]
 
     @property
