@@ -13,7 +13,8 @@ import json
 import re
 from dataclasses import dataclass
 
-from kvtool.audit.inputs.container import ArgvWord, container_invocations
+from kvtool.audit.inputs.command_line import ArgvWord
+from kvtool.audit.inputs.container import container_invocations
 from kvtool.audit.inputs.positions import LineIndex
 from kvtool.audit.inputs.shell import ShellContext, read_script
 from kvtool.audit.inputs.source import ReadSource

@@ -17,6 +17,7 @@ import msgspec
 
 from kvtool.audit.inputs.command_line import ServeMatch, find_serve, serve_arguments
 from kvtool.audit.inputs.container_resources import docker_run_resources
+from kvtool.audit.inputs.huggingface_server import server_tokens
 from kvtool.audit.inputs.positions import LineIndex, OffsetMap
 from kvtool.audit.inputs.shell_lexer import Command, Comment, LexError, Word, lex
 from kvtool.audit.inputs.source import ReadSource
@@ -160,8 +161,6 @@ def _invocation(
     program = locate(command.words[match.program].start, command.words[match.program].end)
     server_notes: tuple[str, ...] = ()
     if match.huggingface_server:
-        from kvtool.audit.inputs.kserve import server_tokens
-
         mapped = server_tokens(tokens, program)
         if mapped is None:
             return None
