@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 from functools import cache
 
-SHELL_SUFFIXES = (".sh", ".bash", ".zsh", ".env", ".cmd")
+# .sbatch/.slurm/.pbs: batch-scheduler job scripts (#SBATCH lines are comments to sh).
+SHELL_SUFFIXES = (".sh", ".bash", ".zsh", ".env", ".cmd", ".sbatch", ".slurm", ".pbs")
 YAML_SUFFIXES = (".yaml", ".yml")
 KUSTOMIZATION_NAMES = ("kustomization.yaml", "kustomization.yml")
 VLLM_COMMAND = re.compile(r"\bvllm\s+serve\b|vllm\.entrypoints\.openai\.api_server")
@@ -122,8 +123,14 @@ _WORKFLOW_JOBS = re.compile(r"^jobs:\s*$", re.MULTILINE)
 _WORKFLOW_ON = re.compile(r"^(?:on|\"on\"|'on'|true):", re.MULTILINE)
 
 
+# A composite action: action.yml's top-level `runs:` with `using: composite`.
+_COMPOSITE = re.compile(r"^runs:\s*\n(?:[ \t]+.*\n)*?[ \t]+using:\s*['\"]?composite", re.M)
+
+
 def is_github_workflow(text: str, name: str) -> bool:
-    return bool(_WORKFLOW_JOBS.search(text) and _WORKFLOW_ON.search(text))
+    if _WORKFLOW_JOBS.search(text) and _WORKFLOW_ON.search(text):
+        return True
+    return "composite" in text and bool(_COMPOSITE.search(text))
 
 
 def is_helm_values(text: str, name: str) -> bool:
@@ -142,6 +149,24 @@ def may_start_vllm(text: str) -> bool:
         or "huggingfaceserver" in lowered  # KServe's server, which runs vLLM's engine
         or any(name in lowered for name in image_names())
     )
+
+
+# A vLLM server start as shell-like words (the starts .command_line.find_serve knows)
+# and as quoted list items ("vllm", "serve" / "-m", "vllm.entrypoints..."): what the
+# generic finder (.finder) looks for in any text.
+SERVER_LINE = re.compile(
+    r"\bvllm\s+serve\b|\bvllm\.entrypoints\.(?:openai\.api_server|cli\.main)\b"
+    r"|\b(?:docker|podman|nerdctl)\s+run\b"
+)
+SERVER_LIST = re.compile(
+    r"""(["'])(?:[^"'\n]*/)?vllm\1\s*,\s*(["'])serve\2"""
+    r"""|(["'])-m\3\s*,\s*(["'])vllm\.entrypoints\.(?:openai\.api_server|cli\.main)\4"""
+)
+
+
+def may_find_server(text: str) -> bool:
+    """False when ``text`` holds no vLLM server start the generic finder recognises."""
+    return "vllm" in text and bool(SERVER_LINE.search(text) or SERVER_LIST.search(text))
 
 
 def is_script_text(text: str, name: str) -> bool:

@@ -1,0 +1,213 @@
+"""The generic server finder: a vLLM server start in any text, whatever form holds it.
+
+Under every reader: a file no reader takes, or one whose reader found nothing, is
+searched here, so a form kvtool has no reader for is "found, partly understood",
+never "not there". Two ways of writing a command are recognised at the token level:
+
+* a **list of argv words** (Python, JSON, TOML, HCL, YAML flow lists):
+  ``["vllm", "serve", ...]``, ``["python3", "-m", "vllm.entrypoints.openai.api_server",
+  ...]``, read with :mod:`.literals` (names and calls are runtime values);
+* a **shell-like line**: ``vllm serve ...``, ``python -m vllm.entrypoints...``,
+  ``docker run IMAGE ...`` with its backslash-continued lines, or the quoted string
+  holding it (``"command": "vllm serve ..."``, ``ExecStart=vllm serve ...``), read
+  with the shell reader; where it does not lex as shell its words are split on blanks.
+
+YAML files are walked as a tree instead (:func:`find_in_yaml`): any string scalar that
+starts a server (a block scalar under any key: ``customCommand: |``, ``server_cmd: >``)
+and any list of words is read, with positions exact. What the finder cannot know (the
+environment, image and pod around a command) is said in a note on each invocation.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import yaml
+
+from kvtool.audit.inputs import detect, literals, yaml_tree
+from kvtool.audit.inputs.command_line import ArgvWord, find_serve
+from kvtool.audit.inputs.container import container_invocations
+from kvtool.audit.inputs.positions import LineIndex, OffsetMap
+from kvtool.audit.inputs.shell import ShellContext, read_script
+from kvtool.audit.inputs.source import ReadSource
+from kvtool.audit.model import Invocation, Location
+from kvtool.errors import KvtoolError
+
+KIND = "generic"
+NOTE = (
+    "found by the generic server finder (no reader of this file's form): its argv words "
+    "and their positions are read; environment, image and pod around it are not"
+)
+_LINE_START = detect.SERVER_LINE
+_LIST_START = detect.SERVER_LIST
+may_find = detect.may_find_server
+
+
+def find(text: str, source: ReadSource) -> list[Invocation]:
+    """Every server start in ``text``: a YAML tree when it parses as one with a mapping
+    or list at its top, else the raw text."""
+    if not may_find(text):
+        return []
+    name = (source.file or "").lower()
+    if name.endswith((".yaml", ".yml", ".json")) or text.lstrip().startswith("{"):
+        try:
+            documents = yaml_tree.compose_documents(text, source.file)
+        except (KvtoolError, RecursionError):
+            documents = []
+        if documents:
+            return _noted(find_in_yaml(documents, text, source, KIND))
+    return _noted(find_in_text(text, source, KIND))
+
+
+def _noted(found: list[Invocation]) -> list[Invocation]:
+    for invocation in found:
+        if invocation.kind == KIND:
+            invocation.notes = (*invocation.notes, NOTE)
+    return found
+
+
+def find_in_text(text: str, source: ReadSource, kind: str) -> list[Invocation]:
+    """Server starts in raw text: list literals first, then shell-like lines."""
+    index = LineIndex(text, source.file)
+    context = ShellContext(file=source.file, kind=kind, base_dir=source.base_dir)
+    found: list[tuple[int, list[Invocation]]] = []
+    taken: list[tuple[int, int]] = []
+    for match in _LIST_START.finditer(text):
+        if _inside(match.start(), taken):
+            continue
+        opening = literals.enclosing_list(text, match.start())
+        if opening is None:
+            continue
+        words, end = literals.list_words(text, opening, index)
+        taken.append((opening, end))
+        found.append((opening, container_invocations(words, text, context, image_entrypoint=None)))
+    for match in _LINE_START.finditer(text):
+        if _inside(match.start(), taken):
+            continue
+        start, end, script, mapping = _line_region(text, match.start())
+        taken.append((start, end))
+        found.append((start, _read_line(script, mapping, index, context)))
+    return [invocation for _, group in sorted(found, key=lambda f: f[0]) for invocation in group]
+
+
+def _inside(offset: int, taken: list[tuple[int, int]]) -> bool:
+    return any(start <= offset < end for start, end in taken)
+
+
+def _line_region(text: str, offset: int) -> tuple[int, int, str, OffsetMap]:
+    """The command around ``offset``: the quoted string holding it, else its line with
+    the lines a trailing backslash continues it onto."""
+    line_start = text.rfind("\n", 0, offset) + 1
+    quote = _opening_quote(text, line_start, offset)
+    if quote is not None:
+        literal = literals.string_at(text, quote)
+        if literal is not None:
+            mapping = OffsetMap.align(literal.value, text, quote + 1, literal.end - 1)
+            return quote, literal.end, literal.value, mapping
+    end = text.find("\n", offset)
+    while end >= 0 and text[:end].rstrip(" \t\r").endswith("\\"):
+        end = text.find("\n", end + 1)
+    end = len(text) if end < 0 else end
+    return line_start, end, text[line_start:end], OffsetMap.identity(line_start)
+
+
+def _opening_quote(text: str, line_start: int, offset: int) -> int | None:
+    """The offset of the quote that is open at ``offset`` on its line, if any."""
+    open_at: int | None = None
+    position = line_start
+    while position < offset:
+        char = text[position]
+        if open_at is None and char in "\"'":
+            open_at = position
+        elif open_at is not None and char == text[open_at]:
+            open_at = None
+        elif char == "\\":
+            position += 1
+        position += 1
+    return open_at
+
+
+def _read_line(
+    script: str, mapping: OffsetMap, index: LineIndex, context: ShellContext
+) -> list[Invocation]:
+    def locate(start: int, end: int) -> Location:
+        return index.location(mapping.to_source(start), mapping.to_source(end))
+
+    try:
+        return read_script(script, locate, context)
+    except KvtoolError:
+        words = [
+            ArgvWord(m.group(0), locate(m.start(), m.end()), None)
+            for m in re.finditer(r"\S+", script)
+        ]
+        return container_invocations(words, script, context, image_entrypoint=None)
+
+
+def find_in_yaml(
+    documents: list[yaml.Node], text: str, source: ReadSource, kind: str
+) -> list[Invocation]:
+    """Server starts anywhere in YAML documents: string scalars as scripts, lists of
+    scalars as argv words."""
+    index = LineIndex(text, source.file)
+    context = ShellContext(file=source.file, kind=kind, base_dir=source.base_dir)
+    found: list[Invocation] = []
+    for document in documents:
+        for node in _nodes(document):
+            found.extend(_node_invocations(node, text, index, context))
+    return found
+
+
+def _nodes(node: yaml.Node) -> Iterator[yaml.Node]:
+    """Every node once, depth first; a list of argv words is not entered."""
+    stack = [node]
+    seen: set[int] = set()
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue  # an alias
+        seen.add(id(current))
+        yield current
+        if isinstance(current, yaml.MappingNode):
+            stack.extend(value for _, value in reversed(current.value))
+        elif isinstance(current, yaml.SequenceNode) and not _starts_server(current):
+            stack.extend(reversed(current.value))
+
+
+def _starts_server(node: yaml.SequenceNode) -> bool:
+    texts = [yaml_tree.scalar(item) for item in node.value]
+    return all(t is not None for t in texts) and find_serve([t or "" for t in texts]) is not None
+
+
+def _node_invocations(
+    node: yaml.Node, text: str, index: LineIndex, context: ShellContext
+) -> list[Invocation]:
+    if isinstance(node, yaml.SequenceNode) and _starts_server(node):
+        words = [
+            ArgvWord(
+                yaml_tree.scalar(item) or "",
+                yaml_tree.location(item, index.file),
+                yaml_tree.scalar_source_span(item, text),
+            )
+            for item in node.value
+        ]
+        return container_invocations(words, text, context, image_entrypoint=None)
+    if not isinstance(node, yaml.ScalarNode) or not isinstance(node.value, str):
+        return []
+    value = node.value
+    if "vllm" not in value and "run" not in value:
+        return []
+    if not _LINE_START.search(value):
+        return []
+    run = yaml_tree.scalar_script(node, text, index)
+    if run is None:
+        return []
+    script, locate = run
+    try:
+        return read_script(script, locate, context)
+    except KvtoolError:
+        words = [
+            ArgvWord(m.group(0), locate(m.start(), m.end()), None)
+            for m in re.finditer(r"\S+", script)
+        ]
+        return container_invocations(words, script, context, image_entrypoint=None)
