@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from kvtool.audit.inputs.registry import format_choices
 from kvtool.output.options import ColorMode, ColorOption, OutputFileOption, QuietOption
 
 
@@ -40,7 +41,7 @@ def upgrade(
         str | None,
         typer.Option(
             "--input-format",
-            help="Force the input kind: shell, vllm-config, kubernetes, compose, kaito.",
+            help=f"Force the input kind (default: detected per file): {format_choices()}.",
         ),
     ] = None,
     output_format: Annotated[

@@ -64,6 +64,14 @@ def is_dockerfile(text: str, name: str) -> bool:
     return is_dockerfile_name(name) and bool(_DOCKERFILE_INSTRUCTION.search(text))
 
 
+def is_makefile_name(name: str) -> bool:
+    return name in ("makefile", "gnumakefile") or name.endswith(".mk")
+
+
+def is_justfile_name(name: str) -> bool:
+    return name in ("justfile", ".justfile") or name.endswith(".just")
+
+
 def is_json_manifest(text: str, name: str) -> bool:
     return bool(_JSON_MANIFEST.match(text)) and '"apiVersion"' in text
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from kvtool.audit.inputs.detect import is_justfile_name
 from kvtool.audit.inputs.positions import LineIndex, OffsetMap
 from kvtool.audit.inputs.shell import ShellContext, read_script
 from kvtool.audit.inputs.source import ReadSource
@@ -39,16 +40,6 @@ _JUST_ASSIGNMENT = re.compile(
 _JUST_RECIPE = re.compile(r"^@?[A-Za-z_][A-Za-z0-9_-]*(?:[ \t][^:=]*)?:(?!=)")
 _JUST_INTERPOLATION = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_-]*)\s*\}\}")
 _LINE_PREFIX = re.compile(r"[@+-]*")
-MAKE_NAMES = ("makefile", "gnumakefile")
-JUST_NAMES = ("justfile", ".justfile")
-
-
-def is_makefile_name(name: str) -> bool:
-    return name in MAKE_NAMES or name.endswith(".mk")
-
-
-def is_justfile_name(name: str) -> bool:
-    return name in JUST_NAMES or name.endswith(".just")
 
 
 def read(text: str, source: ReadSource) -> list[Invocation]:
@@ -76,11 +67,11 @@ def _read_make(text: str, source: ReadSource) -> list[Invocation]:
     continuing = False
     for start, end in _lines(text):
         line = text[start:end]
-        if line.startswith("\t") or (continuing and in_recipe):
+        if line.startswith("\t"):
             if not in_recipe:
                 continue
             if continuing:
-                recipes[-1].append((start + (1 if line.startswith("\t") else 0), end))
+                recipes[-1].append((start + 1, end))
             else:
                 recipes.append([(start + 1, end)])
             continuing = line.rstrip().endswith("\\")
@@ -152,20 +143,7 @@ def _read_recipes(
     for physical in recipes:
         if not any("vllm" in text[s:e] or " run" in text[s:e] for s, e in physical):
             continue
-        parts: list[str] = []
-        for number, (start, end) in enumerate(physical):
-            line = text[start:end]
-            if number == 0:
-                prefix = _LINE_PREFIX.match(line)
-                line = " " * (prefix.end() if prefix else 0) + line[prefix.end() if prefix else 0 :]
-            last = number == len(physical) - 1
-            if last and line.rstrip().endswith("\\"):
-                line = line.rstrip()[:-1]  # make drops a backslash that continues nothing
-            parts.append(line)
-        written = "\n".join(parts)
-        script = reference.sub(value, written)
-        start, end = physical[0][0], physical[-1][1]
-        mapping = OffsetMap.align(script, text, start, end)
+        script, mapping = _expanded(text, physical, reference, value)
 
         def locate(begin: int, finish: int, mapped: OffsetMap = mapping) -> Location:
             return index.location(mapped.to_source(begin), mapped.to_source(finish))
@@ -175,3 +153,39 @@ def _read_recipes(
         except KvtoolError:
             continue
     return found
+
+
+def _expanded(
+    text: str,
+    physical: list[tuple[int, int]],
+    reference: re.Pattern[str],
+    value: Callable[[re.Match[str]], str],
+) -> tuple[str, OffsetMap]:
+    """The shell script of one logical recipe line, variables expanded, with a map from
+    its offsets to the recipe's text (a substituted value points at its reference)."""
+    parts: list[str] = []
+    anchors: list[tuple[int, int]] = []
+    length = 0
+
+    def add(chunk: str, source: int) -> None:
+        nonlocal length
+        anchors.append((length, source))
+        parts.append(chunk)
+        length += len(chunk)
+
+    for number, (start, end) in enumerate(physical):
+        if number:
+            add("\n", start)
+        line_end = end
+        if number == len(physical) - 1 and text[start:end].rstrip().endswith("\\"):
+            line_end = start + len(text[start:end].rstrip()) - 1  # make drops it
+        position = start
+        if number == 0:
+            prefix = _LINE_PREFIX.match(text, start, line_end)
+            position = prefix.end() if prefix else start
+        for match in reference.finditer(text, position, line_end):
+            add(text[position : match.start()], position)
+            add(value(match), match.start())
+            position = match.end()
+        add(text[position:line_end], position)
+    return "".join(parts), OffsetMap(tuple(anchors))

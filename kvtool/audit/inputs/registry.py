@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import import_module
 
-from kvtool.audit.inputs import detect, make_recipes
+from kvtool.audit.inputs import detect
 from kvtool.audit.inputs.source import ReadSource
 from kvtool.audit.model import InputKind, Invocation
 
@@ -62,7 +62,7 @@ def _is_python(text: str, name: str) -> bool:
 
 
 def _is_make(text: str, name: str) -> bool:
-    return make_recipes.is_makefile_name(name) or make_recipes.is_justfile_name(name)
+    return detect.is_makefile_name(name) or detect.is_justfile_name(name)
 
 
 def _is_unit(text: str, name: str) -> bool:

@@ -16,6 +16,7 @@ from tests.audit.inputs import (
     test_kubernetes_shapes,
     test_kustomize_json6902,
     test_reader_shapes,
+    test_server_finder,
 )
 from tests.audit.inputs.removed_flag import GONE_AT
 
@@ -61,6 +62,8 @@ def tree(tmp_path: Path) -> Path:
     for name, text in UNRELATED.items():
         _write(root / name, text)
     test_kustomize_json6902.write_tree(root)
+    for form, (name, text) in test_server_finder.FORMS.items():
+        _write(root / "forms" / form / name, text)
     _write(
         root / ".github" / "workflows" / "e2e.yml",
         test_reader_shapes.SHAPES["github-actions-run"][1],
@@ -87,6 +90,7 @@ def test_directory_mode_finds_what_per_file_mode_finds(tree: Path) -> None:
     per_file = [i for path in candidates for i in read_input_set([path]).invocations]
     assert sorted(map(_key, walked.invocations)) == sorted(map(_key, per_file))
     shapes = len(test_kubernetes_shapes.SHAPES) + len(test_reader_shapes.SHAPES)
+    shapes += len(test_server_finder.FORMS)
     # + the ConfigMap consumer, the KAITO workspace, the workflow under .github, and the
     # kustomize base (its own invocation and, patched, the two overlays', which name the
     # base as their file).
@@ -120,3 +124,24 @@ def test_cli_exit_code_follows_findings_never_two(tree: Path, kvtool_cli) -> Non
     redis = tree / "k8s" / "redis.yaml"
     ok = kvtool_cli("audit", str(clean), str(redis), "--vllm-version", still_there)
     assert ok.exit_code == 0, ok.stdout + ok.stderr
+
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.mark.parametrize("root", ["tree", "examples"])
+def test_a_directory_finds_at_least_what_its_files_give_one_by_one(root: str, tree: Path) -> None:
+    """On every fixture tree and the shipped examples: each invocation a file gives when
+    named alone is in the directory's audit, or was read there as a command's --config."""
+    directory = tree if root == "tree" else REPO / root
+    walked = read_input_set([directory])
+    keys = set(map(_key, walked.invocations))
+    through_commands = {
+        s.file for s in walked.skipped if s.reason == "read as the --config of a command"
+    }
+    alone = 0
+    for path in candidate_paths(directory):
+        for invocation in read_input_set([Path(path)]).invocations:
+            alone += 1
+            assert _key(invocation) in keys or invocation.file in through_commands, path
+    assert alone > 0

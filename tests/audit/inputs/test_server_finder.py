@@ -1,0 +1,316 @@
+"""The server is found in every form a deployment starts vLLM from (issue 22).
+
+Each fixture is written here in the shape of the public file cited above it (not
+copied). Every one carries the same removed flag (``REMOVED``, gone at ``GONE_AT``),
+so "found" is checked as a user sees it: the removed flag is reported at its line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kvtool.audit.inputs import read_input_set
+from tests.audit.inputs.removed_flag import GONE_AT, REMOVED, line_of, removed_at
+
+F = REMOVED
+
+FORMS: dict[str, tuple[str, str]] = {
+    # https://github.com/kelvincushman/ContentSwarm AI-server guide: vllm.service.
+    "systemd": (
+        "vllm.service",
+        f"""\
+[Unit]
+Description=vLLM server
+After=network-online.target
+
+[Service]
+Environment="VLLM_USE_V1=1" HF_HOME=/srv/hf
+EnvironmentFile=-/etc/vllm/env
+ExecStart=/usr/bin/env vllm serve org/model-9b \\
+    --served-model-name m9 --port 8000 \\
+    {F}
+Restart=on-failure
+
+[Install]
+WantedBy=multi-user.target
+""",
+    ),
+    # https://github.com/modal-projects/open-source-av-ragbot
+    # server/services/modal_rag/vllm_server.py: a Modal app's argv list and image env.
+    "modal-python": (
+        "vllm_server.py",
+        f"""\
+import modal
+
+vllm_image = modal.Image.debian_slim().uv_pip_install("vllm").env({{"VLLM_USE_V1": "1"}})
+MODEL_NAME = "org/model-4b"
+VLLM_PORT = 8000
+N_GPU = 1
+app = modal.App("vllm-service")
+
+
+@app.function(image=vllm_image)
+@modal.web_server(port=VLLM_PORT)
+def serve():
+    import subprocess
+
+    cmd = [
+        "vllm",
+        "serve",
+        "--uvicorn-log-level=info",
+        MODEL_NAME,
+        "--port",
+        str(VLLM_PORT),
+    ]
+    cmd += ["--tensor-parallel-size", str(N_GPU)]
+    cmd += ["{F}"]
+    subprocess.Popen(" ".join(cmd), shell=True)
+""",
+    ),
+    # https://github.com/tomasruizt/llm_app Makefile: a recipe over backslashed lines.
+    "makefile": (
+        "Makefile",
+        f"""\
+MODEL_NAME ?= "org/model-3b"  # override on the command line
+PORT ?= 8000
+
+.PHONY: serve
+
+serve:
+\t@echo "starting"
+\tpython -m vllm.entrypoints.openai.api_server \\
+\t\t--model $(MODEL_NAME) \\
+\t\t--port $(PORT) \\
+\t\t{F}
+""",
+    ),
+    # https://github.com/dstackai/dstack docs/docs/services.md: commands: with env:.
+    "dstack": (
+        "service.dstack.yml",
+        f"""\
+type: service
+name: llama31
+python: "3.11"
+env:
+  - HF_TOKEN
+  - MODEL_ID=org/model-8b
+commands:
+  - pip install vllm
+  - vllm serve $MODEL_ID
+    --tensor-parallel-size $DSTACK_GPUS_NUM
+    {F}
+port: 8000
+""",
+    ),
+    # https://github.com/dzianisv/poept server.nomad: a docker task with config args.
+    "nomad": (
+        "vllm.nomad",
+        f"""\
+job "vllm" {{
+  group "serve" {{
+    task "engine" {{
+      driver = "docker"
+      config {{
+        image = "vllm/vllm-openai:v0.20.0"
+        args  = ["--model", "org/model-8b", "--port", "${{NOMAD_PORT_http}}",
+                 "{F}"]
+      }}
+      env {{
+        VLLM_USE_V1 = "1"
+      }}
+    }}
+  }}
+}}
+""",
+    ),
+    # https://cloudinit.readthedocs.io/en/latest/reference/modules.html#runcmd
+    "cloud-init": (
+        "user-data.yaml",
+        f"""\
+#cloud-config
+package_update: true
+runcmd:
+  - pip install vllm
+  - [vllm, serve, org/model-8b, --port, "8000", "{F}"]
+""",
+    ),
+    # A composite action "Setup VLLM" (runs.steps[].run with docker run IMAGE ARGS),
+    # https://docs.github.com/en/actions/sharing-automations/creating-actions/creating-a-composite-action
+    "composite-action": (
+        "action.yml",
+        f"""\
+name: Setup VLLM
+description: Start VLLM
+runs:
+  using: "composite"
+  steps:
+    - name: Start VLLM
+      shell: bash
+      run: |
+        docker run -d --name vllm -p 8000:8000 \\
+          vllm/vllm-openai:v0.20.0 \\
+          --model org/model-1b \\
+          {F}
+""",
+    ),
+    # A heredoc writing the start script, as GPU VM bootstrap scripts do.
+    "heredoc-start-script": (
+        "bootstrap.sh",
+        f"""\
+#!/bin/bash
+set -e
+pip install vllm
+cat <<'EOF' > /opt/run.sh
+#!/bin/bash
+exec vllm serve org/model-8b --port 8000 \\
+  {F}
+EOF
+chmod +x /opt/run.sh
+""",
+    ),
+    # Benchmark harness scenario YAML with the server command in a block scalar.
+    "harness-block-scalar": (
+        "scenario.yaml",
+        f"""\
+scenario:
+  name: baseline
+  server_cmd: >
+    vllm serve org/model-8b --port 8000
+    {F}
+  client:
+    concurrency: [1, 8]
+""",
+    ),
+    # Slurm batch script (.sbatch): #SBATCH lines then the server.
+    "sbatch": (
+        "serve.sbatch",
+        f"""\
+#!/bin/bash
+#SBATCH --gres=gpu:1
+#SBATCH --time=04:00:00
+module load cuda
+srun vllm serve org/model-8b --port 8000 {F}
+""",
+    ),
+    # A TOML task file (no reader): the finder reads the argv list.
+    "toml-argv-list": (
+        "tasks.toml",
+        f"""\
+[tasks.serve]
+description = "start the server"
+cmd = ["vllm", "serve", "org/model-8b", "--port", "8000", "{F}"]
+""",
+    ),
+    # A justfile recipe with {{{{var}}}} interpolation.
+    "justfile": (
+        "justfile",
+        f"""\
+model := "org/model-8b"
+
+serve port="8000":
+    uv run vllm serve {{{{model}}}} --port {{{{port}}}} \\
+        {F}
+""",
+    ),
+}
+
+
+def _write(tmp_path: Path, form: str) -> Path:
+    name, text = FORMS[form]
+    path = tmp_path / form / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_each_form_is_found_with_the_flag_at_its_line(tmp_path: Path, form: str) -> None:
+    path = _write(tmp_path, form)
+    found = read_input_set([path])
+    assert found.invocations, found.skipped
+    assert [line for _, line in removed_at(found)] == [line_of(FORMS[form][1], F)]
+
+
+def test_readers_say_which_read_it(tmp_path: Path) -> None:
+    kinds = {
+        form: {i.kind for i in read_input_set([_write(tmp_path, form)]).invocations}
+        for form in FORMS
+    }
+    assert kinds["systemd"] == {"systemd"} and kinds["modal-python"] == {"python"}
+    assert kinds["makefile"] == {"makefile"} and kinds["nomad"] == {"nomad"}
+    assert kinds["composite-action"] == {"github-actions"}
+    assert kinds["toml-argv-list"] == {"generic"} and kinds["harness-block-scalar"] == {"generic"}
+    (generic,) = read_input_set([_write(tmp_path, "toml-argv-list")]).invocations
+    assert any("generic server finder" in note for note in generic.notes)
+
+
+def _env(form: str, tmp_path: Path) -> dict[str, str | None]:
+    (invocation,) = read_input_set([_write(tmp_path, form)]).invocations
+    return {e.name: e.value for e in invocation.env}
+
+
+def test_readers_carry_the_environment(tmp_path: Path) -> None:
+    assert _env("systemd", tmp_path) == {"VLLM_USE_V1": "1", "HF_HOME": "/srv/hf"}
+    assert _env("modal-python", tmp_path) == {"VLLM_USE_V1": "1"}
+    assert _env("nomad", tmp_path) == {"VLLM_USE_V1": "1"}
+    assert _env("dstack", tmp_path) == {"HF_TOKEN": None, "MODEL_ID": "org/model-8b"}
+
+
+def test_python_values_computed_at_run_time_are_not_guessed(tmp_path: Path) -> None:
+    path = tmp_path / "runner.py"
+    path.write_text(
+        "import subprocess\n"
+        "def start(model, port, extra=None):\n"
+        '    cmd = ["vllm", "serve", model, "--port", str(port), *(extra or [])]\n'
+        "    subprocess.Popen(cmd)\n"
+        "def start_string(model, gpus):\n"
+        '    subprocess.run(f"vllm serve {model} --tensor-parallel-size {gpus}", shell=True)\n',
+        encoding="utf-8",
+    )
+    listed, formatted = read_input_set([path]).invocations
+    assert [t.text for t in listed.tokens] == ["${model}", "--port", "${port}"]
+    assert [t.text for t in formatted.tokens] == ["${model}", "--tensor-parallel-size", "${gpus}"]
+    assert formatted.tokens[2].location is not None and formatted.tokens[2].location.line == 6
+
+
+def test_makefile_trailing_backslash_draws_no_false_invalid_number(tmp_path: Path) -> None:
+    """make ends a recipe at its last tab line even after a trailing backslash; the
+    next rule's name is no value of ``--max-model-len``."""
+    from kvtool.audit.engine import Auditor
+    from kvtool.audit.normalize import normalize
+    from kvtool.audit.settings import AuditSettings
+    from kvtool.audit.tables import ShippedTables
+
+    path = tmp_path / "Makefile"
+    path.write_text(
+        "serve:\n\tvllm serve org/m \\\n\t\t--max-model-len \\\nstop:\n\tpkill -f vllm\n",
+        encoding="utf-8",
+    )
+    found = read_input_set([path])
+    (invocation,) = found.invocations
+    assert [t.text for t in invocation.tokens] == ["org/m", "--max-model-len"]
+    report = Auditor(
+        ShippedTables(), normalize, AuditSettings(vllm_version=GONE_AT), version_from_cli=True
+    ).run(found.invocations)
+    assert "VG006" not in {f.code for f in report.findings}
+
+
+def test_dockerfile_env_feeds_the_env_rules(tmp_path: Path) -> None:
+    path = tmp_path / "Dockerfile"
+    path.write_text(
+        "FROM vllm/vllm-openai:v0.20.0\n"
+        "ARG CPU_SIZE=40\n"
+        "ENV VLLM_USE_V1 1\n"
+        "ENV LMCACHE_MAX_LOCAL_CPU_SIZE=${CPU_SIZE} LMCACHE_CHUNK_SIZE=256\n"
+        'CMD ["org/m", "--port", "8000"]\n',
+        encoding="utf-8",
+    )
+    (invocation,) = read_input_set([path]).invocations
+    env = {e.name: (e.value, e.location.line if e.location else None) for e in invocation.env}
+    assert env == {
+        "VLLM_USE_V1": ("1", 3),
+        "LMCACHE_MAX_LOCAL_CPU_SIZE": ("40", 4),
+        "LMCACHE_CHUNK_SIZE": ("256", 4),
+    }
