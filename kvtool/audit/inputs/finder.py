@@ -47,7 +47,7 @@ may_find = detect.may_find_server
 def find(text: str, source: ReadSource) -> list[Invocation]:
     """Every server start in ``text``: a YAML tree when it parses as one with a mapping
     or list at its top, else the raw text."""
-    if not may_find(text):
+    if "vllm" not in text:
         return []
     name = (source.file or "").lower()
     if name.endswith((".yaml", ".yml", ".json")) or text.lstrip().startswith("{"):
@@ -57,6 +57,8 @@ def find(text: str, source: ReadSource) -> list[Invocation]:
             documents = []
         if documents:
             return _noted(find_in_yaml(documents, text, source, KIND))
+    if not may_find(text):
+        return []
     return _noted(find_in_text(text, source, KIND))
 
 
@@ -155,6 +157,10 @@ def find_in_yaml(
     for document in documents:
         for node in _nodes(document):
             found.extend(_node_invocations(node, text, index, context))
+    if not found:
+        from kvtool.audit.inputs.values_args import args_lists
+
+        found = args_lists(documents, text, context)
     return found
 
 

@@ -203,6 +203,43 @@ description = "start the server"
 cmd = ["vllm", "serve", "org/model-8b", "--port", "8000", "{F}"]
 """,
     ),
+    # Values of a chart kvtool has no map for: an argument list beside the image, as
+    # vllm-project/vllm examples/online_serving/chart-helm values.yaml's extraArgs.
+    "chart-values-args": (
+        "values.yaml",
+        f"""\
+replicaCount: 1
+image:
+  repository: vllm/vllm-openai
+  tag: v0.20.0
+server:
+  port: 8000
+  extraCmdArgs:
+    - --max-model-len=8192
+    - {F}
+    - --gpu-memory-utilization
+    - "0.9"
+""",
+    ),
+    # A KServe InferenceService patch of a kustomize overlay: predictor.model.args
+    # (https://kserve.github.io/website/docs/model-serving/generative-inference/overview).
+    "kserve-kustomize-patch": (
+        "isvc-patch.yaml",
+        f"""\
+apiVersion: serving.kserve.io/v1beta1
+kind: InferenceService
+metadata:
+  name: llm
+spec:
+  predictor:
+    model:
+      modelFormat:
+        name: vllm
+      args:
+        - --max-model-len=4096
+        - {F}
+""",
+    ),
     # A justfile recipe with {{{{var}}}} interpolation.
     "justfile": (
         "justfile",
@@ -244,6 +281,17 @@ def test_readers_say_which_read_it(tmp_path: Path) -> None:
     assert kinds["toml-argv-list"] == {"generic"} and kinds["harness-block-scalar"] == {"generic"}
     (generic,) = read_input_set([_write(tmp_path, "toml-argv-list")]).invocations
     assert any("generic server finder" in note for note in generic.notes)
+
+
+def test_an_argument_list_beside_another_server_is_not_vllm(tmp_path: Path) -> None:
+    path = tmp_path / "values.yaml"
+    path.write_text(
+        "image:\n  repository: lmsysorg/sglang\n  tag: v0.4.6\n"
+        "extraArgs: [--max-model-len=8192, --enforce-eager]\n"
+        "vllmCompat: true\n",
+        encoding="utf-8",
+    )
+    assert read_input_set([path]).invocations == []
 
 
 def _env(form: str, tmp_path: Path) -> dict[str, str | None]:

@@ -1,0 +1,120 @@
+"""Values files of charts kvtool has no map for: an argument list next to a vLLM image.
+
+Many charts take the server's arguments as a list in their values, beside the image
+the chart runs (``image: {repository: vllm/vllm-openai, tag: v0.9.2}`` with
+``extraArgs``, ``extraCmdArgs``, ``serverArgs`` or ``args``), and pass it after the
+image's entrypoint; e.g. vLLM's own chart (examples/online_serving/chart-helm
+values.yaml, ``extraArgs``) and KServe predictor values (``args:`` under
+``predictor.model``). Such a list is read as serve arguments when its key names
+arguments, most of its ``--`` words are flags of some vLLM release, and the image
+beside it (or above it) is one whose entrypoint starts vLLM or whose name says vLLM.
+Nothing else of the chart is known (its templates decide), so a note says so.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import yaml
+
+from kvtool.audit.inputs import yaml_tree
+from kvtool.audit.inputs.command_line import ArgvWord
+from kvtool.audit.inputs.container import container_invocations
+from kvtool.audit.inputs.detect import known_flag_spellings
+from kvtool.audit.inputs.shell import ShellContext
+from kvtool.audit.model import Invocation
+from kvtool.releases.images import serve_entrypoint
+
+_ARGS_KEY = re.compile(r"(?i)(?:^|[a-z_-])(?:args|arguments)$")
+# A list is vLLM's arguments when at least this share of its flags are vLLM flags.
+FLAG_SHARE = 0.6
+NOTE = (
+    "an argument list of a chart's values beside a vLLM image: read as the arguments "
+    "of the image's entrypoint; the chart's templates may add others"
+)
+
+
+def args_lists(
+    documents: list[yaml.Node], text: str, context: ShellContext
+) -> list[Invocation]:
+    found: list[Invocation] = []
+    for document in documents:
+        for key, node, image in _argument_lists(document, None):
+            words = [
+                ArgvWord(
+                    yaml_tree.scalar(item) or "",
+                    yaml_tree.location(item, context.file),
+                    yaml_tree.scalar_source_span(item, text),
+                )
+                for item in node.value
+            ]
+            where = yaml_tree.location(node, context.file)
+            labelled = ShellContext(
+                file=context.file,
+                kind=context.kind,
+                base_dir=context.base_dir,
+                image=image,
+                label=f"{context.file or '<input>'}: values {key} (line {where.line})",
+            )
+            for invocation in container_invocations(words, text, labelled, image_entrypoint=()):
+                invocation.notes = (*invocation.notes, NOTE)
+                found.append(invocation)
+    return found
+
+
+def _argument_lists(
+    node: yaml.Node, image: str | None, seen: frozenset[int] = frozenset()
+) -> Iterator[tuple[str, yaml.SequenceNode, str | None]]:
+    if id(node) in seen:
+        return
+    seen = seen | {id(node)}
+    if isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            yield from _argument_lists(item, image, seen)
+        return
+    if not isinstance(node, yaml.MappingNode):
+        return
+    here = _image(yaml_tree.get(node, "image")) or image
+    has_command = yaml_tree.get(node, "command") is not None
+    for key, _, value in yaml_tree.items(node):
+        if (
+            isinstance(value, yaml.SequenceNode)
+            and _ARGS_KEY.search(key)
+            and not has_command
+            and _is_vllm_image(here)
+            and _mostly_vllm_flags(value)
+        ):
+            yield key, value, here
+        elif isinstance(value, (yaml.MappingNode, yaml.SequenceNode)):
+            yield from _argument_lists(value, here, seen)
+
+
+def _image(node: yaml.Node | None) -> str | None:
+    """``image: repo:tag`` or ``image: {repository, tag}`` as one reference."""
+    written = yaml_tree.scalar(node)
+    if written is not None:
+        return written
+    repository = yaml_tree.scalar(yaml_tree.get(node, "repository"))
+    if repository is None:
+        return None
+    registry = yaml_tree.scalar(yaml_tree.get(node, "registry"))
+    tag = yaml_tree.scalar(yaml_tree.get(node, "tag"))
+    reference = f"{registry}/{repository}" if registry else repository
+    return f"{reference}:{tag}" if tag else reference
+
+
+def _is_vllm_image(image: str | None) -> bool:
+    if image is None:
+        return False
+    return "vllm" in image.lower() or serve_entrypoint(image) is not None
+
+
+def _mostly_vllm_flags(node: yaml.SequenceNode) -> bool:
+    texts = [yaml_tree.scalar(item) for item in node.value]
+    if not texts or any(t is None for t in texts):
+        return False
+    flags = [t.split("=", 1)[0] for t in texts if t and t.startswith("--")]
+    known = known_flag_spellings()
+    hits = sum(1 for flag in flags if flag.replace("_", "-") in known)
+    return bool(flags) and hits >= FLAG_SHARE * len(flags)
