@@ -306,7 +306,7 @@ def read_text(
         raise KvtoolError(f"--input-format: unknown format {kind!r}")
     source = source or ReadSource(file=file, base_dir=base_dir)
     found = reader.read(text, source) if reader is not None else []
-    if not found:
+    if not found and (reader is None or not reader.exhaustive):
         # A form its reader does not know, or no reader at all: found, partly understood.
         from kvtool.audit.inputs import finder
 

@@ -85,12 +85,22 @@ def find_in_text(text: str, source: ReadSource, kind: str) -> list[Invocation]:
         taken.append((opening, end))
         found.append((opening, container_invocations(words, text, context, image_entrypoint=None)))
     for match in _LINE_START.finditer(text):
-        if _inside(match.start(), taken):
+        if _inside(match.start(), taken) or _commented(text, match.start()):
             continue
         start, end, script, mapping = _line_region(text, match.start())
         taken.append((start, end))
         found.append((start, _read_line(script, mapping, index, context)))
     return [invocation for _, group in sorted(found, key=lambda f: f[0]) for invocation in group]
+
+
+# What starts a comment line in the languages a command is found in: a command that
+# is commented out starts nothing.
+_COMMENT_STARTS = ("#", "//", "/*", "*", ";", "<!--", "-- ", "rem ", "REM ")
+
+
+def _commented(text: str, offset: int) -> bool:
+    line_start = text.rfind("\n", 0, offset) + 1
+    return text[line_start:offset].lstrip().startswith(_COMMENT_STARTS)
 
 
 def _inside(offset: int, taken: list[tuple[int, int]]) -> bool:

@@ -37,7 +37,7 @@ _MAKE_REFERENCE = re.compile(r"\$\$|\$[({]([A-Za-z_][A-Za-z0-9_.-]*)[)}]")
 _JUST_ASSIGNMENT = re.compile(
     r"^(?:export[ \t]+)?([A-Za-z_][A-Za-z0-9_-]*)[ \t]*:=[ \t]*(['\"])(.*)\2[ \t]*$"
 )
-_JUST_RECIPE = re.compile(r"^@?[A-Za-z_][A-Za-z0-9_-]*(?:[ \t][^:=]*)?:(?!=)")
+_JUST_RECIPE = re.compile(r"^@?[A-Za-z_][A-Za-z0-9_-]*(?:[ \t][^:]*)?:(?!=)")
 _JUST_INTERPOLATION = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_-]*)\s*\}\}")
 _LINE_PREFIX = re.compile(r"[@+-]*")
 

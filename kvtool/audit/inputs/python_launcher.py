@@ -21,6 +21,7 @@ so). A file Python cannot parse is searched by the generic finder.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 
 from kvtool.audit.inputs import finder, literals
@@ -37,6 +38,7 @@ ENV_NOTE = (
     "environment: the variables the Python file sets anywhere (os.environ, env= dicts, "
     ".env({...})) are applied to this command"
 )
+RUNTIME_NOTE = "values computed when the program runs, not judged: {words}"
 _SCRIPT_STARTS = ("vllm serve", "vllm.entrypoints.", "docker run", "podman run")
 
 
@@ -49,7 +51,8 @@ def read(text: str, source: ReadSource) -> list[Invocation]:
     env = tuple(reader.environment(tree))
     context = ShellContext(file=source.file, kind=KIND, base_dir=source.base_dir, env=env)
     found: list[Invocation] = []
-    taken: set[int] = set()
+    taken: set[int] = _mentions(tree)
+    commands = _command_strings(tree)
     for scope in _scopes(tree):
         for node in _walk_scope(scope):
             if isinstance(node, (ast.List, ast.Tuple)) and id(node) not in taken:
@@ -60,15 +63,83 @@ def read(text: str, source: ReadSource) -> list[Invocation]:
                 words += reader.appended(scope, node)
                 found.extend(container_invocations(words, text, context, image_entrypoint=None))
             elif isinstance(node, (ast.Constant, ast.JoinedStr)) and id(node) not in taken:
-                script = reader.string(node)
+                script = reader.string(node) if id(node) in commands else None
                 if script is None or not any(s in script for s in _SCRIPT_STARTS):
                     continue
                 taken.update(id(n) for n in ast.walk(node))
                 found.extend(reader.script(node, script, context))
-    if env:
-        for invocation in found:
+    for invocation in found:
+        runtime = sorted({t.text for t in invocation.tokens if t.text.startswith("${")})
+        if runtime:
+            note = RUNTIME_NOTE.format(words=", ".join(runtime))
+            invocation.notes = (*invocation.notes, note)
+        if env:
             invocation.notes = (*invocation.notes, ENV_NOTE)
     return found
+
+
+# Calls whose string arguments only mention a command (logging it, printing it).
+_MENTIONING_CALLS = frozenset(
+    {"print", "info", "debug", "warning", "warn", "error", "exception", "critical", "write"}
+)
+
+
+# A string is a command when a call that runs one takes it, or it is bound to a name
+# (or keyword) that says it is one; elsewhere (messages, help texts) it mentions one.
+_RUNS = re.compile(
+    r"(?i)^(?:run|call|check_call|check_output|popen|system|split|spawn\w*|exec\w*"
+    r"|create_subprocess_\w+|launch\w*|start\w*|serve\w*|run_\w+|\w+_(?:run|launch|start))$"
+)
+_COMMAND_NAME = re.compile(r"(?i)cmd|command|script|launch|run|serve|start|entry|exec|argv|args")
+
+
+def _command_strings(tree: ast.Module) -> set[int]:
+    """The string nodes written where a command goes."""
+    found: set[int] = set()
+
+    def take(node: ast.AST) -> None:
+        found.update(id(n) for n in ast.walk(node) if isinstance(n, (ast.Constant, ast.JoinedStr)))
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            function = node.func
+            name = function.id if isinstance(function, ast.Name) else ""
+            if isinstance(function, ast.Attribute):
+                name = function.attr
+            if _RUNS.search(name):
+                for argument in node.args:
+                    take(argument)
+            for keyword in node.keywords:
+                if keyword.arg and _COMMAND_NAME.search(keyword.arg):
+                    take(keyword.value)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = [ast.unparse(t) for t in targets]
+            containers = (ast.List, ast.Tuple, ast.Set, ast.Dict)
+            value = node.value
+            if value is None or isinstance(value, containers):
+                continue  # a list of words is read as argv, not as scripts
+            if any(_COMMAND_NAME.search(n) for n in names):
+                take(value)
+    return found
+
+
+def _mentions(tree: ast.Module) -> set[int]:
+    """Nodes whose strings only mention a command: docstrings and other bare string
+    statements, and the arguments of print and logging calls."""
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Expr) and isinstance(node.value, (ast.Constant, ast.JoinedStr)):
+            skipped.update(id(n) for n in ast.walk(node.value))
+        elif isinstance(node, ast.Call):
+            function = node.func
+            name = function.id if isinstance(function, ast.Name) else None
+            if isinstance(function, ast.Attribute):
+                name = function.attr
+            if name in _MENTIONING_CALLS:
+                for argument in node.args:
+                    skipped.update(id(n) for n in ast.walk(argument))
+    return skipped
 
 
 def _scopes(tree: ast.Module) -> list[ast.AST]:

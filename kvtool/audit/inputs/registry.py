@@ -35,6 +35,10 @@ class InputReader:
     # A cheap test the text must pass for the reader to find anything (None: no such
     # test); a file of this kind that fails it is skipped without being read.
     prefilter: Callable[[str], bool] | None = None
+    # True when the reader sees every place its form can start a command (Python's own
+    # parser, make's recipes): where it finds nothing, the generic finder is not asked
+    # (it would take a docstring's or message's `vllm serve` for a start).
+    exhaustive: bool = False
 
     def read(self, text: str, source: ReadSource) -> list[Invocation]:
         if not self.may_find(text):
@@ -96,6 +100,7 @@ READERS: tuple[InputReader, ...] = (
         "python_launcher",
         (".py",),
         detect.may_start_vllm,
+        exhaustive=True,
     ),
     InputReader(
         "makefile",
@@ -104,6 +109,7 @@ READERS: tuple[InputReader, ...] = (
         "make_recipes",
         (".mk", ".just"),
         detect.may_start_vllm,
+        exhaustive=True,
     ),
     InputReader(
         "systemd",

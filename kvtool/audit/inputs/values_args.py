@@ -35,9 +35,7 @@ NOTE = (
 )
 
 
-def args_lists(
-    documents: list[yaml.Node], text: str, context: ShellContext
-) -> list[Invocation]:
+def args_lists(documents: list[yaml.Node], text: str, context: ShellContext) -> list[Invocation]:
     found: list[Invocation] = []
     for document in documents:
         for key, node, image in _argument_lists(document, None):

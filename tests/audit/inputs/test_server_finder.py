@@ -362,3 +362,35 @@ def test_dockerfile_env_feeds_the_env_rules(tmp_path: Path) -> None:
         "LMCACHE_MAX_LOCAL_CPU_SIZE": ("40", 4),
         "LMCACHE_CHUNK_SIZE": ("256", 4),
     }
+
+
+def test_mentions_of_a_command_start_nothing(tmp_path: Path) -> None:
+    """A docstring, a log line, an error message or a commented-out line only mentions
+    ``vllm serve``: none is a server start."""
+    launcher = tmp_path / "tool.py"
+    launcher.write_text(
+        '"""Start it with ``vllm serve MODEL --port 8000``."""\n'
+        "import logging\n"
+        'logging.info("run vllm serve m --calculate-kv-scales yourself")\n'
+        "def check(found):\n"
+        "    if not found:\n"
+        '        raise SystemExit("no server: start vllm serve m first")\n',
+        encoding="utf-8",
+    )
+    notes = tmp_path / "tasks.toml"
+    notes.write_text('# cmd = "vllm serve m --port 8000"\nname = "x"\n', encoding="utf-8")
+    found = read_input_set([launcher, notes])
+    assert found.invocations == []
+    assert {Path(s.file).name for s in found.skipped} == {"tool.py", "tasks.toml"}
+
+
+def test_runtime_values_are_named_in_a_note(tmp_path: Path) -> None:
+    path = tmp_path / "bench.py"
+    path.write_text(
+        "import subprocess\n"
+        "def start(model, port):\n"
+        '    subprocess.Popen(["vllm", "serve", model, "--port", str(port)])\n',
+        encoding="utf-8",
+    )
+    (invocation,) = read_input_set([path]).invocations
+    assert any("${model}, ${port}" in note for note in invocation.notes)
