@@ -209,7 +209,7 @@ def _read_one(
             _read_one(rendered, configmaps, None, result)
         return
     reader = reader_for(kind) if kind is not None else None
-    if reader is None and not _may_find(item):
+    if reader is None and not may_find_server(item.text):
         reason = "not a deployment file kvtool reads (no vLLM server)"
         result.skipped.append(SkippedInput(file=item.name, reason=reason))
         return
@@ -235,14 +235,6 @@ def _read_one(
         )
     else:
         result.invocations.extend(found)
-
-
-def _may_find(item: _Pending) -> bool:
-    """Whether the generic finder may find a server in a file no reader takes: a start
-    it recognises in the text, or (YAML) an argument list beside a vLLM image."""
-    if may_find_server(item.text):
-        return True
-    return "vllm" in item.text and item.name.lower().endswith((".yaml", ".yml", ".json"))
 
 
 def _template_reason(text: str) -> str:

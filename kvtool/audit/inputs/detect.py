@@ -173,8 +173,11 @@ SERVER_LIST = re.compile(
 
 
 def may_find_server(text: str) -> bool:
-    """False when ``text`` holds no vLLM server start the generic finder recognises."""
-    return "vllm" in text and bool(SERVER_LINE.search(text) or SERVER_LIST.search(text))
+    """False when ``text`` holds no vLLM server start the generic finder recognises: a
+    start, or an argument list that may stand beside a vLLM image (``args = [...]``)."""
+    if "vllm" not in text:
+        return False
+    return bool(SERVER_LINE.search(text) or SERVER_LIST.search(text)) or "rgs" in text
 
 
 def is_script_text(text: str, name: str) -> bool:

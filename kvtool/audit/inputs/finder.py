@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+import msgspec
 import yaml
 
 from kvtool.audit.inputs import detect, literals, yaml_tree
@@ -90,7 +91,33 @@ def find_in_text(text: str, source: ReadSource, kind: str) -> list[Invocation]:
         start, end, script, mapping = _line_region(text, match.start())
         taken.append((start, end))
         found.append((start, _read_line(script, mapping, index, context)))
-    return [invocation for _, group in sorted(found, key=lambda f: f[0]) for invocation in group]
+    invocations = [i for _, group in sorted(found, key=lambda f: f[0]) for i in group]
+    return invocations or _args_beside_image(text, index, context)
+
+
+# `image = "vllm/vllm-openai:v0.9.1"` / `"image": "..."` and `args = [` / `"args": [`
+# in HCL (Terraform's kubernetes provider, Nomad), TOML or JSON-like text.
+_IMAGE_SETTING = re.compile(r"""\bimage["']?\s*[=:]\s*["']([^"'\s]+)["']""")
+_ARGS_SETTING = re.compile(r"""\b(\w*[aA]rgs)["']?\s*[=:]\s*\[""")
+
+
+def _args_beside_image(text: str, index: LineIndex, context: ShellContext) -> list[Invocation]:
+    """An argument list written beside a vLLM image in text no reader takes: the
+    arguments of the image's entrypoint (see :mod:`.values_args` for YAML)."""
+    from kvtool.audit.inputs.values_args import is_vllm_image, mostly_vllm_flags
+
+    images = [m for m in _IMAGE_SETTING.finditer(text) if is_vllm_image(m.group(1))]
+    if not images:
+        return []
+    found: list[Invocation] = []
+    for match in _ARGS_SETTING.finditer(text):
+        words, _ = literals.list_words(text, match.end() - 1, index)
+        if not mostly_vllm_flags([w.text for w in words]):
+            continue
+        image = min(images, key=lambda m: abs(m.start() - match.start())).group(1)
+        beside = msgspec.structs.replace(context, image=image)
+        found.extend(container_invocations(words, text, beside, image_entrypoint=()))
+    return found
 
 
 # What starts a comment line in the languages a command is found in: a command that
@@ -121,7 +148,19 @@ def _line_region(text: str, offset: int) -> tuple[int, int, str, OffsetMap]:
     while end >= 0 and text[:end].rstrip(" \t\r").endswith("\\"):
         end = text.find("\n", end + 1)
     end = len(text) if end < 0 else end
-    return line_start, end, text[line_start:end], OffsetMap.identity(line_start)
+    start = _after_setting(text, line_start, offset)
+    return start, end, text[start:end], OffsetMap.identity(start)
+
+
+def _after_setting(text: str, line_start: int, offset: int) -> int:
+    """Where the command starts when a setting's name is glued to it (``command=vllm
+    serve`` in a supervisord or INI file, ``ExecStart=/usr/bin/vllm``): after the ``=``
+    of the word holding the command's first word; else the line's start."""
+    word_start = offset
+    while word_start > line_start and not text[word_start - 1].isspace():
+        word_start -= 1
+    equals = text.rfind("=", word_start, offset)
+    return equals + 1 if equals >= 0 else line_start
 
 
 def _opening_quote(text: str, line_start: int, offset: int) -> int | None:

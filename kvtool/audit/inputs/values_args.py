@@ -80,8 +80,8 @@ def _argument_lists(
             isinstance(value, yaml.SequenceNode)
             and _ARGS_KEY.search(key)
             and not has_command
-            and _is_vllm_image(here)
-            and _mostly_vllm_flags(value)
+            and is_vllm_image(here)
+            and mostly_vllm_flags(_scalar_list(value))
         ):
             yield key, value, here
         elif isinstance(value, (yaml.MappingNode, yaml.SequenceNode)):
@@ -102,17 +102,23 @@ def _image(node: yaml.Node | None) -> str | None:
     return f"{reference}:{tag}" if tag else reference
 
 
-def _is_vllm_image(image: str | None) -> bool:
+def is_vllm_image(image: str | None) -> bool:
     if image is None:
         return False
     return "vllm" in image.lower() or serve_entrypoint(image) is not None
 
 
-def _mostly_vllm_flags(node: yaml.SequenceNode) -> bool:
+def _scalar_list(node: yaml.SequenceNode) -> list[str] | None:
     texts = [yaml_tree.scalar(item) for item in node.value]
-    if not texts or any(t is None for t in texts):
+    return None if any(t is None for t in texts) else [t or "" for t in texts]
+
+
+def mostly_vllm_flags(texts: list[str] | None) -> bool:
+    """Whether argument words are vLLM's: most of their ``--`` words are flags of some
+    vLLM release."""
+    if not texts:
         return False
-    flags = [t.split("=", 1)[0] for t in texts if t and t.startswith("--")]
+    flags = [t.split("=", 1)[0] for t in texts if t.startswith("--")]
     known = known_flag_spellings()
     hits = sum(1 for flag in flags if flag.replace("_", "-") in known)
     return bool(flags) and hits >= FLAG_SHARE * len(flags)

@@ -240,6 +240,37 @@ spec:
         - {F}
 """,
     ),
+    # Terraform's kubernetes provider: a container block's image and args (HCL, no
+    # reader): https://registry.terraform.io/providers/hashicorp/kubernetes/latest/docs/resources/deployment
+    "terraform-container": (
+        "main.tf",
+        f"""\
+resource "kubernetes_deployment" "vllm" {{
+  spec {{
+    template {{
+      spec {{
+        container {{
+          name  = "vllm"
+          image = "vllm/vllm-openai:v0.20.0"
+          args  = ["--model", "org/model-8b",
+                   "{F}"]
+        }}
+      }}
+    }}
+  }}
+}}
+""",
+    ),
+    # supervisord program section: command= glued to the command
+    # (https://supervisord.org/configuration.html#program-x-section-settings).
+    "supervisord": (
+        "vllm.conf",
+        f"""\
+[program:vllm]
+command=/opt/venv/bin/vllm serve org/model-8b --port 8000 {F}
+autorestart=true
+""",
+    ),
     # A justfile recipe with {{{{var}}}} interpolation.
     "justfile": (
         "justfile",
