@@ -425,3 +425,42 @@ def test_runtime_values_are_named_in_a_note(tmp_path: Path) -> None:
     )
     (invocation,) = read_input_set([path]).invocations
     assert any("${model}, ${port}" in note for note in invocation.notes)
+
+
+def test_cloud_init_reads_the_start_script_it_writes(tmp_path: Path) -> None:
+    path = tmp_path / "user-data"
+    text = f"""\
+#cloud-config
+write_files:
+  - path: /opt/start-vllm.sh
+    permissions: "0755"
+    content: |
+      #!/bin/bash
+      exec vllm serve org/model-8b --port 8000 {F}
+runcmd:
+  - /opt/start-vllm.sh
+"""
+    path.write_text(text, encoding="utf-8")
+    found = read_input_set([path])
+    assert [i.kind for i in found.invocations] == ["cloud-init"]
+    assert "write_files /opt/start-vllm.sh" in found.invocations[0].label
+    assert [line for _, line in removed_at(found)] == [line_of(text, F)]
+
+
+def test_python_interpreter_module_start(tmp_path: Path) -> None:
+    path = tmp_path / "launch.py"
+    text = f"""\
+import subprocess
+import sys
+
+def main():
+    subprocess.run(
+        [sys.executable, "-m", "vllm.entrypoints.openai.api_server",
+         "--model", "org/model-8b", "{F}"],
+        check=True,
+    )
+"""
+    path.write_text(text, encoding="utf-8")
+    found = read_input_set([path])
+    assert [t.text for t in found.invocations[0].tokens][:2] == ["--model", "org/model-8b"]
+    assert [line for _, line in removed_at(found)] == [line_of(text, F)]
