@@ -30,12 +30,13 @@ from kvtool.audit.inputs import detect, literals, yaml_tree
 from kvtool.audit.inputs.command_line import ArgvWord, find_serve
 from kvtool.audit.inputs.container import container_invocations
 from kvtool.audit.inputs.positions import LineIndex, OffsetMap
+from kvtool.audit.inputs.registry import GENERIC
 from kvtool.audit.inputs.shell import ShellContext, read_script
 from kvtool.audit.inputs.source import ReadSource
 from kvtool.audit.model import Invocation, Location
 from kvtool.errors import KvtoolError
 
-KIND = "generic"
+KIND = GENERIC
 NOTE = (
     "found by the generic server finder (no reader of this file's form): its argv words "
     "and their positions are read; environment, image and pod around it are not"

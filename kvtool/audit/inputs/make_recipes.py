@@ -40,6 +40,7 @@ _JUST_ASSIGNMENT = re.compile(
 _JUST_RECIPE = re.compile(r"^@?[A-Za-z_][A-Za-z0-9_-]*(?:[ \t][^:]*)?:(?!=)")
 _JUST_INTERPOLATION = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_-]*)\s*\}\}")
 _LINE_PREFIX = re.compile(r"[@+-]*")
+KIND = "makefile"  # the registry's kind for both: recipes of a make-like runner
 
 
 def read(text: str, source: ReadSource) -> list[Invocation]:
@@ -87,7 +88,7 @@ def _read_make(text: str, source: ReadSource) -> list[Invocation]:
             in_recipe = False
         else:
             in_recipe = ":" in line
-    return _read_recipes(text, source, recipes, lambda m: _make_value(m, variables), "makefile")
+    return _read_recipes(text, source, recipes, lambda m: _make_value(m, variables))
 
 
 def _make_value(match: re.Match[str], variables: dict[str, str]) -> str:
@@ -126,7 +127,7 @@ def _read_just(text: str, source: ReadSource) -> list[Invocation]:
         name = match.group(1)
         return variables.get(name, "${" + name.replace("-", "_") + "}")
 
-    return _read_recipes(text, source, recipes, value, "justfile", _JUST_INTERPOLATION)
+    return _read_recipes(text, source, recipes, value, _JUST_INTERPOLATION)
 
 
 def _read_recipes(
@@ -134,11 +135,10 @@ def _read_recipes(
     source: ReadSource,
     recipes: list[list[tuple[int, int]]],
     value: Callable[[re.Match[str]], str],
-    kind: str,
     reference: re.Pattern[str] = _MAKE_REFERENCE,
 ) -> list[Invocation]:
     index = LineIndex(text, source.file)
-    context = ShellContext(file=source.file, kind=kind, base_dir=source.base_dir)
+    context = ShellContext(file=source.file, kind=KIND, base_dir=source.base_dir)
     found: list[Invocation] = []
     for physical in recipes:
         if not any("vllm" in text[s:e] or " run" in text[s:e] for s, e in physical):

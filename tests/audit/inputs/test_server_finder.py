@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from kvtool.audit.inputs import read_input_set
+from kvtool.audit.inputs.registry import FILE_FORMATS, GENERIC
 from tests.audit.inputs.removed_flag import GONE_AT, REMOVED, line_of, removed_at
 
 F = REMOVED
@@ -310,6 +311,8 @@ def test_readers_say_which_read_it(tmp_path: Path) -> None:
     assert kinds["makefile"] == {"makefile"} and kinds["nomad"] == {"nomad"}
     assert kinds["composite-action"] == {"github-actions"}
     assert kinds["toml-argv-list"] == {"generic"} and kinds["harness-block-scalar"] == {"generic"}
+    # every kind an invocation reports is one the registry lists (or the finder's)
+    assert set().union(*kinds.values()) <= {*FILE_FORMATS, GENERIC}
     (generic,) = read_input_set([_write(tmp_path, "toml-argv-list")]).invocations
     assert any("generic server finder" in note for note in generic.notes)
 
