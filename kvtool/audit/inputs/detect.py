@@ -174,10 +174,19 @@ SERVER_LIST = re.compile(
 
 def may_find_server(text: str) -> bool:
     """False when ``text`` holds no vLLM server start the generic finder recognises: a
-    start, or an argument list that may stand beside a vLLM image (``args = [...]``)."""
+    start, an argument list that may stand beside a vLLM image (``args = [...]``), or a
+    key under which a mapping of vLLM flags may be written."""
     if "vllm" not in text:
         return False
-    return bool(SERVER_LINE.search(text) or SERVER_LIST.search(text)) or "rgs" in text
+    if SERVER_LINE.search(text) or SERVER_LIST.search(text) or "rgs" in text:
+        return True
+    return bool(_SETTINGS_KEY_LINE.search(text))
+
+
+# A key naming vLLM or its engine (`vllm:`, `engine_args:`): a mapping of flags may follow.
+_SETTINGS_KEY_LINE = re.compile(
+    r"^[ \t]*[\"']?\w*(?:vllm|engine_?args|server_?args)\w*[\"']?[ \t]*:", re.I | re.M
+)
 
 
 def is_script_text(text: str, name: str) -> bool:

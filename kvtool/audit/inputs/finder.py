@@ -208,9 +208,9 @@ def find_in_yaml(
         for node in _nodes(document):
             found.extend(_node_invocations(node, text, index, context))
     if not found:
-        from kvtool.audit.inputs.values_args import args_lists
+        from kvtool.audit.inputs.values_args import args_lists, flag_mappings
 
-        found = args_lists(documents, text, context)
+        found = args_lists(documents, text, context) or flag_mappings(documents, context)
     return found
 
 

@@ -9,6 +9,12 @@ values.yaml, ``extraArgs``) and KServe predictor values (``args:`` under
 arguments, most of its ``--`` words are flags of some vLLM release, and the image
 beside it (or above it) is one whose entrypoint starts vLLM or whose name says vLLM.
 Nothing else of the chart is known (its templates decide), so a note says so.
+
+Benchmark harnesses and wrappers write the server's settings as a mapping instead,
+under a key that names vLLM or its engine (``vllm: {gpu_memory_utilization: 0.4,
+max_model_len: 2048}``, https://github.com/inference-sim/pytools data/README.md's
+runner config; ``engine_args:``); such a mapping whose keys are mostly vLLM flags is
+read as the flags they set, as a ``--config`` file's keys are.
 """
 
 from __future__ import annotations
@@ -27,6 +33,9 @@ from kvtool.audit.model import Invocation
 from kvtool.releases.images import serve_entrypoint
 
 _ARGS_KEY = re.compile(r"(?i)(?:^|[a-z_-])(?:args|arguments)$")
+_SETTINGS_KEY = re.compile(r"(?i)vllm|^(?:engine|server|serve)[_-]?(?:args|config|kwargs)$")
+# A settings mapping needs this many flag keys to be read as vLLM's.
+MIN_FLAG_KEYS = 2
 # A list is vLLM's arguments when at least this share of its flags are vLLM flags.
 FLAG_SHARE = 0.6
 NOTE = (
@@ -59,6 +68,65 @@ def args_lists(documents: list[yaml.Node], text: str, context: ShellContext) -> 
                 invocation.notes = (*invocation.notes, NOTE)
                 found.append(invocation)
     return found
+
+
+SETTINGS_NOTE = (
+    "a mapping of vLLM flags under {key}: read as the flags it sets; the program that "
+    "reads it may add or change others"
+)
+
+
+def flag_mappings(documents: list[yaml.Node], context: ShellContext) -> list[Invocation]:
+    """Mappings of vLLM flags under a key naming vLLM or its engine, as invocations."""
+    from kvtool.audit.model import Invocation
+
+    found: list[Invocation] = []
+    for document in documents:
+        for key, node in _settings(document, frozenset()):
+            where = yaml_tree.location(node, context.file)
+            items = tuple(
+                (
+                    name,
+                    yaml_tree.construct(value, context.file),
+                    yaml_tree.location(k, context.file),
+                )
+                for name, k, value in yaml_tree.items(node)
+                if _is_flag(name)
+            )
+            found.append(
+                Invocation(
+                    kind=context.kind,
+                    label=f"{context.file or '<input>'}: {key} (line {where.line})",
+                    file=context.file,
+                    config_items=items,
+                    suppressions=context.suppressions,
+                    notes=(SETTINGS_NOTE.format(key=key),),
+                )
+            )
+    return found
+
+
+def _settings(node: yaml.Node, seen: frozenset[int]) -> Iterator[tuple[str, yaml.MappingNode]]:
+    if id(node) in seen:
+        return
+    seen = seen | {id(node)}
+    children: list[yaml.Node] = []
+    if isinstance(node, yaml.SequenceNode):
+        children = list(node.value)
+    for key, _, value in yaml_tree.items(node):
+        if isinstance(value, yaml.MappingNode) and _SETTINGS_KEY.search(key):
+            names = [name for name, _, _ in yaml_tree.items(value)]
+            flags = [name for name in names if _is_flag(name)]
+            if len(flags) >= MIN_FLAG_KEYS and len(flags) >= FLAG_SHARE * len(names):
+                yield key, value
+                continue
+        children.append(value)
+    for child in children:
+        yield from _settings(child, seen)
+
+
+def _is_flag(key: str) -> bool:
+    return "--" + key.replace("_", "-") in known_flag_spellings()
 
 
 def _argument_lists(

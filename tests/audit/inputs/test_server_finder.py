@@ -467,3 +467,32 @@ def main():
     found = read_input_set([path])
     assert [t.text for t in found.invocations[0].tokens][:2] == ["--model", "org/model-8b"]
     assert [line for _, line in removed_at(found)] == [line_of(text, F)]
+
+
+def test_a_mapping_of_vllm_flags_under_a_vllm_key(tmp_path: Path) -> None:
+    # Shape: https://github.com/inference-sim/pytools data/README.md, a benchmark
+    # runner's config with the server's settings under `vllm:`.
+    path = tmp_path / "config.yaml"
+    text = """\
+test:
+  baseline:
+    model: "org/model-0.5b"
+    vllm:
+      gpu_memory_utilization: 0.4
+      calculate_kv_scales: true
+      max_model_len: 2048
+    benchmark:
+      backend: "vllm"
+      num_prompts: 5000
+"""
+    path.write_text(text, encoding="utf-8")
+    found = read_input_set([path])
+    (invocation,) = found.invocations
+    assert [key for key, _, _ in invocation.config_items] == [
+        "gpu_memory_utilization", "calculate_kv_scales", "max_model_len"
+    ]  # fmt: skip
+    assert [line for _, line in removed_at(found)] == [line_of(text, "calculate_kv_scales")]
+    # a mapping whose keys are not vLLM's is no server, whatever its key says
+    other = tmp_path / "other.yaml"
+    other.write_text("vllm_dashboard:\n  theme: dark\n  refresh: 5\n", encoding="utf-8")
+    assert read_input_set([other]).invocations == []
