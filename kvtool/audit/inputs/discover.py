@@ -3,9 +3,9 @@
 A directory is walked in name order and every file is given to the same code that
 reads a file named on the command line (:func:`kvtool.audit.inputs.read_input_set`),
 which decides what each is; nothing is passed over here by its name, so a directory
-finds at least what its files give one by one. Hidden directories (but ``.github``,
-for its workflows), dependency trees and whatever a ``.gitignore`` on the way down
-ignores are not entered.
+finds at least what its files give one by one. Hidden directories (but those of CI
+pipelines and dev containers, ``_HIDDEN_READ``), dependency trees and whatever a
+``.gitignore`` on the way down ignores are not entered.
 """
 
 from __future__ import annotations
@@ -20,8 +20,13 @@ if TYPE_CHECKING:
 
 _Ignores = list[tuple[str, "pathspec.GitIgnoreSpec"]]  # (directory, its .gitignore)
 _SKIPPED_DIRS = frozenset({"node_modules", "__pycache__", "site-packages", "venv"})
-# Hidden directories that hold deployment files: CI workflows that start vLLM.
-_HIDDEN_READ = frozenset({".github"})
+# Hidden directories that hold deployment files: CI pipelines that start vLLM (GitHub,
+# GitLab, CircleCI, Buildkite: vllm-project/vllm's own .buildkite pipelines run
+# `vllm serve`), dev containers, dstack configurations. Other hidden directories
+# (.git, .venv, caches) are not entered.
+_HIDDEN_READ = frozenset(
+    {".github", ".gitlab", ".circleci", ".buildkite", ".devcontainer", ".dstack"}
+)
 _GITIGNORE = ".gitignore"
 
 
