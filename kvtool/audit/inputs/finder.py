@@ -21,7 +21,7 @@ environment, image and pod around a command) is said in a note on each invocatio
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import msgspec
 import yaml
@@ -186,6 +186,21 @@ def _read_line(
     def locate(start: int, end: int) -> Location:
         return index.location(mapping.to_source(start), mapping.to_source(end))
 
+    return _read_script(script, locate, context)
+
+
+def _read_script(
+    script: str, locate: Callable[[int, int], Location], context: ShellContext
+) -> list[Invocation]:
+    """A command found by the finder, read as shell (``{{ field }}`` of a template as a
+    runtime value); split on blanks where it does not lex as shell."""
+    if "{{" in script:
+        script, fields = literals.template_fields_as_runtime(script)
+        written = locate
+
+        def locate(start: int, end: int) -> Location:
+            return written(fields.to_source(start), fields.to_source(end))
+
     try:
         return read_script(script, locate, context)
     except KvtoolError:
@@ -259,11 +274,4 @@ def _node_invocations(
     if run is None:
         return []
     script, locate = run
-    try:
-        return read_script(script, locate, context)
-    except KvtoolError:
-        words = [
-            ArgvWord(m.group(0), locate(m.start(), m.end()), None)
-            for m in re.finditer(r"\S+", script)
-        ]
-        return container_invocations(words, script, context, image_entrypoint=None)
+    return _read_script(script, locate, context)

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 
 from kvtool.audit.inputs.command_line import ArgvWord
-from kvtool.audit.inputs.positions import LineIndex
+from kvtool.audit.inputs.positions import LineIndex, OffsetMap
 
 _QUOTES = "\"'"
 _STRING_PREFIX = re.compile(r"[rRbBuUfF]{0,2}$")
@@ -36,6 +36,32 @@ def runtime_word(expression: str) -> str:
     """The ``${...}`` word standing for a value only known when the program runs."""
     name = _NOT_NAME.sub("_", expression.strip()).strip("_") or "value"
     return "${" + name + "}"
+
+
+# A template field (Jinja, Ansible, Go templates: `{{ model }}`) in a command: its
+# value is only known when the template is rendered.
+_TEMPLATE_FIELD = re.compile(r"\{\{-?\s*(.*?)\s*-?\}\}")
+
+
+def template_fields_as_runtime(script: str) -> tuple[str, OffsetMap]:
+    """``script`` with each ``{{ expr }}`` a runtime word, and a map from the new
+    script's offsets back to ``script``'s (a runtime word points at its field)."""
+    parts: list[str] = []
+    anchors: list[tuple[int, int]] = []
+    length = 0
+    position = 0
+    for match in _TEMPLATE_FIELD.finditer(script):
+        for chunk, source in (
+            (script[position : match.start()], position),
+            (runtime_word(match.group(1)), match.start()),
+        ):
+            anchors.append((length, source))
+            parts.append(chunk)
+            length += len(chunk)
+        position = match.end()
+    anchors.append((length, position))
+    parts.append(script[position:])
+    return "".join(parts), OffsetMap(tuple(anchors))
 
 
 def string_at(text: str, quote_at: int) -> StringLiteral | None:

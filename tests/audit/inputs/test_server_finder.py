@@ -272,6 +272,21 @@ command=/opt/venv/bin/vllm serve org/model-8b --port 8000 {F}
 autorestart=true
 """,
     ),
+    # An Ansible task running the server through the shell module, with Jinja fields
+    # (https://docs.ansible.com/ansible/latest/collections/ansible/builtin/shell_module.html).
+    "ansible-shell": (
+        "playbook.yml",
+        f"""\
+- hosts: gpu
+  vars:
+    model: org/model-8b
+  tasks:
+    - name: start vllm
+      ansible.builtin.shell: >
+        nohup vllm serve {{{{ model }}}} --port {{{{ vllm_port }}}}
+        --max-model-len {{{{ max_len | default(4096) }}}} {F} &
+""",
+    ),
     # A justfile recipe with {{{{var}}}} interpolation.
     "justfile": (
         "justfile",
@@ -496,3 +511,10 @@ test:
     other = tmp_path / "other.yaml"
     other.write_text("vllm_dashboard:\n  theme: dark\n  refresh: 5\n", encoding="utf-8")
     assert read_input_set([other]).invocations == []
+
+
+def test_template_fields_are_runtime_values(tmp_path: Path) -> None:
+    (invocation,) = read_input_set([_write(tmp_path, "ansible-shell")]).invocations
+    assert [t.text for t in invocation.tokens][:5] == [
+        "${model}", "--port", "${vllm_port}", "--max-model-len", "${max_len_default_4096}"
+    ]  # fmt: skip
