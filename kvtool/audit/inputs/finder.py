@@ -48,20 +48,35 @@ may_find = detect.may_find_server
 
 def find(text: str, source: ReadSource) -> list[Invocation]:
     """Every server start in ``text``: a YAML tree when it parses as one with a mapping
-    or list at its top, else the raw text."""
+    or list at its top (JSON too), else the raw text."""
     if "vllm" not in text:
         return []
-    name = (source.file or "").lower()
-    if name.endswith((".yaml", ".yml", ".json")) or text.lstrip().startswith("{"):
-        try:
-            documents = yaml_tree.compose_documents(text, source.file)
-        except (KvtoolError, RecursionError):
-            documents = []
-        if documents:
-            return _noted(find_in_yaml(documents, text, source, KIND))
+    documents = _yaml_documents(text, source)
+    if documents:
+        return _noted(find_in_yaml(documents, text, source, KIND))
     if not may_find(text):
         return []
     return _noted(find_in_text(text, source, KIND))
+
+
+# A top-level `key:` line: the text may be YAML whatever its name (user data, a
+# Procfile, a Taskfile without suffix).
+_TOP_LEVEL_KEY = re.compile(r"^[A-Za-z_][\w.-]*:(?:[ \t]|$)", re.MULTILINE)
+
+
+def _yaml_documents(text: str, source: ReadSource) -> list[yaml.Node]:
+    """The YAML documents of ``text`` when it is YAML or JSON with a mapping or list at
+    its top; [] otherwise (then it is read as raw text)."""
+    name = (source.file or "").lower()
+    named = name.endswith((".yaml", ".yml", ".json")) or text.lstrip().startswith(("{", "["))
+    if not named and not _TOP_LEVEL_KEY.search(text):
+        return []
+    try:
+        documents = yaml_tree.compose_documents(text, source.file)
+    except (KvtoolError, RecursionError):
+        return []
+    structured = (yaml.MappingNode, yaml.SequenceNode)
+    return documents if any(isinstance(d, structured) for d in documents) else []
 
 
 def _noted(found: list[Invocation]) -> list[Invocation]:
@@ -265,10 +280,7 @@ def _node_invocations(
         return container_invocations(words, text, context, image_entrypoint=None)
     if not isinstance(node, yaml.ScalarNode) or not isinstance(node.value, str):
         return []
-    value = node.value
-    if "vllm" not in value and "run" not in value:
-        return []
-    if not _LINE_START.search(value):
+    if not _LINE_START.search(node.value):
         return []
     run = yaml_tree.scalar_script(node, text, index)
     if run is None:
