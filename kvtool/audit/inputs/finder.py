@@ -14,8 +14,9 @@ never "not there". Two ways of writing a command are recognised at the token lev
 
 YAML files are walked as a tree instead (:func:`find_in_yaml`): any string scalar that
 starts a server (a block scalar under any key: ``customCommand: |``, ``server_cmd: >``)
-and any list of words is read, with positions exact. What the finder cannot know (the
-environment, image and pod around a command) is said in a note on each invocation.
+and any list of words is read, with positions exact, and an ``env:``/``envs:`` mapping
+beside or above a command is its environment. What the finder cannot know (the
+image and pod around a command) is said in a note on each invocation.
 """
 
 from __future__ import annotations
@@ -33,13 +34,14 @@ from kvtool.audit.inputs.positions import LineIndex, OffsetMap
 from kvtool.audit.inputs.registry import GENERIC
 from kvtool.audit.inputs.shell import ShellContext, read_script
 from kvtool.audit.inputs.source import ReadSource
-from kvtool.audit.model import Invocation, Location
+from kvtool.audit.model import EnvAssignment, Invocation, Location
 from kvtool.errors import KvtoolError
 
 KIND = GENERIC
 NOTE = (
-    "found by the generic server finder (no reader of this file's form): its argv words "
-    "and their positions are read; environment, image and pod around it are not"
+    "found by the generic server finder (no reader of this file's form): its argv words, "
+    "their positions and an env: written beside them are read; the image and pod around "
+    "it are not"
 )
 _LINE_START = detect.SERVER_LINE
 _LIST_START = detect.SERVER_LIST
@@ -235,8 +237,9 @@ def find_in_yaml(
     context = ShellContext(file=source.file, kind=kind, base_dir=source.base_dir)
     found: list[Invocation] = []
     for document in documents:
-        for node in _nodes(document):
-            found.extend(_node_invocations(node, text, index, context))
+        for node, env in _nodes(document, source.file):
+            beside = msgspec.structs.replace(context, env=env) if env else context
+            found.extend(_node_invocations(node, text, index, beside))
     if not found:
         from kvtool.audit.inputs.values_args import args_lists, flag_mappings
 
@@ -244,20 +247,48 @@ def find_in_yaml(
     return found
 
 
-def _nodes(node: yaml.Node) -> Iterator[yaml.Node]:
-    """Every node once, depth first; a list of argv words is not entered."""
-    stack = [node]
+# Keys whose mapping (NAME: value) or list (NAME=value) is the environment of the
+# commands written beside them or below them: a harness's `env_common:` and `envs:`
+# around its `server_cmd:` (vllm-project/vllm-ascend tests/e2e/nightly/multi_node
+# configs), `env:`, `environment:`, GitLab's `variables:`.
+_ENV_KEY = re.compile(r"(?i)^(?:env|envs|environment)(?:[_-]\w+)?$|^env_vars$|^variables$")
+_Env = tuple[EnvAssignment, ...]
+
+
+def _nodes(node: yaml.Node, file: str | None) -> Iterator[tuple[yaml.Node, _Env]]:
+    """Every node once, depth first, with the environment written beside it or above
+    it; a list of argv words is not entered."""
+    stack: list[tuple[yaml.Node, _Env]] = [(node, ())]
     seen: set[int] = set()
     while stack:
-        current = stack.pop()
+        current, env = stack.pop()
         if id(current) in seen:
             continue  # an alias
         seen.add(id(current))
-        yield current
+        yield current, env
         if isinstance(current, yaml.MappingNode):
-            stack.extend(value for _, value in reversed(current.value))
+            here = env + _environment(current, file)
+            stack.extend((value, here) for _, value in reversed(current.value))
         elif isinstance(current, yaml.SequenceNode) and not _starts_server(current):
-            stack.extend(reversed(current.value))
+            stack.extend((item, env) for item in reversed(current.value))
+
+
+def _environment(mapping: yaml.MappingNode, file: str | None) -> _Env:
+    found: list[EnvAssignment] = []
+    for key, _, value in yaml_tree.items(mapping):
+        if not _ENV_KEY.match(key):
+            continue
+        for name, name_node, value_node in yaml_tree.items(value):
+            written = yaml_tree.scalar(value_node)
+            where = yaml_tree.location(name_node, file)
+            found.append(EnvAssignment(name=name, value=written, location=where))
+        for item in yaml_tree.sequence(value):
+            name, has_value, written = (yaml_tree.scalar(item) or "").partition("=")
+            if name:
+                where = yaml_tree.location(item, file)
+                known = written if has_value else None
+                found.append(EnvAssignment(name=name, value=known, location=where))
+    return tuple(found)
 
 
 def _starts_server(node: yaml.SequenceNode) -> bool:

@@ -137,8 +137,8 @@ runcmd:
   - [vllm, serve, org/model-8b, --port, "8000", "{F}"]
 """,
     ),
-    # A composite action "Setup VLLM" (runs.steps[].run with docker run IMAGE ARGS),
-    # https://docs.github.com/en/actions/sharing-automations/creating-actions/creating-a-composite-action
+    # A composite action "Setup VLLM": runs.steps[].run with docker run IMAGE ARGS
+    # (https://github.com/meta-llama/llama-stack .github/actions/setup-vllm/action.yml).
     "composite-action": (
         "action.yml",
         f"""\
@@ -171,17 +171,28 @@ EOF
 chmod +x /opt/run.sh
 """,
     ),
-    # Benchmark harness scenario YAML with the server command in a block scalar.
+    # A test harness's scenario: env_common: and a folded server_cmd: per node
+    # (https://github.com/vllm-project/vllm-ascend
+    # tests/e2e/nightly/multi_node/config/Qwen3-235B-A22B.yaml).
     "harness-block-scalar": (
         "scenario.yaml",
         f"""\
-scenario:
-  name: baseline
-  server_cmd: >
-    vllm serve org/model-8b --port 8000
-    {F}
-  client:
-    concurrency: [1, 8]
+test_name: "multi-dp"
+model: "org/model-235b"
+env_common:
+  VLLM_USE_MODELSCOPE: true
+  SERVER_PORT: 8080
+deployment:
+  -
+    server_cmd: >
+        vllm serve "org/model-235b"
+        --host 0.0.0.0
+        --port $SERVER_PORT
+        --data-parallel-size 4
+        {F}
+benchmarks:
+  perf:
+    num_prompts: 2800
 """,
     ),
     # Slurm batch script (.sbatch): #SBATCH lines then the server.
@@ -353,6 +364,11 @@ def test_readers_carry_the_environment(tmp_path: Path) -> None:
     assert _env("modal-python", tmp_path) == {"VLLM_USE_V1": "1"}
     assert _env("nomad", tmp_path) == {"VLLM_USE_V1": "1"}
     assert _env("dstack", tmp_path) == {"HF_TOKEN": None, "MODEL_ID": "org/model-8b"}
+    # the generic finder: an env mapping written above the command
+    assert _env("harness-block-scalar", tmp_path) == {
+        "VLLM_USE_MODELSCOPE": "true",
+        "SERVER_PORT": "8080",
+    }
 
 
 def test_python_values_computed_at_run_time_are_not_guessed(tmp_path: Path) -> None:
