@@ -265,10 +265,12 @@ def _nodes(node: yaml.Node, file: str | None) -> Iterator[tuple[yaml.Node, _Env]
         if id(current) in seen:
             continue  # an alias
         seen.add(id(current))
+        if isinstance(current, yaml.MappingNode):
+            env = env + _environment(current, file)
+            stack.extend((value, env) for _, value in reversed(current.value))
         yield current, env
         if isinstance(current, yaml.MappingNode):
-            here = env + _environment(current, file)
-            stack.extend((value, here) for _, value in reversed(current.value))
+            continue
         elif isinstance(current, yaml.SequenceNode) and not _starts_server(current):
             stack.extend((item, env) for item in reversed(current.value))
 
@@ -296,18 +298,56 @@ def _starts_server(node: yaml.SequenceNode) -> bool:
     return all(t is not None for t in texts) and find_serve([t or "" for t in texts]) is not None
 
 
+# A program and its arguments written under sibling keys: VS Code's launch.json
+# (`"module": "vllm.entrypoints.openai.api_server", "args": [...]`,
+# https://code.visualstudio.com/docs/python/debugging#_module), task runners'
+# `command:` + `args:`.
+_PROGRAM_KEYS = ("module", "command", "cmd", "program", "entrypoint", "executable")
+_ARGUMENT_KEYS = ("args", "arguments", "argv")
+
+
+def _program_and_arguments(
+    node: yaml.MappingNode, text: str, index: LineIndex, context: ShellContext
+) -> list[Invocation]:
+    program = next(
+        ((key, value) for key in _PROGRAM_KEYS if (value := yaml_tree.get(node, key)) is not None),
+        None,
+    )
+    arguments = next(
+        (value for key in _ARGUMENT_KEYS if (value := yaml_tree.get(node, key)) is not None),
+        None,
+    )
+    if program is None or not isinstance(arguments, yaml.SequenceNode):
+        return []
+    key, value = program
+    written = yaml_tree.scalar(value)
+    if written is None or "vllm" not in written:
+        return []
+    where = yaml_tree.location(value, index.file)
+    span = yaml_tree.scalar_source_span(value, text)
+    head = ["python", "-m", written] if key == "module" else written.split()
+    words = [ArgvWord(word, where, span if len(head) == 1 else None) for word in head]
+    words += [_scalar_word(item, text, index) for item in arguments.value]
+    if find_serve([w.text for w in words]) is None:
+        return []
+    return container_invocations(words, text, context, image_entrypoint=None)
+
+
+def _scalar_word(item: yaml.Node, text: str, index: LineIndex) -> ArgvWord:
+    return ArgvWord(
+        yaml_tree.scalar(item) or "",
+        yaml_tree.location(item, index.file),
+        yaml_tree.scalar_source_span(item, text),
+    )
+
+
 def _node_invocations(
     node: yaml.Node, text: str, index: LineIndex, context: ShellContext
 ) -> list[Invocation]:
+    if isinstance(node, yaml.MappingNode):
+        return _program_and_arguments(node, text, index, context)
     if isinstance(node, yaml.SequenceNode) and _starts_server(node):
-        words = [
-            ArgvWord(
-                yaml_tree.scalar(item) or "",
-                yaml_tree.location(item, index.file),
-                yaml_tree.scalar_source_span(item, text),
-            )
-            for item in node.value
-        ]
+        words = [_scalar_word(item, text, index) for item in node.value]
         return container_invocations(words, text, context, image_entrypoint=None)
     if not isinstance(node, yaml.ScalarNode) or not isinstance(node.value, str):
         return []

@@ -156,7 +156,9 @@ runs:
           {F}
 """,
     ),
-    # A heredoc writing the start script, as GPU VM bootstrap scripts do.
+    # A bootstrap script that writes the start script with a here-document
+    # (https://www.gnu.org/software/bash/manual/html_node/Redirections.html#Here-Documents)
+    # and installs vLLM first, as GPU VM user-data scripts do.
     "heredoc-start-script": (
         "bootstrap.sh",
         f"""\
@@ -195,7 +197,8 @@ benchmarks:
     num_prompts: 2800
 """,
     ),
-    # Slurm batch script (.sbatch): #SBATCH lines then the server.
+    # Slurm batch script (.sbatch): #SBATCH directives, then srun starts the server
+    # (https://slurm.schedmd.com/sbatch.html).
     "sbatch": (
         "serve.sbatch",
         f"""\
@@ -206,7 +209,8 @@ module load cuda
 srun vllm serve org/model-8b --port 8000 {F}
 """,
     ),
-    # A TOML task file (no reader): the finder reads the argv list.
+    # The argv-list form of Python launchers (modal-projects/open-source-av-ragbot
+    # vllm_server.py) written in a TOML task file (no reader): the finder reads the list.
     "toml-argv-list": (
         "tasks.toml",
         f"""\
@@ -298,6 +302,27 @@ autorestart=true
         --max-model-len {{{{ max_len | default(4096) }}}} {F} &
 """,
     ),
+    # VS Code's launch.json running vLLM's server module with args and env
+    # (https://code.visualstudio.com/docs/python/debugging#_module).
+    "vscode-launch": (
+        "launch.json",
+        f"""\
+{{
+  "version": "0.2.0",
+  "configurations": [
+    {{
+      "name": "vLLM server",
+      "type": "debugpy",
+      "request": "launch",
+      "module": "vllm.entrypoints.openai.api_server",
+      "args": ["--model", "org/model-8b", "--port", "8000",
+               "{F}"],
+      "env": {{"VLLM_LOGGING_LEVEL": "DEBUG"}}
+    }}
+  ]
+}}
+""",
+    ),
     # A justfile recipe with {{{{var}}}} interpolation.
     "justfile": (
         "justfile",
@@ -364,6 +389,7 @@ def test_readers_carry_the_environment(tmp_path: Path) -> None:
     assert _env("modal-python", tmp_path) == {"VLLM_USE_V1": "1"}
     assert _env("nomad", tmp_path) == {"VLLM_USE_V1": "1"}
     assert _env("dstack", tmp_path) == {"HF_TOKEN": None, "MODEL_ID": "org/model-8b"}
+    assert _env("vscode-launch", tmp_path) == {"VLLM_LOGGING_LEVEL": "DEBUG"}
     # the generic finder: an env mapping written above the command
     assert _env("harness-block-scalar", tmp_path) == {
         "VLLM_USE_MODELSCOPE": "true",
