@@ -62,7 +62,9 @@ def read(text: str, source: ReadSource) -> list[Invocation]:
                 taken.update(id(n) for n in ast.walk(node))
                 words += reader.appended(scope, node)
                 found.extend(container_invocations(words, text, context, image_entrypoint=None))
-            elif isinstance(node, (ast.Constant, ast.JoinedStr)) and id(node) not in taken:
+            elif (
+                isinstance(node, (ast.Constant, ast.JoinedStr, ast.BinOp)) and id(node) not in taken
+            ):
                 script = reader.string(node) if id(node) in commands else None
                 if script is None or not any(s in script for s in _SCRIPT_STARTS):
                     continue
@@ -98,7 +100,8 @@ def _command_strings(tree: ast.Module) -> set[int]:
     found: set[int] = set()
 
     def take(node: ast.AST) -> None:
-        found.update(id(n) for n in ast.walk(node) if isinstance(n, (ast.Constant, ast.JoinedStr)))
+        strings = (ast.Constant, ast.JoinedStr, ast.BinOp)
+        found.update(id(n) for n in ast.walk(node) if isinstance(n, strings))
 
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
@@ -122,6 +125,21 @@ def _command_strings(tree: ast.Module) -> set[int]:
             if any(_COMMAND_NAME.search(n) for n in names):
                 take(value)
     return found
+
+
+def _concatenated(node: ast.BinOp) -> list[ast.expr] | None:
+    """The parts of ``"vllm serve " + model + " --port 8000"``; None when the sum holds
+    no string literal (numbers, lists)."""
+    parts: list[ast.expr] = []
+    stack: list[ast.expr] = [node]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, ast.BinOp) and isinstance(current.op, ast.Add):
+            stack += [current.right, current.left]
+        else:
+            parts.append(current)
+    strings = [p for p in parts if isinstance(p, ast.Constant) and isinstance(p.value, str)]
+    return parts if strings else None
 
 
 def _mentions(tree: ast.Module) -> set[int]:
@@ -166,6 +184,19 @@ class _Reader:
         self.text = text
         self.index = LineIndex(text, source.file)
         self.constants: dict[str, str] = {}
+        # Names bound once in the file to a list of words (`ARGS = ["--model", M]`).
+        bound: dict[str, list[ast.expr]] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                target = node.targets[0]
+                if isinstance(target, ast.Name):
+                    bound.setdefault(target.id, []).append(node.value)
+        self.lists: dict[str, ast.List | ast.Tuple] = {
+            name: values[0]
+            for name, values in bound.items()
+            if len(values) == 1 and isinstance(values[0], (ast.List, ast.Tuple))
+        }
+        self._expanding: set[str] = set()
         for statement in tree.body:
             if (
                 isinstance(statement, ast.Assign)
@@ -187,7 +218,10 @@ class _Reader:
         found: list[ArgvWord] = []
         for element in elements:
             if isinstance(element, ast.Starred):
-                continue  # words only known at run time
+                listed = self._listed(element.value)
+                if listed is not None:  # `*ARGS` of a list written once in the file
+                    found += self.words(listed.elts)
+                continue  # else words only known at run time
             span = self.span(element)
             found.append(ArgvWord(self.value(element), self.index.location(*span), span))
         return found
@@ -211,7 +245,25 @@ class _Reader:
             return "python"
         return literals.runtime_word(ast.unparse(node))
 
-    def string(self, node: ast.Constant | ast.JoinedStr) -> str | None:
+    def _listed(self, node: ast.expr) -> ast.List | ast.Tuple | None:
+        if isinstance(node, ast.Name) and node.id not in self._expanding:
+            listed = self.lists.get(node.id)
+            if listed is not None:
+                self._expanding.add(node.id)  # a list that names itself: once
+                return listed
+        return None
+
+    def string(self, node: ast.Constant | ast.JoinedStr | ast.BinOp) -> str | None:
+        if isinstance(node, ast.BinOp):
+            summed = _concatenated(node)
+            if summed is None:
+                return None
+            return "".join(
+                p.value
+                if isinstance(p, ast.Constant) and isinstance(p.value, str)
+                else self.value(p)
+                for p in summed
+            )
         if isinstance(node, ast.Constant):
             return node.value if isinstance(node.value, str) else None
         parts: list[str] = []
@@ -262,7 +314,7 @@ class _Reader:
         return None
 
     def script(
-        self, node: ast.Constant | ast.JoinedStr, script: str, context: ShellContext
+        self, node: ast.Constant | ast.JoinedStr | ast.BinOp, script: str, context: ShellContext
     ) -> list[Invocation]:
         start, end = self.span(node)
         mapping = OffsetMap.align(script, self.text, start, end)

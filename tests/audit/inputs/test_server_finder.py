@@ -560,3 +560,25 @@ def test_template_fields_are_runtime_values(tmp_path: Path) -> None:
     assert [t.text for t in invocation.tokens][:5] == [
         "${model}", "--port", "${vllm_port}", "--max-model-len", "${max_len_default_4096}"
     ]  # fmt: skip
+
+
+def test_python_splat_of_a_written_list_and_string_sums(tmp_path: Path) -> None:
+    path = tmp_path / "serve.py"
+    text = f"""\
+import subprocess
+MODEL = "org/model-8b"
+ARGS = ["--model", MODEL, "{F}"]
+
+def start(port):
+    subprocess.Popen(["python", "-m", "vllm.entrypoints.openai.api_server", *ARGS])
+    cmd = "vllm serve " + MODEL + " --port " + str(port) + " --max-num-seqs 8"
+    subprocess.run(cmd, shell=True)
+"""
+    path.write_text(text, encoding="utf-8")
+    found = read_input_set([path])
+    splat, summed = found.invocations
+    assert [t.text for t in splat.tokens] == ["--model", "org/model-8b", F]
+    assert [t.text for t in summed.tokens] == [
+        "org/model-8b", "--port", "${port}", "--max-num-seqs", "8"
+    ]  # fmt: skip
+    assert [line for _, line in removed_at(found)] == [line_of(text, F)]
