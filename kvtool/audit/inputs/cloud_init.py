@@ -22,12 +22,7 @@ from kvtool.audit.inputs.suppressions import yaml_comment_suppressions
 from kvtool.audit.inputs.vllm_config import WrittenFile
 from kvtool.audit.model import Invocation
 
-HEADER = "#cloud-config"
 _COMMAND_KEYS = ("bootcmd", "runcmd")
-
-
-def is_cloud_config(text: str, name: str) -> bool:
-    return text.lstrip().startswith(HEADER)
 
 
 def read(text: str, source: ReadSource) -> list[Invocation]:

@@ -72,6 +72,40 @@ def is_justfile_name(name: str) -> bool:
     return name in ("justfile", ".justfile") or name.endswith(".just")
 
 
+def is_python(text: str, name: str) -> bool:
+    return name.endswith(".py") or (text.startswith("#!") and "python" in text[: text.find("\n")])
+
+
+def is_make(text: str, name: str) -> bool:
+    return is_makefile_name(name) or is_justfile_name(name)
+
+
+def is_systemd_unit(text: str, name: str) -> bool:
+    return name.endswith(".service") or ("[Service]" in text and "ExecStart" in text)
+
+
+def is_nomad_job(text: str, name: str) -> bool:
+    if name.endswith((".nomad", ".nomad.hcl")):
+        return True
+    return name.endswith(".hcl") and "task" in text and "job" in text
+
+
+def is_cloud_config(text: str, name: str) -> bool:
+    return text.lstrip()[:13] == "#cloud-config"
+
+
+# dstack: `type: service|task|dev-environment` with `commands:`
+# (https://dstack.ai/docs/reference/dstack.yml/service/), or a .dstack.yml name.
+_DSTACK_TYPE = re.compile(r"^type:\s*['\"]?(?:service|task|dev-environment)\b", re.MULTILINE)
+_DSTACK_COMMANDS = re.compile(r"^commands:", re.MULTILINE)
+
+
+def is_dstack(text: str, name: str) -> bool:
+    if name.endswith((".dstack.yml", ".dstack.yaml")):
+        return True
+    return bool(_DSTACK_TYPE.search(text) and _DSTACK_COMMANDS.search(text))
+
+
 def is_json_manifest(text: str, name: str) -> bool:
     return bool(_JSON_MANIFEST.match(text)) and '"apiVersion"' in text
 

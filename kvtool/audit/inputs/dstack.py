@@ -10,8 +10,6 @@ docs/docs/services.md and examples/deployment/vllm/serve.dstack.yml). dstack set
 
 from __future__ import annotations
 
-import re
-
 import yaml
 
 from kvtool.audit.inputs import yaml_tree
@@ -20,15 +18,6 @@ from kvtool.audit.inputs.shell import ShellContext, read_script
 from kvtool.audit.inputs.source import ReadSource
 from kvtool.audit.inputs.suppressions import yaml_comment_suppressions
 from kvtool.audit.model import EnvAssignment, Invocation
-
-_TYPE = re.compile(r"^type:\s*['\"]?(service|task|dev-environment)\b", re.MULTILINE)
-_COMMANDS = re.compile(r"^commands:", re.MULTILINE)
-
-
-def is_dstack(text: str, name: str) -> bool:
-    if name.endswith((".dstack.yml", ".dstack.yaml")):
-        return True
-    return bool(_TYPE.search(text) and _COMMANDS.search(text))
 
 
 def read(text: str, source: ReadSource) -> list[Invocation]:

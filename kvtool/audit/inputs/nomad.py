@@ -26,11 +26,6 @@ from kvtool.releases.images import serve_entrypoint
 
 _BLOCK = re.compile(r"\b(task|config|env)\b\s*(?:\"([^\"]*)\"\s*)?\{")
 _ATTRIBUTE = re.compile(r"^[ \t]*([A-Za-z_][A-Za-z0-9_]*)[ \t]*=[ \t]*", re.MULTILINE)
-_JOB = re.compile(r"^\s*job\s+\"[^\"]*\"\s*\{", re.MULTILINE)
-
-
-def is_job(text: str) -> bool:
-    return bool(_JOB.search(text)) and "task" in text
 
 
 def read(text: str, source: ReadSource) -> list[Invocation]:

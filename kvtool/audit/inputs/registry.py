@@ -61,34 +61,6 @@ def _reader_function(module: str) -> Callable[[str, ReadSource], list[Invocation
 _DOCUMENTS = (*detect.YAML_SUFFIXES, ".json")
 
 
-def _is_python(text: str, name: str) -> bool:
-    return name.endswith(".py") or (text.startswith("#!") and "python" in text[: text.find("\n")])
-
-
-def _is_make(text: str, name: str) -> bool:
-    return detect.is_makefile_name(name) or detect.is_justfile_name(name)
-
-
-def _is_unit(text: str, name: str) -> bool:
-    return name.endswith(".service") or ("[Service]" in text and "ExecStart" in text)
-
-
-def _is_nomad(text: str, name: str) -> bool:
-    if name.endswith((".nomad", ".nomad.hcl")):
-        return True
-    return name.endswith(".hcl") and "task" in text and "job" in text
-
-
-def _is_cloud_config(text: str, name: str) -> bool:
-    return text.lstrip()[:13] == "#cloud-config"
-
-
-def _is_dstack(text: str, name: str) -> bool:
-    from kvtool.audit.inputs.dstack import is_dstack
-
-    return "commands:" in text and is_dstack(text, name)
-
-
 # Tried in this order; the first whose detector accepts a file reads it.
 READERS: tuple[InputReader, ...] = (
     InputReader(
@@ -96,7 +68,7 @@ READERS: tuple[InputReader, ...] = (
         'Python launchers: literal argv lists (`["vllm", "serve", ...]`, '
         "`python -m vllm.entrypoints...`) and command strings, with the env they set "
         "(os.environ, env= dicts, Modal's .env); computed values are runtime values",
-        _is_python,
+        detect.is_python,
         "python_launcher",
         (".py",),
         detect.may_start_vllm,
@@ -105,7 +77,7 @@ READERS: tuple[InputReader, ...] = (
     InputReader(
         "makefile",
         "Makefile and justfile recipes (make's line joining, $(VAR) and {{var}} values)",
-        _is_make,
+        detect.is_make,
         "make_recipes",
         (".mk", ".just"),
         detect.may_start_vllm,
@@ -114,7 +86,7 @@ READERS: tuple[InputReader, ...] = (
     InputReader(
         "systemd",
         "systemd units: ExecStart= with Environment= (EnvironmentFile= noted)",
-        _is_unit,
+        detect.is_systemd_unit,
         "systemd",
         (".service",),
         detect.may_start_vllm,
@@ -122,7 +94,7 @@ READERS: tuple[InputReader, ...] = (
     InputReader(
         "nomad",
         "Nomad job files (HCL): each task's command, args, image and env block",
-        _is_nomad,
+        detect.is_nomad_job,
         "nomad",
         (".nomad", ".hcl"),
         detect.may_start_vllm,
@@ -130,7 +102,7 @@ READERS: tuple[InputReader, ...] = (
     InputReader(
         "cloud-init",
         "cloud-init user data: runcmd/bootcmd (strings and argv lists), write_files scripts",
-        _is_cloud_config,
+        detect.is_cloud_config,
         "cloud_init",
         (),
         detect.may_start_vllm,
@@ -163,7 +135,7 @@ READERS: tuple[InputReader, ...] = (
     InputReader(
         "dstack",
         "dstack run configurations (.dstack.yml): commands: with env: and image:",
-        _is_dstack,
+        detect.is_dstack,
         "dstack",
         _DOCUMENTS,
         detect.may_start_vllm,
@@ -255,7 +227,9 @@ def is_claimed(name: str) -> bool:
     """Whether a reader's name suffixes (or Dockerfile/Makefile names) claim this file."""
     lowered = name.lower()
     return (
-        lowered.endswith(_SUFFIXES) or detect.is_dockerfile_name(lowered) or _is_make("", lowered)
+        lowered.endswith(_SUFFIXES)
+        or detect.is_dockerfile_name(lowered)
+        or detect.is_make("", lowered)
     )
 
 

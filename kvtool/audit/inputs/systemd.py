@@ -26,10 +26,6 @@ _EXEC_PREFIX = re.compile(r"[-@:+!]*")
 ENV_FILE_NOTE = "EnvironmentFile={path}: read when the unit starts; its variables are not known"
 
 
-def is_unit(text: str) -> bool:
-    return "[Service]" in text and "ExecStart" in text
-
-
 def read(text: str, source: ReadSource) -> list[Invocation]:
     index = LineIndex(text, source.file)
     env: list[EnvAssignment] = []
