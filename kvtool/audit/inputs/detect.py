@@ -90,8 +90,11 @@ def is_nomad_job(text: str, name: str) -> bool:
     return name.endswith(".hcl") and "task" in text and "job" in text
 
 
+_CLOUD_CONFIG = re.compile(r"\s*#cloud-config\b")
+
+
 def is_cloud_config(text: str, name: str) -> bool:
-    return text.lstrip()[:13] == "#cloud-config"
+    return bool(_CLOUD_CONFIG.match(text))
 
 
 # dstack: `type: service|task|dev-environment` with `commands:`
