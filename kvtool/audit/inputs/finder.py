@@ -14,9 +14,9 @@ never "not there". Two ways of writing a command are recognised at the token lev
 
 YAML files are walked as a tree instead (:func:`find_in_yaml`): any string scalar that
 starts a server (a block scalar under any key: ``customCommand: |``, ``server_cmd: >``)
-and any list of words is read, with positions exact, and an ``env:``/``envs:`` mapping
-beside or above a command is its environment. What the finder cannot know (the
-image and pod around a command) is said in a note on each invocation.
+and any list of words is read, with positions exact; an ``env:``/``envs:`` mapping and
+an ``image:`` beside or above a command are its environment and image. What the
+finder cannot know (the pod or program around a command) is said in a note.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 import msgspec
 import yaml
 
-from kvtool.audit.inputs import detect, literals, yaml_tree
+from kvtool.audit.inputs import detect, literals, values_args, yaml_tree
 from kvtool.audit.inputs.command_line import ArgvWord, find_serve
 from kvtool.audit.inputs.container import container_invocations
 from kvtool.audit.inputs.positions import LineIndex, OffsetMap
@@ -40,8 +40,8 @@ from kvtool.errors import KvtoolError
 KIND = GENERIC
 NOTE = (
     "found by the generic server finder (no reader of this file's form): its argv words, "
-    "their positions and an env: written beside them are read; the image and pod around "
-    "it are not"
+    "their positions and an env: and image: written beside them are read; the pod or "
+    "program around it is not"
 )
 _LINE_START = detect.SERVER_LINE
 _LIST_START = detect.SERVER_LIST
@@ -237,13 +237,13 @@ def find_in_yaml(
     context = ShellContext(file=source.file, kind=kind, base_dir=source.base_dir)
     found: list[Invocation] = []
     for document in documents:
-        for node, env in _nodes(document, source.file):
-            beside = msgspec.structs.replace(context, env=env) if env else context
+        for node, env, image in _nodes(document, source.file):
+            beside = msgspec.structs.replace(context, env=env, image=image)
             found.extend(_node_invocations(node, text, index, beside))
     if not found:
-        from kvtool.audit.inputs.values_args import args_lists, flag_mappings
-
-        found = args_lists(documents, text, context) or flag_mappings(documents, context)
+        found = values_args.args_lists(documents, text, context) or values_args.flag_mappings(
+            documents, context
+        )
     return found
 
 
@@ -255,24 +255,24 @@ _ENV_KEY = re.compile(r"(?i)^(?:env|envs|environment)(?:[_-]\w+)?$|^env_vars$|^v
 _Env = tuple[EnvAssignment, ...]
 
 
-def _nodes(node: yaml.Node, file: str | None) -> Iterator[tuple[yaml.Node, _Env]]:
-    """Every node once, depth first, with the environment written beside it or above
-    it; a list of argv words is not entered."""
-    stack: list[tuple[yaml.Node, _Env]] = [(node, ())]
+def _nodes(node: yaml.Node, file: str | None) -> Iterator[tuple[yaml.Node, _Env, str | None]]:
+    """Every node once, depth first, with the environment and the image written beside
+    it or above it (a CI job's `image:`, a values file's); a list of argv words is not
+    entered."""
+    stack: list[tuple[yaml.Node, _Env, str | None]] = [(node, (), None)]
     seen: set[int] = set()
     while stack:
-        current, env = stack.pop()
+        current, env, image = stack.pop()
         if id(current) in seen:
             continue  # an alias
         seen.add(id(current))
         if isinstance(current, yaml.MappingNode):
             env = env + _environment(current, file)
-            stack.extend((value, env) for _, value in reversed(current.value))
-        yield current, env
-        if isinstance(current, yaml.MappingNode):
-            continue
+            image = values_args.image_reference(yaml_tree.get(current, "image")) or image
+            stack.extend((value, env, image) for _, value in reversed(current.value))
         elif isinstance(current, yaml.SequenceNode) and not _starts_server(current):
-            stack.extend((item, env) for item in reversed(current.value))
+            stack.extend((item, env, image) for item in reversed(current.value))
+        yield current, env, image
 
 
 def _environment(mapping: yaml.MappingNode, file: str | None) -> _Env:

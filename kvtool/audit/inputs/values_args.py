@@ -141,7 +141,7 @@ def _argument_lists(
         return
     if not isinstance(node, yaml.MappingNode):
         return
-    here = _image(yaml_tree.get(node, "image")) or image
+    here = image_reference(yaml_tree.get(node, "image")) or image
     has_command = yaml_tree.get(node, "command") is not None
     for key, _, value in yaml_tree.items(node):
         if (
@@ -156,7 +156,7 @@ def _argument_lists(
             yield from _argument_lists(value, here, seen)
 
 
-def _image(node: yaml.Node | None) -> str | None:
+def image_reference(node: yaml.Node | None) -> str | None:
     """``image: repo:tag`` or ``image: {repository, tag}`` as one reference."""
     written = yaml_tree.scalar(node)
     if written is not None:

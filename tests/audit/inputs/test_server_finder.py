@@ -582,3 +582,22 @@ def start(port):
         "org/model-8b", "--port", "${port}", "--max-num-seqs", "8"
     ]  # fmt: skip
     assert [line for _, line in removed_at(found)] == [line_of(text, F)]
+
+
+def test_a_ci_job_gives_its_variables_and_image(tmp_path: Path) -> None:
+    # Shape: a GitLab CI job (https://docs.gitlab.com/ci/yaml/: variables, image, script).
+    path = tmp_path / ".gitlab-ci.yml"
+    text = f"""\
+variables:
+  MODEL: org/model-8b
+serve-job:
+  image: vllm/vllm-openai:v0.20.0
+  script:
+    - vllm serve $MODEL --port 8000 {F} &
+"""
+    path.write_text(text, encoding="utf-8")
+    found = read_input_set([path])
+    (invocation,) = found.invocations
+    assert invocation.image == "vllm/vllm-openai:v0.20.0"
+    assert invocation.tokens[0].text == "org/model-8b"
+    assert [line for _, line in removed_at(found)] == [line_of(text, F)]
