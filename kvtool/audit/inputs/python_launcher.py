@@ -51,12 +51,16 @@ def read(text: str, source: ReadSource) -> list[Invocation]:
     env = tuple(reader.environment(tree))
     context = ShellContext(file=source.file, kind=KIND, base_dir=source.base_dir, env=env)
     found: list[Invocation] = []
-    taken: set[int] = _mentions(tree)
+    # Written lists used as parts of others (`BASE + [...]`, `[..., *ARGS]`) are read
+    # where they are used, not as commands of their own.
+    taken: set[int] = _mentions(tree) | reader.fragments(tree)
     commands = _command_strings(tree)
     for scope in _scopes(tree):
         for node in _walk_scope(scope):
-            if isinstance(node, (ast.List, ast.Tuple)) and id(node) not in taken:
-                words = reader.words(node.elts)
+            if id(node) in taken:
+                continue
+            words = reader.argv(node)
+            if words is not None:
                 if find_serve([w.text for w in words]) is None:
                     continue
                 taken.update(id(n) for n in ast.walk(node))
@@ -127,9 +131,8 @@ def _command_strings(tree: ast.Module) -> set[int]:
     return found
 
 
-def _concatenated(node: ast.BinOp) -> list[ast.expr] | None:
-    """The parts of ``"vllm serve " + model + " --port 8000"``; None when the sum holds
-    no string literal (numbers, lists)."""
+def _summands(node: ast.BinOp) -> list[ast.expr]:
+    """The operands of a chain of ``+``, left to right."""
     parts: list[ast.expr] = []
     stack: list[ast.expr] = [node]
     while stack:
@@ -138,6 +141,13 @@ def _concatenated(node: ast.BinOp) -> list[ast.expr] | None:
             stack += [current.right, current.left]
         else:
             parts.append(current)
+    return parts
+
+
+def _concatenated(node: ast.BinOp) -> list[ast.expr] | None:
+    """The parts of ``"vllm serve " + model + " --port 8000"``; None when the sum holds
+    no string literal (numbers, lists)."""
+    parts = _summands(node)
     strings = [p for p in parts if isinstance(p, ast.Constant) and isinstance(p.value, str)]
     return parts if strings else None
 
@@ -218,10 +228,10 @@ class _Reader:
         found: list[ArgvWord] = []
         for element in elements:
             if isinstance(element, ast.Starred):
-                listed = self._listed(element.value)
-                if listed is not None:  # `*ARGS` of a list written once in the file
-                    found += self.words(listed.elts)
-                continue  # else words only known at run time
+                # `*ARGS` of a list written once in the file; else words only known
+                # at run time
+                found += self._listed_words(element.value)
+                continue
             span = self.span(element)
             found.append(ArgvWord(self.value(element), self.index.location(*span), span))
         return found
@@ -245,13 +255,47 @@ class _Reader:
             return "python"
         return literals.runtime_word(ast.unparse(node))
 
-    def _listed(self, node: ast.expr) -> ast.List | ast.Tuple | None:
-        if isinstance(node, ast.Name) and node.id not in self._expanding:
-            listed = self.lists.get(node.id)
-            if listed is not None:
-                self._expanding.add(node.id)  # a list that names itself: once
-                return listed
-        return None
+    def argv(self, node: ast.AST) -> list[ArgvWord] | None:
+        """The words of a list literal, or of a sum of lists (``["vllm", "serve"] +
+        ARGS``, an operand that is no written list counting as runtime words); None for
+        anything else."""
+        if isinstance(node, (ast.List, ast.Tuple)):
+            return self.words(node.elts)
+        if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add)):
+            return None
+        parts = _summands(node)
+        if not any(isinstance(p, (ast.List, ast.Tuple)) for p in parts):
+            return None
+        words: list[ArgvWord] = []
+        for part in parts:
+            if isinstance(part, (ast.List, ast.Tuple)):
+                words += self.words(part.elts)
+            else:
+                words += self._listed_words(part)
+        return words
+
+    def fragments(self, tree: ast.Module) -> set[int]:
+        """The nodes of written lists that other lists are built from."""
+        used: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Starred) and isinstance(node.value, ast.Name):
+                used.add(node.value.id)
+            elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+                used.update(p.id for p in (node.left, node.right) if isinstance(p, ast.Name))
+        return {id(n) for name in used if name in self.lists for n in ast.walk(self.lists[name])}
+
+    def _listed_words(self, node: ast.expr) -> list[ArgvWord]:
+        """The words of the list a name is bound to ([] for anything else)."""
+        if not isinstance(node, ast.Name) or node.id in self._expanding:
+            return []  # not a written list, or one that names itself
+        listed = self.lists.get(node.id)
+        if listed is None:
+            return []
+        self._expanding.add(node.id)
+        try:
+            return self.words(listed.elts)
+        finally:
+            self._expanding.discard(node.id)
 
     def string(self, node: ast.Constant | ast.JoinedStr | ast.BinOp) -> str | None:
         if isinstance(node, ast.BinOp):
@@ -274,14 +318,14 @@ class _Reader:
                 parts.append(self.value(part.value))
         return "".join(parts)
 
-    def appended(self, scope: ast.AST, listed: ast.List | ast.Tuple) -> list[ArgvWord]:
+    def appended(self, scope: ast.AST, listed: ast.AST) -> list[ArgvWord]:
         """Words added later in ``scope`` to the name the list was assigned to."""
         name = self._assigned_name(scope, listed)
         if name is None:
             return []
         found: list[ArgvWord] = []
         for node in _walk_scope(scope):
-            if getattr(node, "lineno", 0) <= listed.lineno:
+            if getattr(node, "lineno", 0) <= getattr(listed, "lineno", 0):
                 continue
             if (
                 isinstance(node, ast.AugAssign)

@@ -601,3 +601,29 @@ serve-job:
     assert invocation.image == "vllm/vllm-openai:v0.20.0"
     assert invocation.tokens[0].text == "org/model-8b"
     assert [line for _, line in removed_at(found)] == [line_of(text, F)]
+
+
+def test_python_argv_built_from_written_lists(tmp_path: Path) -> None:
+    """A list written once and used in several commands (``BASE + [...]``) is read in
+    each, and is no command of its own."""
+    path = tmp_path / "runner.py"
+    text = f"""\
+import subprocess
+BASE = ["vllm", "serve"]
+EXTRA = ["{F}"]
+
+def first(model):
+    subprocess.Popen(BASE + [model, "--port", "8000"] + EXTRA)
+
+def second(model):
+    cmd = BASE + [model, "--port", "8001"]
+    cmd.append("--max-num-seqs")
+    cmd.append("8")
+    subprocess.Popen(cmd)
+"""
+    path.write_text(text, encoding="utf-8")
+    first, second = read_input_set([path]).invocations
+    assert [t.text for t in first.tokens] == ["${model}", "--port", "8000", F]
+    assert [t.text for t in second.tokens] == [
+        "${model}", "--port", "8001", "--max-num-seqs", "8"
+    ]  # fmt: skip
