@@ -237,7 +237,7 @@ def is_claimed(name: str) -> bool:
 _SUFFIXES = tuple({suffix for reader in READERS for suffix in reader.suffixes})
 
 # Files kvtool never opens, by name: documentation, media, archives, model weights,
-# lock files and compiled code. Nothing there starts a server as a deployment does
+# lock files, logs and compiled code. Nothing there starts a server as a deployment does
 # (a README's `vllm serve` is an example to read, not a deployment to audit).
 NEVER_READ_SUFFIXES: dict[str, tuple[str, ...]] = {
     "documentation": (".md", ".markdown", ".rst", ".adoc", ".html", ".htm", ".ipynb", ".tex"),
@@ -248,6 +248,8 @@ NEVER_READ_SUFFIXES: dict[str, tuple[str, ...]] = {
         ".arrow", ".h5", ".pkl", ".ckpt", ".csv", ".tsv", ".jsonl",
     ),
     "lock file": (".lock",),
+    # A server's log echoes its command line: a record of a start, not a deployment.
+    "log": (".log",),
     "compiled": (".pyc", ".so", ".o", ".a", ".dll", ".dylib", ".exe", ".class"),
 }  # fmt: skip
 _NEVER_READ = tuple(
