@@ -206,11 +206,49 @@ def _read_line(
     return _read_script(script, locate, context)
 
 
+# Words that may stand before a server start in a command: wrappers that run it, and
+# the keywords around commands in scripts and task files. Any other word there (a
+# message's "start", "use", "with") makes the text prose that mentions a command.
+_LAUNCHERS = frozenset(
+    {
+        "exec", "nohup", "env", "sudo", "time", "nice", "ionice", "timeout", "setsid",
+        "stdbuf", "numactl", "taskset", "uv", "uvx", "run", "poetry", "pipenv", "pdm",
+        "hatch", "conda", "mamba", "micromamba", "pixi", "srun", "mpirun", "apptainer",
+        "singularity", "then", "do", "else", "cmd", "sh", "bash", "-c", "&", "!",
+    }
+)  # fmt: skip
+_COMMAND_BREAK = re.compile(r"[\n;|&(`]")
+
+
+def _starts_like_a_command(script: str) -> bool:
+    """Whether a server start in ``script`` is written as a command: only wrappers,
+    assignments, options, paths and setting names come before it in its command."""
+    for match in _LINE_START.finditer(script):
+        breaks = [m.end() for m in _COMMAND_BREAK.finditer(script, 0, match.start())]
+        before = script[breaks[-1] if breaks else 0 : match.start()].split()
+        if all(_launcher_word(word) for word in before):
+            return True
+    return False
+
+
+def _launcher_word(word: str) -> bool:
+    return (
+        word.lower() in _LAUNCHERS
+        or word.startswith(("-", "$", '"', "'"))
+        or "=" in word
+        or "/" in word
+        or word.endswith(":")
+    )
+
+
 def _read_script(
     script: str, locate: Callable[[int, int], Location], context: ShellContext
 ) -> list[Invocation]:
     """A command found by the finder, read as shell (``{{ field }}`` of a template as a
-    runtime value); split on blanks where it does not lex as shell."""
+    runtime value); split on blanks where it does not lex as shell. Text that only
+    mentions a start (a message, a description) is none."""
+    if not _starts_like_a_command(script):
+        return []
     if "{{" in script:
         script, fields = literals.template_fields_as_runtime(script)
         written = locate

@@ -470,9 +470,22 @@ def test_mentions_of_a_command_start_nothing(tmp_path: Path) -> None:
     )
     notes = tmp_path / "tasks.toml"
     notes.write_text('# cmd = "vllm serve m --port 8000"\nname = "x"\n', encoding="utf-8")
-    found = read_input_set([launcher, notes])
+    program = tmp_path / "main.go"
+    program.write_text(
+        'package main\nimport "errors"\n'
+        'var errDown = errors.New("no server: start one with vllm serve m --port 8000")\n',
+        encoding="utf-8",
+    )
+    described = tmp_path / "catalog.yaml"
+    described.write_text(
+        "models:\n  - name: m\n    description: Use vllm serve m --max-num-seqs 4 to host it\n",
+        encoding="utf-8",
+    )
+    found = read_input_set([launcher, notes, program, described])
     assert found.invocations == []
-    assert {Path(s.file).name for s in found.skipped} == {"tool.py", "tasks.toml"}
+    assert {Path(s.file).name for s in found.skipped} == {
+        "tool.py", "tasks.toml", "main.go", "catalog.yaml"
+    }  # fmt: skip
 
 
 def test_runtime_values_are_named_in_a_note(tmp_path: Path) -> None:
