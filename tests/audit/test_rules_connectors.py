@@ -79,6 +79,19 @@ def test_cn012_lmcache_backend_fails_through_0_21_x() -> None:
     assert "CN012" not in codes(run(config("0.22.0", *flags)))
 
 
+def test_cn012_quiet_where_an_explicit_kv_transfer_config_turned_hma_off_first() -> None:
+    # vllm v0.11.2 vllm/config/vllm.py: __post_init__ turns HMA off for any
+    # kv_transfer_config (line 705) before _post_init_kv_transfer_config converts
+    # --kv-offloading-* (line 776); 0.13-0.21 do the same with the tri-state flag unset.
+    # With the user's own --kv-transfer-config the factory never sees HMA on.
+    offload = (opt("--kv-offloading-backend", "native"), opt("--kv-offloading-size", "100"))
+    nixl = ktc(kv_connector="NixlConnector", kv_role="kv_both")
+    for version in ("0.11.2", "0.12.0", "0.20.0"):
+        assert "CN012" not in codes(run(config(version, *offload, nixl))), version
+        # Nearest neighbour: the same offload flags alone keep HMA on, and startup fails.
+        assert "CN012" in codes(run(config(version, *offload))), version
+
+
 def test_cn012_forcing_hma_on_with_a_non_hma_connector() -> None:
     # vg §2 row 25: on 0.23.0+ the factory error needs --no-disable-hybrid-kv-cache-manager.
     force = opt(

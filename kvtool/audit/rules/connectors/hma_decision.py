@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import msgspec
 
-from kvtool.audit.context import RuleContext
+from kvtool.audit.context import KV_TRANSFER_CONFIG, RuleContext
 
 DISABLE_HMA = "--disable-hybrid-kv-cache-manager"
 HMA_FACTORY_ERROR = (
@@ -52,6 +52,12 @@ def _unresolved(ctx: RuleContext, non_hma: tuple[str, ...]) -> tuple[str, ...]:
     return () if non_hma else external
 
 
+def _user_transfer_config(ctx: RuleContext) -> bool:
+    """The command passes ``--kv-transfer-config`` itself (vLLM then holds a config object,
+    whatever the offload flags later write into it)."""
+    return ctx.option(KV_TRANSFER_CONFIG) is not None or bool(ctx.kv_transfer_config)
+
+
 def hma_outcome(ctx: RuleContext, *, ignore_flag: bool = False) -> HmaOutcome:
     """Imitate vLLM's HMA decision on a GPU platform (CPU platforms always turn HMA off).
 
@@ -64,7 +70,14 @@ def hma_outcome(ctx: RuleContext, *, ignore_flag: bool = False) -> HmaOutcome:
     flag = None if ignore_flag else ctx.bool_option(DISABLE_HMA)
     conn = ctx.connector
     mode = ctx.hma_mode
-    from_transfer_config = conn is not None and conn.via == "kv-transfer-config"
+    converted_first = ctx.facts.hma is not None and ctx.facts.hma.offload_converted_first
+    # Up to 0.21 VllmConfig decides HMA from the user's --kv-transfer-config before it
+    # converts --kv-offloading-* into a connector: a config the user passed turns HMA off
+    # even when the offload flags then replace its connector (vllm v0.11.2
+    # vllm/config/vllm.py: the HMA check at line 705, the conversion at line 776).
+    from_transfer_config = _user_transfer_config(ctx) or (
+        converted_first and conn is not None and conn.via == "kv-transfer-config"
+    )
     if mode == "transfer-config-forces-off" and from_transfer_config:
         # The plain-bool flag is overwritten with True whatever the user passed.
         return HmaOutcome(False, "transfer-config", non_hma)
@@ -78,7 +91,6 @@ def hma_outcome(ctx: RuleContext, *, ignore_flag: bool = False) -> HmaOutcome:
     if conn is None:
         return HmaOutcome(True, "no-connector", non_hma)
     if mode in ("transfer-config-forces-off", "transfer-config-disables"):
-        converted_first = ctx.facts.hma is not None and ctx.facts.hma.offload_converted_first
         if from_transfer_config or converted_first:
             return HmaOutcome(False, "transfer-config", non_hma)
         # --kv-offloading-* became a connector after the HMA decision: HMA stayed on.
