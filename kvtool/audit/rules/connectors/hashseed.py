@@ -8,6 +8,7 @@ from kvtool.audit.context import KV_TRANSFER_CONFIG, RuleContext
 from kvtool.audit.model import Finding, Severity
 from kvtool.audit.references import lmcache_issue, vllm_issue, vllm_pr, vllm_source
 from kvtool.audit.registry import ConfigRule, register
+from kvtool.audit.rules._premises import Verdict, capped, premise
 
 
 def _hashseed_set(ctx: RuleContext) -> bool:
@@ -123,13 +124,16 @@ class SharedTierWithoutPythonhashseed(ConfigRule):
 
     Why
     ---
-    Block hashes start from `NONE_HASH`, random bytes unless `PYTHONHASHSEED` is set, so
-    no other instance and no restart finds the stored blocks: the tier fills and never hits.
+    Block hashes start from `NONE_HASH`. Up to 0.28.x it is random bytes unless
+    `PYTHONHASHSEED` is set, whatever the hash algorithm; from 0.29.0 sha256 and
+    sha256_cbor (the default) start from a fixed seed and only `--prefix-caching-hash-algo
+    xxhash` or `xxhash_cbor` stay random. Where it is random no other instance and no
+    restart finds the stored blocks: the tier fills and never hits.
 
     Example
     -------
     OffloadingConnector with `"secondary_tiers": [{"type": "fs", "path": "/mnt/kv"}]` and no
-    `PYTHONHASHSEED`.
+    `PYTHONHASHSEED` on 0.28.0 (on 0.29.0 and later: with `--prefix-caching-hash-algo xxhash`).
 
     Fix
     ---
@@ -137,8 +141,10 @@ class SharedTierWithoutPythonhashseed(ConfigRule):
 
     Releases
     --------
-    Every release with the tier or connector (release tables); the p2p tier's hard start-up
-    check on 0.27-0.28 is CN021.
+    The premises `none_hash.random_without_hashseed` (up to 0.28.x) and
+    `none_hash.random_for_non_crypto_hash` (0.29.0 on), proven from the wheels
+    (`rules/audit/premises.json`); the tiers and connectors from the release tables. The p2p
+    tier's hard start-up check on 0.27-0.28 is CN021.
     """
 
     code = "CN022"
@@ -166,13 +172,37 @@ class SharedTierWithoutPythonhashseed(ConfigRule):
                     shared.append(f"the {kind} tier")
         if not shared:
             return
+        random_seed = _random_none_hash(ctx)
+        if random_seed is None:
+            return
+        why, verdict = random_seed
         yield self.finding(
             f"{shared[0]} keeps blocks for other instances or restarts, but without "
-            "`PYTHONHASHSEED` every process seeds block hashes with random bytes: nothing "
-            "stored there is ever found again.",
+            f"`PYTHONHASHSEED` {why}: nothing stored there is ever found again." + verdict.note,
             flag="PYTHONHASHSEED",
             location=ctx.connector_location,
         )
+
+
+# Hash algorithms vLLM 0.29.0+ keeps seeding with random bytes (not collision resistant).
+_NON_CRYPTO_HASH_ALGOS = ("xxhash", "xxhash_cbor")
+
+
+def _random_none_hash(ctx: RuleContext) -> tuple[str, Verdict] | None:
+    """Why every process seeds its block hashes differently, with the premise it rests on;
+    None where the release seeds them with a fixed value."""
+    every_algo = premise("none_hash.random_without_hashseed", ctx.version)
+    if every_algo.holds:
+        return "every process seeds block hashes with random bytes", every_algo
+    algo = ctx.option("--prefix-caching-hash-algo")
+    non_crypto = premise("none_hash.random_for_non_crypto_hash", ctx.version)
+    if non_crypto.holds and algo is not None and algo.value in _NON_CRYPTO_HASH_ALGOS:
+        return (
+            f"`--prefix-caching-hash-algo {algo.value}` makes every process seed block hashes "
+            "with random bytes",
+            non_crypto,
+        )
+    return None
 
 
 @register
@@ -215,6 +245,7 @@ class P2pTierWithoutPythonhashseed(ConfigRule):
         vllm_pr(51875, "the p2p tier's PYTHONHASHSEED requirement lifted (0.29.0)"),
     )
     since = "0.1.0"
+    other_severities = (Severity.warning,)
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         tiers = ctx.extra_config.get("secondary_tiers")
@@ -222,11 +253,13 @@ class P2pTierWithoutPythonhashseed(ConfigRule):
             return
         if not any(isinstance(t, dict) and t.get("type") == "p2p" for t in tiers):
             return
-        if not ctx.semantics.holds("p2p.pythonhashseed_required", ctx.version):
+        verdict = premise("p2p.pythonhashseed_required", ctx.version)
+        if not verdict.holds:
             return
         yield self.finding(
             f"vLLM {ctx.version} refuses to start the p2p tier without PYTHONHASHSEED "
-            '("PYTHONHASHSEED must be set for P2P KV offload").',
+            '("PYTHONHASHSEED must be set for P2P KV offload").' + verdict.note,
             flag="PYTHONHASHSEED",
             location=ctx.location_of(KV_TRANSFER_CONFIG),
+            severity=capped(self.default_severity, verdict),
         )

@@ -19,6 +19,7 @@ from kvtool.audit.references import (
 )
 from kvtool.audit.registry import ConfigRule, register
 from kvtool.audit.rules._common import conditional_note, removal_fix
+from kvtool.audit.rules._premises import premise_records
 from kvtool.audit.rules.connectors.hma_decision import DISABLE_HMA, HMA_FACTORY_ERROR, hma_outcome
 
 
@@ -84,8 +85,10 @@ class RedundantDisableHybridKvCacheManager(ConfigRule):
         if dynamic:
             fact = ctx.connector_fact(dynamic[0])
             note = f" ({fact.hma_note})" if fact is not None and fact.hma_note else ""
-            minimum = ctx.semantics.fact("lmcache_mp.external_hma_min_lmcache", ctx.version)
-            which = f"lmcache >= {minimum.value}" if minimum and minimum.value else "HMA support"
+            # The first LMCache release whose own LMCacheMPConnector subclasses SupportsHMA,
+            # proven from LMCache's wheels.
+            minimum = premise_records()["lmcache_mp.external_supports_hma"].since
+            which = f"lmcache >= {minimum}" if minimum else "HMA support"
             message = (
                 f"`{dynamic[0]}` decides HMA support at import time in vLLM {ctx.version}{note}: "
                 f"with an LMCache that supports HMA ({which}), `{DISABLE_HMA}` only turns off "

@@ -11,6 +11,7 @@ from kvtool.audit.model import Finding, Severity
 from kvtool.audit.references import CACHE_CONFIG_032, OFFLOADING_SCHEDULER_032, vllm_pr, vllm_source
 from kvtool.audit.registry import ConfigRule, register
 from kvtool.audit.rules._common import conditional_note, removal_fix, replacement_fix
+from kvtool.audit.rules._premises import capped, premise
 
 
 @register
@@ -151,8 +152,9 @@ class RetentionIntervalNotBlockMultiple(ConfigRule):
 
     Releases
     --------
-    `retention_interval_block_multiple` in `rules/audit/semantics.toml` (the flag exists
-    from 0.29.0).
+    `retention_interval_block_multiple` in `rules/audit/semantics.toml`, a premise proven
+    from the wheels (`rules/audit/premises.json`: the coordinator's check from 0.23.0; the
+    flag exists from 0.29.0).
     """
 
     code = "CN033"
@@ -168,12 +170,14 @@ class RetentionIntervalNotBlockMultiple(ConfigRule):
         CACHE_CONFIG_032,
     )
     since = "0.1.0"
+    other_severities = (Severity.warning,)
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         interval_opt = ctx.option("--prefix-cache-retention-interval")
         if interval_opt is None or ctx.option("--block-size") is None:
             return
-        if not ctx.semantics.retention_interval_block_multiple.contains(ctx.version):
+        verdict = premise("retention_interval_block_multiple", ctx.version)
+        if not verdict.holds:
             return
         interval = ctx.int_option("--prefix-cache-retention-interval", 0)
         block = ctx.int_option("--block-size", 0)
@@ -183,9 +187,10 @@ class RetentionIntervalNotBlockMultiple(ConfigRule):
         yield self.finding(
             f"`--prefix-cache-retention-interval {interval}` is not a multiple of "
             f"`--block-size {block}`; "
-            f"use {lower or block} or {lower + block}.",
+            f"use {lower or block} or {lower + block}." + verdict.note,
             flag="--prefix-cache-retention-interval",
             location=interval_opt.location,
+            severity=capped(self.default_severity, verdict),
         )
 
 
@@ -213,8 +218,9 @@ class MambaCacheModeAllForcesMrv1(ConfigRule):
 
     Releases
     --------
-    `mamba_cache_mode.all_forces_mrv1` in `rules/curated/semantics.toml`; the rejection on
-    later releases is `invalid-choice` (VG005).
+    `mamba_cache_mode.all_forces_mrv1` in `rules/curated/semantics.toml` (0.30.0-0.31.x), a
+    premise proven from the wheels (`rules/audit/premises.json`); the rejection on later
+    releases is `invalid-choice` (VG005).
     """
 
     code = "CN034"
@@ -233,7 +239,8 @@ class MambaCacheModeAllForcesMrv1(ConfigRule):
         opt = ctx.option("--mamba-cache-mode")
         if opt is None or opt.value != "all":
             return
-        if not ctx.semantics.holds("mamba_cache_mode.all_forces_mrv1", ctx.version):
+        verdict = premise("mamba_cache_mode.all_forces_mrv1", ctx.version)
+        if not verdict.holds:
             return
         migration = ctx.semantics.choice_migration("--mamba-cache-mode", "all")
         fix = None
@@ -247,7 +254,7 @@ class MambaCacheModeAllForcesMrv1(ConfigRule):
             )
         yield self.finding(
             f"`--mamba-cache-mode all` is deprecated in vLLM {ctx.version}: it warns and forces "
-            "Model Runner V1." + conditional_note(opt),
+            "Model Runner V1." + conditional_note(opt) + verdict.note,
             flag="--mamba-cache-mode",
             location=opt.location,
             fix=fix,

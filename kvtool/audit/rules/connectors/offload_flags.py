@@ -14,6 +14,7 @@ from kvtool.audit.model import Finding, Fix, Severity
 from kvtool.audit.references import LMCACHE_MP_BACKEND_PR, VLLM_CONFIG_032, vllm_source
 from kvtool.audit.registry import ConfigRule, register
 from kvtool.audit.rules._common import conditional_note
+from kvtool.audit.rules._premises import capped, premise
 
 
 @register
@@ -39,7 +40,8 @@ class KvOffloadingSizeWithoutBackend(ConfigRule):
 
     Releases
     --------
-    `kv_offloading.size_alone_noop` in `rules/curated/semantics.toml` (0.11.1-0.13.x).
+    `kv_offloading.size_alone_noop` in `rules/curated/semantics.toml` (0.11.1-0.13.x), a
+    premise proven from the wheels (`rules/audit/premises.json`).
     """
 
     code = "CN001"
@@ -55,20 +57,25 @@ class KvOffloadingSizeWithoutBackend(ConfigRule):
         VLLM_CONFIG_032,
     )
     since = "0.1.0"
+    other_severities = (Severity.warning,)
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         size = ctx.option(KV_OFFLOADING_SIZE)
         if size is None or ctx.option(KV_OFFLOADING_BACKEND) is not None:
             return
-        if not ctx.semantics.holds("kv_offloading.size_alone_noop", ctx.version):
+        verdict = premise("kv_offloading.size_alone_noop", ctx.version)
+        if not verdict.holds:
             return
         yield self.finding(
             f"On vLLM {ctx.version} `{KV_OFFLOADING_SIZE}` does nothing without "
             f"`{KV_OFFLOADING_BACKEND}` "
-            "(the backend defaults to None): no KV is offloaded." + conditional_note(size),
+            "(the backend defaults to None): no KV is offloaded."
+            + conditional_note(size)
+            + verdict.note,
             flag=KV_OFFLOADING_SIZE,
             location=size.location,
             fix=Fix(applicability="display", description=f"add {KV_OFFLOADING_BACKEND} native"),
+            severity=capped(self.default_severity, verdict),
         )
 
 
@@ -98,7 +105,8 @@ class KvOffloadingSizeOverwritesKvTransferConfig(ConfigRule):
 
     Releases
     --------
-    `kv_offloading.overwrites_kv_transfer_config` in `rules/curated/semantics.toml`.
+    `kv_offloading.overwrites_kv_transfer_config` in `rules/curated/semantics.toml` (0.11.1
+    on), a premise proven from the wheels (`rules/audit/premises.json`).
     """
 
     code = "CN002"
@@ -107,6 +115,7 @@ class KvOffloadingSizeOverwritesKvTransferConfig(ConfigRule):
     summary = "--kv-offloading-* silently replaces the connector in --kv-transfer-config"
     references = (VLLM_CONFIG_032,)
     since = "0.1.0"
+    other_severities = (Severity.warning,)
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         mapping = ctx.backend_mapping
@@ -117,14 +126,16 @@ class KvOffloadingSizeOverwritesKvTransferConfig(ConfigRule):
             or user_connector == mapping.connector
         ):
             return
-        if not ctx.semantics.holds("kv_offloading.overwrites_kv_transfer_config", ctx.version):
+        verdict = premise("kv_offloading.overwrites_kv_transfer_config", ctx.version)
+        if not verdict.holds:
             return
         opt = ctx.option(KV_OFFLOADING_SIZE) or ctx.option(KV_OFFLOADING_BACKEND)
         yield self.finding(
             f"vLLM {ctx.version} replaces `kv_connector` `{user_connector}` from "
             f"`{KV_TRANSFER_CONFIG}` with "
             f"`{mapping.connector}` because `--kv-offloading-*` is set, and forces `kv_role` "
-            "to `kv_both`.",
+            "to `kv_both`." + verdict.note,
+            severity=capped(self.default_severity, verdict),
             flag=KV_TRANSFER_CONFIG,
             location=ctx.location_of(KV_TRANSFER_CONFIG) or (opt.location if opt else None),
             replaced=user_connector,

@@ -11,6 +11,7 @@ from kvtool.audit.model import Finding, Severity
 from kvtool.audit.references import vllm_source
 from kvtool.audit.registry import ConfigRule, register
 from kvtool.audit.rules._common import conditional_note, removal_fix
+from kvtool.audit.rules._premises import premise
 
 
 def _offloading(ctx: RuleContext) -> str | None:
@@ -98,7 +99,9 @@ class FastsafetensorsNoGdsWithTp(ConfigRule):
 
     Releases
     --------
-    `load_format.fastsafetensors_nogds_tp` in `rules/curated/semantics.toml`.
+    `load_format.fastsafetensors_nogds_tp` in `rules/curated/semantics.toml` (0.17.0 on;
+    before it vLLM fell back to `nogds` only after GDS failed), a premise proven from the
+    wheels (`rules/audit/premises.json`).
     """
 
     code = "CN035"
@@ -117,11 +120,12 @@ class FastsafetensorsNoGdsWithTp(ConfigRule):
         opt = ctx.option("--load-format")
         if opt is None or opt.value != "fastsafetensors" or ctx.tp == 1:
             return
-        if not ctx.semantics.holds("load_format.fastsafetensors_nogds_tp", ctx.version):
+        verdict = premise("load_format.fastsafetensors_nogds_tp", ctx.version)
+        if not verdict.holds:
             return
         yield self.finding(
             f"With TP = {ctx.tp} vLLM loads fastsafetensors with `nogds=True`: "
-            "no GPUDirect Storage.",
+            "no GPUDirect Storage." + verdict.note,
             flag="--load-format",
             location=opt.location,
         )

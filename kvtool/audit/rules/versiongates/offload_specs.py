@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from kvtool.audit.context import KV_TRANSFER_CONFIG, RuleContext
 from kvtool.audit.model import Finding, Severity
 from kvtool.audit.references import vllm_pr
 from kvtool.audit.registry import ConfigRule, register
 from kvtool.audit.rules._common import did_you_mean
+from kvtool.audit.rules._premises import premise
 from kvtool.audit.rules.versiongates._gates import first_seen_later
 
 
@@ -18,8 +20,9 @@ class UnknownOffloadTier(ConfigRule):
 
     What
     ----
-    `kv_connector_extra_config.spec_name` not registered in `v1/kv_offload/factory.py`, or a
-    `secondary_tiers[].type` not registered in the tiering factory at the target release.
+    `kv_connector_extra_config.spec_name` not registered in `v1/kv_offload/factory.py` and
+    no `spec_module_path` to load it from, or a `secondary_tiers[].type` not registered in
+    the tiering factory at the target release.
 
     Why
     ---
@@ -37,7 +40,10 @@ class UnknownOffloadTier(ConfigRule):
 
     Releases
     --------
-    Data-driven: `offload_specs` and `offload_tiers` per release.
+    Data-driven: `offload_specs` and `offload_tiers` per release. That a `spec_module_path`
+    loads an unregistered spec (0.11.0 on) is the premise
+    `offload_spec.unregistered_needs_module_path`, proven from the wheels
+    (`rules/audit/premises.json`).
     """
 
     code = "VG031"
@@ -59,9 +65,11 @@ class UnknownOffloadTier(ConfigRule):
             isinstance(spec, str)
             and ctx.facts.offload_specs
             and spec not in ctx.facts.offload_specs
+            and not _loaded_from_module(ctx, extra)
         ):
             yield self.finding(
-                f"Offload spec `{spec}` is not registered in vLLM {ctx.version}."
+                f"Offload spec `{spec}` is not registered in vLLM {ctx.version} and no "
+                "`spec_module_path` names the module to load it from."
                 + did_you_mean(spec, ctx.facts.offload_specs),
                 flag="kv_connector_extra_config.spec_name",
                 location=location,
@@ -85,3 +93,11 @@ class UnknownOffloadTier(ConfigRule):
                 flag="kv_connector_extra_config.secondary_tiers.type",
                 location=location,
             )
+
+
+def _loaded_from_module(ctx: RuleContext, extra: dict[str, Any]) -> bool:
+    """``spec_module_path`` is set and the release imports an unregistered spec from it."""
+    module = extra.get("spec_module_path")
+    if not isinstance(module, str) or not module:
+        return False
+    return premise("offload_spec.unregistered_needs_module_path", ctx.version).holds
