@@ -73,7 +73,7 @@ class OffloadWithoutPrefixCaching(ConfigRule):
 
 @register
 class Fp8KvCacheWithoutScales(ConfigRule):
-    """Notes that an FP8 KV cache uses scale 1.0 unless the checkpoint ships k/v scales.
+    """Reports that an FP8 KV cache uses scale 1.0 unless the checkpoint ships k/v scales.
 
     What
     ----
@@ -82,8 +82,10 @@ class Fp8KvCacheWithoutScales(ConfigRule):
 
     Why
     ---
-    Without shipped scales vLLM uses 1.0, which can clip large activations (quality loss,
-    often only past 128k context). `--calculate-kv-scales` (removed in 0.28.0) still computed
+    Without shipped scales vLLM uses 1.0: keys and values above FP8's range are clipped
+    and the model's outputs degrade or break (often only past 128k context, so short
+    smoke tests pass). That is a wrong answer served at full speed, so it is a warning,
+    not a note. `--calculate-kv-scales` (removed in 0.28.0) still computed
     dynamic scales through 0.27.1; the field guide's "it had no effect" is wrong.
 
     Example
@@ -101,7 +103,7 @@ class Fp8KvCacheWithoutScales(ConfigRule):
 
     code = "CN031"
     name = "fp8-kv-cache-without-scales"
-    default_severity = Severity.info
+    default_severity = Severity.warning
     summary = "FP8 KV cache: scale 1.0 unless the checkpoint ships k/v scales"
     references = (
         vllm_source(
