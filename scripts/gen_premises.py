@@ -76,9 +76,7 @@ def prove(prover: Prover, row: dict[str, Any]) -> dict[str, Any]:
         # Open at both ends: the marker must be there at the oldest and the newest release.
         pairs = [(prover.check(package, r, marker), True) for r in (releases[0], releases[-1])]
     else:
-        boundary = prover.boundary(
-            package, marker, introduced=since, fixed=until, means="affected"
-        )
+        boundary = prover.boundary(package, marker, introduced=since, fixed=until, means="affected")
         pairs = list(boundary.checks)
     if since is None:
         # The range claims the oldest release too; the boundary only looks at its ends.

@@ -5,6 +5,13 @@ table + curated semantic rows); the rules only compare them with the config.
 One module per sub-family; the import list below is the family's whole registry.
 """
 
-from kvtool.audit.rules.connectors import hashseed, hma, kv_cache, offload_flags, runtime
+from kvtool.audit.rules.connectors import (
+    hashseed,
+    hma,
+    kv_cache,
+    offload_flags,
+    runtime,
+    startup,
+)
 
-__all__ = ["hashseed", "hma", "kv_cache", "offload_flags", "runtime"]
+__all__ = ["hashseed", "hma", "kv_cache", "offload_flags", "runtime", "startup"]
