@@ -25,16 +25,19 @@ def _flat(text: str) -> str:
     return " ".join(text.split())
 
 
-def _reported(cli: Cli, tmp_path: Path, code: str, case: dict[str, Any], text: str) -> bool:
+def _reported(
+    cli: Cli, tmp_path: Path, code: str, case: dict[str, Any], text: str, *, fixed: bool = False
+) -> bool:
     path = tmp_path / case.get("file", "serve.sh")
     path.write_text(text + "\n")
+    version = case.get("fix_version", case["version"]) if fixed else case["version"]
     result = cli(
         "audit",
         str(path),
         "--vllm-version",
-        case["version"],
+        version,
         "--select",
-        code,
+        ",".join(case.get("select", [code])),
         "--output-format",
         "json",
         *case.get("args", ()),
@@ -54,7 +57,33 @@ def test_documented_example_fires_and_its_fix_quiets_it(
         f"{code}: the case does not run the documented Example"
     )
     assert _reported(kvtool_cli, tmp_path, code, case, case["fail"]), f"{code}: example quiet"
-    assert not _reported(kvtool_cli, tmp_path, code, case, case["fix"]), f"{code}: fix fires"
-    assert not _reported(kvtool_cli, tmp_path, code, case, case["neighbour"]), (
-        f"{code}: the nearest correct neighbour fires"
-    )
+    fixed = _reported(kvtool_cli, tmp_path, code, case, case["fix"], fixed=True)
+    assert not fixed, f"{code}: fix fires"
+    neighbour = _reported(kvtool_cli, tmp_path, code, case, case["neighbour"], fixed=True)
+    assert not neighbour, f"{code}: the nearest correct neighbour fires"
+
+
+# Rules whose documented Example needs an input the case file cannot hold yet: a
+# multi-document manifest, an image report, a model's config.json or an LMCache install.
+# This set may only shrink: a new rule comes with its case.
+NOT_YET_CASED = {
+    "CN023": "a Deployment without the LMCache server container",
+    "CN050": "a prefill and a decode Deployment in one file",
+    "CN051": "a Deployment with the llm-d routing sidecar",
+    "IM001": "an image report from inspect-image",
+    "LZ012": "a release newer than the connector adapter",
+    "SC002": "a hybrid-attention model's config.json",
+    "SZ012": "a container memory limit",
+    "SZ013": "a Deployment without a /dev/shm volume",
+    "SZ014": "a Deployment without a /dev/shm volume",
+    "SZ020": "a hybrid model's config.json (block size)",
+    "SZ021": "a hybrid model's config.json (block size)",
+    "SZ022": "a hybrid model's config.json (block size)",
+    "VG016": "an LMCache release the input pins",
+}
+
+
+def test_every_rule_has_its_example_cased() -> None:
+    registered = {rule.code for rule in registry}
+    assert set(CASES) <= registered
+    assert registered - set(CASES) == set(NOT_YET_CASED)
