@@ -91,7 +91,7 @@ class HostTier:
     rounding: str = ""  # how ``gib`` exceeds the nominal size, when it does
 
 
-def _number(value: Any) -> float | None:
+def number_value(value: Any) -> float | None:
     if isinstance(value, bool):
         return None
     try:
@@ -118,11 +118,11 @@ def _vllm_cpu_setting(ctx: RuleContext) -> tuple[str, float, str, str, Location 
         return mapping.connector, size, what, KV_OFFLOADING_SIZE, location
     location = ctx.location_of(KV_TRANSFER_CONFIG)
     for name, extra in ctx.connector_extra_configs:
-        per_rank = _number(extra.get(PER_RANK_BYTES)) if name == SIMPLE else None
+        per_rank = number_value(extra.get(PER_RANK_BYTES)) if name == SIMPLE else None
         if per_rank is not None:
             what = f"{PER_RANK_BYTES} {per_rank:g} x {ctx.world}"
             return name, per_rank * ctx.world / GIB, what, PER_RANK_BYTES, location
-        total = _number(extra.get(TOTAL_BYTES)) if name in (NATIVE, SIMPLE) else None
+        total = number_value(extra.get(TOTAL_BYTES)) if name in (NATIVE, SIMPLE) else None
         if total is not None:
             return name, total / GIB, f"{TOTAL_BYTES} {total:g}", TOTAL_BYTES, location
     return None
@@ -154,7 +154,7 @@ def _vllm_cpu_tier(ctx: RuleContext) -> HostTier | None:
     )
 
 
-def _lmcache_setting(ctx: RuleContext, key: str) -> tuple[Any, str, Location | None] | None:
+def lmcache_setting(ctx: RuleContext, key: str) -> tuple[Any, str, Location | None] | None:
     """An in-process LMCache setting: the ``lmcache.<key>`` extra-config key (which wins)
     or the ``LMCACHE_<KEY>`` env var, with how it was written and where."""
     for name, extra in ctx.connector_extra_configs:
@@ -184,9 +184,9 @@ def _lmcache_tiers(ctx: RuleContext) -> list[HostTier]:
             )
         )
     else:
-        cpu = _lmcache_setting(ctx, "max_local_cpu_size")
-        per_rank = _number(cpu[0]) if cpu is not None else None
-        local_cpu = _lmcache_setting(ctx, "local_cpu")
+        cpu = lmcache_setting(ctx, "max_local_cpu_size")
+        per_rank = number_value(cpu[0]) if cpu is not None else None
+        local_cpu = lmcache_setting(ctx, "local_cpu")
         # local_cpu off: no CPU backend; not counted rather than guessed.
         cpu_off = local_cpu is not None and str(local_cpu[0]).strip().lower() in _FALSE
         if cpu is not None and per_rank is not None and not cpu_off:
@@ -196,9 +196,9 @@ def _lmcache_tiers(ctx: RuleContext) -> list[HostTier]:
                     per_rank * ctx.world, cpu[2], in_dev_shm=False,
                 )
             )
-    disk = _lmcache_setting(ctx, "local_disk")
-    disk_size = _lmcache_setting(ctx, "max_local_disk_size")
-    disk_per_rank = _number(disk_size[0]) if disk_size is not None else None
+    disk = lmcache_setting(ctx, "local_disk")
+    disk_size = lmcache_setting(ctx, "max_local_disk_size")
+    disk_per_rank = number_value(disk_size[0]) if disk_size is not None else None
     if (
         disk is not None
         and disk_size is not None
@@ -219,7 +219,7 @@ def _mp_server_tier(ctx: RuleContext) -> HostTier | None:
     """The L1 of an LMCache server the MP connector auto-starts in this container."""
     if not autostarted(ctx):
         return None
-    size = _number(server_option(ctx, L1_SIZE_OPTION))
+    size = number_value(server_option(ctx, L1_SIZE_OPTION))
     if size is None:
         return None
     return HostTier(
