@@ -71,16 +71,24 @@ def prove(prover: Prover, row: dict[str, Any]) -> dict[str, Any]:
     package = row["package"]
     since, until = premise_range(row)
     marker = Marker(**row["marker"])
+    # "affected": the marker is the premise's own code, present inside the range; "fixed":
+    # the marker is what replaced it at `until` (absent inside, present from `until`), and
+    # `introduced_marker` is the code that appears at `since`.
+    means = row.get("means", "affected")
+    start = Marker(**row["introduced_marker"]) if "introduced_marker" in row else None
     releases = prover.releases(package)
     if since is None and until is None:
         # Open at both ends: the marker must be there at the oldest and the newest release.
         pairs = [(prover.check(package, r, marker), True) for r in (releases[0], releases[-1])]
     else:
-        boundary = prover.boundary(package, marker, introduced=since, fixed=until, means="affected")
+        boundary = prover.boundary(
+            package, marker, introduced=since, fixed=until, means=means, introduced_marker=start
+        )
         pairs = list(boundary.checks)
     if since is None:
         # The range claims the oldest release too; the boundary only looks at its ends.
-        pairs.insert(0, (prover.check(package, releases[0], marker), True))
+        oldest = prover.check(package, releases[0], marker)
+        pairs.insert(0, (oldest, means == "affected"))
     checks = [_check_json(c, want) for c, want in pairs]
     disagreements = [
         f"{c['release']}: marker {'present' if c['present'] else 'absent'}"
@@ -97,6 +105,7 @@ def prove(prover: Prover, row: dict[str, Any]) -> dict[str, Any]:
         "since": since,
         "until": until,
         "marker": marker.as_json(),
+        "means": means,
         "proven": not disagreements,
         "disagreements": disagreements,
         "checked_through": releases[-1],
