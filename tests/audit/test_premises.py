@@ -147,3 +147,14 @@ def test_premise_proofs_match_the_wheels() -> None:
         pytest.skip("a wheel is not cached and pypi.org:443 is unreachable")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "no drift" in proc.stderr
+
+
+def test_rules_read_curated_release_facts_only_through_proven_premises() -> None:
+    """A rule module that asks the curated semantics rows directly would bypass the proof."""
+    rules_dir = REPO_ROOT / "kvtool" / "audit" / "rules"
+    direct = [
+        str(path.relative_to(rules_dir))
+        for path in sorted(rules_dir.rglob("*.py"))
+        if "semantics.holds(" in path.read_text() or "semantics.fact(" in path.read_text()
+    ]
+    assert direct == [], f"read these facts through kvtool.audit.rules._premises: {direct}"

@@ -167,7 +167,7 @@ class SharedTierWithoutPythonhashseed(ConfigRule):
                 kind = tier.get("type") if isinstance(tier, dict) else None
                 if kind in _SHARED_TIERS and not (
                     kind == "p2p"
-                    and ctx.semantics.holds("p2p.pythonhashseed_required", ctx.version)
+                    and premise("p2p.pythonhashseed_required", ctx.version).holds
                 ):
                     shared.append(f"the {kind} tier")
         if not shared:
