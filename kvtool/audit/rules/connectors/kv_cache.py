@@ -98,7 +98,8 @@ class Fp8KvCacheWithoutScales(ConfigRule):
 
     Releases
     --------
-    Every release; `--calculate-kv-scales` presence from the release tables.
+    Every release (the premise `fp8_kv.default_scale`, proven from the wheels:
+    `rules/audit/premises.json`); `--calculate-kv-scales` presence from the release tables.
     """
 
     code = "CN031"
@@ -121,10 +122,13 @@ class Fp8KvCacheWithoutScales(ConfigRule):
         calc = ctx.option("--calculate-kv-scales")
         if calc is not None and calc.known and calc.value is True:
             return  # dynamic scales are computed on releases that still have the flag
+        verdict = premise("fp8_kv.default_scale", ctx.version)
+        if not verdict.holds:
+            return
         yield self.finding(
             f"`--kv-cache-dtype {opt.value}`: unless the checkpoint ships "
             "`k_scale`/`v_scale`, vLLM uses "
-            "scale 1.0, which can clip large activations on long contexts.",
+            "scale 1.0, which can clip large activations on long contexts." + verdict.note,
             flag="--kv-cache-dtype",
             location=opt.location,
         )
