@@ -369,8 +369,8 @@ class LmcacheMpServerNotStarted(ConfigRule):
 
     Example
     -------
-    A Deployment running `vllm serve m --kv-offloading-backend lmcache` on 0.32.0 and no
-    LMCache server container.
+    A Deployment running `vllm serve m --kv-offloading-backend lmcache --kv-offloading-size
+    100` on 0.32.0 and no LMCache server container.
 
     Fix
     ---
