@@ -40,8 +40,9 @@ file the tables were generated from.
 
 Cache: wheels are fetched once with ``pip download --no-deps`` into the cache directory;
 each wheel's sha256 is kept next to it (``<wheel>.sha256``), and every member read is
-kept under ``members/<sha256>/`` so later checks of the same path need neither the zip
-nor a download (a wheel may be deleted once its members are cached). Nothing here
+kept under ``members/<sha256>/`` (for globs matching at most 16 members) so later checks
+of the same path need neither the zip nor a download (a wheel may be deleted once its
+members are cached). Nothing here
 imports the package being read.
 """
 
@@ -66,6 +67,8 @@ from releasegen.build import sha256_of
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_CACHE = Path.home() / ".cache" / "kvtool" / "wheels"
 Means = Literal["fixed", "affected"]
+# Members a marker's glob may match and still be kept in the member cache.
+_KEEP_AT_MOST = 16
 
 
 class ProverError(RuntimeError):
@@ -255,14 +258,15 @@ class Prover:
         listing.write_text("\n".join(names) + "\n")
         return names
 
-    def _text(self, wheel: Path, sha256: str, member: str) -> str:
+    def _text(self, wheel: Path, sha256: str, member: str, *, keep: bool = True) -> str:
         kept = self._member_dir(sha256) / "files" / member
         if kept.is_file():
             return kept.read_text(encoding="utf-8", errors="replace")
         with zipfile.ZipFile(wheel) as archive:
             data = archive.read(member)
-        kept.parent.mkdir(parents=True, exist_ok=True)
-        kept.write_bytes(data)
+        if keep:
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            kept.write_bytes(data)
         return data.decode("utf-8", errors="replace")
 
     # -- checks ---------------------------------------------------------------------
@@ -272,7 +276,11 @@ class Prover:
         wheel, value = self._verified_wheel(package, release)
         members = self._members(wheel, value)
         matching = [m for m in members if fnmatch.fnmatchcase(m, marker.path)]
-        files = tuple(m for m in matching if marker.found_in(self._text(wheel, value, m)))
+        # A wide glob reads many members once (a search); only narrow markers are kept.
+        keep = len(matching) <= _KEEP_AT_MOST
+        files = tuple(
+            m for m in matching if marker.found_in(self._text(wheel, value, m, keep=keep))
+        )
         return Check(
             package=package,
             release=release,

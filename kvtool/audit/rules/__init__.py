@@ -14,6 +14,7 @@ from kvtool.audit.rules import (
     hostmem,
     image,
     jsonflags,
+    known_bugs,
     lazy,
     lmcache,
     meta,
@@ -38,6 +39,7 @@ FAMILY_MODULES = (
     extra_config,
     disagg,
     deployment,
+    known_bugs,
     image,
     meta,
 )
