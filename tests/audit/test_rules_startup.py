@@ -119,3 +119,20 @@ def test_constraints_match_the_wheels_at_the_oldest_and_newest_release() -> None
         pytest.skip("a wheel is not cached and pypi.org:443 is unreachable")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "no drift" in proc.stderr
+
+
+def test_mooncake_bootstrap_port_against_a_publisher_moved_onto_it() -> None:
+    # VLLM_MOONCAKE_BOOTSTRAP_PORT's default (vllm v0.32.0 vllm/envs.py, read per release).
+    newest = RELEASES[-1]
+    facts = constraints_at(newest)
+    assert facts is not None
+    bootstrap = facts.env_ports["VLLM_MOONCAKE_BOOTSTRAP_PORT"]
+    mooncake = ktc(kv_connector="MooncakeConnector", kv_role="kv_producer")
+    onto = opt(
+        "--kv-events-config",
+        {"enable_kv_cache_events": True, "endpoint": f"tcp://*:{bootstrap}"},
+    )
+    finding = only(run(config(newest, mooncake, onto)), "CN060")
+    assert str(bootstrap) in finding.message and "Mooncake" in finding.message
+    moved = config(newest, mooncake, onto, env={"VLLM_MOONCAKE_BOOTSTRAP_PORT": "9100"})
+    assert "CN060" not in codes(run(moved))
