@@ -12,6 +12,9 @@ Per release, parsed as source with ``ast`` (vLLM is never imported):
   p2p tier's side channel, ...).
 * ``kv_events_endpoint``: the default ``KVEventsConfig.endpoint`` (the ZMQ publisher), and
   ``kv_events_zmq_by_default``: whether enabling events alone picks the ZMQ publisher.
+* ``env_hosts``: every ``VLLM_*HOST`` variable's literal default, and
+  ``nixl_advertises_side_channel_host``: whether NixlConnector hands its side-channel host
+  to the router as the ``remote_host`` the other side connects to.
 * ``nixl_side_channel``: how NixlConnector derives each worker's listening port from
   ``VLLM_NIXL_SIDE_CHANNEL_PORT``: ``per_tp_rank`` when every TP worker listens on
   base + DP rank x TP + TP rank (else one port per DP rank).
@@ -51,6 +54,9 @@ NIXL_SOURCES = (
     "vllm/distributed/kv_transfer/kv_connector/v1/nixl/*.py",
 )
 PORT_ENV = re.compile(r"^VLLM_\w*PORT$")
+HOST_ENV = re.compile(r"^VLLM_\w*HOST$")
+# NixlConnector puts its side-channel host into the kv_transfer_params it hands the router.
+NIXL_ADVERTISES_HOST = "remote_host=self.side_channel_host"
 PP_WORDS = ("pp_size", "pipeline_parallel_size")
 ZMQ_DEFAULT = re.compile(r'publisher = "zmq" if self\.enable_kv_cache_events')
 
@@ -80,6 +86,23 @@ def env_ports(source: str) -> dict[str, int]:
         text = str(default.value)
         if text.isdigit():
             found[key.value] = int(text)
+    return dict(sorted(found.items()))
+
+
+def env_hosts(source: str) -> dict[str, str]:
+    """``VLLM_*HOST`` -> its literal default (``os.getenv("NAME", "localhost")``)."""
+    found: dict[str, str] = {}
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and len(node.args) == 2):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        key, default = node.args
+        if name not in ("getenv", "get") or not isinstance(key, ast.Constant):
+            continue
+        named = isinstance(key.value, str) and HOST_ENV.match(key.value)
+        if named and isinstance(default, ast.Constant) and isinstance(default.value, str):
+            found[str(key.value)] = default.value
     return dict(sorted(found.items()))
 
 
@@ -168,6 +191,10 @@ def read_release(prover: Prover, version: str) -> dict[str, Any]:
         "wheel": wheel.name,
         "sha256": sha256,
         "env_ports": env_ports(envs[ENVS]),
+        "env_hosts": env_hosts(envs[ENVS]),
+        "nixl_advertises_side_channel_host": any(
+            NIXL_ADVERTISES_HOST in text for text in nixl.values()
+        ),
         "kv_events_endpoint": endpoint,
         # From the release that picks the ZMQ publisher itself when events are enabled;
         # before it the default publisher is "null" (nothing binds) unless set to "zmq".

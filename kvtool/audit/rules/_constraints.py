@@ -32,6 +32,8 @@ class ReleaseConstraints(msgspec.Struct, frozen=True):
     wheel: str
     sha256: str
     env_ports: dict[str, int]  # VLLM_*PORT -> default (0: no fixed default)
+    env_hosts: dict[str, str]  # VLLM_*HOST -> literal default
+    nixl_advertises_side_channel_host: bool  # the host goes to the router as remote_host
     kv_events_endpoint: str | None
     kv_events_zmq_by_default: bool
     nixl_side_channel: str | None  # "per_tp_rank" or "per_dp_rank"

@@ -1,5 +1,6 @@
-"""CN060, CN061: start-up constraints of the connectors read from the wheels (ports that
-collide, NixlConnector with pipeline parallelism).
+"""CN060, CN061, CN063: start-up constraints of the connectors read from the wheels (ports
+that collide, NixlConnector with pipeline parallelism, a side-channel host nobody else
+can reach).
 
 The facts per release come from :mod:`kvtool.audit.rules._constraints`
 (``scripts/gen_constraints.py``); the rules only place this invocation's workers on them.
@@ -268,3 +269,89 @@ class NixlPipelineParallel(ConfigRule):
                     fix=fix,
                 )
                 return
+
+
+NIXL_HOST_ENV = "VLLM_NIXL_SIDE_CHANNEL_HOST"
+_LOOPBACK = ("localhost", "127.0.0.1", "::1")
+# Inputs where the engine runs in a pod or a compose service, not on a host it shares.
+_POD_INPUTS = ("kubernetes", "kaito", "compose")
+# Roles whose kv_transfer_params another instance reads (kv_both: llm-d's P/D pods).
+_ADVERTISING_ROLES = ("kv_producer", "kv_both")
+
+
+@register
+class NixlSideChannelHostLoopback(ConfigRule):
+    """Reports a NIXL prefill engine in a pod that advertises a loopback side-channel host.
+
+    What
+    ----
+    A containerised engine (Kubernetes, KAITO or Compose input) loads NixlConnector with
+    `kv_role` `kv_producer` or `kv_both`, and `VLLM_NIXL_SIDE_CHANNEL_HOST` is not set, so
+    it keeps the release's default, `localhost`.
+
+    Why
+    ---
+    NixlConnector hands its side-channel host to the router in `kv_transfer_params`
+    (`remote_host`), and the decode engine connects there for the NIXL handshake. From
+    another pod `localhost` is the decode pod itself: the handshake times out and every
+    request falls back to a full prefill, or fails. llm-d's pods set the variable to the
+    pod's IP (`fieldRef: status.podIP`).
+
+    Example
+    -------
+    A Deployment running `vllm serve m --kv-transfer-config
+    '{"kv_connector":"NixlConnector","kv_role":"kv_producer"}'` with no
+    `VLLM_NIXL_SIDE_CHANNEL_HOST`.
+
+    Fix
+    ---
+    Set `VLLM_NIXL_SIDE_CHANNEL_HOST` to an address the decode pods reach (the pod IP from
+    the downward API, `valueFrom: {fieldRef: {fieldPath: status.podIP}}`).
+
+    Releases
+    --------
+    The default and that NixlConnector advertises it, read from each release's wheel by
+    `scripts/gen_constraints.py` (`env_hosts`, `nixl_advertises_side_channel_host`). A
+    router that rewrites `remote_host` makes this harmless: a warning.
+    """
+
+    code = "CN063"
+    name = "nixl-side-channel-host-loopback"
+    default_severity = Severity.warning
+    summary = "a NIXL prefill pod advertises localhost as its side-channel host"
+    fix_applicability = "display"
+    references = (
+        vllm_source("0.32.0", "vllm/envs.py", "VLLM_NIXL_SIDE_CHANNEL_HOST defaults to localhost"),
+        vllm_source(
+            "0.32.0",
+            "vllm/distributed/kv_transfer/kv_connector/v1/nixl/pull_scheduler.py",
+            "request_finished puts remote_host=side_channel_host into kv_transfer_params",
+        ),
+    )
+    since = "0.3.0"
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        if ctx.config.invocation.kind not in _POD_INPUTS or ctx.env(NIXL_HOST_ENV) is not None:
+            return
+        if not any(n.startswith("Nixl") for n in ctx.connector_names):
+            return
+        if ctx.kv_transfer_config.get("kv_role") not in _ADVERTISING_ROLES:
+            return
+        facts = constraints_at(ctx.version)
+        if facts is None or not facts.nixl_advertises_side_channel_host:
+            return
+        default = facts.env_hosts.get(NIXL_HOST_ENV)
+        if default not in _LOOPBACK:
+            return
+        yield self.finding(
+            f"NixlConnector advertises its side channel as `{default}` (the default of "
+            f"`{NIXL_HOST_ENV}` in vLLM {ctx.version}): a decode engine in another pod "
+            "connects to itself and the NIXL handshake fails, unless the router rewrites "
+            "`remote_host`.",
+            flag=NIXL_HOST_ENV,
+            location=ctx.connector_location,
+            fix=Fix(
+                applicability="display",
+                description=f"set {NIXL_HOST_ENV} to the pod IP (fieldRef: status.podIP)",
+            ),
+        )
