@@ -28,7 +28,7 @@ from typing import Any
 
 from kvtool.simulate.engine import EngineSettings, block_hashes
 from kvtool.simulate.sweep import POLICY_NAMES, WorkloadSource, run_setting
-from kvtool.simulate.trace import generate, workload_params
+from kvtool.simulate.trace import workload_params
 
 ENGINE = EngineSettings(num_gpu_blocks=32768, block_size=16, max_num_seqs=256,
                         max_batched_tokens=8192, host_blocks=65536, block_bytes=1 << 17)

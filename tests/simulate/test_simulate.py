@@ -263,7 +263,7 @@ def test_policy_choices_are_the_connectors_registry(kvtool_cli: Any) -> None:
     from kvtool.connector.policies import POLICIES
     from kvtool.simulate.sweep import POLICY_NAMES
 
-    assert POLICY_NAMES == tuple(p.value for p in POLICIES)
+    assert tuple(p.value for p in POLICIES) == POLICY_NAMES
     report = _json(kvtool_cli, "--num-requests", "10")
     assert [run["setting"] for run in report["runs"]] == list(POLICY_NAMES)
 
@@ -320,9 +320,8 @@ def test_work_that_outgrows_its_estimate_is_stopped(monkeypatch: pytest.MonkeyPa
     from kvtool.simulate.budget import WorkMeter
 
     meter = WorkMeter(5_000, "simulate eager")
-    with pytest.raises(LimitExceeded, match="stopped in the"):
-        with quiet_connector():
-            Simulation(_engine(), {"kvtool.policy": "eager"}, meter).run(TRACE)
+    with pytest.raises(LimitExceeded, match="stopped in the"), quiet_connector():
+        Simulation(_engine(), {"kvtool.policy": "eager"}, meter).run(TRACE)
     assert meter.used <= 5_000 + 200  # at most one step past the bound
 
 
