@@ -185,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             if done.returncode or not lines:
                 sys.stderr.write(done.stderr[-4000:])
                 raise SystemExit(f"{only}: the engine run failed")
+            runs_file.parent.mkdir(parents=True, exist_ok=True)
             with runs_file.open("a") as handle:
                 handle.write(lines[-1].removeprefix("RESULT ") + "\n")
             print(only, "recorded", file=sys.stderr, flush=True)
