@@ -13,7 +13,8 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel
 
-from kvtool.connector.config import ConnectorConfig, PolicyName
+from kvtool.connector.config import ConnectorConfig
+from kvtool.connector.policies import EagerPolicy, FifoPolicy
 from kvtool.simulate.engine import SimResult
 
 HIT_TOLERANCE_POINTS = 0.2
@@ -58,7 +59,7 @@ def explain(result: SimResult) -> list[str]:
                          "the policy released them")
         elif stats["dropped_store_full"]:
             notes.append("stores nothing: the host store was full of blocks being transferred")
-    if (config.policy is PolicyName.FIFO and admitted
+    if (config.policy == FifoPolicy.name and admitted
             and not stats.get("released_by_threshold", 0)):
         idle = stats.get("released_by_idle", 0)
         notes.append(
@@ -110,7 +111,7 @@ def recommend(results: Sequence[SimResult]) -> Recommendation | None:
     hitting = [r for r in results if r.external_hit_tokens > 0]
     if not hitting:
         return None
-    eager = [r for r in hitting if r.extra_config.get("kvtool.policy") == PolicyName.EAGER.value]
+    eager = [r for r in hitting if r.extra_config.get("kvtool.policy") == EagerPolicy.name]
     baseline = max(eager or hitting, key=lambda r: (r.external_hit_rate, -r.bytes_stored))
     floor = baseline.external_hit_rate - HIT_TOLERANCE_POINTS / 100
     keeping = [r for r in hitting if r.external_hit_rate >= floor - 1e-12]

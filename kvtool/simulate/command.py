@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
+from kvtool.connector.policies import POLICY_NAMES
 from kvtool.output.completion import complete_model
 from kvtool.output.options import (
     ColorMode,
@@ -16,7 +17,6 @@ from kvtool.output.options import (
     QuietOption,
     TextOrJson,
 )
-from kvtool.simulate.sweep import POLICY_NAMES
 from kvtool.simulate.trace import WORKLOADS
 
 DEFAULT_WORKLOAD = "prefix-repetition"
@@ -136,7 +136,6 @@ def simulate(
     setting, why a setting stores nothing, and a recommendation."""
     from pydantic import ValidationError
 
-    from kvtool.connector.config import PolicyName
     from kvtool.errors import KvtoolError
     from kvtool.fsio import atomic_write, atomic_write_text, refuse_overwriting_inputs
     from kvtool.output.errors import bad_option, check_choice
@@ -173,7 +172,7 @@ def simulate(
     if plot is not None and output_file is not None:
         refuse_overwriting_inputs(plot, [output_file], "--plot")
     plot_kind = plotting.plot_format(plot) if plot is not None else None
-    policies = [PolicyName(p) for p in (policy or POLICY_NAMES)]
+    policies = list(policy or POLICY_NAMES)
 
     legacy = {flag: value for flag, value in zip(
         _LEGACY_FLAGS, (num_prefixes, prefix_len, suffix_len, output_len), strict=True)

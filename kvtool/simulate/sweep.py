@@ -17,16 +17,14 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
-from kvtool.connector.config import ConnectorConfig, PolicyName
-from kvtool.connector.policies import POLICIES
+from kvtool.connector.config import ConnectorConfig
+from kvtool.connector.policies import POLICY_NAMES
 from kvtool.simulate.budget import REQUEST_WORK, WorkMeter
 from kvtool.simulate.engine import EngineSettings, SimResult, Simulation
 from kvtool.simulate.trace import Request, WorkloadParams, generate
 
 Knobs = dict[str, list[str]]
 
-POLICY_NAMES: tuple[str, ...] = tuple(name.value for name in POLICIES)
-"""The policies simulate offers: the connector's registry, in its order."""
 
 
 @dataclass(frozen=True)
@@ -62,24 +60,24 @@ class WorkloadSource:
         return self.params.num_requests * per_request
 
 
-def _applies(key: str, policy: PolicyName) -> bool:
-    for name in PolicyName:
-        if key.startswith(f"kvtool.{name.value}."):
-            return name is policy
+def _applies(key: str, policy: str) -> bool:
+    for name in POLICY_NAMES:
+        if key.startswith(f"kvtool.{name}."):
+            return name == policy
     return True
 
 
-def settings_for(policies: Sequence[PolicyName], knobs: Knobs) -> list[dict[str, str]]:
+def settings_for(policies: Sequence[str], knobs: Knobs) -> list[dict[str, str]]:
     """Every extra config to run: per policy, the product of the knobs that apply to it."""
     configs: list[dict[str, str]] = []
     for policy in policies:
         keys = [k for k in knobs if _applies(k, policy)]
         for values in itertools.product(*(knobs[k] for k in keys)):
-            configs.append({"kvtool.policy": policy.value, **dict(zip(keys, values, strict=True))})
+            configs.append({"kvtool.policy": policy, **dict(zip(keys, values, strict=True))})
     return configs
 
 
-def count_settings(policies: Sequence[PolicyName], knobs: Knobs) -> int:
+def count_settings(policies: Sequence[str], knobs: Knobs) -> int:
     """How many settings :func:`settings_for` would make, without making them."""
     return sum(math.prod(len(knobs[k]) for k in knobs if _applies(k, p)) for p in policies)
 

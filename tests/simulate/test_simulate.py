@@ -69,18 +69,20 @@ def test_every_buffered_block_ends_in_one_outcome(config: dict[str, Any]) -> Non
     assert stats["admitted"] == stats["stored"] + stats["failed"] + dropped
 
 
-def test_fifo_at_defaults_loses_blocks_that_eviction_aware_stores() -> None:
-    fifo = _run({"kvtool.policy": "fifo"})  # threshold 100, LMCache 0.5.6's default
-    aware = _run({"kvtool.policy": "eviction_aware"})
-    assert fifo.blocks_lost_to_eviction > aware.blocks_lost_to_eviction
-    assert aware.external_hit_tokens > fifo.external_hit_tokens
+def test_fifo_at_defaults_keeps_the_hits_of_eager() -> None:
+    # Threshold 100 (LMCache 0.5.6's default) never triggers on 120 requests; FIFO still
+    # releases what the next scheduling pass could recycle (issue 25), so it loses nothing.
+    fifo = _run({"kvtool.policy": "fifo"})
+    eager = _run({"kvtool.policy": "eager"})
+    assert fifo.blocks_lost_to_eviction == 0
+    assert fifo.external_hit_tokens == eager.external_hit_tokens
 
 
-def test_eviction_aware_writes_fewer_bytes_than_eager() -> None:
+def test_eviction_aware_keeps_eager_hits_and_writes_no_more() -> None:
     eager = _run({"kvtool.policy": "eager"})
     aware = _run({"kvtool.policy": "eviction_aware"})
-    assert aware.bytes_stored < eager.bytes_stored
-    assert aware.external_hit_tokens > 0
+    assert aware.bytes_stored <= eager.bytes_stored
+    assert aware.external_hit_tokens == eager.external_hit_tokens > 0
 
 
 def test_cli_sweeps_knobs_per_policy(kvtool_cli: Any) -> None:
@@ -261,9 +263,9 @@ def test_old_gpu_blocks_spelling_still_works_with_a_warning(kvtool_cli: Any) -> 
 
 def test_policy_choices_are_the_connectors_registry(kvtool_cli: Any) -> None:
     from kvtool.connector.policies import POLICIES
-    from kvtool.simulate.sweep import POLICY_NAMES
+    from kvtool.simulate.command import POLICY_NAMES
 
-    assert tuple(p.value for p in POLICIES) == POLICY_NAMES
+    assert tuple(POLICIES) == POLICY_NAMES
     report = _json(kvtool_cli, "--num-requests", "10")
     assert [run["setting"] for run in report["runs"]] == list(POLICY_NAMES)
 
