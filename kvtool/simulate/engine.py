@@ -189,7 +189,7 @@ class Simulation:
         )
         self.step_index = 0
         self.pool = InMemoryBlockPool(settings.num_gpu_blocks)
-        self.pool.allocate(1)  # vLLM's null block: never handed to a request
+        null_block = self.pool.allocate(1)[0]  # vLLM's null block: never handed to a request
         self.store = StoreIndex(capacity, settings.block_bytes, "simulation")
         self.manager = LazyOffloadManager(
             self.config, self.pool, self.store,
@@ -197,7 +197,10 @@ class Simulation:
             clock=lambda: self.step_index * settings.step_seconds,
             max_step_blocks=max_blocks_per_pass(
                 settings.max_batched_tokens, settings.block_size, settings.max_num_seqs),
+            null_block_id=null_block,
         )
+        self._budget_blocks = -(-settings.max_batched_tokens // settings.block_size)
+        self._loading: dict[int, int] = {}  # id(request) -> host blocks planned this pass
         self.counters = _Counters()
         self.running: list[_Req] = []
         self.waiting: deque[_Req] = deque()
@@ -356,6 +359,7 @@ class Simulation:
                     job = manager.plan_load(run.blocks[start:start + external],
                                             run.hashes[start:start + external])
                     self._load_jobs.append(job.job_id)
+                    self._loading[id(run)] = external
             run.computed = computed
             if load_async:
                 run.status = _LOADING
@@ -397,15 +401,26 @@ class Simulation:
             manager.on_request_preempted(run.request.id)
             run.buffered = 0
         fresh = set(map(id, new))
-        total = 0
+        size = self.settings.block_size
+        loading, self._loading = self._loading, {}
+        # As the adapter reports them: prefix-cache hits are handed out but not taken
+        # from the free queue's head; the next pass may need a block per scheduled
+        # request, plus the whole budget while one of them still prefills its prompt.
+        cached_hits = 0
         for run in new:
             allocated += run.blocks  # a new or resumed request's whole block table
             manager.on_request_arrived(run.request.id)
+            cached_hits += max(0, run.computed // size - loading.get(id(run), 0))
+        total = 0
+        prefilling = False
         for run, tokens in scheduled:
             total += tokens
+            if run.computed + tokens < run.prompt_len:
+                prefilling = True
             if id(run) in fresh or run.buffered < run.prompt_blocks or self.config.store_decode:
                 self._buffer(run, run.computed + tokens)
-        result = manager.step(StepInput(total, allocated))
+        demand = len(scheduled) + (self._budget_blocks if prefilling else 0)
+        result = manager.step(StepInput(total, allocated, len(allocated) - cached_hits, demand))
         jobs = self._load_jobs
         jobs += [job.job_id for job in result.store_jobs]
         if jobs:
