@@ -61,15 +61,20 @@ def explain(result: SimResult) -> list[str]:
             notes.append("stores nothing: the host store was full of blocks being transferred")
     if (config.policy == FifoPolicy.name and admitted
             and not stats.get("released_by_threshold", 0)):
-        idle = stats.get("released_by_idle", 0)
-        notes.append(
-            f"FIFO never released on its threshold: it waits until {config.fifo_threshold} "
-            "finished requests still buffer blocks, and vLLM recycled their blocks first ("
-            f"{lost:,} of {admitted:,} lost)"
-            + (f"; only the idle drain after the last request stored {idle:,}" if idle else "")
-            + ". Lower kvtool.fifo.threshold (e.g. --set kvtool.fifo.threshold=1,4,16) or use "
-            "eviction_aware"
-        )
+        if stored == 0:
+            notes.append(
+                f"stores nothing: FIFO waits until {config.fifo_threshold} finished requests "
+                f"still buffer blocks, and vLLM recycled all {admitted:,} buffered blocks "
+                "first; lower kvtool.fifo.threshold (e.g. --set kvtool.fifo.threshold=1,4,16) "
+                "or use eviction_aware"
+            )
+        else:
+            notes.append(
+                f"FIFO's threshold ({config.fifo_threshold} finished requests still "
+                "buffering) was never reached: what it stored it released only because vLLM "
+                "was about to recycle it or the engine went idle; a lower "
+                "kvtool.fifo.threshold stores earlier"
+            )
     elif admitted and lost / admitted > LOSS_WORTH_NOTING:
         notes.append(f"lost {lost:,} of {admitted:,} buffered blocks ({lost / admitted:.0%}) to "
                      "recycling before release")
