@@ -45,7 +45,7 @@ def explain(result: SimResult) -> list[str]:
     config = ConnectorConfig.from_extra_config(result.extra_config)
     notes: list[str] = []
     admitted, stored = stats["admitted"], stats["stored"]
-    lost = stats["dropped_evicted"] + stats["dropped_hash_changed_at_release"]
+    lost = stats["lost_to_recycling"]
     if stored == 0:
         if admitted == 0:
             if stats["skipped_duplicate"]:
@@ -145,7 +145,7 @@ def recommend(results: Sequence[SimResult]) -> Recommendation | None:
 
 def no_recommendation_reason(results: Sequence[SimResult]) -> str:
     """Why :func:`recommend` found nothing to recommend."""
-    if any(r.blocks_stored == 0 or r.blocks_lost_to_eviction for r in results):
+    if any(r.blocks_stored == 0 or r.lost_to_recycling for r in results):
         return ("none of these settings gets a host hit (see the notes): compare "
                 "eviction_aware and eager, or lower kvtool.fifo.threshold")
     best_gpu = max((r.gpu_hit_rate for r in results), default=0.0)

@@ -86,7 +86,9 @@ class SimResult(BaseModel):
     blocks_buffered: int
     blocks_stored: int
     bytes_stored: int
-    blocks_lost_to_eviction: int
+    lost_to_recycling: int
+    """Buffered blocks vLLM recycled before release, and those behind them (the
+    connector's counter of the same name)."""
     blocks_loaded: int
     preemptions: int
     async_loads: int
@@ -513,8 +515,7 @@ class Simulation:
             blocks_buffered=stats.admitted,
             blocks_stored=stats.stored,
             bytes_stored=stats.stored_bytes,
-            blocks_lost_to_eviction=stats.dropped.get("evicted", 0)
-            + stats.dropped.get("hash_changed_at_release", 0),
+            lost_to_recycling=stats.lost_to_recycling,
             blocks_loaded=stats.loaded,
             preemptions=c.preemptions,
             async_loads=c.async_loads,

@@ -83,7 +83,7 @@ def render_text(sweep: Sweep, console: Console) -> None:
     for r in sweep.results:
         table.add_row(escape(setting_label(r.extra_config)), f"{r.external_hit_rate:.1%}",
                       f"{r.gpu_hit_rate:.1%}", f"{r.bytes_stored / _GIB:.3f}",
-                      f"{r.blocks_stored:,}", f"{r.blocks_lost_to_eviction:,}",
+                      f"{r.blocks_stored:,}", f"{r.lost_to_recycling:,}",
                       f"{r.preemptions:,}")
     console.print(table)
     for r in sweep.results:
