@@ -35,6 +35,14 @@ def setting_label(extra_config: dict[str, object]) -> str:
     return f"{policy} {knobs}".strip()
 
 
+def byte_size(count: int) -> str:
+    """Bytes in the largest binary unit that keeps them at 1 or more."""
+    for unit, size in (("GiB", _GIB), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(count) >= size:
+            return f"{count / size:.2f} {unit}"
+    return f"{count} B"
+
+
 def _pct(value: float) -> str:
     return f"{value:.1%}"
 
@@ -128,8 +136,11 @@ def recommend(results: Sequence[SimResult]) -> Recommendation | None:
                   f"{HIT_TOLERANCE_POINTS:g} points")
     else:
         share = saved / baseline.bytes_stored if baseline.bytes_stored else 0.0
-        reason = (f"writes {saved / _GIB:.2f} GiB ({share:.0%}) less than "
-                  f"{setting_label(baseline.extra_config)} for {cost:+.1f} points of host hits")
+        hits = ("the same host hits" if abs(cost) < 0.05 else
+                f"{cost:.1f} fewer points of host hits" if cost > 0 else
+                f"{-cost:.1f} more points of host hits")
+        reason = (f"writes {byte_size(saved)} ({share:.1%}) less than "
+                  f"{setting_label(baseline.extra_config)}, with {hits}")
     return Recommendation(
         setting=setting_label(chosen.extra_config),
         baseline=setting_label(baseline.extra_config),

@@ -14,6 +14,7 @@ from rich.table import Table
 from kvtool.output.kinds import ReportKind
 from kvtool.simulate.advice import (
     Recommendation,
+    byte_size,
     explain,
     no_recommendation_reason,
     recommend,
@@ -97,7 +98,7 @@ def render_text(sweep: Sweep, console: Console) -> None:
         return
     console.print(
         f"[bold]recommendation: {escape(chosen.setting)}[/bold]: host hits "
-        f"{chosen.external_hit_rate:.1%}, {chosen.bytes_stored / _GIB:.3f} GiB written; "
+        f"{chosen.external_hit_rate:.1%}, {byte_size(chosen.bytes_stored)} written; "
         f"{escape(chosen.reason)}",
         soft_wrap=True,
     )
