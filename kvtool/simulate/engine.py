@@ -37,6 +37,7 @@ of first admissions, as vLLM records them).
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import math
 from collections import deque
@@ -141,23 +142,24 @@ def block_hashes(request: Request, block_size: int) -> list[Hashable]:
     A block's hash stands for every token up to its end, as vLLM's chained block
     hash does: the chain of segments (key and length) so far, and the end offset.
     The output is one more segment, keyed by ``output_key`` when later prompts
-    continue it, else private to the request.
+    continue it, else private to the request. The chain is a BLAKE2 digest, not
+    Python's ``hash`` of the key (randomised per process), so every run and every
+    ``--jobs`` process gives the same hashes and the same results.
     """
     segments: list[tuple[str, int]] = list(request.segments)
     segments.append((request.output_key if request.output_key is not None
                      else f"{request.id}\x00output", request.output_tokens))
     total = request.prompt_tokens + request.output_tokens
     out: list[Hashable] = []
-    chain: Hashable = None
+    chain = 0
     start = 0
-    index = 0
     end = block_size
     for key, tokens in segments:
-        chain = hash((chain, key, tokens))
+        digest = hashlib.blake2b(f"{chain}\x00{tokens}\x00{key}".encode(), digest_size=8)
+        chain = int.from_bytes(digest.digest(), "little")
         stop = start + tokens
         while end <= stop and end <= total:
             out.append(hash((chain, end)))
-            index += 1
             end += block_size
         start = stop
     return out

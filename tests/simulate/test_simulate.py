@@ -358,3 +358,19 @@ def test_huge_or_non_finite_numbers_are_one_line(kvtool_cli: Any, args: list[str
     assert result.exit_code == 2, result.stderr
     assert message in result.stderr and result.stderr.count("\n") == 1
     assert "Traceback" not in result.stderr
+
+
+def test_results_do_not_depend_on_the_process(kvtool_cli: Any) -> None:
+    import os
+    import subprocess
+    import sys
+
+    args = [sys.executable, "-m", "kvtool", "simulate", "--workload", "chat", "--num-requests",
+            "80", "--block-bytes", "4096", "--output-format", "json"]
+    outputs = {
+        subprocess.run(args, capture_output=True, text=True, check=True,
+                       env={**os.environ, "PYTHONHASHSEED": seed}).stdout
+        for seed in ("1", "2")
+    }
+    outputs.add(kvtool_cli(*args[3:]).stdout)
+    assert len(outputs) == 1
