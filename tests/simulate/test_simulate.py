@@ -373,5 +373,5 @@ def test_results_do_not_depend_on_the_process(kvtool_cli: Any) -> None:
                        env={**os.environ, "PYTHONHASHSEED": seed}).stdout
         for seed in ("1", "2")
     }
-    outputs.add(kvtool_cli(*args[2:]).stdout)
+    outputs.add(kvtool_cli(*args[1:]).stdout)
     assert len(outputs) == 1
