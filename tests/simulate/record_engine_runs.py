@@ -160,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
                              "are not run again (so shards can share it)")
     parser.add_argument("--shard", default="0/1", help="K/N: run every N-th run from the K-th")
     parser.add_argument("--cpu", type=int, help="the CPU the engines bind their threads to")
+    parser.add_argument("--finalize", action="store_true",
+                        help="write the fixture from the runs recorded so far (the missing "
+                             "ones listed in its provenance) and run nothing")
     args = parser.parse_args(argv)
     model = build_tiny_model(args.cache / "tiny-model")
     os.environ.setdefault("VLLM_CACHE_ROOT", str(args.cache / "vllm-cache"))
@@ -176,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     shard, shards = (int(x) for x in args.shard.split("/"))
     wanted = [f"{w}/{s}/{p}" for w in WORKLOADS for s in HOST_STORES for p in POLICIES]
     for index, only in enumerate(wanted):
+        if args.finalize:
+            break
         if index % shards == shard and only not in _finished(runs_file):
             done = subprocess.run(
                 [sys.executable, __file__, "--out", str(args.out), "--cache",
@@ -190,9 +195,10 @@ def main(argv: list[str] | None = None) -> int:
                 handle.write(lines[-1].removeprefix("RESULT ") + "\n")
             print(only, "recorded", file=sys.stderr, flush=True)
     finished = _finished(runs_file)
-    if any(only not in finished for only in wanted):
+    missing = [only for only in wanted if only not in finished]
+    if missing and not args.finalize:
         return 0  # another shard is still running; the last one writes the fixture
-    runs = [finished[only] for only in wanted]
+    runs = [finished[only] for only in wanted if only in finished]
     import vllm
 
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
@@ -207,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
             "workloads_sha256": hashlib.sha256(workloads_file.read_bytes()).hexdigest(),
             "vllm_version": vllm.__version__,
             "python": platform.python_version(),
+            "not_recorded": missing,
         },
         "engine": ENGINE,
         "runs": runs,
