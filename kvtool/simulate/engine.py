@@ -73,6 +73,11 @@ class EngineSettings(BaseModel):
     host_blocks: int = Field(ge=1, le=1 << 30)
     block_bytes: int = Field(ge=1, le=1 << 40)
     step_seconds: float = Field(default=0.05, gt=0, le=3600)
+    idle_stepping: bool = True
+    """Between arrivals, keep stepping while the connector holds work, as vLLM's
+    server loop does (``has_pending_push_work``); False: step only while requests
+    are unfinished, as an offline driver does (``LLM.generate``, the benchmarks),
+    so only the end of the trace drains idle."""
 
 
 class SimResult(BaseModel):
@@ -442,10 +447,10 @@ class Simulation:
         while True:
             busy = self.running or self.waiting or self.holding or self._pull()
             if not busy:
-                if self.manager.has_pending_work():
+                next_step = intake.next_arrival(self.step_index)
+                if self.manager.has_pending_work() and (s.idle_stepping or next_step is None):
                     self._idle_step()
                     continue
-                next_step = intake.next_arrival(self.step_index)
                 if next_step is None:
                     break
                 self.step_index = next_step

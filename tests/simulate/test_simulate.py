@@ -375,3 +375,16 @@ def test_results_do_not_depend_on_the_process(kvtool_cli: Any) -> None:
     }
     outputs.add(kvtool_cli(*args[1:]).stdout)
     assert len(outputs) == 1
+
+
+def test_idle_stepping_drains_between_arrivals_only_on_a_server() -> None:
+    # Two waves 500 steps apart: a server keeps stepping while the connector holds
+    # work, so eviction_aware's idle drain runs in the gap and again at the end; an
+    # offline driver only steps with requests unfinished, so it drains once, at the end.
+    waves = [Request(id=f"r{i}", arrival=(i // 4) * 500,
+                     segments=(Segment(f"p{i % 2}", 96), Segment(f"r{i}", 16)), output_tokens=4)
+             for i in range(8)]
+    server = _run({"kvtool.policy": "eviction_aware"}, waves)
+    offline = _run({"kvtool.policy": "eviction_aware"}, waves, idle_stepping=False)
+    assert server.stats["idle_drains"] == 2 and server.idle_steps > 0
+    assert offline.stats["idle_drains"] == 1
