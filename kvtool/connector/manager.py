@@ -199,7 +199,8 @@ class LazyOffloadManager:
         """The engine's placeholder block (vLLM's null block, id 0): a sliding-window
         group's block table holds it for blocks outside the window. It is neither
         stored (nothing there) nor a break in the request's chain, and never loaded into."""
-        self._largest_load = 0
+        self._largest_load = 0  # most blocks one scheduling pass planned to load
+        self._pass_load = 0  # blocks this pass planned to load so far
         self._largest_pass = 0
         # Groups with 0 tokens per block (scratch groups) consume no blocks per token.
         self._tokens_per_block = [tpb for tpb in group_tokens_per_block if tpb > 0]
@@ -317,8 +318,10 @@ class LazyOffloadManager:
 
     def pass_bound(self) -> int:
         """Most blocks the next scheduling pass may take from the free queue: the
-        token bound (``max_step_blocks``) plus the largest host load planned so far,
-        and never less than the most one pass allocated so far. 0 while unknown."""
+        token bound (``max_step_blocks``) plus the most one pass planned to load so
+        far (every admitted request's host hit), and never less than the most one
+        pass allocated so far. 0 while unknown. A pass that loads more than any
+        before it can still recycle a buffered block: ``lost_to_recycling`` counts it."""
         static = self.max_step_blocks
         if not static:
             return self._largest_pass
@@ -328,6 +331,7 @@ class LazyOffloadManager:
         """One scheduler step: find recycled blocks, ask the policy, carry out its releases."""
         now = self._clock()
         tokens, allocated, taken, running_demand = step
+        self._pass_load = 0  # the next pass's loads are planned after this step
         taken = len(allocated) if taken is None else taken
         if taken > self._largest_pass:
             self._largest_pass = taken
@@ -452,8 +456,10 @@ class LazyOffloadManager:
         """
         if len(block_ids) != len(block_hashes):
             raise ValueError("block_ids and block_hashes differ in length")
-        if len(block_ids) > self._largest_load:
-            self._largest_load = len(block_ids)
+        # A pass admits several requests: their loads add up (the step resets it).
+        self._pass_load += len(block_ids)
+        if self._pass_load > self._largest_load:
+            self._largest_load = self._pass_load
         null = self.null_block_id
         if null is not None and null in block_ids:
             # Outside a sliding window: the engine reads nothing there, so nothing is copied.

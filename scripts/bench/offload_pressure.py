@@ -38,9 +38,11 @@ Figures per workload, store and policy:
   is a block eager would have stored);
 - ``preemptions``: vLLM's preemption counter;
 - ``ttft_hit_vs_recompute``: the requests with a host hit, their time to first
-  token (the engine-step time from arrival to first token) over the same
-  requests' time without connector, ratio of sums (``ttft_steps_hit_vs_recompute``:
-  the same in engine steps, which no machine load disturbs);
+  token counted from the step that first scheduled them (an asynchronous load's
+  wait included, the queue before it not) over the same requests' time without
+  connector, ratio of sums of engine-step times; ``ttft_steps_hit_vs_recompute``
+  is the same in engine steps (no machine load disturbs it), and
+  ``ttft_queued_steps_hit_vs_recompute`` counts from arrival instead;
 - ``throughput_ratio`` [``throughput_ratio_ci``]: median over paired slices of
   steps per second against the no-connector engine, with a bootstrap 95% interval;
 - ``outputs_equal``: every request's output tokens equal no connector's.
@@ -244,6 +246,7 @@ class Engine:
         self.step_walls: list[float] = []
         self.arrived: dict[str, int] = {}
         self.first_token: dict[str, int] = {}
+        self.first_scheduled: dict[str, int] = {}
         self.outputs: dict[str, list[int]] = {}
         self.outputs_by_key: dict[str, list[int]] = {}
         self.prompt_lengths: dict[str, int] = {}
@@ -296,6 +299,7 @@ class Engine:
                         self.cached[rid] = int(output.num_cached_tokens or 0)
                         self._finished(rid, list(output.outputs[0].token_ids))
                 self.step_walls.append(time.perf_counter() - began)
+                self._note_scheduled()
                 self.step_index += 1
                 done += 1
             wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
@@ -303,22 +307,39 @@ class Engine:
             gc.enable()
         return {"wall_s": wall, "cpu_s": cpu, "steps": float(done)}
 
+    def _note_scheduled(self) -> None:
+        """The step each request first left the waiting queue (to run, or to wait for its
+        load), by vLLM's internal id (see :meth:`finish`)."""
+        from vllm.v1.request import RequestStatus
+
+        seen = self.first_scheduled
+        scheduler = self.llm.llm_engine.engine_core.engine_core.scheduler
+        for rid, request in scheduler.requests.items():
+            if rid not in seen and request.status is not RequestStatus.WAITING:
+                seen[rid] = self.step_index
+
     def finish(self) -> dict[str, Any]:
         """Every request's outcome and the trial's counters."""
         # The scheduler knows a request by vLLM's internal id: ours plus "-" and 8 hex
         # digits (InputProcessor.assign_request_id).
-        host_tokens = {(rid if rid in self.requests else rid.rsplit("-", 1)[0]): n
-                       for rid, n in self.host_tokens.items()}
+        def ours(rid: str) -> str:
+            return rid if rid in self.requests else rid.rsplit("-", 1)[0]
+
+        host_tokens = {ours(rid): n for rid, n in self.host_tokens.items()}
+        scheduled = {ours(rid): step for rid, step in self.first_scheduled.items()}
         requests = {}
         for rid, arrived in self.arrived.items():
             if rid == "warm-up":
                 continue
             first = self.first_token[rid]
+            began = min(scheduled.get(rid, arrived), first)
             requests[rid] = {
                 "prompt_tokens": self.prompt_lengths[rid], "output": self.outputs[rid],
                 "arrived_step": arrived, "first_token_step": first,
-                "ttft_steps": first - arrived + 1,
-                "ttft_s": sum(self.step_walls[arrived:first + 1]),
+                "first_scheduled_step": began,
+                "queued_ttft_steps": first - arrived + 1,
+                "ttft_steps": first - began + 1,
+                "ttft_s": sum(self.step_walls[began:first + 1]),
                 "host_tokens": host_tokens.get(rid, 0),
                 "gpu_tokens": self.cached[rid] - host_tokens.get(rid, 0),
             }
@@ -444,7 +465,7 @@ def _ratio(num: float, den: float) -> float | None:
 def figures(records: list[dict[str, Any]], config: str) -> dict[str, Any]:
     """One configuration's figures on one workload, over all its trials."""
     prompt = host = gpu = 0
-    hit_s = hit_base_s = hit_steps = hit_base_steps = 0.0
+    hit_s = hit_base_s = hit_steps = hit_base_steps = queued = queued_base = 0.0
     hit_requests = 0
     equal = True
     paired: list[float] = []
@@ -466,6 +487,8 @@ def figures(records: list[dict[str, Any]], config: str) -> dict[str, Any]:
                 hit_base_s += ref["ttft_s"]
                 hit_steps += req["ttft_steps"]
                 hit_base_steps += ref["ttft_steps"]
+                queued += req["queued_ttft_steps"]
+                queued_base += ref["queued_ttft_steps"]
         preemptions += mine["vllm_metrics"].get("vllm:num_preemptions", 0.0)
         for key, value in mine["connector"].items():
             connector[key] = connector.get(key, 0) + value
@@ -486,6 +509,7 @@ def figures(records: list[dict[str, Any]], config: str) -> dict[str, Any]:
         "host_hit_requests": hit_requests / trials,
         "ttft_hit_vs_recompute": _ratio(hit_s, hit_base_s),
         "ttft_steps_hit_vs_recompute": _ratio(hit_steps, hit_base_steps),
+        "ttft_queued_steps_hit_vs_recompute": _ratio(queued, queued_base),
         "throughput_ratio": statistics.median(paired) if paired else None,
         "throughput_ratio_ci": interval,
         "throughput_ratio_total": _ratio(tokens / wall if wall else 0.0,
@@ -515,20 +539,21 @@ def print_table(summary: dict[str, dict[str, dict[str, dict[str, Any]]]], pool: 
           + ", ".join(f"{k}={v}" for k, v in STORE_BLOCKS.items())
           + " blocks; ratios against no connector (throughput: median of paired slices "
           "[95% interval])")
-    header = (f"{'workload':<6}{'store':<6}{'policy':<22}{'host%':>7}{'gpu%':>7}{'bytes':>10}"
-              f"{'lost':>6}{'preempt':>8}{'hits':>6}{'TTFT':>7}{'steps':>7}{'tput':>7}"
+    header = (f"{'workload':<9}{'store':<6}{'policy':<22}{'host%':>7}{'gpu%':>7}{'bytes':>10}"
+              f"{'lost':>6}{'preempt':>8}{'hits':>6}{'TTFT':>7}{'steps':>7}{'queued':>7}{'tput':>7}"
               f"{'interval':>14}{'equal':>7}")
     print(header)
     for workload, stores in summary.items():
         for store, policies in stores.items():
             for policy, f in policies.items():
                 interval = "-".join(num(x, ".3f") for x in f["throughput_ratio_ci"])
-                print(f"{workload:<6}{store:<6}{policy:<22}{f['host_hit_pct']:>7.2f}"
+                print(f"{workload:<9}{store:<6}{policy:<22}{f['host_hit_pct']:>7.2f}"
                       f"{f['gpu_hit_pct']:>7.2f}{f['bytes_stored']:>10.0f}"
                       f"{f['lost_to_recycling']:>6.0f}{f['preemptions']:>8.1f}"
                       f"{f['host_hit_requests']:>6.1f}"
                       f"{num(f['ttft_hit_vs_recompute'], '.3f'):>7}"
                       f"{num(f['ttft_steps_hit_vs_recompute'], '.3f'):>7}"
+                      f"{num(f['ttft_queued_steps_hit_vs_recompute'], '.3f'):>7}"
                       f"{num(f['throughput_ratio'], '.3f'):>7}"
                       f"{interval:>14}{'yes' if f['outputs_equal'] else 'NO':>7}")
 

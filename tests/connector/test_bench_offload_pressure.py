@@ -38,6 +38,7 @@ def bench() -> ModuleType:
 
 def _request(host: int, ttft_s: float, output: list[int]) -> dict[str, Any]:
     return {"prompt_tokens": 100, "output": output, "ttft_steps": 2, "ttft_s": ttft_s,
+            "queued_ttft_steps": 5,
             "host_tokens": host, "gpu_tokens": 0}
 
 
