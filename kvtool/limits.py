@@ -124,9 +124,10 @@ SIZING_LAYERS = Limit(
 )
 SIMULATE_WORK = Limit(
     "simulate_work",
-    300_000_000,
+    200_000_000,
     "work units",
-    "blocks of every request plus scheduler steps, summed over every setting of a sweep",
+    "blocks of every request, 16 per request and one per scheduler step, summed over "
+    "every setting of a sweep",
 )
 
 # Not adjustable: an exbibyte is past any host or GPU, and small enough that a size in
