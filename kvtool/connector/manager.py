@@ -213,6 +213,9 @@ class LazyOffloadManager:
         self._live: dict[str, RequestKey] = {}
         self._buffers: dict[RequestKey, _RequestBuffer] = {}  # insertion = admission order
         self._ready: dict[RequestKey, int] = {}  # finished and buffering -> admission order
+        # The same requests by admission order, lazily pruned: an entry whose request
+        # left ``_ready`` is skipped when met and the heap is rebuilt once it doubles.
+        self._ready_heap: list[tuple[int, RequestKey]] = []
         self._where: dict[int, tuple[RequestKey, int]] = {}  # buffered block id -> (key, ordinal)
         self._claimed: set[BlockHash] = set()  # hashes buffered or in flight
         # Deadline index, lazily pruned: (front block admitted_at, order, front ordinal, key).
@@ -502,6 +505,10 @@ class LazyOffloadManager:
         buffer.finished = True
         if buffer.blocks:
             self._ready[key] = buffer.order
+            heapq.heappush(self._ready_heap, (buffer.order, key))
+            if len(self._ready_heap) > 2 * len(self._ready) + 64:
+                self._ready_heap = [(order, k) for k, order in self._ready.items()]
+                heapq.heapify(self._ready_heap)
         else:
             del self._buffers[key]
 
@@ -676,6 +683,17 @@ class _View:
 
     def finished_ready(self) -> Mapping[RequestKey, int]:
         return self._m._ready
+
+    def oldest_ready(self, count: int) -> list[RequestKey]:
+        ready, heap = self._m._ready, self._m._ready_heap
+        found: list[tuple[int, RequestKey]] = []
+        while heap and len(found) < count:
+            entry = heapq.heappop(heap)
+            if entry[1] in ready:  # else stale: released or lost since it finished
+                found.append(entry)
+        for entry in found:
+            heapq.heappush(heap, entry)
+        return [key for _, key in found]
 
     def block_index(self) -> Mapping[int, tuple[RequestKey, int]]:
         return self._m._where

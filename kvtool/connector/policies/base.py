@@ -86,6 +86,10 @@ class PendingView(Protocol):
     def finished_ready(self) -> Mapping[RequestKey, int]:
         """Finished requests that still buffer blocks -> admission order number. O(1)."""
 
+    def oldest_ready(self, count: int) -> list[RequestKey]:
+        """The ``count`` finished requests that still buffer blocks and were admitted
+        first, oldest first (fewer if fewer are ready). O(count log ready), amortised."""
+
     def block_index(self) -> Mapping[int, tuple[RequestKey, int]]:
         """Buffered block id -> (request, ordinal) holding it, O(1) per lookup: the
         manager's own index, valid until the manager next changes; read it, never

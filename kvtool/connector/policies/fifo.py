@@ -21,7 +21,6 @@ Semantics (LMCache's FIFO, https://github.com/LMCache/LMCache/blob/v0.5.6/lmcach
 
 from __future__ import annotations
 
-import heapq
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -55,7 +54,7 @@ class FifoPolicy(DrainPolicy):
                                              self.config.max_release_blocks_per_step)
         if len(ready) < self.config.fifo_threshold:
             return out
-        # Cost is paid only on a triggering step and is O(ready * log select).
-        chosen = heapq.nsmallest(self.config.fifo_select_count, ready, key=ready.__getitem__)
+        # The manager keeps the ready set ordered: O(select * log ready) per trigger.
+        chosen = pending.oldest_ready(self.config.fifo_select_count)
         return out + take_fronts(pending, ((r, None) for r in chosen if r not in named), budget,
                                  ReleaseReason.THRESHOLD)[0]
