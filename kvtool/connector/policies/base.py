@@ -13,6 +13,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Generator, Iterable, Iterator, Mapping
 from enum import Enum
+from itertools import compress, count, islice
 from typing import TYPE_CHECKING, ClassVar, NamedTuple, Protocol
 
 if TYPE_CHECKING:  # the config module reads the policy registry: no import at run time
@@ -259,24 +260,31 @@ def due_in_window(
     due: dict[RequestKey, list[int]] = {}
     if depth <= 0 or budget <= 0:
         return due
-    index = pending.block_index()
-    others = found = 0
-    for rank, block_id in enumerate(pool.iter_eviction_order()):
-        hit = index.get(block_id)
-        if hit is None:
-            others += 1
-            if others >= depth:
-                break
-            continue
-        request, ordinal = hit
-        seen = due.get(request)
-        if seen is None:
-            due[request] = [rank, ordinal]
-        elif ordinal > seen[1]:
-            seen[1] = ordinal
-        found += 1
-        if found >= budget:
+    lookup = pending.block_index().get
+    order = pool.iter_eviction_order()
+    others = found = start = 0
+    # Read in chunks of the ``depth - others`` blocks the walk must read before it
+    # can stop on them (looked up by map, in C), then visit only the hits: most
+    # blocks near the head are not buffered, and a per-block Python loop over the
+    # window was most of a FIFO or EVICTION_AWARE step.
+    while others < depth:
+        chunk = list(map(lookup, islice(order, depth - others)))
+        if not chunk:
             break
+        hits = 0
+        for offset in compress(count(start), chunk):  # a hit is a tuple, a miss None
+            request, ordinal = chunk[offset - start]
+            seen = due.get(request)
+            if seen is None:
+                due[request] = [offset, ordinal]
+            elif ordinal > seen[1]:
+                seen[1] = ordinal
+            hits += 1
+            found += 1
+            if found >= budget:
+                return due
+        others += len(chunk) - hits
+        start += len(chunk)
     return due
 
 
