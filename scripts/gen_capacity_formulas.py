@@ -22,6 +22,10 @@ The token figure (``tokens``) the release logs as ``GPU KV cache size``:
 - ``blocks_per_group``: ``num_blocks // number of groups x the smallest group block``;
 - ``blocks``: ``num_blocks x block_size``.
 
+and the default of ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE`` (``vllm/envs.py``:
+``os.getenv(NAME, default)``), which decides whether chunked local attention turns the
+hybrid KV cache manager off (``chunked_local_hma_env_default``).
+
 Each row records the wheel's file name and sha256.
 """
 
@@ -41,6 +45,8 @@ from releasegen.build import sha256_of
 _REPO = Path(__file__).resolve().parent.parent
 GENERATOR_VERSION = 1
 MODULE = "vllm/v1/core/kv_cache_utils.py"
+ENVS_MODULE = "vllm/envs.py"
+CHUNKED_LOCAL_ENV = "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE"
 FUNCTION = "get_max_concurrency_for_kv_cache_config"
 
 
@@ -94,6 +100,21 @@ def classify_tokens(source: str) -> str:
     return "blocks"
 
 
+def env_default(source: str, name: str) -> str | None:
+    """The default of ``os.getenv(name, default)`` in ``source``; None when never read."""
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Call)
+            and ast.unparse(node.func) == "os.getenv"
+            and len(node.args) == 2
+            and isinstance(node.args[0], ast.Constant)
+            and node.args[0].value == name
+            and isinstance(node.args[1], ast.Constant)
+        ):
+            return str(node.args[1].value)
+    return None
+
+
 def _tabled(tables: Path) -> list[str]:
     index = json.loads((tables / "index.json").read_text(encoding="utf-8"))
     return list(index["versions"])
@@ -106,6 +127,7 @@ def build(versions: list[str], cache: Path) -> dict[str, object]:
         wheel = wheels.download(pip, cache, version)
         with zipfile.ZipFile(wheel) as archive:
             source = archive.read(MODULE).decode("utf-8")
+            envs = archive.read(ENVS_MODULE).decode("utf-8")
         found = classify(source)
         if found is None:
             raise RuntimeError(f"{wheel.name}: no {FUNCTION} in {MODULE}")
@@ -113,6 +135,7 @@ def build(versions: list[str], cache: Path) -> dict[str, object]:
         rows[version] = {
             "formula": formula,
             "tokens": classify_tokens(source),
+            "chunked_local_hma_env_default": env_default(envs, CHUNKED_LOCAL_ENV),
             "source": f"{MODULE}:{line}",
             "wheel": wheel.name,
             "sha256": sha256_of(wheel),

@@ -41,8 +41,8 @@ def _knobs(pairs: list[str]) -> dict[str, list[str]]:
 
 
 def _block_bytes(model: str, block_size: int) -> int:
-    from kvtool.sizing.catalog import load_model_spec
     from kvtool.sizing.deployment import make_deployment
+    from kvtool.sizing.model_spec import load_model_spec
     from kvtool.sizing.report import compute
 
     report = compute(load_model_spec(model), make_deployment(block_size=block_size))

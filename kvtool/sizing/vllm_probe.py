@@ -69,6 +69,21 @@ class _Stubs:
     major = 9
 
 
+class _Kernel:
+    """A GPU kernel's handle (``torch.ops._C.x``, ``.default`` overloads): never called here."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return self
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(f"GPU kernel {self.name} called while sizing")
+
+
 def _install_stubs(major: int) -> None:
     import torch._ops
 
@@ -86,10 +101,7 @@ def _install_stubs(major: int) -> None:
             if not _Stubs.building:
                 raise  # import-time hasattr() guards must see the op missing
 
-            def kernel(*args: Any, **kwargs: Any) -> Any:
-                raise RuntimeError(f"GPU kernel {name} called while sizing")
-
-            return kernel
+            return _Kernel(name)
 
     torch._ops._OpNamespace.__getattr__ = lookup  # type: ignore[method-assign]
 
@@ -148,8 +160,9 @@ def _imported_by_vllm_model() -> bool:
     while frame is not None:
         name = frame.f_globals.get("__name__", "")
         if not name.startswith(("importlib", "_frozen_importlib")) and name != __name__:
-            return name.startswith(("vllm.model_executor.models", "vllm.models",
-                                    "vllm.model_executor.kernels"))
+            # vLLM's model and kernel files, and the processors they import (a model
+            # file of a wrapper imports its vision side), but not transformers' own probes
+            return name.startswith(("vllm.", "transformers.models."))
         frame = frame.f_back
     return False
 
@@ -167,7 +180,13 @@ def _stub_absent_package(package: str) -> None:
     if importlib.util.find_spec(package) is not None:
         return
 
-    class Placeholder:
+    class Anything(type):
+        def __getattr__(cls, attr: str) -> Any:
+            if attr.startswith("__"):
+                raise AttributeError(attr)
+            return cls
+
+    class Placeholder(metaclass=Anything):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             pass
 
@@ -285,36 +304,49 @@ def _fake_parallel_groups(config: Any) -> None:
 
 
 class _Executor:
-    """The executor calls ``_initialize_kv_caches`` makes, answered from one worker."""
+    """The executor ``_initialize_kv_caches`` talks to, answered by one worker.
+
+    Worker calls run the worker base class's own methods on a stand-in worker holding the
+    config. Other executor methods are the real executor's (``Executor`` in
+    ``v1/executor/abstract.py``), bound to this object. The extensible KV cache (address
+    space reserved on the GPU, vLLM after 0.32) is reported unsupported: there is no GPU.
+    """
 
     def __init__(self, config: Any, specs: dict[str, Any], kv_memory: int) -> None:
+        from vllm.v1.executor.abstract import Executor
         from vllm.v1.worker.worker_base import WorkerBase
 
+        self.vllm_config = config
         self._worker = types.SimpleNamespace(vllm_config=config)
-        self._base = WorkerBase
+        self._base, self._real = WorkerBase, Executor
         self.specs, self.kv_memory = specs, kv_memory
         self.kv_cache_configs: list[Any] = []
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self._real, name)
+        return found.__get__(self) if callable(found) else found
 
     def get_kv_cache_specs(self) -> list[dict[str, Any]]:
         return [self.specs]
 
-    def get_supported_kv_cache_layouts(self) -> list[list[str]]:
-        return [self._base.get_supported_kv_cache_layouts(self._worker)]
-
-    def set_kv_cache_layout(self, layout_name: str) -> None:
-        self._base.set_kv_cache_layout(self._worker, layout_name)
-
     def determine_available_memory(self) -> list[int]:
         return [self.kv_memory]
 
-    def initialize_from_config(self, configs: list[Any]) -> None:
+    def extensible_kv_cache_unsupported_reason(self, kv_cache_specs: Any) -> str:
+        return "sized without a GPU"
+
+    def initialize_from_config(self, configs: list[Any], *args: Any, **kwargs: Any) -> None:
         self.kv_cache_configs = configs
 
-    def compile_or_warm_up_model(self) -> None:
+    def compile_or_warm_up_model(self, *args: Any, **kwargs: Any) -> None:
         return None
 
-    def collective_rpc(self, *args: Any, **kwargs: Any) -> list[Any]:
-        return []
+    def collective_rpc(self, method: Any, timeout: Any = None, args: tuple[Any, ...] = (),
+                       kwargs: dict[str, Any] | None = None, **more: Any) -> list[Any]:
+        worker_method = getattr(self._base, method, None) if isinstance(method, str) else None
+        if worker_method is None:
+            return []
+        return [worker_method(self._worker, *args, **(kwargs or {}))]
 
 
 def _engine_args(case: dict[str, Any]) -> Any:
@@ -340,6 +372,7 @@ def _engine_args(case: dict[str, Any]) -> Any:
         "kv_offloading_backend": "kv_offloading_backend",
         "enable_prefix_caching": "enable_prefix_caching",
         "mamba_ssm_cache_dtype": "mamba_ssm_cache_dtype",
+        "num_gpu_blocks_override": "num_gpu_blocks_override",
     }
     for key, arg in optional.items():
         if case.get(key) is not None:
@@ -372,6 +405,7 @@ def _group_row(group: Any) -> dict[str, Any]:
         for layer_spec in inner.values():
             pages[layer_spec.page_size_bytes] = pages.get(layer_spec.page_size_bytes, 0) + 1
         row["layer_pages"] = sorted(pages.items(), reverse=True)
+        row["page_bytes"] = max(pages)  # the group's largest layer page
     return row
 
 
@@ -408,9 +442,11 @@ def _size(case: dict[str, Any], platform: Any) -> dict[str, Any]:
     from vllm.model_executor.model_loader.utils import initialize_model
     from vllm.usage.usage_lib import UsageContext
     from vllm.utils.torch_utils import set_default_torch_dtype
-    from vllm.v1.core.kv_cache_utils import _pool_bytes_per_block
+    try:  # moved with the KV cache planning code after 0.32
+        from vllm.v1.core.kv_cache_planning import _pool_bytes_per_block
+    except ImportError:
+        from vllm.v1.core.kv_cache_utils import _pool_bytes_per_block
     from vllm.v1.engine.core import EngineCore
-    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
     config = _engine_args(case).create_engine_config(UsageContext.OPENAI_API_SERVER)
     sched = config.scheduler_config
@@ -430,9 +466,8 @@ def _size(case: dict[str, Any], platform: Any) -> dict[str, Any]:
     with set_default_torch_dtype(config.model_config.dtype), torch.device("meta"), _CudaOnMeta():
         initialize_model(config)
     platform.update_block_size_for_backend(config)
-    runner = types.SimpleNamespace(vllm_config=config, shared_kv_cache_layers={})
     with set_current_vllm_config(config):
-        specs = GPUModelRunner.get_kv_cache_spec(runner)
+        specs = _spec_loop(config)
         backends = sorted({layer.get_attn_backend().get_name()
                            for layer in _attention_layers(config)})
         executor = _Executor(config, specs, int(case["kv_memory_bytes"]))
@@ -453,6 +488,20 @@ def _size(case: dict[str, Any], platform: Any) -> dict[str, Any]:
             "offload": _offload(config, kv_cache_config),
         }
     return result
+
+
+def _spec_loop(config: Any) -> dict[str, Any]:
+    """The model runner's own spec loop: the V1 runner's method, or the V2 runner's function."""
+    try:
+        from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+    except ImportError:  # the V2 model runner only (vLLM after 0.32)
+        import vllm.v1.worker.gpu.model_runner as runner_module
+
+        spec: dict[str, Any] = runner_module.get_kv_cache_spec(config)
+        return spec
+    runner = types.SimpleNamespace(vllm_config=config, shared_kv_cache_layers={})
+    found: dict[str, Any] = GPUModelRunner.get_kv_cache_spec(runner)
+    return found
 
 
 def _attention_layers(config: Any) -> list[Any]:

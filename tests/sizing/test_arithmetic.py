@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kvtool.models.catalog import catalog
 from kvtool.sizing import arithmetic as ar
 from kvtool.sizing import compute, load_model_spec, make_deployment
-from kvtool.sizing.catalog import catalog
 from kvtool.sizing.facts import sizing_facts
 
 GIB = 1 << 30

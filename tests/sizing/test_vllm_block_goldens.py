@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from kvtool.models.catalog import find_entry
 from kvtool.sizing import SizingReport, compute, load_model_spec, make_deployment
 from kvtool.sizing.backends import backend_table
-from kvtool.sizing.catalog import find_entry
 from tests.sizing.cache_tensors import (
     ds_mla_page_bytes,
     dsa_indexer_page_bytes,
@@ -82,18 +82,30 @@ def test_token_capacity_is_vllms_logged_figure() -> None:
     # get_max_concurrency_for_kv_cache_config: num_blocks / cdiv(max_model_len, block).
     r = report("llama-3.1-8b", num_gpu_blocks=1000, context_len=1000)
     assert r.gpu_tier_tokens == int(1000 / -(-1000 // 16) * 1000)
-    # Sliding windows reserve window - 1 + in-flight tokens (+1 block): needs the in-flight.
-    oss = report("gpt-oss-120b", num_gpu_blocks=10_000, context_len=4096, max_in_flight_tokens=2048)
+    # Sliding windows reserve window - 1 + in-flight tokens (+1 block); async scheduling
+    # (vLLM's default) keeps two batches of --max-num-batched-tokens in flight.
+    oss = report(
+        "gpt-oss-120b", num_gpu_blocks=10_000, context_len=4096, max_num_batched_tokens=1024
+    )
     full_blocks, sliding_blocks = 4096 // 16, -(-(128 - 1 + 2048) // 16) + 1
     assert oss.gpu_tier_tokens == int(10_000 / (full_blocks + sliding_blocks) * 4096)
 
 
 @pytest.mark.parametrize(("tp", "dtype"), [(1, "auto"), (8, "auto"), (1, "fp8"), (8, "fp8")])
 def test_llama4_chunked_local_attention_groups(tp: int, dtype: str) -> None:
-    # Llama-4-Scout: every 4th layer global (NoPE), the other 36 chunked-local (8192):
-    # groups of 12 layers, 1 full + 3 chunked (llama4.py, kv_cache_utils.py).
-    r = report("llama-4-scout", tp=tp, kv_cache_dtype=dtype)
+    # Llama-4-Scout: every 4th layer global (NoPE), the other 36 chunked-local (8192).
+    # Chunked local attention keeps the hybrid KV cache manager on only while
+    # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE is 1 (config/vllm.py; default 1 at
+    # 0.32): groups of 12 layers, 1 full + 3 chunked (llama4.py, kv_cache_utils.py). Set to
+    # 0, all 48 layers are one full-attention group.
     element = 1 if dtype == "fp8" else 2
+    forbidden = {"VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE": "0"}
+    off = report("llama-4-scout", tp=tp, kv_cache_dtype=dtype, env=forbidden)
+    assert not off.hma_enabled
+    assert groups(off) == [("full", 48, 16)]
+    assert off.bytes_per_block == 48 * kv_page_bytes(16, 8 // tp, 128, element)
+    r = report("llama-4-scout", tp=tp, kv_cache_dtype=dtype)
+    assert r.hma_enabled
     assert groups(r) == [("chunked", 12, 16)] * 3 + [("full", 12, 16)]
     assert r.pool_block_bytes == 12 * kv_page_bytes(16, 8 // tp, 128, element)
     assert r.kv_bytes_per_token == 48 * kv_page_bytes(1, 8, 128, element)

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from kvtool.errors import KvtoolError
+from kvtool.models.catalog import find_entry
 from kvtool.sizing import SizingReport, compute, load_model_spec, make_deployment
-from kvtool.sizing.catalog import find_entry
 from tests.sizing.deepseek_v4_configs import DEEPSEEK_V4
 from tests.sizing.test_vllm_block_goldens import (
     CHATGLM3_6B,
