@@ -24,7 +24,9 @@ The token figure (``tokens``) the release logs as ``GPU KV cache size``:
 
 and the default of ``VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE`` (``vllm/envs.py``:
 ``os.getenv(NAME, default)``), which decides whether chunked local attention turns the
-hybrid KV cache manager off (``chunked_local_hma_env_default``).
+hybrid KV cache manager off (``chunked_local_hma_env_default``), and ``CacheConfig``'s
+``DEFAULT_BLOCK_SIZE`` (``vllm/config/cache.py``; null where the class has none and the
+platform chooses), the block vLLM starts from before the backend and hybrid alignment.
 
 Each row records the wheel's file name and sha256.
 """
@@ -46,6 +48,7 @@ _REPO = Path(__file__).resolve().parent.parent
 GENERATOR_VERSION = 1
 MODULE = "vllm/v1/core/kv_cache_utils.py"
 ENVS_MODULE = "vllm/envs.py"
+CACHE_MODULES = ("vllm/config/cache.py", "vllm/config/__init__.py")
 CHUNKED_LOCAL_ENV = "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE"
 FUNCTION = "get_max_concurrency_for_kv_cache_config"
 
@@ -115,6 +118,22 @@ def env_default(source: str, name: str) -> str | None:
     return None
 
 
+def default_block_size(sources: list[str]) -> int | None:
+    """``CacheConfig.DEFAULT_BLOCK_SIZE`` in the first source that defines the class."""
+    for source in sources:
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ClassDef) and node.name == "CacheConfig":
+                for stmt in node.body:
+                    if (
+                        isinstance(stmt, ast.AnnAssign)
+                        and ast.unparse(stmt.target) == "DEFAULT_BLOCK_SIZE"
+                        and isinstance(stmt.value, ast.Constant)
+                    ):
+                        return int(stmt.value.value)
+                return None
+    return None
+
+
 def _tabled(tables: Path) -> list[str]:
     index = json.loads((tables / "index.json").read_text(encoding="utf-8"))
     return list(index["versions"])
@@ -128,6 +147,10 @@ def build(versions: list[str], cache: Path) -> dict[str, object]:
         with zipfile.ZipFile(wheel) as archive:
             source = archive.read(MODULE).decode("utf-8")
             envs = archive.read(ENVS_MODULE).decode("utf-8")
+            names = set(archive.namelist())
+            cache_sources = [
+                archive.read(m).decode("utf-8") for m in CACHE_MODULES if m in names
+            ]
         found = classify(source)
         if found is None:
             raise RuntimeError(f"{wheel.name}: no {FUNCTION} in {MODULE}")
@@ -136,6 +159,7 @@ def build(versions: list[str], cache: Path) -> dict[str, object]:
             "formula": formula,
             "tokens": classify_tokens(source),
             "chunked_local_hma_env_default": env_default(envs, CHUNKED_LOCAL_ENV),
+            "default_block_size": default_block_size(cache_sources),
             "source": f"{MODULE}:{line}",
             "wheel": wheel.name,
             "sha256": sha256_of(wheel),

@@ -29,6 +29,8 @@ class CapacityFormula:
     source: str  # wheel member:line
     # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE when the deployment does not set it
     chunked_local_hma_env_default: str | None
+    # CacheConfig.DEFAULT_BLOCK_SIZE (None: the platform's, before that class constant)
+    default_block_size: int | None
 
 
 @cache
@@ -46,7 +48,7 @@ def capacity_formula(release: str) -> CapacityFormula:
         )
     return CapacityFormula(
         release, row["formula"], row["tokens"], row["source"],
-        row.get("chunked_local_hma_env_default"),
+        row.get("chunked_local_hma_env_default"), row.get("default_block_size"),
     )
 
 

@@ -219,9 +219,16 @@ def _plan_compressed_mla(
     )
 
 
+# A caller that sizes the layout without a deployment's connector and flags (the audit's
+# geometry rules): vLLM's default with no connector keeps the hybrid manager on.
+HMA_BY_DEFAULT = HmaChoice(True, "no KV connector and no flag: vLLM keeps it on")
+
+
 def plan_kv_cache(
-    spec: ModelSpec, dep: Deployment, facts: SizingFacts, hma: HmaChoice
+    spec: ModelSpec, dep: Deployment, facts: SizingFacts, hma: HmaChoice = HMA_BY_DEFAULT,
+    default_block: int | None = None,
 ) -> KvPlan:
+    """The layout; ``default_block`` is the release's ``CacheConfig.DEFAULT_BLOCK_SIZE``."""
     notes: list[str] = []
     model_dtype, note = resolve_model_dtype(spec, dep)
     notes += [note] if note else []
@@ -255,7 +262,8 @@ def plan_kv_cache(
     # vLLM's default block asks the backend about the model's head_dim only.
     as_model = backend.for_layers(capability, spec.head_size, kv_dtype)
     block = choose_block_size(
-        pages, as_model, dep.block_size, facts.default_block_size, spec.is_mla, others
+        pages, as_model, dep.block_size, default_block or facts.default_block_size, spec.is_mla,
+        others,
     )
     state_page = block.state_page_padded_bytes or max(
         (p.state_bytes for p in pages if p.kind == "state"), default=0

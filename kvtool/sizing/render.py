@@ -205,7 +205,8 @@ def _schema() -> dict[str, Any]:
 SIZE: ReportKind[SizingView] = ReportKind(
     name="size",
     title="kvtool size JSON report",
-    schema_version=1,
+    # 2: bytes_per_block is vLLM's pool block; HMA, scheduler, concurrency, chunk fields
+    schema_version=2,
     text=lambda view, console: render_text(view.report, console, view.explain),
     document=_document,
     schema=_schema,

@@ -608,7 +608,7 @@ def compute(spec: ModelSpec, dep: Deployment, facts: SizingFacts | None = None) 
     hma = decide_hma(spec, dep, release, facts, formula)
     sched = resolve_scheduling(dep, facts)
 
-    plan = plan_kv_cache(spec, dep, facts, hma)
+    plan = plan_kv_cache(spec, dep, facts, hma, formula.default_block_size)
     spec = plan.spec  # as the backend stores it
     t.assumptions.extend(plan.notes)
     model_dtype, b, block = plan.model_dtype, plan.kv_bytes, plan.block.block_size

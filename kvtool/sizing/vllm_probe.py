@@ -523,6 +523,7 @@ def main() -> None:
 
     results: dict[str, Any] = {"__vllm__": vllm.__version__}
     for case in cases:
+        warned: list[str] = []
         try:
             with _captured_warnings() as warned:
                 results[case["id"]] = _size(case, platform)
@@ -532,9 +533,36 @@ def main() -> None:
                 "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:2000],
                 "trace": traceback.format_exc()[-3000:],
             }
+            architecture = _architecture(case)
+            missing = _missing_module(exc, warned) or _MISSING_BY_ARCHITECTURE.get(architecture)
+            if missing is not None:
+                # vLLM's registry remembers a failed inspection and does not log it again
+                _MISSING_BY_ARCHITECTURE[architecture] = missing
+                # not vLLM's answer: this environment lacks a package vLLM depends on
+                results[case["id"]]["missing_module"] = missing
         finally:
             _reset(case)
     real_stdout.write(MARKER + json.dumps(results) + "\n")
+
+
+_MISSING_BY_ARCHITECTURE: dict[str, str] = {}
+
+
+def _architecture(case: dict[str, Any]) -> str:
+    with contextlib.suppress(OSError, ValueError, IndexError, TypeError):
+        with open(os.path.join(case["model_dir"], "config.json")) as file:
+            return str(json.load(file)["architectures"][0])
+    return ""
+
+
+def _missing_module(exc: BaseException, logged: list[str]) -> str | None:
+    """The package a failed case could not import (raised, or logged by model inspection)."""
+    if isinstance(exc, ModuleNotFoundError) and exc.name:
+        return exc.name.split(".")[0]
+    for message in logged:
+        if message.startswith("ModuleNotFoundError: No module named "):
+            return message.split("'")[1].split(".")[0]
+    return None
 
 
 @contextlib.contextmanager
@@ -545,6 +573,9 @@ def _captured_warnings() -> Any:
     class Collect(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
             messages.append(record.getMessage().splitlines()[0][:300])
+            if record.exc_info and record.exc_info[1] is not None:
+                error = record.exc_info[1]
+                messages.append(f"{type(error).__name__}: {error}".splitlines()[0][:300])
 
     handler = Collect(level=logging.WARNING)
     logger = logging.getLogger("vllm")

@@ -3,7 +3,7 @@
 Configs are the cited catalog entries (``rules/models/catalog.toml``) or real config.json
 shapes written here with their source. Each expected value is derived in the test from
 the rule vLLM applies (cited), with bytes from ``tests/sizing/cache_tensors.py``; the
-oracle test (``test_vllm_layout_oracle.py``) checks the same figures against vLLM itself.
+oracle test (``test_vllm_end_to_end.py``) checks the same figures against vLLM itself.
 """
 
 from __future__ import annotations

@@ -141,6 +141,11 @@ def test_every_figure_equals_vllm_end_to_end(vllm_sized: dict[str, Any], case_id
     theirs = vllm_sized[case_id]
     case = vllm_sized["__cases__"][case_id]
     release = vllm_sized["__vllm__"].split("+")[0]
+    if "missing_module" in theirs:
+        pytest.skip(
+            f"vLLM {release}'s environment lacks {theirs['missing_module']!r} (a package vLLM "
+            "depends on), so vLLM cannot build this model class there"
+        )
     if "error" in theirs:
         # vLLM refuses the deployment: kvtool must refuse it too.
         with pytest.raises(KvtoolError):
