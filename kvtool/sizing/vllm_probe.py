@@ -35,7 +35,7 @@ import os
 import sys
 import traceback
 import types
-from typing import Any
+from typing import Any, cast
 
 MARKER = "KVTOOL-VLLM-SIZING-JSON:"
 GIB = 1 << 30
@@ -113,7 +113,7 @@ class _CudaOnMeta:
         import torch
         from torch.overrides import TorchFunctionMode
 
-        class Redirect(TorchFunctionMode):  # type: ignore[misc]
+        class Redirect(TorchFunctionMode):
             def __torch_function__(self, func: Any, types_: Any, args: Any = (),
                                    kwargs: Any = None) -> Any:
                 kwargs = dict(kwargs or {})
@@ -141,7 +141,7 @@ class _CudaOnMeta:
         torch.cuda.Event = Inert  # type: ignore[misc, assignment]
         torch.cuda.current_stream = lambda *a, **k: Inert()  # type: ignore[assignment]
         torch.cuda.stream = lambda *a, **k: Inert()  # type: ignore[assignment]
-        self._mode = Redirect()
+        self._mode: Any = cast(Any, Redirect())  # torch's mode methods are untyped
         self._mode.__enter__()
         _Stubs.building = True
         return self
@@ -156,9 +156,9 @@ class _CudaOnMeta:
 
 
 def _imported_by_vllm_model() -> bool:
-    frame = sys._getframe(2)
+    frame: types.FrameType | None = sys._getframe(2)
     while frame is not None:
-        name = frame.f_globals.get("__name__", "")
+        name = str(frame.f_globals.get("__name__", ""))
         if not name.startswith(("importlib", "_frozen_importlib")) and name != __name__:
             # vLLM's model and kernel files, and the processors they import (a model
             # file of a wrapper imports its vision side), but not transformers' own probes
@@ -230,7 +230,7 @@ def _emulate_gpu(gpu: str) -> Any:
     from vllm.platforms.cuda import CudaPlatformBase
     from vllm.platforms.interface import DeviceCapability
 
-    class EmulatedGpu(CudaPlatformBase):  # type: ignore[misc, valid-type]
+    class EmulatedGpu(CudaPlatformBase):  # type: ignore[misc]
         @classmethod
         def get_device_capability(cls, device_id: int = 0) -> Any:
             return DeviceCapability(*capability)
@@ -549,9 +549,9 @@ _MISSING_BY_ARCHITECTURE: dict[str, str] = {}
 
 
 def _architecture(case: dict[str, Any]) -> str:
-    with contextlib.suppress(OSError, ValueError, IndexError, TypeError):
-        with open(os.path.join(case["model_dir"], "config.json")) as file:
-            return str(json.load(file)["architectures"][0])
+    path = os.path.join(case["model_dir"], "config.json")
+    with contextlib.suppress(OSError, ValueError, IndexError, TypeError), open(path) as file:
+        return str(json.load(file)["architectures"][0])
     return ""
 
 

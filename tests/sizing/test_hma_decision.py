@@ -55,5 +55,5 @@ def test_state_models_cannot_start_without_it() -> None:
 
 
 def test_an_unknown_model_name_suggests_the_close_catalog_names() -> None:
-    with pytest.raises(KvtoolError, match="did you mean 'llama-3.1-8b'"):
+    with pytest.raises(KvtoolError, match=r"did you mean 'llama-3\.1-8b'"):
         load_model_spec("llama-3.1-8")
