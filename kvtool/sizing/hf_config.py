@@ -798,7 +798,12 @@ NOT_PLAIN_ATTENTION_FIELDS = (
 )
 
 
-def inferred_layout(cfg: Mapping[str, Any]) -> str | None:
+# Class-name endings of the generative models vLLM's registry serves with a decoder KV
+# cache; encoder-only and pooling classes (BertModel, ...ForSequenceClassification) hold none.
+GENERATIVE_SUFFIXES = ("ForCausalLM", "ForConditionalGeneration")
+
+
+def inferred_layout(cfg: Mapping[str, Any], architectures: list[Any]) -> str | None:
     """Why a config with no layout row can be sized from its fields, else None.
 
     A decoder whose fields name only attention heads (``num_attention_heads``,
@@ -807,6 +812,8 @@ def inferred_layout(cfg: Mapping[str, Any]) -> str | None:
     is what vLLM's attention layers build from those fields (one ``Attention`` per layer,
     a ``SlidingWindowSpec`` where ``layer_types`` says ``sliding_attention``).
     """
+    if not any(str(a).endswith(GENERATIVE_SUFFIXES) for a in architectures):
+        return None
     if any(cfg.get(name) is not None for name in NOT_PLAIN_ATTENTION_FIELDS):
         return None
     if not all(isinstance(cfg.get(n), int) for n in ("num_hidden_layers", "num_attention_heads")):
@@ -883,7 +890,12 @@ def spec_from_config(
     if not isinstance(model_type, str):
         raise KvtoolError(f"{where}: missing field 'model_type'")
     parser = parser_for(model_type)
-    inferred = inferred_layout(text.raw) if parser is None else None
+    declared = raw.get("architectures") or (text_raw or {}).get("architectures") or []
+    inferred = (
+        inferred_layout(text.raw, declared if isinstance(declared, list) else [])
+        if parser is None
+        else None
+    )
     if inferred is not None and model_type not in unmodelled_rows():
         parser = _dense
     if parser is None:

@@ -26,6 +26,8 @@ def test_json_has_the_documented_keys(kvtool_cli) -> None:  # type: ignore[no-un
         "1900",
         "--output-format",
         "json",
+        "--vllm-version",
+        "0.32.0",  # the release the goldens were derived for
     )
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
@@ -111,6 +113,8 @@ def test_emit_rounds_sizes_up(kvtool_cli) -> None:  # type: ignore[no-untyped-de
         "100000",
         "--emit",
         "flags",
+        "--vllm-version",
+        "0.32.0",  # 16-token blocks (5 MiB chunks) at 0.32.0
     )
     assert result.stdout.splitlines()[1] == "--kv-offloading-size 122.08"
 

@@ -41,11 +41,19 @@ def test_a_connector_without_supports_hma_turns_it_off_and_all_layers_share_a_bl
     assert off.num_gpu_blocks == on.num_gpu_blocks // 2
 
 
-def test_the_flag_turns_it_off_and_forcing_it_on_against_the_connector_is_refused() -> None:
+def test_the_flag_decides_where_vllm_lets_it() -> None:
     assert not _size("gpt-oss-120b", disable_hybrid_kv_cache_manager=True).hma_enabled
+    # Explicitly on, the connector is not consulted (the check sits under "flag unset").
+    forced = _size(
+        "gpt-oss-120b", kv_connector=_no_hma_connector(), disable_hybrid_kv_cache_manager=False
+    )
+    assert forced.hma_enabled
+    # Chunked local attention with its env var at 0 must run without it: vLLM raises.
     with pytest.raises(KvtoolError, match="explicitly enabled"):
         _size(
-            "gpt-oss-120b", kv_connector=_no_hma_connector(), disable_hybrid_kv_cache_manager=False
+            "llama-4-scout",
+            env={"VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE": "0"},
+            disable_hybrid_kv_cache_manager=False,
         )
 
 
