@@ -7,7 +7,6 @@ parsed like a local config.json (:func:`kvtool.models.find_model_config`).
 
 from __future__ import annotations
 
-import difflib
 from functools import cache
 from typing import Any
 
@@ -46,7 +45,10 @@ def find_entry(name: str) -> CatalogEntry | None:
     return None
 
 
-def close_names(name: str, limit: int = 3) -> list[str]:
-    """Catalog names and aliases that look like ``name`` (for "did you mean")."""
+def closest_name(name: str) -> str | None:
+    """The catalog name or alias that looks most like ``name`` (for "did you mean")."""
+    from kvtool.suggest import closest
+
     names = {n.lower(): n for e in catalog() for n in (e.name, *e.aliases)}
-    return [names[m] for m in difflib.get_close_matches(name.lower(), list(names), limit, 0.6)]
+    match = closest(name.lower(), names)
+    return names[match] if match is not None else None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kvtool.errors import KvtoolError
-from kvtool.models.catalog import catalog, close_names
+from kvtool.models.catalog import catalog, closest_name
 from kvtool.models.source import ModelConfig, find_model_config
 from kvtool.sizing.hf_config import has_layout, spec_from_config
 from kvtool.sizing.spec import ModelSpec
@@ -21,8 +21,8 @@ def load_model_spec(path_or_name: str, *, release: str | None = None) -> ModelSp
 
     found = find_model_config(path_or_name)
     if found is None:
-        close = close_names(path_or_name)
-        hint = f"did you mean {' or '.join(repr(n) for n in close)}? " if close else ""
+        close = closest_name(path_or_name)
+        hint = f"did you mean {close!r}? " if close else ""
         known = ", ".join(e.name for e in catalog())
         raise KvtoolError(
             f"--model {path_or_name!r}: no such file or directory, and not in the catalog; "
