@@ -80,6 +80,8 @@ def decide_hma(
         must_off = must_off or _connector_turns_off(release, connector)
     if dep.disable_hybrid_kv_cache_manager is True:
         return HmaChoice(False, "--disable-hybrid-kv-cache-manager")
+    if forced and connector is not None and must_off is not None:
+        return HmaChoice(False, must_off)  # a plain bool then: the flag cannot force it on
     if dep.disable_hybrid_kv_cache_manager is False and must_off is not None:
         raise KvtoolError(
             f"--no-disable-hybrid-kv-cache-manager: vLLM {release.version} refuses to start "
