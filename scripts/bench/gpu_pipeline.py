@@ -32,8 +32,12 @@ impossible with a whole wait).
 
 Then it times one large store (device -> pinned host) and one large load
 (host -> device) of runs of consecutive blocks against a plain pinned copy of
-the same bytes in the same run (target ratio >= 0.8), and reports the device
-staging the engine allocates (none by design).
+the same bytes in the same run (target ratio >= 0.8).
+
+Per layout, it also times what a typical host hit (1,024 tokens) costs when
+loaded synchronously per layer against recomputing those tokens' KV, with a
+stand-in forward (:func:`hit_vs_recompute`): the measurement behind
+``kvtool.load_async``'s default (false); above 1.0x on a device is a problem.
 
 ``--dry-run`` runs the same pipeline on CPU with small tensors (copies are
 synchronous there: no timings, no targets). Imports only torch and
@@ -104,8 +108,9 @@ def pattern(step: int, block: int, layer: int) -> float:
     return float((step * 131 + block * 7 + layer * 3) % 2000 + 1)
 
 
-def run_pipeline(shape: Shape, order: tuple[int, ...], device: torch.device,
-                 steps: int, per_step: int) -> dict[str, Any]:
+def run_pipeline(
+    shape: Shape, order: tuple[int, ...], device: torch.device, steps: int, per_step: int
+) -> dict[str, Any]:
     kv = kv_views(shape, order, device)
     names = sorted(kv)
     engine = TransferEngine.from_kv_caches(kv, num_slots=per_step * (steps + 1))
@@ -141,8 +146,9 @@ def run_pipeline(shape: Shape, order: tuple[int, ...], device: torch.device,
             if stored:
                 src_step, blocks, slots = stored[-1]
                 targets = tuple(half + b for b in blocks)
-                engine.submit_load(Job(next(job_ids), targets, slots,
-                                       tuple(("k", src_step, b) for b in blocks)))
+                engine.submit_load(
+                    Job(next(job_ids), targets, slots, tuple(("k", src_step, b) for b in blocks))
+                )
                 loads.append((src_step, blocks))
             # The forward on the compute stream: check loaded blocks, then write.
             if async_load is not None and async_load[0] in done:
@@ -159,16 +165,23 @@ def run_pipeline(shape: Shape, order: tuple[int, ...], device: torch.device,
                 for b in new_blocks:
                     kv[name][b].fill_(pattern(step, b, layer))
             slots = tuple(range(step * per_step, (step + 1) * per_step))
-            engine.submit_store(Job(next(job_ids), new_blocks, slots,
-                                    tuple(("k", step, b) for b in new_blocks)))
+            engine.submit_store(
+                Job(next(job_ids), new_blocks, slots, tuple(("k", step, b) for b in new_blocks))
+            )
             stored.append((step, new_blocks, slots))
             # After the forward is launched, as vLLM starts asynchronous loads.
             if async_load is None and len(stored) > 1:
                 src_step, blocks, src_slots = stored[-2]
                 job_id = next(job_ids)
-                engine.submit_load(Job(job_id, tuple(async_base + b for b in blocks), src_slots,
-                                       tuple(("k", src_step, b) for b in blocks)),
-                                   wait=LoadWait.NONE)
+                engine.submit_load(
+                    Job(
+                        job_id,
+                        tuple(async_base + b for b in blocks),
+                        src_slots,
+                        tuple(("k", src_step, b) for b in blocks),
+                    ),
+                    wait=LoadWait.NONE,
+                )
                 async_load = (job_id, src_step, blocks)
             results = engine.poll()
             done.update(r.job_id for r in results)
@@ -180,12 +193,12 @@ def run_pipeline(shape: Shape, order: tuple[int, ...], device: torch.device,
     if async_load is not None:  # wait_all() waited for its copy
         check_async_load()
     return {
-        "steps": steps, "blocks_per_step": per_step,
+        "steps": steps,
+        "blocks_per_step": per_step,
         "mismatched_elements": int(mismatches.item()) if not failed else -1,
         "failed_jobs": [r.error for r in failed],
         "async_loads_checked": async_checked,
         "host_syncs_per_step": syncs / steps,
-        "device_staging_bytes": engine.staging_bytes,
     }
 
 
@@ -206,10 +219,14 @@ def layered_load(shape: Shape, device: torch.device, blocks: int, repeats: int) 
     store_failed = [r.error for r in engine.wait_all() if not r.ok]
     cuda = device.type == "cuda"
     width = 2048 if cuda else 64
-    weight = torch.randn(width, width, dtype=shape.dtype, device=device) / width ** 0.5
+    weight = torch.randn(width, width, dtype=shape.dtype, device=device) / width**0.5
     hidden = torch.randn(width, width, dtype=shape.dtype, device=device)
-    expected = [torch.tensor([pattern(0, b, layer) for b in sources], dtype=shape.dtype,
-                             device=device).view(-1, 1, 1, 1) for layer in range(len(names))]
+    expected = [
+        torch.tensor(
+            [pattern(0, b, layer) for b in sources], dtype=shape.dtype, device=device
+        ).view(-1, 1, 1, 1)
+        for layer in range(len(names))
+    ]
     job_ids = iter(range(2, 1 << 30))
     report: dict[str, Any] = {"bytes": blocks * engine.block_bytes, "layers": len(names)}
 
@@ -223,7 +240,7 @@ def layered_load(shape: Shape, device: torch.device, blocks: int, repeats: int) 
         syncs = 0
         for _ in range(repeats):
             for name in names:
-                kv[name][blocks:2 * blocks].zero_()
+                kv[name][blocks : 2 * blocks].zero_()
             marks: dict[str, Any] = {}
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
@@ -240,7 +257,7 @@ def layered_load(shape: Shape, device: torch.device, blocks: int, repeats: int) 
                     engine.wait_for_layer(name)  # what vLLM calls before the attention
                     if cuda and layer == 0:
                         marks["read0"].record()
-                    block = kv[name][blocks:2 * blocks]
+                    block = kv[name][blocks : 2 * blocks]
                     mismatches += (block != expected[layer]).sum()
                     x = torch.tanh(x @ weight)  # the layer's other work
                 engine.join_loads()
@@ -253,16 +270,21 @@ def layered_load(shape: Shape, device: torch.device, blocks: int, repeats: int) 
                 marks["end"].synchronize()
                 start = marks["start"]
                 runs.append({k: start.elapsed_time(marks[k]) for k in ("read0", "copied", "end")})
-        figures: dict[str, Any] = {"mismatched_elements": int(mismatches.item()),
-                                   "failed_jobs": failed, "host_syncs": syncs}
+        figures: dict[str, Any] = {
+            "mismatched_elements": int(mismatches.item()),
+            "failed_jobs": failed,
+            "host_syncs": syncs,
+        }
         if runs:
             median = {k: sorted(r[k] for r in runs)[len(runs) // 2] for k in runs[0]}
-            figures.update({
-                "first_read_start_ms": round(median["read0"], 3),
-                "last_copy_done_ms": round(median["copied"], 3),
-                "forward_done_ms": round(median["end"], 3),
-                "pipelined": median["read0"] < median["copied"],
-            })
+            figures.update(
+                {
+                    "first_read_start_ms": round(median["read0"], 3),
+                    "last_copy_done_ms": round(median["copied"], 3),
+                    "forward_done_ms": round(median["end"], 3),
+                    "pipelined": median["read0"] < median["copied"],
+                }
+            )
         else:  # CPU: copies are done at submit, nothing overlaps
             figures["pipelined"] = None
         report[mode.value] = figures
@@ -283,14 +305,16 @@ def _timed(device: torch.device, action: Any, repeats: int) -> float:
     return sorted(times)[len(times) // 2]
 
 
-def bandwidth(shape: Shape, device: torch.device, blocks: int, run: int,
-              repeats: int) -> dict[str, Any]:
+def bandwidth(
+    shape: Shape, device: torch.device, blocks: int, run: int, repeats: int
+) -> dict[str, Any]:
     """Store and load of ``blocks`` blocks in runs of ``run`` consecutive ones, vs a plain
     pinned copy of the same bytes."""
     kv = kv_views(shape, LAYOUTS["LBHNC"], device)
     engine = TransferEngine.from_kv_caches(kv, num_slots=blocks)
-    block_ids = tuple(start + i for start in range(0, 2 * blocks, 2 * run)
-                      for i in range(run))[:blocks]
+    block_ids = tuple(start + i for start in range(0, 2 * blocks, 2 * run) for i in range(run))[
+        :blocks
+    ]
     slots = tuple(range(blocks))
     keys = tuple(("k", b) for b in block_ids)
     nbytes = blocks * engine.block_bytes
@@ -317,12 +341,97 @@ def bandwidth(shape: Shape, device: torch.device, blocks: int, run: int,
         return round(nbytes / seconds / 1e9, 2)
 
     return {
-        "bytes": nbytes, "blocks": blocks, "run_length": run,
-        "store_d2h_gbps": gbps(d2h), "plain_d2h_gbps": gbps(plain_d2h),
+        "bytes": nbytes,
+        "blocks": blocks,
+        "run_length": run,
+        "store_d2h_gbps": gbps(d2h),
+        "plain_d2h_gbps": gbps(plain_d2h),
         "store_ratio": round(plain_d2h / d2h, 3),
-        "load_h2d_gbps": gbps(h2d), "plain_h2d_gbps": gbps(plain_h2d),
+        "load_h2d_gbps": gbps(h2d),
+        "plain_h2d_gbps": gbps(plain_h2d),
         "load_ratio": round(plain_h2d / h2d, 3),
     }
+
+
+class ForwardWeights(NamedTuple):
+    """A transformer layer's matmuls, standing in for a layer's forward over some tokens."""
+
+    attention: torch.Tensor
+    up: torch.Tensor
+    down: torch.Tensor
+
+
+def hit_vs_recompute(shape: Shape, order: tuple[int, ...], device: torch.device,
+                     hit_blocks: int, new_tokens: int, repeats: int) -> dict[str, Any]:
+    """What a host hit of ``hit_blocks`` blocks costs a request when loaded synchronously,
+    per layer (``LoadWait.PER_LAYER``, ``kvtool.load_async=false``), against computing
+    those tokens again.
+
+    Three forwards of a stand-in model (per layer: an attention-sized and an MLP-sized
+    matmul pair, ``shape.layers`` layers) are timed: over the request's
+    ``new_tokens`` alone; the same with the hit loaded into this layout's blocks,
+    each layer waiting for its own copy first; and over the hit's tokens plus the
+    new ones (recompute). ``sync_load_delay_ms`` is what the load adds to the
+    forward, ``recompute_ms`` what recomputing adds; ``hit_vs_recompute`` is the
+    hit's forward over the recompute's (below 1: the synchronous load pays).
+    """
+    kv = kv_views(shape, order, device)
+    names = list(kv)
+    engine = TransferEngine.from_kv_caches(kv, num_slots=hit_blocks)
+    sources = tuple(range(hit_blocks))
+    targets = tuple(range(hit_blocks, 2 * hit_blocks))
+    slots = tuple(range(hit_blocks))
+    keys = tuple(("hit", b) for b in sources)
+    engine.submit_store(Job(1, sources, slots, keys))
+    failed = [r.error for r in engine.wait_all() if not r.ok]
+    cuda = device.type == "cuda"
+    # Llama-3-8B's hidden and MLP sizes on a device; small and float32 on CPU.
+    width, mlp = (4096, 14336) if cuda else (64, 224)
+    dtype = shape.dtype if cuda else torch.float32
+    weights = ForwardWeights(*(torch.randn(a, b, dtype=dtype, device=device) / a ** 0.5
+                               for a, b in ((width, width), (width, mlp), (mlp, width))))
+    hit_tokens = hit_blocks * shape.tokens
+    job_ids = iter(range(2, 1 << 30))
+
+    def forward(tokens: int, load: bool) -> None:
+        x = torch.ones(tokens, width, dtype=dtype, device=device)
+        if load:
+            engine.submit_load(Job(next(job_ids), targets, slots, keys), wait=LoadWait.PER_LAYER)
+            engine.flush_loads()
+        for name in names:
+            if load:
+                engine.wait_for_layer(name)  # what vLLM calls before the attention
+            x = x + x @ weights.attention
+            x = x + torch.tanh(x @ weights.up) @ weights.down
+        if load:
+            engine.join_loads()
+            failed.extend(r.error for r in engine.wait_all() if not r.ok)
+
+    forward(new_tokens, True)  # warm-up: kernels and the allocator, for both sizes
+    forward(hit_tokens + new_tokens, False)
+    alone = _timed(device, lambda: forward(new_tokens, False), repeats)
+    hit = _timed(device, lambda: forward(new_tokens, True), repeats)
+    recompute = _timed(device, lambda: forward(hit_tokens + new_tokens, False), repeats)
+    return {
+        "hit_blocks": hit_blocks, "hit_tokens": hit_tokens, "new_tokens": new_tokens,
+        "hit_bytes": hit_blocks * engine.block_bytes, "failed_jobs": failed,
+        "forward_ms": round(alone * 1e3, 3),
+        "sync_load_delay_ms": round((hit - alone) * 1e3, 3),
+        "recompute_ms": round((recompute - alone) * 1e3, 3),
+        "hit_vs_recompute": round(hit / recompute, 3),
+    }
+
+
+def hit_lines(report: dict[str, Any]) -> list[str]:
+    """One line per layout: the synchronous per-layer load of a hit against recompute."""
+    return [
+        f"hit vs recompute ({name}): {r['hit_blocks']} blocks ({r['hit_tokens']} tokens, "
+        f"{r['hit_bytes']} B) + {r['new_tokens']} new tokens: forward {r['forward_ms']} ms, "
+        f"synchronous per-layer load adds {r['sync_load_delay_ms']} ms, recompute adds "
+        f"{r['recompute_ms']} ms; hit / recompute {r['hit_vs_recompute']}x, "
+        f"failed jobs {len(r['failed_jobs'])}"
+        for name, r in report.items()
+    ]
 
 
 def layered_lines(r: dict[str, Any]) -> list[str]:
@@ -330,13 +439,18 @@ def layered_lines(r: dict[str, Any]) -> list[str]:
     lines = []
     for mode in (LoadWait.PER_LAYER.value, LoadWait.WHOLE.value):
         f = r[mode]
-        timing = (f"first layer read at {f['first_read_start_ms']} ms, last layer copied at "
-                  f"{f['last_copy_done_ms']} ms, forward done at {f['forward_done_ms']} ms"
-                  if "first_read_start_ms" in f else "no timings (CPU copies are synchronous)")
-        lines.append(f"layered load ({mode} wait): {r['layers']} layers, {r['bytes']} B: "
-                     f"{timing}; pipelined {f['pipelined']}; mismatched elements "
-                     f"{f['mismatched_elements']}, failed jobs {len(f['failed_jobs'])}, "
-                     f"host syncs {f['host_syncs']}")
+        timing = (
+            f"first layer read at {f['first_read_start_ms']} ms, last layer copied at "
+            f"{f['last_copy_done_ms']} ms, forward done at {f['forward_done_ms']} ms"
+            if "first_read_start_ms" in f
+            else "no timings (CPU copies are synchronous)"
+        )
+        lines.append(
+            f"layered load ({mode} wait): {r['layers']} layers, {r['bytes']} B: "
+            f"{timing}; pipelined {f['pipelined']}; mismatched elements "
+            f"{f['mismatched_elements']}, failed jobs {len(f['failed_jobs'])}, "
+            f"host syncs {f['host_syncs']}"
+        )
     return lines
 
 
@@ -351,33 +465,59 @@ def main(argv: list[str] | None = None) -> int:
     elif torch.cuda.is_available():
         device, shape = torch.device("cuda"), DEVICE_SHAPE
     else:
-        print("gpu_pipeline: no CUDA device visible to torch (use --dry-run on CPU)",
-              file=sys.stderr)
+        print(
+            "gpu_pipeline: no CUDA device visible to torch (use --dry-run on CPU)", file=sys.stderr
+        )
         return 2
     per_step = 4 if args.dry_run else 64
-    report: dict[str, Any] = {"device": str(device) if args.dry_run else
-                              torch.cuda.get_device_name(device), "layouts": {}}
+    report: dict[str, Any] = {
+        "device": str(device) if args.dry_run else torch.cuda.get_device_name(device),
+        "layouts": {},
+    }
     for name, order in LAYOUTS.items():
         report["layouts"][name] = run_pipeline(shape, order, device, args.steps, per_step)
     report["layered_load"] = layered_load(shape, device, per_step, repeats=2 if args.dry_run else 5)
+    # A typical hit: a 1,024-token shared prefix (64 blocks of 16) before 64 new tokens.
+    hit_blocks, new_tokens = (4, 4) if args.dry_run else (64, 64)
+    report["hit_vs_recompute"] = {
+        name: hit_vs_recompute(shape, order, device, hit_blocks, new_tokens,
+                               repeats=2 if args.dry_run else 10)
+        for name, order in LAYOUTS.items()
+    }
     blocks = 16 if args.dry_run else 256
     report["bandwidth"] = bandwidth(shape, device, blocks, run=8, repeats=3 if args.dry_run else 10)
-    problems = [f"{name}: {r}" for name, r in report["layouts"].items()
-                if r["mismatched_elements"] != 0 or r["failed_jobs"]
-                or r["async_loads_checked"] == 0
-                or (not args.dry_run and r["host_syncs_per_step"] > 0)]
+    problems = [
+        f"{name}: {r}"
+        for name, r in report["layouts"].items()
+        if r["mismatched_elements"] != 0
+        or r["failed_jobs"]
+        or r["async_loads_checked"] == 0
+        or (not args.dry_run and r["host_syncs_per_step"] > 0)
+    ]
     for mode, r in report["layered_load"].items():
         if not isinstance(r, dict):
             continue
-        if r["mismatched_elements"] != 0 or r["failed_jobs"] or (
-                not args.dry_run and r["host_syncs"] > 0):
+        if (
+            r["mismatched_elements"] != 0
+            or r["failed_jobs"]
+            or (not args.dry_run and r["host_syncs"] > 0)
+        ):
             problems.append(f"layered load ({mode}): {r}")
         if not args.dry_run and r["pipelined"] != (mode == LoadWait.PER_LAYER.value):
             problems.append(f"layered load ({mode}): pipelined is {r['pipelined']}")
+    for name, r in report["hit_vs_recompute"].items():
+        if r["failed_jobs"]:
+            problems.append(f"hit vs recompute ({name}): failed jobs {r['failed_jobs']}")
+        if not args.dry_run and r["hit_vs_recompute"] > 1.0:
+            problems.append(f"hit vs recompute ({name}): a synchronous load costs "
+                            f"{r['hit_vs_recompute']}x recompute (kvtool.load_async=false)")
     if not args.dry_run:
         bw = report["bandwidth"]
-        problems += [f"{k} {bw[k]} < {RATIO_TARGET}" for k in ("store_ratio", "load_ratio")
-                     if bw[k] < RATIO_TARGET]
+        problems += [
+            f"{k} {bw[k]} < {RATIO_TARGET}"
+            for k in ("store_ratio", "load_ratio")
+            if bw[k] < RATIO_TARGET
+        ]
     report["problems"] = problems
     if args.json:
         print(json.dumps(report))
@@ -385,6 +525,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, r in report["layouts"].items():
             print(f"{name}: {r}")
         for line in layered_lines(report["layered_load"]):
+            print(line)
+        for line in hit_lines(report["hit_vs_recompute"]):
             print(line)
         print(f"bandwidth: {report['bandwidth']}")
         print("problems: " + ("; ".join(problems) or "none"))
