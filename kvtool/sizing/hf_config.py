@@ -890,7 +890,8 @@ def spec_from_config(
     if not isinstance(model_type, str):
         raise KvtoolError(f"{where}: missing field 'model_type'")
     parser = parser_for(model_type)
-    declared = raw.get("architectures") or (text_raw or {}).get("architectures") or []
+    text_map = text_raw if isinstance(text_raw, Mapping) else {}
+    declared = raw.get("architectures") or text_map.get("architectures") or []
     inferred = (
         inferred_layout(text.raw, declared if isinstance(declared, list) else [])
         if parser is None
