@@ -38,7 +38,16 @@ _LENGTH_DIGITS = 20  # a Content-Length with more digits is over every cap
 
 
 class HttpError(KvtoolError):
-    """A request failed: unreachable, refused, too slow, too big or malformed."""
+    """A request failed: unreachable, refused, too slow, too big or malformed.
+
+    ``url`` is the request's URL with its secrets hidden, ``reason`` what went wrong;
+    the message is both.
+    """
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(f"{url}: {reason}")
+        self.url = url
+        self.reason = reason
 
 
 class HttpTimeout(HttpError):
@@ -62,6 +71,13 @@ class Deadline:
 
     def left(self) -> float:
         return self.at - time.monotonic()
+
+    def reason(self) -> str:
+        """Why a request that ran past this deadline failed: the ``http_deadline_s``
+        limit, or a caller's own shorter bound."""
+        if self.seconds >= limits.HTTP_DEADLINE_S.value:
+            return limits.HTTP_DEADLINE_S.reason()
+        return f"no whole answer within {self.seconds:g} s"
 
     def bounded(self, timeout: float | None) -> float:
         """``timeout`` cut to the time left; a passed deadline raises httpcore's timeout
@@ -218,7 +234,7 @@ class Client:
         try:
             request = self._http.build_request(method, url, headers=headers, params=params)
         except (httpx.InvalidURL, ValueError) as error:
-            raise HttpRefused(f"{shown}: not a valid URL: {redact.message(str(error))}") from None
+            raise HttpRefused(shown, f"not a valid URL: {redact.message(str(error))}") from None
         try:
             with _mapped(shown, deadline):
                 response = self._http.send(request, stream=True)
@@ -257,17 +273,21 @@ class Response:
     def headers(self) -> httpx.Headers:
         return self.raw.headers
 
-    def body(self, cap: int) -> bytes:
+    def body(self, cap: int | limits.Limit) -> bytes:
         """The body decoded, refusing more than ``cap`` bytes (before and after decoding),
         more codings than :data:`MAX_ENCODINGS`, one not asked for, and a body shorter
-        than its Content-Length."""
+        than its Content-Length. ``cap`` as a limit is named when it is exceeded."""
+        over = _over(cap)
+        cap = cap.count if isinstance(cap, limits.Limit) else cap
         codings = _codings(self.raw.headers.get("content-encoding", ""), self.url)
         declared = _announced_length(self.raw.headers.get("content-length", ""))
         if declared is not None and declared > cap:
             shown = str(declared) if declared < 10**_LENGTH_DIGITS else "too many"
-            raise HttpRefused(f"{self.url}: {shown} bytes announced, over the {cap}-byte cap")
-        sent = _Counted(self.raw.iter_raw(), cap, self.url, self._deadline)
+            raise HttpRefused(self.url, f"{shown} bytes announced: the body {over}")
+        sent = _Counted(self._raw_chunks(), cap, over, self.url, self._deadline)
         decoded: Iterable[bytes] = sent
+        if self.raw.is_stream_consumed:
+            codings = []  # a test transport's answer: httpx already holds it decoded
         for coding in reversed(codings):  # the last coding listed was applied last
             decoded = _decode(coding, decoded, self.url)
         chunks: list[bytes] = []
@@ -276,22 +296,32 @@ class Response:
             for chunk in decoded:
                 total += len(chunk)
                 if total > cap:
-                    raise HttpRefused(f"{self.url}: body over the {cap}-byte cap")
+                    raise HttpRefused(self.url, f"body {over}")
                 chunks.append(chunk)
         is_head = self.raw.request.method == "HEAD"
         if declared is not None and not is_head and sent.received != declared:
             raise HttpRefused(
-                f"{self.url}: truncated, {sent.received} of {declared} announced bytes"
+                self.url, f"truncated, {sent.received} of {declared} announced bytes"
             )
         return b"".join(chunks)
+
+
+    def _raw_chunks(self) -> Iterator[bytes]:
+        if self.raw.is_stream_consumed:
+            yield self.raw.content
+        else:
+            yield from self.raw.iter_raw()
 
 
 class _Counted:
     """The body as sent, counted, capped and held to the deadline between chunks."""
 
-    def __init__(self, chunks: Iterator[bytes], cap: int, shown: str, deadline: Deadline) -> None:
+    def __init__(
+        self, chunks: Iterator[bytes], cap: int, over: str, shown: str, deadline: Deadline
+    ) -> None:
         self._chunks = chunks
         self._cap = cap
+        self._over = over
         self._shown = shown
         self._deadline = deadline
         self.received = 0
@@ -300,10 +330,17 @@ class _Counted:
         for chunk in self._chunks:
             self.received += len(chunk)
             if self.received > self._cap:
-                raise HttpRefused(f"{self._shown}: body over the {self._cap}-byte cap")
+                raise HttpRefused(self._shown, f"body {self._over}")
             if self._deadline.left() <= 0:
-                raise HttpTimeout(limits.HTTP_DEADLINE_S.message(self._shown))
+                raise HttpTimeout(self._shown, self._deadline.reason())
             yield chunk
+
+
+def _over(cap: int | limits.Limit) -> str:
+    """How a body over ``cap`` is described: the limit named, or the cap in bytes."""
+    if isinstance(cap, limits.Limit):
+        return f"is {cap.reason()}"
+    return f"exceeds the {cap}-byte cap"
 
 
 def _codings(header: str, shown: str) -> list[str]:
@@ -311,12 +348,12 @@ def _codings(header: str, shown: str) -> list[str]:
     codings = [c for c in codings if c != "identity"]
     if len(codings) > MAX_ENCODINGS:
         raise HttpRefused(
-            f"{shown}: {len(codings)} content codings, more than the {MAX_ENCODINGS} accepted"
+            shown, f"{len(codings)} content codings, more than the {MAX_ENCODINGS} accepted"
         )
     unknown = [c for c in codings if c not in ("gzip", "x-gzip", "deflate")]
     if unknown:
         raise HttpRefused(
-            f"{shown}: content coding {unknown[0][:40]!r} was not asked for ({ACCEPT_ENCODING})"
+            shown, f"content coding {unknown[0][:40]!r} was not asked for ({ACCEPT_ENCODING})"
         )
     return codings
 
@@ -350,7 +387,7 @@ def _decode(coding: str, chunks: Iterable[bytes], shown: str) -> Iterator[bytes]
         if rest:
             yield rest
     except zlib.error as error:
-        raise HttpRefused(f"{shown}: the {coding} body does not decode ({error})") from None
+        raise HttpRefused(shown, f"the {coding} body does not decode ({error})") from None
 
 
 def _announced_length(declared: str) -> int | None:
@@ -368,11 +405,11 @@ def _mapped(shown: str, deadline: Deadline) -> Iterator[None]:
     try:
         yield
     except httpx.TimeoutException:
-        raise HttpTimeout(limits.HTTP_DEADLINE_S.message(shown)) from None
+        raise HttpTimeout(shown, deadline.reason()) from None
     except httpx.TooManyRedirects:
-        raise HttpRefused(f"{shown}: too many redirects (a loop?)") from None
+        raise HttpRefused(shown, "too many redirects (a loop?)") from None
     except (httpx.HTTPError, httpx.InvalidURL, httpx.StreamError) as error:
         if deadline.left() <= 0:
-            raise HttpTimeout(limits.HTTP_DEADLINE_S.message(shown)) from None
+            raise HttpTimeout(shown, deadline.reason()) from None
         reason = redact.message(str(error)) or type(error).__name__
-        raise HttpUnreachable(f"{shown}: {type(error).__name__}: {reason}") from None
+        raise HttpUnreachable(shown, f"{type(error).__name__}: {reason}") from None

@@ -61,8 +61,12 @@ class Limit:
             raise LimitExceeded(self.message(what))
 
     def message(self, what: str) -> str:
+        return f"{what}: {self.reason()}"
+
+    def reason(self) -> str:
+        """What :meth:`message` says after the input's name."""
         return (
-            f"{what}: over the {self.name} limit ({_shown(self.value)} {self.unit}: {self.why}); "
+            f"over the {self.name} limit ({_shown(self.value)} {self.unit}: {self.why}); "
             f"set {self.env_var} to raise it"
         )
 

@@ -26,7 +26,7 @@ def scrape(url: str) -> Snapshot:
         with Client() as client, client.stream("GET", url, deadline=deadline) as response:
             if response.status != 200:
                 raise KvtoolError(f"{where}: HTTP {response.status}")
-            body = response.body(limits.HTTP_BODY_BYTES.count)
+            body = response.body(limits.HTTP_BODY_BYTES)
     except HttpError as error:
         raise KvtoolError(f"--metrics-url {error}") from None
     # The Prometheus text format is UTF-8; a stray byte must not end the diagnosis.
