@@ -35,6 +35,13 @@ _UNSAFE_ONE_LINE = re.compile(
     "[\x00-\x08\x0a-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e"
     "\u2066-\u2069\ud800-\udfff]"
 )
+# A patch keeps every CR as a byte: ``patch`` must see the lines as written (a CRLF end,
+# a lone CR inside a quoted value). A CR moves no further than the line's start; the
+# escape sequences that rewrite a screen start with ESC or a C1 control, escaped here.
+_UNSAFE_PATCH = re.compile(
+    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e"
+    "\u2066-\u2069\ud800-\udfff]"
+)
 # A workflow command at the start of the value or of one of its lines (the runner
 # trims blanks before it looks).
 _WORKFLOW_COMMAND = re.compile(r"(?:^|(?<=\n))([ \t]*+):(?=:)")
@@ -59,6 +66,11 @@ def terminal_text(text: str) -> str:
 def terminal_line(text: str) -> str:
     """``text`` as one line: control characters, newlines included, escaped."""
     return _no_workflow_command(_UNSAFE_ONE_LINE.sub(_escape, text))
+
+
+def terminal_patch(text: str) -> str:
+    """A unified diff as :func:`terminal_text` shows it, its CRs kept as bytes."""
+    return _no_workflow_command(_UNSAFE_PATCH.sub(_escape, text))
 
 
 def plain(*pieces: str | tuple[str, str]) -> Text:

@@ -26,6 +26,7 @@ from kvtool.audit.fix import (
 from kvtool.audit.model import Finding, Fix, InputKind, Invocation
 from kvtool.errors import KvtoolError
 from kvtool.fsio import atomic_write, decode_text, read_input_bytes, reader_text
+from kvtool.termsafe import terminal_line
 
 FixedKey = tuple[str, str | None, int | None]
 
@@ -42,7 +43,11 @@ class FixRun:
     @property
     def summary(self) -> str:
         verb = "Applied" if self.written else "Would apply"
-        text = f"{verb} {self.applied} fix(es)." if self.applied else "No fixes to apply."
+        text = f"{verb} {self.applied} fix(es)." if self.applied else "No fixes applied."
+        if not self.applied and not self.failures:
+            text = "No fixes to apply."
+        if self.failures:
+            text += f" {len(self.failures)} file(s) not written (see the errors)."
         return " ".join([text, *self.notes])
 
 
@@ -79,9 +84,11 @@ def apply_fixes(
     applicable: tuple[str, ...],
     write: bool,
     argv: Sequence[str] = (),
+    stdin_name: str | None = None,
 ) -> FixRun:
     """Apply (``write``) or preview the allowed fixes; ``argv`` is the original command for
-    argv inputs."""
+    argv inputs. ``stdin_name``: the name standard input was audited under
+    (``--stdin-filename``); a file of that name was never audited, so it is not written."""
     run = FixRun(written=write)
     by_label = {inv.label: inv for inv in invocations}
     per_file: dict[str, list[tuple[Fix, list[Finding]]]] = {}
@@ -104,6 +111,14 @@ def apply_fixes(
                 "shown, not applied."
             )
     for file, chosen in per_file.items():
+        if file == stdin_name:
+            # The edits were planned on the text of stdin; the file of that name (if
+            # there is one) holds other text, or the same by chance: never rewritten.
+            run.failures.append(
+                f"{file}: audited from standard input (--stdin-filename), not from the file "
+                "of that name; not written"
+            )
+            continue
         try:
             _fix_file(run, file, chosen, kinds[file], invocations, write)
         except KvtoolError as error:
@@ -135,5 +150,5 @@ def _fix_file(
     new_raw = keep_line_endings(raw, outcome.text) if outcome.text != text else raw
     if write and new_raw != raw:
         atomic_write(path, new_raw.encode("utf-8"), expected=original)
-    run.diff += unified_diff(raw, new_raw, file)
+    run.diff += unified_diff(raw, new_raw, terminal_line(file))
     _record(run, chosen, outcome)
