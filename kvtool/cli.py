@@ -102,13 +102,14 @@ def run(args: list[str]) -> int:
 
 # What hostile or broken input can raise from deep inside a reader, beside KvtoolError:
 # unreadable files, bad encodings, nesting past the interpreter's stack, numbers over
-# Python's digit limit or otherwise malformed, memory a bound did not catch.
+# Python's digit limit, too large or otherwise malformed, memory a bound did not catch.
 _INPUT_FAILURES: tuple[type[BaseException], ...] = (
     OSError,
     UnicodeError,
     RecursionError,
     ValueError,
     MemoryError,
+    OverflowError,  # a number past what float or a C call takes, that no parser bounded
 )
 
 
