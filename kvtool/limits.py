@@ -123,6 +123,12 @@ POD_CONTAINERS = Limit(
     "containers",
     "containers in one pod (every engine is checked against each of its pod mates)",
 )
+GITIGNORE_PATTERNS = Limit(
+    "gitignore_patterns",
+    2_000,
+    "patterns",
+    "patterns in one .gitignore of an audited directory (each file is matched against all)",
+)
 SIZING_LAYERS = Limit(
     "sizing_layers", 100_000, "layers", "num_hidden_layers (or a similar count) in a config.json"
 )
@@ -150,6 +156,7 @@ ALL: tuple[Limit, ...] = (
     ARCHIVE_MEMBERS,
     ARCHIVE_RATIO,
     POD_CONTAINERS,
+    GITIGNORE_PATTERNS,
     SIZING_LAYERS,
     SIMULATE_WORK,
 )

@@ -24,6 +24,7 @@ from kvtool.audit.model import Invocation, Location, SkippedInput
 from kvtool.errors import KvtoolError
 from kvtool.fsio import read_input_bytes, reader_text
 from kvtool.limits import INPUT_BYTES
+from kvtool.yamlguard import file_budget
 
 
 class NoServerCommand(KvtoolError):
@@ -278,7 +279,8 @@ def read_text(
     reader = reader_for(kind)
     if reader is None:
         raise KvtoolError(f"--input-format: unknown format {kind!r}")
-    found = reader.read(text, source or ReadSource(file=file, base_dir=base_dir))
+    with file_budget():  # YAML embedded in the file draws on the file's one budget
+        found = reader.read(text, source or ReadSource(file=file, base_dir=base_dir))
     if not found:
         raise NoServerCommand(f"{name}: {NO_SERVER} (read as {kind})")
     return found
