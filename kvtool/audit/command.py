@@ -382,12 +382,15 @@ def _read_live(
 
     from kvtool.audit.live import read_live, request_headers
     from kvtool.errors import KvtoolError
+    from kvtool.termsafe import terminal_line
 
     if paths or fixing:
         raise KvtoolError("audit: --url audits a running server: no files, --fix or --diff")
     live = read_live(url, request_headers(header, os.environ))
     for note in live.invocation.notes:  # what was read, for a text report that omits notes
-        out.chatter.print(f"kvtool: {note}", markup=False, highlight=False, soft_wrap=True)
+        out.chatter.print(
+            terminal_line(f"kvtool: {note}"), markup=False, highlight=False, soft_wrap=True
+        )
     return live
 
 

@@ -82,8 +82,18 @@ def render_text(report: InspectionReport, console: Console) -> None:
     table.add_column("connector")
     table.add_column("verdict")
     table.add_column("why")
+    # A step that failed for every connector (the registry unreachable) is named once, on
+    # its own line above; each verdict then points at it instead of repeating it.
+    failed_steps = {
+        f"{step.kind}: {step.reason}": name
+        for name, step in (("build-flag", report.build_flag_step), ("runtime", report.runtime_step))
+        if step.status == "failed" and step.kind
+    }
     for verdict in report.verdicts:
-        why = verdict.reason + (f"\n{verdict.error}" if verdict.error else "")
+        reason = verdict.reason
+        if reason in failed_steps:
+            reason = f"the {failed_steps[reason]} step failed (above)"
+        why = reason + (f"\n{verdict.error}" if verdict.error else "")
         table.add_row(
             verdict.connector.value,
             f"[{VERDICT_STYLE[verdict.verdict]}]{verdict.verdict.value}[/]",
