@@ -14,6 +14,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -163,3 +164,49 @@ def test_a_malformed_auth_header_is_not_echoed(kvtool_cli: Any) -> None:
     result = kvtool_cli("audit", "--url", "http://127.0.0.1:9", "--header", "Bearer sk-live-TOKEN")
     assert result.exit_code == 2 and "--header" in result.stderr
     assert "sk-live-TOKEN" not in result.stderr
+
+
+def test_every_request_goes_through_the_one_client() -> None:
+    # Live audit, verify and the registry client each had their own bounded GET; a new
+    # caller of httpx directly would bring back a request without the header deadline.
+    import kvtool
+
+    package = Path(kvtool.__file__).parent
+    calls = ("httpx.Client(", "httpx.stream(", "httpx.get(")
+    direct = [
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if path.name != "http.py" and any(call in path.read_text() for call in calls)
+    ]
+    assert direct == []
+
+
+@pytest.mark.parametrize("coding", ["gzip", "deflate", "raw-deflate", "gzip, gzip"])
+def test_an_encoded_metrics_page_is_still_read(
+    kvtool_cli: Any, raw_server: Callable[[Handler], str], coding: str
+) -> None:
+    import zlib
+
+    # vLLM's counter names (vllm/v1/metrics/loggers.py at v0.32.0), values rising.
+    pages = iter([b"vllm:prefix_cache_queries_total 10\n", b"vllm:prefix_cache_queries_total 90\n"])
+
+    def encoded(conn: socket.socket) -> None:
+        body = next(pages)
+        if coding == "raw-deflate":
+            packer = zlib.compressobj(wbits=-15)
+            body = packer.compress(body) + packer.flush()
+        else:
+            for layer in coding.split(", "):
+                body = gzip.compress(body) if layer == "gzip" else zlib.compress(body)
+        name = "deflate" if coding == "raw-deflate" else coding
+        conn.sendall(
+            f"HTTP/1.1 200 OK\r\nContent-Encoding: {name}\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+            + body
+        )
+
+    url = raw_server(encoded)
+    result = kvtool_cli("verify", "--metrics-url", f"{url}/metrics", "--interval", "0.1",
+                        "--output-format", "json")  # fmt: skip
+    assert result.exit_code in (0, 1), result.stderr
+    assert '"prefix_queries": 80' in result.stdout.replace(".0", ""), result.stdout
