@@ -41,8 +41,14 @@ class WouldOverwriteInput(KvtoolError):
     """A write would replace a file this run read or was pointed at."""
 
 
-# (st_dev, st_ino) -> the name the run read it by: every input of this run.
-_INPUTS: dict[tuple[int, int], str] = {}
+# (st_dev, st_ino, st_ctime_ns) -> the name the run read it by: every input of this run.
+# The change time tells a file apart from a later one that reuses a deleted file's inode
+# (a library caller that never starts a new run: tests, one process reading and writing).
+_INPUTS: dict[tuple[int, int, int], str] = {}
+
+
+def _identity(status: os.stat_result) -> tuple[int, int, int]:
+    return (status.st_dev, status.st_ino, status.st_ctime_ns)
 
 
 def forget_inputs() -> None:
@@ -60,16 +66,7 @@ def note_input(path: Path | str) -> None:
         status = os.stat(path)
     except (OSError, ValueError):
         return
-    _INPUTS.setdefault((status.st_dev, status.st_ino), str(path))
-
-
-def was_read(path: Path | str) -> bool:
-    """Whether this run read ``path`` (the file it names now) from disk."""
-    try:
-        status = os.stat(path)
-    except (OSError, ValueError):
-        return False
-    return (status.st_dev, status.st_ino) in _INPUTS
+    _INPUTS.setdefault(_identity(status), str(path))
 
 
 def refuse_overwriting_any_input(output: Path | str, flag: str) -> None:
@@ -79,7 +76,7 @@ def refuse_overwriting_any_input(output: Path | str, flag: str) -> None:
         status = os.stat(output)
     except (OSError, ValueError):
         return  # no such file yet: nothing to lose
-    read_as = _INPUTS.get((status.st_dev, status.st_ino))
+    read_as = _INPUTS.get(_identity(status))
     if read_as is not None:
         same = "" if read_as == str(output) else f" (the same file as {read_as})"
         raise WouldOverwriteInput(
@@ -123,7 +120,7 @@ def read_input_bytes(
             raise KvtoolError(
                 f"{path}: not a regular file ({_kind(status.st_mode)}); give a file or -"
             )
-        _INPUTS.setdefault((status.st_dev, status.st_ino), str(path))
+        _INPUTS.setdefault(_identity(status), str(path))
         data = _read_regular(descriptor, status.st_size, cap)
     except OSError as error:
         raise KvtoolError(f"cannot read {describe_os_error(error, path)}") from None
@@ -209,18 +206,20 @@ def atomic_write(
     mode: int | None = None,
     follow_symlinks: bool = True,
     flag: str = "-o",
+    own_file: bool = False,
 ) -> None:
     """Replace ``path`` with ``data`` all at once, or leave it as it was and raise.
 
     ``expected``: the bytes ``path`` held when read (``--fix`` rewriting the file it
     audited); a change since then raises ``ChangedOnDisk``. Without it, ``path`` must be
-    no input of this run (``WouldOverwriteInput``, naming ``flag``). ``mode``: the mode
+    no input of this run (``WouldOverwriteInput``, naming ``flag``), unless it is one of
+    kvtool's ``own_file`` (a cache entry it read and now renews). ``mode``: the mode
     of a new file (an existing one keeps its own, setuid and setgid included, or the
     write is refused). A symlink is followed (the link stays, its target is replaced)
     unless ``follow_symlinks`` is false, when it is refused. A file with other hard
     links is refused: renaming over it would split the links.
     """
-    if expected is None:
+    if expected is None and not own_file:
         refuse_overwriting_any_input(path, flag)
     target = _write_target(path, follow_symlinks)
     existing = _lstat_or_none(target)
@@ -255,6 +254,8 @@ def atomic_write(
         with _locked_original(target, expected, path):
             os.replace(temporary, target)
         _sync_directory(directory)
+        if expected is not None:
+            note_input(target)  # still an input: a report of this run must not replace it
     except OSError as error:
         _remove_quietly(temporary)
         reason = describe_os_error(error, path)
@@ -265,10 +266,19 @@ def atomic_write(
 
 
 def atomic_write_text(
-    path: Path, text: str, *, mode: int | None = None, follow_symlinks: bool = True
+    path: Path,
+    text: str,
+    *,
+    mode: int | None = None,
+    follow_symlinks: bool = True,
+    own_file: bool = False,
+    flag: str = "-o",
 ) -> None:
     """``atomic_write`` of ``text`` as UTF-8."""
-    atomic_write(path, text.encode("utf-8"), mode=mode, follow_symlinks=follow_symlinks)
+    data = text.encode("utf-8")
+    atomic_write(
+        path, data, mode=mode, follow_symlinks=follow_symlinks, own_file=own_file, flag=flag
+    )
 
 
 def _write_target(path: Path, follow_symlinks: bool) -> Path:

@@ -39,7 +39,7 @@ def _parse_env(pairs: list[str]) -> tuple[tuple[str, str], ...]:
 
 def _write(files: dict[str, str], output_dir: Path, force: bool) -> list[Path]:
     """Write each file under ``output_dir`` (``-d``); refuse to overwrite without --force."""
-    from kvtool.fsio import atomic_write_text, describe_os_error
+    from kvtool.fsio import atomic_write_text, describe_os_error, refuse_overwriting_any_input
     from kvtool.output.errors import bad_option
 
     if output_dir.exists() and not output_dir.is_dir():
@@ -55,6 +55,8 @@ def _write(files: dict[str, str], output_dir: Path, force: bool) -> list[Path]:
         raise bad_option(
             "--output-dir", str(output_dir), f"would overwrite {', '.join(clashes)}; pass --force"
         )
+    for path in paths:  # all checked before any is written: no half-written recipe
+        refuse_overwriting_any_input(path, "--output-dir")
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -62,7 +64,11 @@ def _write(files: dict[str, str], output_dir: Path, force: bool) -> list[Path]:
         raise bad_option("--output-dir", str(output_dir), why) from None
     for path, text in zip(paths, files.values(), strict=True):
         atomic_write_text(
-            path, text, mode=0o755 if path.suffix == ".sh" else None, follow_symlinks=False
+            path,
+            text,
+            mode=0o755 if path.suffix == ".sh" else None,
+            follow_symlinks=False,
+            flag="--output-dir",
         )
     return paths
 

@@ -220,3 +220,14 @@ def test_retag_leaves_a_longer_reference_alone(kvtool_cli: Cli, tmp_path: Path) 
     text = compose.read_text()
     assert f"image: vllm/vllm-openai:v{newest}\n" in text
     assert f"image: {bench}\n" in text
+
+
+def test_a_report_does_not_replace_the_file_fix_just_rewrote(
+    kvtool_cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    script = tmp_path / "run.sh"
+    script.write_text(SCRIPT)
+    result = kvtool_cli("audit", "run.sh", "--vllm-version", "0.32.0", "--fix", "-o", "run.sh")
+    assert result.exit_code == 2 and "is an input of this run" in result.stderr, result.stderr
+    assert script.read_text() == SCRIPT
