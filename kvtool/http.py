@@ -200,8 +200,10 @@ class Client:
             follow_redirects=follow_redirects,
             max_redirects=max_redirects,
             headers=all_headers,
-            timeout=None,  # the deadline bounds every socket operation instead
-            trust_env=False,  # environment proxies would get a transport without the deadline
+            # The deadline bounds every socket operation of a direct connection. A proxy
+            # from the environment (HTTPS_PROXY) gets httpx's own transport: there the
+            # deadline holds between body chunks and each operation times out at it.
+            timeout=self.deadline().seconds,
         )
 
     def __enter__(self) -> Client:
