@@ -333,7 +333,7 @@ def audit(
             applicable=applicable,
             write=fix,
             argv=argv,
-            stdin_name=stdin_filename if fix else None,
+            stdin_name=stdin_filename,
         )
         if diff:
             sys.stdout.write(terminal_patch(run.diff))

@@ -116,7 +116,7 @@ def apply_fixes(
             # there is one) holds other text, or the same by chance: never rewritten.
             run.failures.append(
                 f"{file}: audited from standard input (--stdin-filename), not from the file "
-                "of that name; not written"
+                "of that name; that file is neither diffed nor written"
             )
             continue
         try:
