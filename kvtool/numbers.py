@@ -45,8 +45,9 @@ def _int_text(value: int) -> str:
     return str(value)
 
 
-_NOT_FINITE = frozenset({"nan", "+nan", "-nan", "inf", "+inf", "-inf", "infinity",
-                         "+infinity", "-infinity"})
+_NOT_FINITE = frozenset(
+    {"nan", "+nan", "-nan", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity"}
+)
 
 
 def _decimal(raw: Any, what: str, noun: str) -> decimal.Decimal:
@@ -72,15 +73,6 @@ def _decimal(raw: Any, what: str, noun: str) -> decimal.Decimal:
     raise BadNumber(f"{what}={shown(raw)} is not {noun}")
 
 
-def _bounds_text(low: float | None, high: float | None, low_inclusive: bool) -> str:
-    parts = []
-    if low is not None:
-        parts.append(f"{'>=' if low_inclusive else '>'} {_bound(low)}")
-    if high is not None:
-        parts.append(f"<= {_bound(high)}")
-    return " and ".join(parts)
-
-
 def _bound(value: float) -> str:
     return str(value) if isinstance(value, int) else f"{value:g}"
 
@@ -89,16 +81,16 @@ def _check_range(
     value: decimal.Decimal,
     raw: Any,
     what: str,
-    kind: str,
     low: float | None,
     high: float | None,
     low_inclusive: bool,
 ) -> None:
-    too_low = low is not None and (value < low if low_inclusive else value <= low)
-    if too_low or (high is not None and value > high):
+    if low is not None and (value < low if low_inclusive else value <= low):
         raise BadNumber(
-            f"{what}={shown(raw)} must be {kind} {_bounds_text(low, high, low_inclusive)}"
+            f"{what}={shown(raw)} must be {'>=' if low_inclusive else '>'} {_bound(low)}"
         )
+    if high is not None and value > high:
+        raise BadNumber(f"{what}={shown(raw)} is too large: it must be <= {_bound(high)}")
 
 
 def parse_int(
@@ -112,7 +104,7 @@ def parse_int(
     value = _decimal(raw, what, "an integer")
     if value != value.to_integral_value():
         raise BadNumber(f"{what}={shown(raw)} must be a whole number")
-    _check_range(value, raw, what, "a whole number", low, high, True)
+    _check_range(value, raw, what, low, high, True)
     return int(value)
 
 
@@ -126,5 +118,5 @@ def parse_float(
 ) -> float:
     """A finite number in the range, from an int, a float or text."""
     value = _decimal(raw, what, "a number")
-    _check_range(value, raw, what, "a finite number", low, high, low_inclusive)
+    _check_range(value, raw, what, low, high, low_inclusive)
     return float(value)
