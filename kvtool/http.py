@@ -247,17 +247,6 @@ class Client:
         finally:
             self._holder.current = previous
 
-    def get(
-        self,
-        url: str,
-        cap: int,
-        *,
-        headers: Mapping[str, str] | None = None,
-    ) -> tuple[int, bytes]:
-        """Status and decoded body (at most ``cap`` bytes) of a GET."""
-        with self.stream("GET", url, headers=headers) as response:
-            return response.status, response.body(cap)
-
 
 class Response:
     """An answer whose body is read within the deadline and the caps."""

@@ -2,9 +2,10 @@
 
 A URL may carry a password (``http://user:PASSWORD@host``) or a token in its query
 (``?token=...``, a presigned ``X-Amz-Signature``); a header may carry a bearer token or
-a key. Every URL, header and free-text message that can reach a stream, a report or a
-cache goes through one of the functions below first, so a secret is never shown,
-whichever command met it. The user name stays (it says which account was used).
+a key. Every URL and free-text message that can reach a stream, a report or a cache goes
+through one of the functions below first (the CLI's error line included), so a secret
+is never shown, whichever command met it. A header given wrong is never echoed at all
+(:func:`kvtool.audit.live.parse_header`). The user name stays (it says which account).
 """
 
 from __future__ import annotations
@@ -13,11 +14,6 @@ import re
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 HIDDEN = "***"
-# Headers whose value is a credential (RFC 9110 Authorization/Proxy-Authorization, cookies,
-# the API-key headers gateways use).
-SECRET_HEADERS = frozenset(
-    {"authorization", "proxy-authorization", "cookie", "set-cookie", "x-api-key", "api-key"}
-)
 # Query parameters that carry a credential: OAuth tokens, API keys, presigned signatures.
 _SECRET_QUERY = re.compile(
     r"(?:.*token.*|.*secret.*|.*password.*|passwd|api[-_]?key|key|sig|signature|"
@@ -26,7 +22,7 @@ _SECRET_QUERY = re.compile(
 )
 # In free text: the userinfo of any URL, and the credential after an auth scheme.
 _URL_USERINFO = re.compile(
-    r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]{0,30}://)(?P<userinfo>[^\s/?#@]{1,2000})@"
+    r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]{0,30}://)(?P<userinfo>[^\s/?#@]{1,512})@"
 )
 _AUTH_VALUE = re.compile(
     r"(?P<scheme>\b(?:Bearer|Basic|Token|Digest|ApiKey)\s+)(?P<secret>[^\s,;'\"]+)",
@@ -62,14 +58,6 @@ def url(text: str) -> str:
                 [(n, HIDDEN if _SECRET_QUERY.fullmatch(n) else v) for n, v in pairs], safe="*"
             )
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
-def header(name: str, value: str) -> str:
-    """A header's value as it may be shown: a credential's scheme kept, the rest hidden."""
-    if name.strip().lower() not in SECRET_HEADERS:
-        return message(value)
-    scheme, sep, _ = value.strip().partition(" ")
-    return f"{scheme} {HIDDEN}" if sep else HIDDEN
 
 
 def message(text: str) -> str:
