@@ -158,6 +158,9 @@ def test_a_url_password_is_never_shown(
         assert result.exit_code == 2, result.stderr
         assert "hunter2" not in result.stdout + result.stderr
         assert "operator:***@" in result.stderr or "u:***@" in result.stderr
+    # A token in the query (presigned URLs, ?access_token=) is a secret too.
+    queried = kvtool_cli("verify", "--metrics-url", "http://127.0.0.1:9/m?access_token=hunter2")
+    assert queried.exit_code == 2 and "hunter2" not in queried.stderr, queried.stderr
 
 
 def test_a_malformed_auth_header_is_not_echoed(kvtool_cli: Any) -> None:
