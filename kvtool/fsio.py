@@ -319,10 +319,12 @@ def _copy_metadata(
     try:
         os.fchown(descriptor, existing.st_uid, existing.st_gid)
     except PermissionError:
-        raise KvtoolError(
-            f"{shown}: belongs to uid {existing.st_uid} gid {existing.st_gid}, which kvtool's "
-            "user cannot give a new file; not written"
-        ) from None
+        now = os.fstat(descriptor)  # a filesystem that owns every file alike (vfat) is fine
+        if (now.st_uid, now.st_gid) != (existing.st_uid, existing.st_gid):
+            raise KvtoolError(
+                f"{shown}: belongs to uid {existing.st_uid} gid {existing.st_gid}, which "
+                "kvtool's user cannot give a new file; not written"
+            ) from None
     os.fchmod(descriptor, wanted)
     kept = stat.S_IMODE(os.fstat(descriptor).st_mode)
     if kept != wanted:
