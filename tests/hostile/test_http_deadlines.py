@@ -121,6 +121,17 @@ def test_a_server_trickling_its_headers_ends_at_the_deadline(
     assert result.exit_code == 2 and "http_deadline_s" in result.stderr, result.stderr
 
 
+def test_a_registry_trickling_its_headers_ends_at_the_deadline(
+    kvtool_cli: Any, raw_server: Callable[[Handler], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KVTOOL_LIMIT_HTTP_DEADLINE_S", "2")
+    host = raw_server(_header_trickle).removeprefix("http://")  # loopback: plain HTTP
+    started = time.monotonic()
+    result = kvtool_cli("inspect-image", f"{host}/vllm/vllm-openai:v0.32.0", "--no-cache")
+    assert time.monotonic() - started < 8, "the deadline did not cover the header bytes"
+    assert result.exit_code == 2 and "http_deadline_s" in result.stdout + result.stderr
+
+
 def test_stacked_gzip_is_decoded_within_the_body_cap(
     kvtool_cli: Any, raw_server: Callable[[Handler], str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
