@@ -191,11 +191,26 @@ def _kind(mode: int) -> str:
 
 
 def refuse_overwriting_inputs(output: Path, inputs: Iterable[Path | str], flag: str) -> None:
-    """Raise ``KvtoolError`` when writing ``output`` would replace one of ``inputs`` (named
-    on the command line, before they are read) or any file this run read already."""
+    """Raise ``WouldOverwriteInput`` when writing ``output`` would replace one of
+    ``inputs`` (named on the command line, checked before they are read). Every write
+    checks all that the run has read by then (:func:`atomic_write`)."""
+    try:
+        target = os.stat(output)
+    except (OSError, ValueError):
+        return
     for candidate in inputs:
-        note_input(candidate)
-    refuse_overwriting_any_input(output, flag)
+        if str(candidate) == STDIN:
+            continue
+        try:
+            status = os.stat(candidate)
+        except (OSError, ValueError):
+            continue
+        if (status.st_dev, status.st_ino) == (target.st_dev, target.st_ino):
+            same = "" if str(candidate) == str(output) else f" (the same file as {candidate})"
+            raise WouldOverwriteInput(
+                f"{flag} {output}: is an input of this run{same}; it would be overwritten, "
+                "so nothing is written"
+            )
 
 
 def atomic_write(

@@ -1,36 +1,30 @@
-"""``kvtool upgrade --fix`` / ``--diff``: the audit's safe fixes for what the target release
-rejects, then the image tag moved to the target release.
+"""``kvtool upgrade --fix`` / ``--diff``: the audit's safe fixes for every error the target
+release reports, then the image tag moved to the target release.
 
-The token edits are the audit's own (:func:`kvtool.audit.fixing.apply_fixes`) applied to
-the findings the invocations gain at the target. An environment variable the target
-removed or deprecated in favour of a flag (the release index's ``replacement``, e.g.
-``VLLM_PREFIX_CACHE_RETENTION_INTERVAL`` -> ``--prefix-cache-retention-interval``) becomes
-that flag with the same value, added after the command's last word; in a shell script its
-now idle ``NAME=value`` line is then dropped. The image is retagged where the file names
-that same image: each word shaped like a reference is parsed (registry, repository, tag,
-digest) and only one equal to the audited image, the one nearest the audited command,
-gets the new tag; ``registry.example.com/team/vllm/vllm-openai:v0.31.0-bench`` is
-another image than ``vllm/vllm-openai:v0.31.0`` and stays as it is.
-
-A file that cannot be written (read-only, hard-linked, changed meanwhile) is a failure
-of the run, reported one line each, never a silent "nothing to apply".
+The token edits are the audit's own (:func:`kvtool.audit.fixing.plan_fixes`) applied to
+every finding the invocations have at the target, whichever release it entered at. An
+environment variable the target removed or deprecated in favour of a flag (the release
+index's ``replacement``, e.g. ``VLLM_PREFIX_CACHE_RETENTION_INTERVAL`` ->
+``--prefix-cache-retention-interval``) becomes that flag with the same value, added after
+the command's last word; in a shell script its now idle ``NAME=value`` line is then
+dropped. The image is retagged where the file names that same image: each word shaped
+like a reference is parsed (registry, repository, tag, digest) and only one equal to the
+audited image, the one nearest the audited command, gets the new tag;
+``registry.example.com/team/vllm/vllm-openai:v0.31.0-bench`` is another image than
+``vllm/vllm-openai:v0.31.0`` and stays as it is. All three edits go into one
+:class:`~kvtool.audit.fixing.EditPlan`, so ``--diff`` shows exactly what ``--fix`` writes.
 """
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from kvtool.audit.fix import REWRITABLE
-from kvtool.audit.fixing import FixedKey, apply_fixes
-from kvtool.audit.model import Finding, Invocation, Severity
+from kvtool.audit.fixing import EditPlan, FixedKey, finish, plan_fixes
+from kvtool.audit.model import REWRITABLE, Finding, Invocation
 from kvtool.errors import KvtoolError
-from kvtool.fsio import atomic_write, decode_text, read_input_bytes
 from kvtool.image.reference import ImageReference, parse_reference
-from kvtool.termsafe import terminal_line
 from kvtool.upgrade.migrate import ENV_CODES
 from kvtool.upgrade.plan import UpgradeReport
 from kvtool.upgrade.render import as_audit_report
@@ -41,18 +35,11 @@ class UpgradeFixRun:
     diff: str = ""
     notes: list[str] = field(default_factory=list)
     still_breaks: bool = False
-    failures: list[str] = field(default_factory=list)  # files left alone: why, one line each
+    failures: list[str] = field(default_factory=list)  # files that could not be written
 
     @property
     def summary(self) -> str:
         return " ".join(self.notes)
-
-
-def _read_exactly(path: Path) -> tuple[bytes, str]:
-    """The file's bytes and their text, undecoded line endings and all: an edit must
-    leave every other byte as it was (``Path.read_text`` would turn CRLF into LF)."""
-    data = read_input_bytes(path)
-    return data, decode_text(data, path)
 
 
 def _lines(text: str) -> list[str]:
@@ -94,13 +81,12 @@ def _with_tag(word: str, tag: str) -> str:
     return f"{name}:{tag}{at}{digest}"
 
 
-def _retag(path: Path, old: str, new: str, lines: list[int | None], write: bool) -> str:
-    """Retag ``old`` in ``path`` once per audited command (``lines``: where each starts,
-    None for unknown): the equal reference nearest to it, or every one when unknown."""
+def _retagged(text: str, old: str, new: str, lines: list[int | None]) -> str:
+    """``text`` with ``old`` retagged once per audited command (``lines``: the line each
+    starts at, None when unknown): the equal reference nearest it, or all when unknown."""
     image, target = _parsed(old), _parsed(new)
     if image is None or target is None or target.tag is None:
-        return ""
-    data, text = _read_exactly(path)
+        return text
     words = _image_words(text, image)
     chosen: set[tuple[int, int, int]] = set()
     for line in lines:
@@ -108,46 +94,50 @@ def _retag(path: Path, old: str, new: str, lines: list[int | None], write: bool)
             chosen.update(words)
         elif words:
             chosen.add(min(words, key=lambda word: (abs(word[2] - line), word[2])))
-    changed = text
     for start, end, _ in sorted(chosen, reverse=True):
-        changed = changed[:start] + _with_tag(changed[start:end], target.tag) + changed[end:]
-    if changed == text:
-        return ""
-    if write:
-        atomic_write(path, changed.encode("utf-8"), expected=data)
-    shown = terminal_line(str(path))
-    return "".join(
-        difflib.unified_diff(
-            text.splitlines(keepends=True),
-            changed.splitlines(keepends=True),
-            fromfile=shown,
-            tofile=shown,
-        )
-    )
+        text = text[:start] + _with_tag(text[start:end], target.tag) + text[end:]
+    return text
 
 
-def _drop_env_lines(findings: Iterable[Finding], fixed: set[FixedKey], write: bool) -> str:
+def _retag(plan: EditPlan, file: str, old: str, new: str, lines: list[int | None]) -> bool:
+    return plan.edit(file, lambda text: _retagged(text, old, new, lines))
+
+
+def _first_lines(
+    invocations: Sequence[Invocation], report: UpgradeReport
+) -> dict[tuple[str, str, str], list[int | None]]:
+    """(file, image, new image) -> the line each audited command using it starts at."""
+    by_label = {inv.label: inv for inv in invocations}
+    found: dict[tuple[str, str, str], list[int | None]] = {}
+    for inv in report.invocations:
+        if inv.file and inv.image and inv.new_image and inv.kind in REWRITABLE:
+            audited = by_label.get(inv.label)
+            starts = [t.location.line for t in audited.tokens if t.location] if audited else []
+            found.setdefault((inv.file, inv.image, inv.new_image), []).append(
+                min((line for line in starts if line), default=None)
+            )
+    return found
+
+
+def _drop_env_lines(plan: EditPlan, findings: Iterable[Finding], fixed: set[FixedKey]) -> None:
     """Drop each migrated env var's own ``[export ]NAME=value`` line from shell scripts."""
-    diff = ""
     for finding in findings:
         loc = finding.location
         key = (finding.code, loc.file if loc else None, loc.line if loc else None)
         if loc is None or loc.file is None or loc.line is None or key not in fixed:
             continue
-        path = Path(loc.file)
-        data, text = _read_exactly(path)
-        lines = _lines(text)
+        line = loc.line
         own_line = re.compile(
             rf"[ \t]*(?:export[ \t]+)?{re.escape(finding.flag or '')}=\S*[ \t]*(?:#[^\r\n]*)?\r?\n?"
         )
-        if loc.line > len(lines) or not own_line.fullmatch(lines[loc.line - 1]):
-            continue
-        changed = lines[: loc.line - 1] + lines[loc.line :]
-        if write:
-            atomic_write(path, "".join(changed).encode("utf-8"), expected=data)
-        shown = terminal_line(str(path))
-        diff += "".join(difflib.unified_diff(lines, changed, fromfile=shown, tofile=shown))
-    return diff
+
+        def drop(text: str, line: int = line, own_line: re.Pattern[str] = own_line) -> str:
+            lines = _lines(text)
+            if line > len(lines) or not own_line.fullmatch(lines[line - 1]):
+                return text
+            return "".join(lines[: line - 1] + lines[line:])
+
+        plan.edit(loc.file, drop)
 
 
 def apply_upgrade_fixes(
@@ -158,28 +148,31 @@ def apply_upgrade_fixes(
     argv: Sequence[str] = (),
 ) -> UpgradeFixRun:
     """Apply (``write``) or preview the safe fixes and image retags of ``report``."""
-    audit_report = as_audit_report(report)
-    run = apply_fixes(invocations, audit_report, applicable=("safe",), write=write, argv=argv)
-    out = UpgradeFixRun(diff=run.diff, notes=[run.summary], failures=list(run.failures))
+    plan = EditPlan()
+    run = plan_fixes(
+        plan, invocations, as_audit_report(report), applicable=("safe",), argv=argv, write=write
+    )
     shell = [
         f
         for inv in report.invocations
         if inv.kind == "shell"
-        for f in inv.entered
+        for f in inv.at_target
         if f.code in ENV_CODES and f.fix is not None
     ]
-    # --diff previews the token edits; the idle env lines go only when they are written.
-    if write:
-        try:
-            out.diff += _drop_env_lines(shell, run.fixed_codes, write)
-        except KvtoolError as error:
-            out.failures.append(str(error))
+    _drop_env_lines(plan, shell, run.fixed_codes)
+    retag_notes = []
+    for (file, old, new), lines in sorted(_first_lines(invocations, report).items()):
+        if _retag(plan, file, old, new, lines):
+            verb = "Retagged" if write else "Would retag"
+            retag_notes.append((file, f"{verb} {old} -> {new} in {file}."))
+    failed = finish(run, plan)
+    out = UpgradeFixRun(diff=run.diff, notes=[run.summary], failures=list(run.failures))
+    out.notes.extend(note for file, note in retag_notes if file not in failed)
     for inv in report.invocations:
         unfixed = [
             f
-            for f in inv.entered
-            if f.severity is Severity.error
-            and (
+            for f in inv.target_errors
+            if (
                 f.code,
                 f.location.file if f.location else None,
                 f.location.line if f.location else None,
@@ -189,24 +182,7 @@ def apply_upgrade_fixes(
         if unfixed:
             out.still_breaks = True
             names = ", ".join(f"{f.code} {f.flag}" if f.flag else f.code for f in unfixed)
-            out.notes.append(f"{inv.label}: still breaks at {inv.target.vllm_version} ({names}).")
-    first_lines: dict[tuple[str, str, str], list[int | None]] = {}
-    by_label = {inv.label: inv for inv in invocations}
-    for inv in report.invocations:
-        if inv.file and inv.image and inv.new_image and inv.kind in REWRITABLE:
-            audited = by_label.get(inv.label)
-            starts = [t.location.line for t in audited.tokens if t.location] if audited else []
-            first_lines.setdefault((inv.file, inv.image, inv.new_image), []).append(
-                min((line for line in starts if line), default=None)
+            out.notes.append(
+                f"{inv.label}: still does not start at {inv.target.vllm_version} ({names})."
             )
-    for (file, old, new), lines in sorted(first_lines.items()):
-        # A --diff preview shows the token fixes; the retag diff is against the same
-        # original text, so both can be read, and --fix applies them one after the other.
-        try:
-            out.diff += _retag(Path(file), old, new, lines, write)
-        except KvtoolError as error:
-            out.failures.append(str(error))
-            continue
-        verb = "Retagged" if write else "Would retag"
-        out.notes.append(f"{verb} {old} -> {new} in {file}.")
     return out

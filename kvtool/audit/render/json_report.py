@@ -10,7 +10,7 @@ Schema version 1::
                    "location": {"file", "line", "column", "end_line", "end_column"} | null,
                    "fix": {"applicability", "description", "replacement_args"} | null,
                    "invocation", "docs", "references": [...], "evidence": {...}}],
-     "summary": {"error", "warning", "info", "suppressed"}}
+     "summary": {"error", "warning", "info", "suppressed", "baselined"}}
 
 ``source`` is one of flag, settings, image, newest. ``replacement_args`` are the words
 that replace the finding's tokens (null when the fix removes or cannot be applied).
@@ -142,7 +142,11 @@ def build(report: AuditReport) -> JsonReport:
         target=_target(report.invocations[0].target) if report.invocations else None,
         invocations=invocations,
         findings=[_finding(f) for f in report.findings],
-        summary={**report.counts(), "suppressed": report.suppressed},
+        summary={
+            **report.counts(),
+            "suppressed": report.suppressed,
+            "baselined": report.baselined,
+        },
         skipped=[
             JsonSkipped(file=s.file, reason=s.reason, problem=s.problem) for s in report.skipped
         ],

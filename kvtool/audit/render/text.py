@@ -1,7 +1,8 @@
 """The human report (``--output-format text``): one block per finding, via rich.
 
-``file:line:col: CODE severity message [name]`` then the fix, if any. The summary
-line is separate (:func:`summary`) because it goes to stderr.
+``file:line:col: [object: ]CODE severity message [name]`` then the fix, if any; the object
+is the manifest's ``Kind/name container c`` or the compose service, as kube-linter names
+it. The summary line is separate (:func:`summary`) because it goes to stderr.
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from __future__ import annotations
 from rich.console import Console
 
 from kvtool.audit.engine import AuditReport
-from kvtool.audit.model import Finding, Severity
+from kvtool.audit.model import REWRITABLE, Finding, Severity
+from kvtool.audit.render.objects import object_of
 from kvtool.termsafe import plain, terminal_line
 
 STYLES = {Severity.error: "bold red", Severity.warning: "yellow", Severity.info: "cyan"}
@@ -33,8 +35,9 @@ def _where(finding: Finding) -> str:
 
 
 def print_report(report: AuditReport, console: Console) -> None:
-    # Input-derived text (file names, flag values in messages) goes in as plain pieces,
-    # never markup: control sequences shown escaped, brackets and backslashes as written.
+    # Input-derived text (file names, object names, flag values in messages) goes in as
+    # plain pieces, never markup: control sequences shown escaped, brackets and
+    # backslashes as written, in time linear in the text.
     for skipped in report.unreadable:
         console.print(
             plain((skipped.file, "bold"), ": ", ("not read", "bold red"), " ", skipped.reason),
@@ -42,10 +45,12 @@ def print_report(report: AuditReport, console: Console) -> None:
         )
     for finding in report.findings:
         style = STYLES[finding.severity]
+        named = object_of(finding)
         console.print(
             plain(
                 (_where(finding), "bold"),
                 ": ",
+                *((named, ""), ": ") if named else (),
                 (finding.code, style),
                 " ",
                 (finding.severity.value, style),
@@ -78,6 +83,20 @@ def invocation_notes(report: AuditReport) -> list[str]:
     ]
 
 
+def _fixable(report: AuditReport) -> dict[str, int]:
+    """Findings ``--fix`` can edit away, by applicability (as ruff counts them): a token
+    edit in an input kind that is rewritten in place."""
+    kinds = {i.label: i.kind for i in report.invocations}
+    counts = {"safe": 0, "unsafe": 0}
+    for finding in report.findings:
+        fix = finding.fix
+        if fix is None or not fix.remove_tokens or fix.applicability not in counts:
+            continue
+        if kinds.get(finding.invocation or "") in REWRITABLE:
+            counts[fix.applicability] += 1
+    return counts
+
+
 def summary(report: AuditReport) -> str:
     """One line: targets, counts per severity, suppressed count."""
     targets = sorted({(i.target.vllm_version, i.target.source) for i in report.invocations})
@@ -87,6 +106,13 @@ def summary(report: AuditReport) -> str:
     text = f"Checked {len(report.invocations)} invocation(s) against {where}: {', '.join(parts)}"
     if report.suppressed:
         text += f", {report.suppressed} suppressed"
+    if report.baselined:
+        text += f", {report.baselined} in the baseline"
+    fixable = _fixable(report)
+    if fixable["safe"] or fixable["unsafe"]:
+        text += f"; {fixable['safe']} fixable with --fix"
+        if fixable["unsafe"]:
+            text += f" ({fixable['unsafe']} more with --fix --unsafe-fixes)"
     passed_over = len(report.skipped) - len(report.unreadable)
     if passed_over:
         text += f"; {passed_over} file(s) skipped: no vLLM server (--verbose names them)"
