@@ -231,3 +231,20 @@ def test_a_report_does_not_replace_the_file_fix_just_rewrote(
     result = kvtool_cli("audit", "run.sh", "--vllm-version", "0.32.0", "--fix", "-o", "run.sh")
     assert result.exit_code == 2 and "is an input of this run" in result.stderr, result.stderr
     assert script.read_text() == SCRIPT
+
+
+def test_update_baseline_renews_its_own_file_but_no_other(
+    kvtool_cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    files = _files(tmp_path)
+    common = ("audit", ".", "--vllm-version", "0.32.0", "--update-baseline", "--baseline")
+    # The walk reads the baseline as a candidate file; renewing it is still what was asked.
+    for _ in range(2):
+        renewed = kvtool_cli(*common, "kvtool-baseline.json")
+        assert renewed.exit_code == 0, renewed.stderr
+    for other in ("pyproject.toml", "run.sh"):
+        refused = kvtool_cli(*common, other)
+        assert refused.exit_code == 2, refused.stderr
+    for name, text in files.items():
+        assert (tmp_path / name).read_text() == text, f"{name} was changed"
