@@ -7,6 +7,8 @@ it. The summary line is separate (:func:`summary`) because it goes to stderr.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from rich.console import Console
 
 from kvtool.audit.engine import AuditReport
@@ -103,7 +105,13 @@ def summary(report: AuditReport) -> str:
     where = ", ".join(f"vLLM {version} ({source})" for version, source in targets) or "nothing"
     counts = report.counts()
     parts = [f"{counts[s.value]} {_NOUNS[s][counts[s.value] != 1]}" for s in reversed(Severity)]
-    text = f"Checked {len(report.invocations)} invocation(s) against {where}: {', '.join(parts)}"
+    readers = Counter(i.kind for i in report.invocations)
+    read_by = ", ".join(f"{kind} {count}" for kind, count in sorted(readers.items()))
+    read_by = f" (read as {read_by})" if read_by else ""
+    text = (
+        f"Checked {len(report.invocations)} invocation(s){read_by} against {where}: "
+        f"{', '.join(parts)}"
+    )
     if report.suppressed:
         text += f", {report.suppressed} suppressed"
     if report.baselined:
@@ -113,9 +121,15 @@ def summary(report: AuditReport) -> str:
         text += f"; {fixable['safe']} fixable with --fix"
         if fixable["unsafe"]:
             text += f" ({fixable['unsafe']} more with --fix --unsafe-fixes)"
-    passed_over = len(report.skipped) - len(report.unreadable)
+    never_read = sum(1 for s in report.skipped if s.never_read)
+    passed_over = len(report.skipped) - len(report.unreadable) - never_read
     if passed_over:
         text += f"; {passed_over} file(s) skipped: no vLLM server (--verbose names them)"
+    if never_read:
+        text += (
+            f"; {never_read} file(s) of kinds kvtool never reads (documentation, media, "
+            "archives; --verbose names them)"
+        )
     if report.unreadable:
         text += f"; {len(report.unreadable)} file(s) could not be read"
     return text + "."
