@@ -132,6 +132,9 @@ class PodContainer(msgspec.Struct, frozen=True, kw_only=True):
     image: str | None = None
     argv: tuple[SourceToken, ...] = ()  # ``command`` then ``args``, one word each
     location: Location | None = None  # where the container is written
+    # Whether the container is given GPUs: a ``*/gpu`` resource above 0 or a visible-devices
+    # env var; False when it states neither, None when a DRA claim may give it some.
+    gpus: bool | None = None
 
 
 class Invocation(msgspec.Struct, kw_only=True):
