@@ -137,13 +137,13 @@ def test_an_archive_is_not_replaced_by_its_inspection(
 def test_a_trace_is_not_replaced_by_the_simulation(
     kvtool_cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from kvtool.simulate.workload import TraceRequest
+    from kvtool.simulate.trace import Request, Segment, write_trace
 
     monkeypatch.chdir(tmp_path)
     trace = tmp_path / "trace.jsonl"
-    # One request in simulate's trace format (its own record type, dumped).
-    request = TraceRequest(id="r0", prefix="p", prefix_tokens=64, output_tokens=8)
-    trace.write_text(request.model_dump_json() + "\n")
+    # One request in simulate's trace format, written by its own writer.
+    with trace.open("w") as stream:
+        write_trace(stream, [Request(id="r0", segments=(Segment("p", 64),), output_tokens=8)])
     before = trace.read_bytes()
     result = kvtool_cli("simulate", "--trace", "trace.jsonl", "-o", "trace.jsonl")
     assert result.exit_code == 2 and "is an input of this run" in result.stderr, result.stderr
