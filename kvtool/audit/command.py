@@ -435,8 +435,9 @@ def _read_live(
 ) -> "LiveServer":
     import os
 
-    from kvtool.audit.live import read_live, request_headers
+    from kvtool.audit.live import read_live
     from kvtool.errors import KvtoolError
+    from kvtool.http import request_headers
     from kvtool.termsafe import terminal_line
 
     if paths or fixing:
