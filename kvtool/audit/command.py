@@ -341,7 +341,7 @@ def audit(
             f"kvtool: warning: {terminal_line(warning)}", markup=False, emoji=False, soft_wrap=True
         )
     if fix or diff:
-        from kvtool.audit.fixing import apply_fixes
+        from kvtool.audit.fix_plan import apply_fixes
 
         applicable = ("safe", "unsafe") if unsafe_fixes else ("safe",)
         run = apply_fixes(
