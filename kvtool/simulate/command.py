@@ -63,8 +63,8 @@ def _param_value(text: str) -> Any:
 
 
 def _block_bytes(model: str, block_size: int) -> int:
-    from kvtool.sizing.catalog import load_model_spec
     from kvtool.sizing.deployment import make_deployment
+    from kvtool.sizing.model_spec import load_model_spec
     from kvtool.sizing.report import compute
 
     report = compute(load_model_spec(model), make_deployment(block_size=block_size))

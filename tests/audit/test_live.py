@@ -20,8 +20,9 @@ from typing import Any
 
 import pytest
 
-from kvtool.audit.live import MAX_BODY_BYTES, read_live, request_headers
+from kvtool.audit.live import MAX_BODY_BYTES, read_live
 from kvtool.errors import KvtoolError
+from kvtool.http import request_headers
 from kvtool.releases import load_release
 from tests.conftest import CliResult
 
@@ -175,7 +176,7 @@ def test_redirects_are_not_followed_and_bodies_are_capped(stub: tuple[Stub, str]
     with pytest.raises(KvtoolError, match="HTTP 302"):
         read_live(url, {})
     state.serve("/v1/models", "x" * (MAX_BODY_BYTES + 1))
-    with pytest.raises(KvtoolError, match="larger than"):
+    with pytest.raises(KvtoolError, match="byte cap"):
         read_live(url, {})
 
 
