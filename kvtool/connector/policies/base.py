@@ -265,15 +265,17 @@ def due_in_window(
     others = found = start = 0
     # Read in chunks of the ``depth - others`` blocks the walk must read before it
     # can stop on them (looked up by map, in C), then visit only the hits: most
-    # blocks near the head are not buffered, and a per-block Python loop over the
-    # window was most of a FIFO or EVICTION_AWARE step.
+    # blocks near the head are not buffered, and a Python loop over each of them
+    # cost a dict lookup per block per step.
     while others < depth:
         chunk = list(map(lookup, islice(order, depth - others)))
         if not chunk:
             break
         hits = 0
         for offset in compress(count(start), chunk):  # a hit is a tuple, a miss None
-            request, ordinal = chunk[offset - start]
+            hit = chunk[offset - start]
+            assert hit is not None  # compress() kept only the hits
+            request, ordinal = hit
             seen = due.get(request)
             if seen is None:
                 due[request] = [offset, ordinal]
