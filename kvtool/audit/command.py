@@ -296,6 +296,7 @@ def audit(
         version_from_cli=vllm_version is not None,
         lmcache_from_cli=lmcache_version is not None,
         lmcache_pins=inputs.lmcache_pins,
+        vllm_claims=inputs.vllm_claims,
     )
     report = auditor.run(invocations)
     report.skipped = list(inputs.skipped)

@@ -21,6 +21,7 @@ from kvtool.audit.inputs.registry import FILE_FORMATS, detect_kind, reader_for
 from kvtool.audit.inputs.source import ConfigMaps, ReadSource
 from kvtool.audit.lmcache_release import LmcacheRelease, pins_in_text
 from kvtool.audit.model import Invocation, Location, SkippedInput
+from kvtool.audit.vllm_release import ReleaseClaim, claims_in_text
 from kvtool.errors import KvtoolError
 from kvtool.fsio import read_input_bytes, reader_text
 from kvtool.limits import INPUT_BYTES
@@ -62,6 +63,8 @@ class InputSet:
     skipped: list[SkippedInput] = field(default_factory=list)
     # Literal LMCache pins in the files read (pip install lines, requirements files).
     lmcache_pins: list[LmcacheRelease] = field(default_factory=list)
+    # vLLM releases the files state (pip pins, requirement pins, runtime annotations).
+    vllm_claims: list[ReleaseClaim] = field(default_factory=list)
 
 
 @dataclass
@@ -112,6 +115,7 @@ def read_input_set(
     configmaps = collect_configmaps([(p.text, p.name) for p in pending])
     for item in pending:
         result.lmcache_pins.extend(pins_in_text(item.text, item.name))
+        result.vllm_claims.extend(claims_in_text(item.text, item.name))
         _read_one(item, configmaps, input_format, result)
     _drop_configs_read_through_commands(result)
     return result

@@ -4,7 +4,7 @@ Schema version 1::
 
     {"schema_version": 1,
      "tool": {"name": "kvtool", "version": "..."},
-     "target": {"vllm_version", "source", "warning"} | null,   # the first invocation's
+     "target": {"vllm_version", "source", "warning", "origin", "exact"} | null,  # the first's
      "invocations": [{"label", "file", "kind", "target": {...}, "notes": [...]}],
      "findings": [{"code", "name", "severity", "message", "flag",
                    "location": {"file", "line", "column", "end_line", "end_column"} | null,
@@ -12,7 +12,10 @@ Schema version 1::
                    "invocation", "docs", "references": [...], "evidence": {...}}],
      "summary": {"error", "warning", "info", "suppressed"}}
 
-``source`` is one of flag, settings, image, newest. ``replacement_args`` are the words
+``source`` is one of flag, settings, pip, build, image, annotation, dockerfile,
+requirement, newest (the precedence is :mod:`kvtool.audit.vllm_release`'s); ``origin``
+says where in words, and ``exact`` is false when the table only stands in for a release
+kvtool cannot place. ``replacement_args`` are the words
 that replace the finding's tokens (null when the fix removes or cannot be applied).
 The JSON Schema generated from these records is docs/schemas/audit.schema.json.
 """
@@ -25,11 +28,12 @@ from typing import Any, Literal
 import msgspec
 
 from kvtool import __version__
-from kvtool.audit.engine import AuditReport, Target, TargetSource
+from kvtool.audit.engine import AuditReport, Target
 from kvtool.audit.model import Finding, InputKind, Location, Severity
 from kvtool.audit.registry import registry
 from kvtool.audit.ruledocs import anchor
 from kvtool.project import repository_file_url
+from kvtool.releases.target import TargetSource
 
 SCHEMA_VERSION = 1
 
@@ -62,6 +66,12 @@ class JsonTarget(_Out, frozen=True, kw_only=True):
     vllm_version: str
     source: TargetSource
     warning: str | None
+    # Where the release was read ("image tag vllm/vllm-openai:v0.9.2", "pip install
+    # vllm==0.11.2 at Dockerfile:4", "newest table").
+    origin: str | None = None
+    # False: the table stands in for a release kvtool cannot place; findings that depend
+    # on the release were left out.
+    exact: bool = True
 
 
 class JsonInvocation(_Out, frozen=True, kw_only=True):
@@ -126,6 +136,8 @@ def _target(target: Target) -> JsonTarget:
         vllm_version=target.vllm_version,
         source=target.source,
         warning=target.warning,
+        origin=target.origin,
+        exact=target.exact,
     )
 
 

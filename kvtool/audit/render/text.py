@@ -72,10 +72,18 @@ def invocation_notes(report: AuditReport) -> list[str]:
     ]
 
 
+# Where each release was read, spelled out up to this many distinct (release, origin) pairs.
+_ORIGINS_SHOWN = 3
+
+
 def summary(report: AuditReport) -> str:
     """One line: targets, counts per severity, suppressed count."""
-    targets = sorted({(i.target.vllm_version, i.target.source) for i in report.invocations})
-    where = ", ".join(f"vLLM {version} ({source})" for version, source in targets) or "nothing"
+    targets = sorted(
+        {(i.target.vllm_version, i.target.origin or i.target.source) for i in report.invocations}
+    )
+    if len(targets) > _ORIGINS_SHOWN:  # a tree of many files: the kinds of source only
+        targets = sorted({(i.target.vllm_version, i.target.source) for i in report.invocations})
+    where = ", ".join(f"vLLM {version} ({origin})" for version, origin in targets) or "nothing"
     counts = report.counts()
     parts = [f"{counts[s.value]} {_NOUNS[s][counts[s.value] != 1]}" for s in reversed(Severity)]
     text = f"Checked {len(report.invocations)} invocation(s) against {where}: {', '.join(parts)}"
