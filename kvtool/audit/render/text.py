@@ -89,9 +89,14 @@ def summary(report: AuditReport) -> str:
     text = f"Checked {len(report.invocations)} invocation(s) against {where}: {', '.join(parts)}"
     if report.suppressed:
         text += f", {report.suppressed} suppressed"
-    passed_over = len(report.skipped) - len(report.unreadable)
+    passed_over = len(report.skipped) - len(report.unreadable) - len(report.unrendered)
     if passed_over:
         text += f"; {passed_over} file(s) skipped: no vLLM server (--verbose names them)"
+    if report.unrendered:
+        text += (
+            f"; {len(report.unrendered)} chart template(s) not rendered: not audited "
+            "(--verbose says why)"
+        )
     if report.unreadable:
         text += f"; {len(report.unreadable)} file(s) could not be read"
     return text + "."
