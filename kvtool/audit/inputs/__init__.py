@@ -256,12 +256,16 @@ def _read_template(item: _Pending, configmaps: ConfigMaps, result: InputSet) -> 
                 name = item.name + helm_render.RENDERED_SUFFIX
                 _read_one(_Pending(header + text, name, item.base_dir), configmaps, None, result)
             return
-    fallback, values = helm_render.unrendered_text(item.text)
+    defaults = helm_render.default_values(Path(item.name))
+    fallback, values = helm_render.unrendered_text(item.text, defaults)
     found_before, skipped_before = len(result.invocations), len(result.skipped)
     _read_one(_Pending(fallback, item.name, item.base_dir), configmaps, None, result)
     del result.skipped[skipped_before:]  # this template's one line is the one below
     unapplied = ", ".join(values) if values else "none"
-    note = f"read from the chart template's text, not rendered; values not applied: {unapplied}"
+    note = (
+        "read from the chart template's text with the chart's default values, not rendered "
+        f"by Helm; values not applied: {unapplied}"
+    )
     for at in range(found_before, len(result.invocations)):
         invocation = result.invocations[at]
         result.invocations[at] = msgspec.structs.replace(
