@@ -144,7 +144,7 @@ def test_a_helm_binary_on_path_renders_the_chart(
     assert helm_render.renderer() == "helm"
     has, _ = _removed_at()
     chart = _chart(tmp_path, f"v{has}", swap=4)
-    code, report = _json(kvtool_cli, str(chart))
+    _, report = _json(kvtool_cli, str(chart))
     assert calls.read_text().split() == ["template", helm_render.RELEASE_NAME, str(chart)]
     (invocation,) = report["invocations"]
     assert invocation["label"].startswith(f"{chart}/templates/deployment.yaml#rendered: ")
