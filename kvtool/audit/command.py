@@ -111,7 +111,9 @@ def audit(
         str | None,
         typer.Option(
             "--vllm-version",
-            help="Target vLLM release (default: image tag, then newest table).",
+            help="Target vLLM release (default: what the input states: a pip pin in the "
+            "engine's file, the Dockerfile it is built from, the image tag, a runtime "
+            "annotation, a requirements pin; then the newest table).",
             autocompletion=complete_version,
         ),
     ] = None,
