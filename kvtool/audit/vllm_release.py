@@ -44,6 +44,7 @@ _RELEASE = r"v?(\d{1,9}\.\d{1,9}(?:\.\d{1,9}){0,2}(?:(?:\.post|rc|\.dev)\d{1,9})
 # vLLM's distributions: vllm itself and its CPU build.
 _PACKAGE = r"vllm(?:-cpu)?(?:\[[\w,\s-]*\])?"
 _COMMAND = re.compile(r"[^;&|\n]+")
+_MENTION = re.compile(r"vllm|runtime-version", re.IGNORECASE)
 _PIP_INSTALL = re.compile(r"\bpip3?[ \t]+install\b", re.IGNORECASE)
 # `vllm==0.11.2`, `"vllm[audio]==0.9.2"`, `vllm==${VLLM_VERSION}`.
 _PIN = re.compile(
@@ -98,7 +99,7 @@ def is_requirements_name(name: str) -> bool:
 
 def claims_in_text(text: str, file: str) -> tuple[ReleaseClaim, ...]:
     """Every literal vLLM release one file states: pip pins, requirement pins, annotations."""
-    if "vllm" not in text.lower() and "runtime-version" not in text.lower():
+    if _MENTION.search(text) is None:  # most files of a walk: one scan, no copy
         return ()
     lines = _Lines(text)
     found: list[tuple[int, ReleaseClaim]] = []
