@@ -7,8 +7,9 @@ docs/audit.md say the same):
 2. a ``pip install vllm==X`` / ``uv pip install vllm==X`` in the file the engine is read
    from (a script, a container's ``sh -c``, a Dockerfile ``RUN``): it replaces whatever
    the image holds;
-3. the Dockerfile a compose service is built from (``build:`` context and dockerfile):
-   its pip pin, else its ``FROM`` image's tag;
+3. the Dockerfile a compose service is built from (``build:`` context and dockerfile),
+   or, for a Dockerfile's own ENTRYPOINT/CMD, that Dockerfile: its pip pin, else its
+   ``FROM`` image's tag (ARG defaults applied);
 4. the engine's image tag: vLLM's own images, and derived images only through the
    curated table ``rules/images/entrypoints.toml`` (a tag of another project is never
    read as a vLLM release);
@@ -168,8 +169,13 @@ class _Lines:
 
 
 @lru_cache(maxsize=256)
-def dockerfile_claim(path: str, how: Literal["build", "dockerfile"]) -> ReleaseClaim | None:
-    """What the Dockerfile at ``path`` says: its pip pin of vLLM, else its FROM image's tag."""
+def dockerfile_claim(
+    path: str, how: Literal["build", "dockerfile"], why: str = ""
+) -> ReleaseClaim | None:
+    """What the Dockerfile at ``path`` says: its pip pin of vLLM, else its FROM image's tag.
+
+    ``why`` says in the origin how the engine relates to the Dockerfile."""
+    suffix = f" ({why})" if why else ""
     try:
         with open(path, "rb") as handle:
             data = handle.read(_DOCKERFILE_BYTES)
@@ -179,14 +185,14 @@ def dockerfile_claim(path: str, how: Literal["build", "dockerfile"]) -> ReleaseC
     pins = [c for c in claims_in_text(text, path) if c.source == "pip"]
     if pins:
         last = pins[-1]
-        return ReleaseClaim(last.version, how, f"{last.origin} (the image is built from it)", path)
+        return ReleaseClaim(last.version, how, last.origin + suffix, path)
     from kvtool.releases.images import vllm_version_of_image
 
     for match in reversed(list(_FROM.finditer(text))):  # the last stage is the one that runs
         image = _with_defaults(match.group(1), text, match.start())
         version = vllm_version_of_image(image)
         if version is not None:
-            origin = f"FROM {image} in {path} (the image is built from it)"
+            origin = f"FROM {image} in {path}{suffix}"
             return ReleaseClaim(version, how, origin, path)
     return None
 
@@ -276,7 +282,13 @@ def resolve(
     if pinned:
         return pinned[-1]  # a later install replaces an earlier one
     build = compose_build_dockerfile(invocation)
-    if build is not None and (claim := dockerfile_claim(build, "build")) is not None:
+    built = "the compose service is built from it"
+    if build is not None and (claim := dockerfile_claim(build, "build", built)) is not None:
+        return claim
+    # A Dockerfile's own ENTRYPOINT/CMD: its FROM names the base image (ARG defaults
+    # applied, which the image the reader saw may still spell as ${VAR}).
+    own_dockerfile = invocation.file if invocation.kind == "dockerfile" else None
+    if own_dockerfile and (claim := dockerfile_claim(own_dockerfile, "dockerfile")):
         return claim
     if invocation.image:
         from kvtool.releases.images import vllm_version_of_image
@@ -289,7 +301,8 @@ def resolve(
         return _agreed(annotated)
     if invocation.kind != "dockerfile":
         sibling = sibling_dockerfile(invocation.file)
-        if sibling is not None and (claim := dockerfile_claim(sibling, "dockerfile")) is not None:
+        beside = f"the Dockerfile next to {os.path.basename(invocation.file or '')}"
+        if sibling is not None and (claim := dockerfile_claim(sibling, "dockerfile", beside)):
             return claim
     required = [c for c in claims if c.source == "requirement"]
     if required:

@@ -267,3 +267,21 @@ def test_a_release_older_than_every_table_is_audited_only_for_what_holds_everywh
     codes = _codes(report)
     assert ("VG001", "--max-modle-len") in codes  # in no release at all
     assert ("VG001", "--enable-reasoning") not in codes  # a flag of later releases
+
+
+def test_a_dockerfiles_own_entrypoint_is_checked_at_its_base_images_release(
+    tmp_path: Path, kvtool_cli: Any
+) -> None:
+    # kldzj/vllm-transformers5's shape: ARG default in FROM, then ENTRYPOINT vllm serve.
+    version = _still_has("--enable-reasoning")
+    dockerfile = tmp_path / "Dockerfile"
+    dockerfile.write_text(
+        f"ARG VLLM_VERSION=v{version}\nFROM vllm/vllm-openai:${{VLLM_VERSION}}\n"
+        'ENTRYPOINT ["vllm", "serve", "Qwen/QwQ-32B", "--enable-reasoning", '
+        '"--reasoning-parser", "deepseek_r1"]\n'
+    )
+    _, report = _audit(kvtool_cli, str(dockerfile))
+    target = report["invocations"][0]["target"]
+    assert (target["vllm_version"], target["source"]) == (version, "dockerfile")
+    assert target["origin"] == f"FROM vllm/vllm-openai:v{version} in {dockerfile}"
+    assert not {c for c, _ in _codes(report)} & {"VG001", "VG002"}
