@@ -20,10 +20,10 @@ from kvtool.console import stderr
 from kvtool.errors import KvtoolError
 from kvtool.output.errors import Abort, ClickException, usage_error_line
 
-# Command name -> the module whose register() adds it (audit also adds rule).
+# Command name -> the module whose register() adds it.
 COMMAND_MODULES = {
     "audit": "kvtool.audit.command",
-    "rule": "kvtool.audit.command",
+    "rule": "kvtool.audit.rule_command",
     "size": "kvtool.sizing.command",
     "inspect-image": "kvtool.image.command",
     "launch": "kvtool.launch.command",

@@ -30,7 +30,8 @@ def test_a_named_command_builds_only_its_own_sub_package(monkeypatch) -> None:
         group = typer.main.get_group(build_app(args))
         return set(group.commands)
 
-    assert names(["audit", "x.sh"]) == {"audit", "rule"}
+    assert names(["audit", "x.sh"]) == {"audit"}
+    assert names(["rule", "VG002"]) == {"rule"}
     assert names(["size", "--model", "m"]) == {"size"}
     assert names(["--help"]) == set(COMMAND_MODULES)
     # Shell completion may complete any command, whatever the first word is.

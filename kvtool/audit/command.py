@@ -14,13 +14,23 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from kvtool.audit.positionals import STDIN, split_positionals
 from kvtool.output.completion import complete_rule, complete_version
-from kvtool.output.options import ColorMode, ColorOption, OutputFileOption, QuietOption
+from kvtool.output.options import (
+    OUTPUT_FORMAT_ENV,
+    ColorMode,
+    ColorOption,
+    OutputFileOption,
+    QuietOption,
+)
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from kvtool.audit.engine import AuditReport
     from kvtool.audit.inputs import InputSet
     from kvtool.audit.live import LiveServer
+    from kvtool.audit.settings import AuditSettings
     from kvtool.output.streams import Output
 
 
@@ -37,39 +47,12 @@ class FailOn(str, Enum):
     error = "error"
 
 
-class RuleFormat(str, Enum):
-    text = "text"
-    json = "json"
-    markdown = "markdown"
-
-
-VLLM_HEADS = ("vllm", "serve")
-
-
-def split_positionals(words: list[str]) -> tuple[list[str], list[str]]:
-    """Split ``[PATHS]... [ARGV]`` (typer folds the words after ``--`` into the same list).
-
-    ARGV starts at the first word that is not an existing path and begins a vLLM command
-    (``vllm serve``, ``python -m vllm...``, ``X=1 vllm ...``, ``serve ...``).
-    """
-    from kvtool.audit.inputs.command_line import find_serve
-
-    for index, word in enumerate(words):
-        rest = words[index:]
-        if rest[:2] == ["vllm", "serve"]:
-            return words[:index], rest  # even where a folder named vllm exists (a vLLM checkout)
-        if Path(word).exists():
-            continue
-        if word in VLLM_HEADS or find_serve(rest) is not None:
-            return words[:index], rest
-    return words, []
-
-
-STDIN = "-"
-
-
 def _read(
-    paths: list[str], argv: list[str], input_format: str | None, stdin_filename: str | None
+    paths: list[str],
+    argv: list[str],
+    input_format: str | None,
+    stdin_filename: str | None,
+    excluded: "Callable[[str], bool] | None" = None,
 ) -> "InputSet":
     from kvtool.audit.inputs import InputSet, StdinInput, read_argv, read_input_set
     from kvtool.errors import KvtoolError
@@ -88,7 +71,7 @@ def _read(
         stdin = StdinInput(decode_text(read_input_bytes(STDIN), name), name)
     files = [Path(p) for p in paths if p != STDIN]
     found = (
-        read_input_set(files, input_format=input_format, stdin=stdin)
+        read_input_set(files, input_format=input_format, stdin=stdin, excluded=excluded)
         if files or stdin
         else InputSet()
     )
@@ -150,7 +133,7 @@ def audit(
     ] = False,
     output_format: Annotated[
         OutputFormat,
-        typer.Option("--output-format", envvar="KVTOOL_OUTPUT_FORMAT", help="Report format."),
+        typer.Option("--output-format", envvar=OUTPUT_FORMAT_ENV, help="Report format."),
     ] = OutputFormat.text,
     output_file: OutputFileOption = None,
     quiet: QuietOption = False,
@@ -195,7 +178,11 @@ def audit(
     ] = False,
     fix: Annotated[
         bool,
-        typer.Option("--fix", help="Apply safe fixes to shell-script inputs and show the diff."),
+        typer.Option(
+            "--fix",
+            help="Apply safe fixes in place (scripts, Kubernetes manifests, compose files) "
+            "and show the diff; fixes for other inputs are listed.",
+        ),
     ] = False,
     diff: Annotated[
         bool, typer.Option("--diff", help="Show the safe fixes as a diff without writing.")
@@ -240,6 +227,33 @@ def audit(
             "else a bearer $VLLM_API_KEY); repeatable.",
         ),
     ] = None,
+    baseline: Annotated[
+        Path | None,
+        typer.Option(
+            "--baseline",
+            help="Report only findings not recorded in this baseline file (setting: baseline).",
+        ),
+    ] = None,
+    update_baseline: Annotated[
+        bool,
+        typer.Option(
+            "--update-baseline", help="Record every finding of this run in the --baseline file."
+        ),
+    ] = False,
+    exclude: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--exclude",
+            help="Gitignore-style patterns a directory walk skips (replaces the exclude "
+            "setting); repeatable.",
+        ),
+    ] = None,
+    extend_exclude: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--extend-exclude", help="Patterns to skip in addition to exclude; repeatable."
+        ),
+    ] = None,
 ) -> None:
     """Lint vLLM serve configurations against the target release's generated rule tables."""
     from kvtool.audit.engine import Auditor
@@ -266,7 +280,10 @@ def audit(
         fail_on=Severity(fail_on.value) if fail_on else None,
         host_ram_gib=host_ram_gib,
         model_config=str(model_config) if model_config is not None else None,
+        exclude=exclude,
+        extend_exclude=extend_exclude,
     )
+    baseline_path = _baseline_path(baseline, settings, update_baseline)
     if settings.model_config is not None:
         from kvtool.models import identify
 
@@ -286,7 +303,7 @@ def audit(
 
         inputs = InputSet(invocations=[live.invocation])
     else:
-        inputs = _read(file_paths, argv, input_format, stdin_filename)
+        inputs = _read(file_paths, argv, input_format, stdin_filename, settings.excluded())
     invocations = inputs.invocations
     _refuse_when_nothing_was_read(inputs)
     if output_file is not None:
@@ -350,6 +367,30 @@ def audit(
             report = without_fixed(report, run.fixed_codes)
         if run.failures:
             raise typer.Exit(2)
+    if baseline_path is not None:
+        from kvtool.audit import baseline as baselines
+
+        if update_baseline:
+            written = baselines.write_baseline(
+                baseline_path, report, [*file_paths, *(i.file for i in invocations if i.file)]
+            )
+            out.chatter.print(
+                f"kvtool: recorded {written} finding(s) in {terminal_line(str(baseline_path))}",
+                markup=False,
+                soft_wrap=True,
+            )
+            raise typer.Exit(0)
+        if baseline_path.exists():
+            known = baselines.load_baseline(baseline_path)
+            report.baselined = baselines.without_baselined(
+                report, known, baseline_path.resolve().parent
+            )
+        else:
+            from kvtool.errors import KvtoolError
+
+            raise KvtoolError(
+                f"--baseline {baseline_path}: no such file (write it with --update-baseline)"
+            )
     if not diff:
         emit(AUDIT, report, output_format.value, out)
     from kvtool.audit.render.text import summary
@@ -374,6 +415,20 @@ def _refuse_when_nothing_was_read(inputs: "InputSet") -> None:
     first = inputs.skipped[0].describe()
     more = len(inputs.skipped) - 1
     raise KvtoolError(first + (f" (and {more} more input(s) not read)" if more else ""))
+
+
+def _baseline_path(given: Path | None, settings: "AuditSettings", updating: bool) -> Path | None:
+    """The baseline file: ``--baseline``, else the ``baseline`` setting (relative to the
+    settings file's directory)."""
+    from kvtool.errors import KvtoolError
+
+    if given is not None:
+        return given
+    if settings.baseline is not None:
+        return settings.root / settings.baseline
+    if updating:
+        raise KvtoolError("--update-baseline: name the file with --baseline FILE")
+    return None
 
 
 def _read_live(
@@ -410,46 +465,6 @@ def without_fixed(
     return report
 
 
-def rule(
-    code: Annotated[
-        str | None,
-        typer.Argument(
-            help="Rule code or name, e.g. SZ001 or kv-offloading-size-per-rank.",
-            autocompletion=complete_rule,
-        ),
-    ] = None,
-    all_rules: Annotated[bool, typer.Option("--all", help="Every rule.")] = False,
-    output_format: Annotated[
-        RuleFormat,
-        typer.Option("--output-format", help="text, json or markdown."),
-    ] = RuleFormat.text,
-    output_file: OutputFileOption = None,
-    quiet: QuietOption = False,
-    color: ColorOption = ColorMode.auto,
-) -> None:
-    """Explain an audit rule (what, why, example, fix, releases, references)."""
-    from kvtool.audit.registry import registry
-    from kvtool.audit.render.kind import RULE, RuleSelection
-    from kvtool.errors import KvtoolError
-    from kvtool.output.kinds import emit
-    from kvtool.output.streams import Output
-
-    if all_rules == (code is not None):
-        raise KvtoolError("rule: give one rule code or name, or --all")
-    if all_rules:
-        selection = RuleSelection(tuple(registry), detailed=False)
-    else:
-        assert code is not None
-        found = registry.get(code)
-        if found is None:
-            raise KvtoolError(
-                f"rule: {code!r} is not a rule code or name (see `kvtool rule --all`)"
-            )
-        selection = RuleSelection((found,), detailed=True)
-    emit(RULE, selection, output_format.value, Output(output_file, quiet, color))
-
-
 def register(app: typer.Typer) -> None:
-    """Add ``audit`` and ``rule`` to the root app."""
+    """Add ``audit`` to the root app."""
     app.command("audit", no_args_is_help=False)(audit)
-    app.command("rule")(rule)

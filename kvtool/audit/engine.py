@@ -64,6 +64,7 @@ class InvocationReport(msgspec.Struct):
 class AuditReport(msgspec.Struct):
     invocations: list[InvocationReport] = msgspec.field(default_factory=list)
     suppressed: int = 0  # findings silenced by inline or annotation suppressions
+    baselined: int = 0  # findings left out because the --baseline file records them
     # Files read but not audited (no server, chart templates, unreadable), set by the CLI.
     skipped: list[SkippedInput] = msgspec.field(default_factory=list)
 
@@ -122,13 +123,19 @@ class Selection(msgspec.Struct):
         return self.severities.get(finding.code, finding.severity)
 
 
-def _resolve_selectors(selectors: Iterable[str], where: str, rules: RuleRegistry) -> set[str]:
+def resolve_selectors(selectors: Iterable[str], where: str, rules: RuleRegistry) -> set[str]:
     codes: set[str] = set()
     for selector in selectors:
         try:
             codes |= rules.select(selector)
         except KeyError:
-            raise KvtoolError(f"{where}: {selector!r} is not a rule code, name or prefix") from None
+            from kvtool.suggest import did_you_mean_rule
+
+            every_code, names = [r.code for r in rules], [r.name for r in rules]
+            raise KvtoolError(
+                f"{where}: {selector!r} is not a rule code, name or prefix."
+                + did_you_mean_rule(selector, every_code, names)
+            ) from None
     return codes
 
 
@@ -137,12 +144,12 @@ def selection_for(
 ) -> Selection:
     """Rules enabled for ``file`` under ``settings``; bad selectors raise KvtoolError."""
     where = settings.source or "command line"
-    enabled = _resolve_selectors(settings.select, f"{where}: select", rules)
-    enabled |= _resolve_selectors(settings.extend_select, f"{where}: extend-select", rules)
-    enabled -= _resolve_selectors(settings.ignored_for(file), f"{where}: ignore", rules)
+    enabled = resolve_selectors(settings.select, f"{where}: select", rules)
+    enabled |= resolve_selectors(settings.extend_select, f"{where}: extend-select", rules)
+    enabled -= resolve_selectors(settings.ignored_for(file), f"{where}: ignore", rules)
     severities: dict[str, Severity] = {}
     for selector, level in settings.severity.items():
-        for code in _resolve_selectors([selector], f"{where}: severity", rules):
+        for code in resolve_selectors([selector], f"{where}: severity", rules):
             severities[code] = level
     return Selection(enabled=enabled, severities=severities)
 

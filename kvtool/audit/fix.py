@@ -24,13 +24,17 @@ from dataclasses import dataclass
 
 from kvtool.audit.inputs.positions import LineIndex
 from kvtool.audit.inputs.shell_lexer import LexError, lex
-from kvtool.audit.model import Fix, InputKind, Invocation, SourceToken
+from kvtool.audit.model import (
+    REWRITABLE,
+    YAML_REWRITABLE,
+    Fix,
+    InputKind,
+    Invocation,
+    SourceToken,
+)
 from kvtool.errors import KvtoolError
 from kvtool.fsio import BOM
 
-YAML_REWRITABLE: frozenset[InputKind] = frozenset({"kubernetes", "compose"})
-_COMMAND_KINDS: frozenset[InputKind] = frozenset({"argv", "shell"})
-REWRITABLE: frozenset[InputKind] = _COMMAND_KINDS | YAML_REWRITABLE
 _CONTINUATION_TAIL = re.compile(r"[ \t]*\\?[ \t]*")
 _SEQUENCE_ITEM_HEAD = re.compile(r"[ \t]*-[ \t]+")
 _LINE_TAIL = re.compile(r"[ \t]*(#.*)?")
@@ -73,6 +77,7 @@ def fix_argv(argv: Sequence[str], fixes: Sequence[Fix]) -> FixOutcome:
     """Apply fixes whose tokens carry argv indexes; the diff compares the joined commands."""
     words: list[str | None] = list(argv)
     inserted: dict[int, tuple[str, ...]] = {}
+    appended: dict[int, list[str]] = {}  # words added after a word that stays
     applied: list[int] = []
     skipped: list[str] = []
     for number, fix in enumerate(fixes):
@@ -87,6 +92,10 @@ def fix_argv(argv: Sequence[str], fixes: Sequence[Fix]) -> FixOutcome:
         if any(argv[t.index] != t.text for t in fix.remove_tokens if t.index is not None):
             skipped.append(f"{fix.description}: the argv no longer holds these words")
             continue
+        if fix.insert_after:
+            appended.setdefault(positions[-1], []).extend(fix.replacement)
+            applied.append(number)
+            continue
         for i in positions:
             words[i] = None
         inserted[positions[0]] = fix.replacement
@@ -96,6 +105,7 @@ def fix_argv(argv: Sequence[str], fixes: Sequence[Fix]) -> FixOutcome:
         result.extend(inserted.get(position, ()))
         if word is not None:
             result.append(word)
+        result.extend(appended.get(position, ()))
     before, after = shlex.join(argv) + "\n", shlex.join(result) + "\n"
     return FixOutcome(
         text=after,
@@ -169,7 +179,20 @@ def _plan(
     if not spans:
         return [], "it removes no tokens"
     spans.sort()
+    if fix.insert_after:
+        return _insertion(text, spans[-1][1], fix.replacement, yaml_input=yaml_input)
     return _span_edits(text, spans, fix.replacement, yaml_input=yaml_input)
+
+
+def _insertion(
+    text: str, at: int, words: tuple[str, ...], *, yaml_input: bool
+) -> tuple[list[_Edit], str | None]:
+    """Words added right after the word that ends at ``at``, as that word is written."""
+    if yaml_input and _sequence_item_line(text, text.rfind("\n", 0, at) + 1, at) is not None:
+        return [], "adding items to a YAML sequence is left to you"
+    if yaml_input and _in_flow_sequence(text, at):
+        return [_Edit(at, at, "".join(", " + _yaml_scalar(word) for word in words))], None
+    return [_Edit(at, at, "".join(" " + shlex.quote(word) for word in words))], None
 
 
 def _span_edits(
@@ -290,8 +313,10 @@ def _read_back_problem(
 
 def _expected_words(invocation: Invocation, fixes: Sequence[Fix]) -> list[str]:
     """The invocation's words with the fixes that touch it made."""
-    removed = {_token_key(t) for fix in fixes for t in fix.remove_tokens}
-    first = {_token_key(fix.remove_tokens[0]): fix for fix in fixes if fix.remove_tokens}
+    replacing = [fix for fix in fixes if not fix.insert_after]
+    removed = {_token_key(t) for fix in replacing for t in fix.remove_tokens}
+    first = {_token_key(fix.remove_tokens[0]): fix for fix in replacing if fix.remove_tokens}
+    after = {_token_key(fix.remove_tokens[-1]): fix for fix in fixes if fix.insert_after}
     words: list[str] = []
     for token in invocation.tokens:
         key = _token_key(token)
@@ -299,6 +324,8 @@ def _expected_words(invocation: Invocation, fixes: Sequence[Fix]) -> list[str]:
             words.extend(first[key].replacement)
         if key not in removed:
             words.append(token.text)
+        if key in after:
+            words.extend(after[key].replacement)
     return words
 
 

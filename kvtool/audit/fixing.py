@@ -4,30 +4,85 @@ Shell scripts, Kubernetes manifests and compose files are rewritten (``--fix``, 
 atomic replace that changes only the bytes of the edits and aborts a file changed on
 disk since it was read) or diffed (``--diff``, a patch of the bytes as written); argv
 inputs print the fixed command; ``--config`` files and KAITO ConfigMaps only list their
-fixes. Only fixes whose applicability is
-allowed are used.
+fixes. Only fixes whose applicability is allowed are used.
+
+Every edit to a file goes through one :class:`EditPlan`: the token fixes here, and any
+further edit a caller adds (``kvtool upgrade`` drops idle env lines and retags images),
+are applied to the file's text in memory; the diff shown by ``--diff`` and the bytes
+``--fix`` writes are both made from that one final text, so a preview never differs from
+the write.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from kvtool.audit.engine import AuditReport
 from kvtool.audit.fix import (
-    REWRITABLE,
     FixOutcome,
     fix_argv,
     fix_text,
     keep_line_endings,
     unified_diff,
 )
-from kvtool.audit.model import Finding, Fix, InputKind, Invocation
+from kvtool.audit.model import REWRITABLE, Finding, Fix, InputKind, Invocation
 from kvtool.errors import KvtoolError
 from kvtool.fsio import atomic_write, decode_text, read_input_bytes, reader_text
 
 FixedKey = tuple[str, str | None, int | None]
+
+
+@dataclass
+class _PendingFile:
+    original: bytes  # the bytes as read: a write aborts if the file changed since
+    raw: str  # their text, line endings and all
+    text: str  # the text with every planned edit applied
+
+
+@dataclass
+class EditPlan:
+    """The edits planned for files, applied in memory until :meth:`write`."""
+
+    files: dict[str, _PendingFile] = field(default_factory=dict)
+
+    def text(self, file: str) -> str:
+        """The file's text with the edits planned so far (read on first use)."""
+        pending = self.files.get(file)
+        if pending is None:
+            original = read_input_bytes(Path(file))
+            raw = decode_text(original, file)
+            pending = self.files[file] = _PendingFile(original, raw, raw)
+        return pending.text
+
+    def edit(self, file: str, change: Callable[[str], str]) -> bool:
+        """Plan ``change`` (the text after the edits so far -> the new text); True when
+        it changed anything."""
+        before = self.text(file)
+        after = change(before)
+        self.files[file].text = after
+        return after != before
+
+    def diff(self, leave_out: Sequence[str] = ()) -> str:
+        """One unified diff per changed file, from the bytes read to the bytes written."""
+        return "".join(
+            unified_diff(pending.raw, pending.text, file)
+            for file, pending in self.files.items()
+            if pending.text != pending.raw and file not in leave_out
+        )
+
+    def write(self) -> dict[str, str]:
+        """Write every changed file; the files that could not be written, with why."""
+        failures = {}
+        for file, pending in self.files.items():
+            if pending.text == pending.raw:
+                continue
+            try:
+                atomic_write(Path(file), pending.text.encode("utf-8"), expected=pending.original)
+            except KvtoolError as error:
+                failures[file] = str(error)
+        return failures
 
 
 @dataclass
@@ -38,6 +93,7 @@ class FixRun:
     notes: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)  # files left alone: why, one line each
     fixed_codes: set[FixedKey] = field(default_factory=set)
+    applied_by_file: dict[str, int] = field(default_factory=dict)
 
     @property
     def summary(self) -> str:
@@ -82,6 +138,37 @@ def apply_fixes(
 ) -> FixRun:
     """Apply (``write``) or preview the allowed fixes; ``argv`` is the original command for
     argv inputs."""
+    plan = EditPlan()
+    run = plan_fixes(plan, invocations, report, applicable=applicable, argv=argv, write=write)
+    finish(run, plan)
+    return run
+
+
+def finish(run: FixRun, plan: EditPlan) -> set[str]:
+    """For ``--fix``, write the plan (a file that cannot be written keeps none of its
+    fixes); then add the diff of what was written, or would be, to ``run``. Returns the
+    files that could not be written."""
+    failed = plan.write() if run.written else {}
+    for file, why in failed.items():
+        run.failures.append(why)
+        undone = {key for key in run.fixed_codes if key[1] == file}
+        run.fixed_codes -= undone
+        run.applied -= run.applied_by_file.pop(file, 0)
+    run.diff += plan.diff(leave_out=list(failed))
+    return set(failed)
+
+
+def plan_fixes(
+    plan: EditPlan,
+    invocations: Sequence[Invocation],
+    report: AuditReport,
+    *,
+    applicable: tuple[str, ...],
+    argv: Sequence[str] = (),
+    write: bool = False,
+) -> FixRun:
+    """Plan the allowed fixes of ``report`` into ``plan`` (argv inputs get their fixed
+    command as the run's diff); nothing is written."""
     run = FixRun(written=write)
     by_label = {inv.label: inv for inv in invocations}
     per_file: dict[str, list[tuple[Fix, list[Finding]]]] = {}
@@ -105,7 +192,7 @@ def apply_fixes(
             )
     for file, chosen in per_file.items():
         try:
-            _fix_file(run, file, chosen, kinds[file], invocations, write)
+            _fix_file(run, plan, file, chosen, kinds[file], invocations)
         except KvtoolError as error:
             run.failures.append(str(error))
     return run
@@ -113,27 +200,28 @@ def apply_fixes(
 
 def _fix_file(
     run: FixRun,
+    plan: EditPlan,
     file: str,
     chosen: list[tuple[Fix, list[Finding]]],
     kind: InputKind,
     invocations: Sequence[Invocation],
-    write: bool,
 ) -> None:
     """Fix one file: edits are planned on the text as the readers saw it (no BOM, LF
-    line ends) and written back with every untouched byte as it was."""
-    path = Path(file)
-    original = read_input_bytes(path)
-    raw = decode_text(original, file)
-    text = reader_text(raw)
-    outcome = fix_text(
-        text,
-        [fix for fix, _ in chosen],
-        file=file,
-        kind=kind,
-        invocations=[inv for inv in invocations if inv.file == file],
-    )
-    new_raw = keep_line_endings(raw, outcome.text) if outcome.text != text else raw
-    if write and new_raw != raw:
-        atomic_write(path, new_raw.encode("utf-8"), expected=original)
-    run.diff += unified_diff(raw, new_raw, file)
-    _record(run, chosen, outcome)
+    line ends) and kept with every untouched byte as it was."""
+    outcomes: list[FixOutcome] = []
+
+    def change(raw: str) -> str:
+        text = reader_text(raw)
+        outcome = fix_text(
+            text,
+            [fix for fix, _ in chosen],
+            file=file,
+            kind=kind,
+            invocations=[inv for inv in invocations if inv.file == file],
+        )
+        outcomes.append(outcome)
+        return keep_line_endings(raw, outcome.text) if outcome.text != text else raw
+
+    plan.edit(file, change)
+    _record(run, chosen, outcomes[0])
+    run.applied_by_file[file] = run.applied_by_file.get(file, 0) + outcomes[0].applied

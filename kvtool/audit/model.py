@@ -68,6 +68,12 @@ InputKind = Literal[
     "github-actions",
 ]
 
+# The input kinds --fix rewrites in place (the rest get their fixes listed); YAML ones are
+# read back after the edit, so a rewrite that would not parse as the fixed command is left.
+YAML_REWRITABLE: frozenset[InputKind] = frozenset({"kubernetes", "compose"})
+_COMMAND_REWRITABLE: frozenset[InputKind] = frozenset({"argv", "shell"})
+REWRITABLE: frozenset[InputKind] = _COMMAND_REWRITABLE | YAML_REWRITABLE
+
 
 class SkippedInput(msgspec.Struct, frozen=True, kw_only=True):
     """A file the audit read no invocation from, and why (shown in the report, never fatal)."""
@@ -224,6 +230,9 @@ class Fix(msgspec.Struct, kw_only=True):
     # Token-level edit for argv and shell inputs: replace these tokens by ``replacement``.
     remove_tokens: tuple[SourceToken, ...] = ()
     replacement: tuple[str, ...] = ()
+    # The replacement words go after the tokens, which stay: an addition anchored at a
+    # word, so it never clashes with another fix that edits that word itself.
+    insert_after: bool = False
 
 
 class Finding(msgspec.Struct, kw_only=True):

@@ -10,6 +10,7 @@ file: ``--select`` replaces ``select``, ``--ignore`` adds to ``ignore``.
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Callable
 from fnmatch import fnmatch
 from pathlib import Path, PurePath
 from typing import Annotated, Any
@@ -49,7 +50,33 @@ class AuditSettings(
     # A config.json (or model directory) for the served model, when the audit cannot read
     # it from the served model's own path; model-dependent rules read their facts from it.
     model_config: str | None = None
+    exclude: tuple[str, ...] = ()
+    extend_exclude: tuple[str, ...] = ()
+    baseline: str | None = None
     source: str | None = None  # the settings file, when one was found
+
+    @property
+    def root(self) -> Path:
+        """The directory relative paths in the settings are read from."""
+        return Path(self.source).resolve().parent if self.source else Path.cwd()
+
+    def excluded(self) -> Callable[[str], bool] | None:
+        """Whether a file a walk found is excluded; None when nothing is."""
+        patterns = (*self.exclude, *self.extend_exclude)
+        if not patterns:
+            return None
+        import pathspec
+
+        spec = pathspec.GitIgnoreSpec.from_lines(patterns)
+        root = self.root
+
+        def matches(file: str) -> bool:
+            resolved = Path(file).resolve()
+            if resolved.is_relative_to(root):
+                return spec.match_file(resolved.relative_to(root).as_posix())
+            return spec.match_file(PurePath(file).as_posix())
+
+        return matches
 
     def ignored_for(self, file: str | None) -> tuple[str, ...]:
         """Selectors ignored for ``file``: ``ignore`` plus every ``per-file-ignores`` glob
@@ -142,6 +169,8 @@ def apply_cli(
     fail_on: Severity | None = None,
     host_ram_gib: float | None = None,
     model_config: str | None = None,
+    exclude: list[str] | None = None,
+    extend_exclude: list[str] | None = None,
 ) -> AuditSettings:
     """Command-line values over file values (``--ignore`` adds; the rest replace).
 
@@ -149,6 +178,13 @@ def apply_cli(
     """
     select = _split_commas(select)
     ignore = _split_commas(ignore)
+    if select or ignore:
+        # Checked here, so a bad one is blamed on the command line, not the settings file.
+        from kvtool.audit.engine import resolve_selectors
+        from kvtool.audit.registry import registry
+
+        resolve_selectors(select or (), "--select", registry)
+        resolve_selectors(ignore or (), "--ignore", registry)
     update: dict[str, Any] = {}
     if vllm_version is not None:
         update["vllm_version"] = vllm_version
@@ -171,4 +207,10 @@ def apply_cli(
         update["host_ram_gib"] = host_ram_gib
     if model_config is not None:
         update["model_config"] = model_config
+    exclude = _split_commas(exclude)
+    extend_exclude = _split_commas(extend_exclude)
+    if exclude:
+        update["exclude"] = tuple(exclude)
+    if extend_exclude:
+        update["extend_exclude"] = (*settings.extend_exclude, *extend_exclude)
     return msgspec.structs.replace(settings, **update)

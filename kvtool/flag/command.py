@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from kvtool.output.options import (
+    OUTPUT_FORMAT_ENV,
     ColorMode,
     ColorOption,
     OutputFileOption,
@@ -29,7 +30,7 @@ def flag(
         TextOrJson,
         typer.Option(
             "--output-format",
-            envvar="KVTOOL_OUTPUT_FORMAT",
+            envvar=OUTPUT_FORMAT_ENV,
             help="Report format: text, or json (with schema_version; schemas in docs/schemas/).",
         ),
     ] = TextOrJson.text,

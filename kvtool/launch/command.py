@@ -21,8 +21,6 @@ from kvtool.output.options import (
 )
 from kvtool.termsafe import terminal_line
 
-_TARGETS = ("shell", "compose", "k8s", "json")
-
 
 def _parse_env(pairs: list[str]) -> tuple[tuple[str, str], ...]:
     from kvtool.errors import KvtoolError
@@ -40,6 +38,7 @@ def _parse_env(pairs: list[str]) -> tuple[tuple[str, str], ...]:
 def _write(files: dict[str, str], output_dir: Path, force: bool) -> list[Path]:
     """Write each file under ``output_dir`` (``-d``); refuse to overwrite without --force."""
     from kvtool.fsio import atomic_write_text, describe_os_error
+    from kvtool.launch.targets import script_mode
     from kvtool.output.errors import bad_option
 
     if output_dir.exists() and not output_dir.is_dir():
@@ -61,9 +60,7 @@ def _write(files: dict[str, str], output_dir: Path, force: bool) -> list[Path]:
         why = f"cannot create: {describe_os_error(error, output_dir)}"
         raise bad_option("--output-dir", str(output_dir), why) from None
     for path, text in zip(paths, files.values(), strict=True):
-        atomic_write_text(
-            path, text, mode=0o755 if path.suffix == ".sh" else None, follow_symlinks=False
-        )
+        atomic_write_text(path, text, mode=script_mode(path), follow_symlinks=False)
     return paths
 
 
@@ -80,6 +77,7 @@ def _inside(output_dir: Path, name: str) -> Path:
 
 
 def launch(
+    ctx: typer.Context,
     recipe: Annotated[
         str | None,
         typer.Argument(
@@ -123,7 +121,11 @@ def launch(
     ] = None,
     target: Annotated[
         str,
-        typer.Option(help="shell | compose | k8s | json", autocompletion=complete_target),
+        typer.Option(
+            help="What to write: a renderer's name (completion and the error for an unknown "
+            "one list them; `kvtool launch --list` shows each recipe's).",
+            autocompletion=complete_target,
+        ),
     ] = "shell",
     output_dir: Annotated[
         Path | None,
@@ -177,12 +179,20 @@ def launch(
     from kvtool.launch.render import LAUNCH, LAUNCH_LIST
     from kvtool.launch.service import launch as run_launch
     from kvtool.launch.service import list_recipes
+    from kvtool.launch.targets import script_mode
     from kvtool.output.errors import bad_option, check_choice
     from kvtool.output.kinds import emit
     from kvtool.output.streams import Output
 
-    out = Output(output_file=output_file, quiet=quiet, color=color)
-    check_choice("--target", target, _TARGETS)
+    out = Output(
+        output_file=output_file,
+        quiet=quiet,
+        color=color,
+        file_mode=script_mode(output_file) if output_file is not None else None,
+    )
+    from kvtool.launch.targets import TARGETS
+
+    check_choice("--target", target, TARGETS)
     if list_:
         emit(LAUNCH_LIST, list_recipes(), output_format.value, out)
         return
@@ -194,6 +204,7 @@ def launch(
     if output_dir is not None and output_file is not None:
         raise KvtoolError("give --output-dir (one file each) or --output-file (one report)")
     from kvtool.launch.targets.names import check_host_path, check_object_name
+    from kvtool.output.given import given_command_line
 
     if name is not None:
         check_object_name(name, "--name")
@@ -202,7 +213,7 @@ def launch(
         options = LaunchOptions(
             model=model,
             tp=tp,
-            target=target,  # type: ignore[arg-type]  # checked against _TARGETS above
+            target=target,
             entrypoint=entrypoint,  # type: ignore[arg-type]  # checked above
             python=python,
             image=image,
@@ -215,6 +226,9 @@ def launch(
             env=_parse_env(env or []),
             name=name,
             allow_below_security_floor=allow_below_security_floor,
+            command_line=given_command_line(
+                ctx, "launch", ("output_file", "output_dir", "force", "quiet", "color")
+            ),
         )
     except ValidationError as exc:
         first = exc.errors()[0]

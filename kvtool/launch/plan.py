@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from kvtool.errors import KvtoolError
-from kvtool.launch.recipe import ProcessTemplate, Recipe, Target
+from kvtool.launch.recipe import ProcessTemplate, Recipe
 from kvtool.launch.sizes import LaunchSizes
 from kvtool.launch.support import (
     below_security_floor,
@@ -47,7 +47,7 @@ class LaunchOptions(_Frozen):
 
     model: str
     tp: int = Field(ge=1)
-    target: Target = "shell"
+    target: str = "shell"  # one of kvtool.launch.targets.TARGETS
     entrypoint: Entrypoint = "cli"
     python: str = "python3"  # interpreter for --entrypoint module
     image: str | None = None  # default: vllm/vllm-openai:v<version>
@@ -60,6 +60,9 @@ class LaunchOptions(_Frozen):
     env: tuple[tuple[str, str], ...] = ()
     name: str | None = None  # base name of compose services / Kubernetes objects
     allow_below_security_floor: bool = False
+    # The ``kvtool launch`` words that asked for this plan, recorded in the files' header
+    # so a generated file says how to make it again.
+    command_line: tuple[str, ...] = ()
 
 
 class Process(_Frozen):
@@ -109,6 +112,7 @@ class LaunchPlan(_Frozen):
     sizes: dict[str, Any] = Field(default_factory=dict)
     notes: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    command_line: tuple[str, ...] = ()  # see LaunchOptions.command_line
 
     @property
     def engines(self) -> tuple[Process, ...]:
@@ -183,9 +187,9 @@ def build_plan(
             f"recipe {recipe.name} does not support vLLM {facts.version}: {'; '.join(reasons)}"
             f" (see `kvtool launch --list` for the releases it supports{override})"
         )
-    if options.target not in recipe.targets:
+    if options.target not in recipe.target_names:
         raise KvtoolError(
-            f"recipe {recipe.name} renders only for --target {'|'.join(recipe.targets)}, "
+            f"recipe {recipe.name} renders only for --target {'|'.join(recipe.target_names)}, "
             f"not {options.target}"
         )
     params = {**_parameters(options), **sizes.values, **tier_parameters(recipe, facts)}
@@ -210,6 +214,7 @@ def build_plan(
             vllm_flags=kaito_flags(options.extra_args),
         )
     return LaunchPlan(
+        command_line=options.command_line,
         recipe=recipe.name,
         title=recipe.title,
         vllm_version=facts.version,

@@ -25,9 +25,6 @@ from kvtool.errors import KvtoolError
 from kvtool.resources import recipes_dir
 from kvtool.yamlio import safe_load
 
-Target = Literal["shell", "compose", "k8s", "json"]
-ALL_TARGETS: tuple[Target, ...] = ("shell", "compose", "k8s", "json")
-
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -110,7 +107,17 @@ class Recipe(_Frozen):
     when: str
     description: str
     sizing: Literal["native", "lmcache-mp", "kaito", "none"]
-    targets: tuple[Target, ...] = ALL_TARGETS
+    # The --target values it renders for; None: every target the renderers register
+    # (kvtool.launch.targets.RENDERERS), checked when the recipe is loaded.
+    targets: tuple[str, ...] | None = None
+
+    @property
+    def target_names(self) -> tuple[str, ...]:
+        """The --target values this recipe renders for."""
+        from kvtool.launch.targets import TARGETS
+
+        return self.targets if self.targets is not None else TARGETS
+
     needs: Needs = Needs()
     gates: tuple[CuratedGate, ...] = ()
     processes: tuple[ProcessTemplate, ...] = ()
@@ -169,10 +176,18 @@ def load_recipes(directory: Path | None = None) -> tuple[Recipe, ...]:
     """
     folder = directory or recipes_dir()
     recipes: dict[str, Recipe] = {}
+    from kvtool.launch.targets import TARGETS
+
     for path in sorted(folder.glob("*.yaml")):
         for recipe in expand_variants(parse_recipe(path)):
             if recipe.name in recipes:
                 raise KvtoolError(f"{path}: recipe name {recipe.name!r} is used twice")
+            unknown = sorted(set(recipe.targets or ()) - set(TARGETS))
+            if unknown:
+                raise KvtoolError(
+                    f"{path}: recipe {recipe.name!r}: unknown target(s) {', '.join(unknown)} "
+                    f"(the renderers are {', '.join(TARGETS)})"
+                )
             recipes[recipe.name] = recipe
     return tuple(sorted(recipes.values(), key=lambda r: (r.decision or 99, r.name)))
 

@@ -89,4 +89,3 @@ LAUNCH_LIST: ReportKind[list[RecipeSummary]] = ReportKind(
     document=lambda summaries: {"recipes": [asdict(s) for s in summaries]},
     schema=lambda: _RecipeList.model_json_schema(mode="serialization"),
 )
-

@@ -70,7 +70,7 @@ def list_recipes() -> list[RecipeSummary]:
                 decision=recipe.decision,
                 when=recipe.when,
                 description=recipe.description,
-                targets=recipe.targets,
+                targets=recipe.target_names,
                 supported=version_ranges(versions, index),
                 supported_versions=versions,
             )

@@ -7,11 +7,7 @@ from collections.abc import Iterable
 from typer import Abort
 
 from kvtool.errors import KvtoolError
-
-try:  # recent typer vendors click; older releases depend on it
-    from typer._click.exceptions import ClickException
-except ImportError:
-    from click.exceptions import ClickException  # type: ignore[no-redef,unused-ignore]
+from kvtool.output.clickapi import ClickException
 
 __all__ = ["Abort", "ClickException", "bad_option", "check_choice", "usage_error_line"]
 

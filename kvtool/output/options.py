@@ -24,10 +24,13 @@ class TextOrJson(str, Enum):
     json = "json"
 
 
+# Every command's --output-format reads this variable, so a CI job sets its format once.
+OUTPUT_FORMAT_ENV = "KVTOOL_OUTPUT_FORMAT"
 OutputFormatOption = Annotated[
     TextOrJson,
     typer.Option(
         "--output-format",
+        envvar=OUTPUT_FORMAT_ENV,
         help="Report format: text, or json (with schema_version; schemas in docs/schemas/).",
     ),
 ]

@@ -50,8 +50,9 @@ def _isatty(stream: IO[str]) -> bool:
         return False
 
 
-def make_console(stream: IO[str] | None, mode: ColorMode, *, stderr: bool = False,
-                 quiet: bool = False) -> Console:
+def make_console(
+    stream: IO[str] | None, mode: ColorMode, *, stderr: bool = False, quiet: bool = False
+) -> Console:
     """A console on ``stream`` (None: the live sys.stdout or sys.stderr) under ``mode``."""
     live = stream if stream is not None else (sys.stderr if stderr else sys.stdout)
     color = wants_color(mode, live)
@@ -76,6 +77,7 @@ class Output:
     output_file: Path | None = None
     quiet: bool = False
     color: ColorMode = ColorMode.auto
+    file_mode: int | None = None  # the mode of a new ``-o`` file (a start script: 0o755)
 
     @property
     def chatter(self) -> Console:
@@ -100,7 +102,8 @@ class Output:
 
         buffer = io.StringIO()
         yield make_console(buffer, ColorMode.never)
-        atomic_write_text(self.output_file, buffer.getvalue())  # never a half-written report
+        # Never a half-written report.
+        atomic_write_text(self.output_file, buffer.getvalue(), mode=self.file_mode)
 
     def write(self, text: str) -> None:
         """Write a machine document (JSON, SARIF, ...) to stdout or the ``-o`` file."""
@@ -111,7 +114,7 @@ class Output:
         else:
             from kvtool.fsio import atomic_write_text
 
-            atomic_write_text(self.output_file, text)
+            atomic_write_text(self.output_file, text, mode=self.file_mode)
 
 
 @contextmanager

@@ -1,7 +1,8 @@
 """``kvtool upgrade FILES... --to X``: parse options, plan the upgrade, fix, render.
 
-Exit codes: 0 the invocations start at the target as written (or after ``--fix``),
-1 an upgrade would break an invocation as written, 2 bad input or usage.
+Exit codes: 0 every invocation starts at the target as written (or after ``--fix``), 1 an
+invocation has an error at the target, whether the upgrade brought it or it was there
+before (after ``--fix`` too, while any is left), 2 bad input or usage.
 """
 
 import sys
@@ -11,7 +12,13 @@ from typing import Annotated
 
 import typer
 
-from kvtool.output.options import ColorMode, ColorOption, OutputFileOption, QuietOption
+from kvtool.output.options import (
+    OUTPUT_FORMAT_ENV,
+    ColorMode,
+    ColorOption,
+    OutputFileOption,
+    QuietOption,
+)
 
 
 class UpgradeFormat(str, Enum):
@@ -40,14 +47,15 @@ def upgrade(
         str | None,
         typer.Option(
             "--input-format",
-            help="Force the input kind: shell, vllm-config, kubernetes, compose, kaito.",
+            help="Force the input kind (default: detected per file; the kinds are listed in "
+            "docs/audit-inputs.md and in the error for an unknown one).",
         ),
     ] = None,
     output_format: Annotated[
         UpgradeFormat,
         typer.Option(
             "--output-format",
-            envvar="KVTOOL_OUTPUT_FORMAT",
+            envvar=OUTPUT_FORMAT_ENV,
             help="Report format: text, json (with schema_version; schemas in docs/schemas/) "
             "or sarif (the findings the target release adds).",
         ),
@@ -63,17 +71,19 @@ def upgrade(
         bool, typer.Option("--diff", help="Show those fixes as a diff without writing.")
     ] = False,
     exit_zero: Annotated[
-        bool, typer.Option("--exit-zero", help="Exit 0 even when the upgrade would break.")
+        bool,
+        typer.Option("--exit-zero", help="Exit 0 even when an invocation does not start at --to."),
     ] = False,
     quiet: QuietOption = False,
     color: ColorOption = ColorMode.auto,
 ) -> None:
     """What changes for each serve invocation, release by release, on the way to --to."""
-    from kvtool.audit.command import split_positionals
     from kvtool.audit.inputs import read_argv, read_inputs
+    from kvtool.audit.positionals import split_positionals
     from kvtool.audit.settings import load_settings
     from kvtool.output.kinds import emit
     from kvtool.output.streams import Output
+    from kvtool.termsafe import terminal_line
     from kvtool.upgrade.apply import apply_upgrade_fixes
     from kvtool.upgrade.plan import Planner
     from kvtool.upgrade.render import UPGRADE
@@ -98,6 +108,12 @@ def upgrade(
         elif run.diff:
             out.chatter.print(run.diff, markup=False, highlight=False, soft_wrap=True, end="")
         out.chatter.print(run.summary, markup=False, soft_wrap=True)
+        for failure in run.failures:
+            out.warnings.print(
+                f"kvtool: error: {terminal_line(failure)}", markup=False, soft_wrap=True
+            )
+        if run.failures:
+            raise typer.Exit(2)
         if fix:
             broken = run.still_breaks
     if not diff:

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import re
 
-from kvtool.audit.fix import REWRITABLE
-from kvtool.audit.model import Finding, Fix, Invocation
+from kvtool.audit.model import REWRITABLE, Finding, Fix, Invocation
 from kvtool.releases import load_release, release_index
 
 # Env var findings a flag can replace: removed (VG011) or deprecated (VG012) at the target.
@@ -45,5 +44,6 @@ def env_flag_fix(finding: Finding, invocation: Invocation, version: str) -> Fix 
         applicability="safe",
         description=f"set {flag} {env.value} instead of {env.name}",
         remove_tokens=(anchor,),
-        replacement=(anchor.text, flag, env.value),
+        replacement=(flag, env.value),
+        insert_after=True,
     )

@@ -69,11 +69,21 @@ class InvocationUpgrade(msgspec.Struct, kw_only=True):
     steps: tuple[Step, ...]
     # Findings at the target that the invocation does not have at its current release.
     entered: tuple[Finding, ...]
+    # Every finding the invocation has at the target, whichever release it entered at: an
+    # error already there at the current release is still an error after the upgrade.
+    at_target: tuple[Finding, ...] = ()
+    # Errors the invocation already has at its current release.
+    broken_now: tuple[Finding, ...] = ()
+
+    @property
+    def target_errors(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.at_target if f.severity is Severity.error)
 
     @property
     def breaks(self) -> bool:
-        """The invocation as written fails at the target where it did not before."""
-        return any(f.severity is Severity.error for f in self.entered)
+        """The invocation as written does not start at the target release, whether the
+        upgrade broke it or it was broken before."""
+        return bool(self.target_errors)
 
 
 class UpgradeReport(msgspec.Struct, kw_only=True):
@@ -367,12 +377,19 @@ class Planner:
             if changes:
                 steps.append(Step(version=version, changes=tuple(changes)))
             old_ctx, previous = ctx, diffed
-        entered = tuple(
+        # The security floor is diffed from the advisory table, but an advisory that still
+        # affects the target is part of the invocation's state there.
+        at_target = tuple(
             _with_env_fix(f, invocation, self.target.vllm_version)
-            for key, f in _diffed(findings).items()
-            if key not in first
+            for f in findings
+            if not f.code.startswith("KV")
         )
-        steps = _with_fix_texts(steps, entered)
+        entered = tuple(
+            f
+            for f in at_target
+            if _finding_key(f) not in first and not f.code.startswith(_NOT_DIFFED)
+        )
+        steps = _with_fix_texts(steps, at_target)
         return InvocationUpgrade(
             label=invocation.label,
             file=invocation.file,
@@ -385,6 +402,8 @@ class Planner:
             else None,
             steps=tuple(steps),
             entered=entered,
+            at_target=at_target,
+            broken_now=tuple(f for f in first.values() if f.severity is Severity.error),
         )
 
     def run(self, invocations: Sequence[Invocation]) -> UpgradeReport:

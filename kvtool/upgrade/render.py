@@ -7,11 +7,14 @@ JSON schema version 1::
                       "target": {...}, "image", "new_image", "breaks",
                       "steps": [{"version", "changes": [{"kind", "severity", "message",
                                  "code", "subject", "location", "fix", "touches"}]}],
-                      "entered": [{"code", "severity", "message", "flag", "location"}]}]}
+                      "entered": [{"code", "severity", "message", "flag", "location"}],
+                      "at_target": [...same fields...], "broken_now": [...]}]}
 
-SARIF carries the findings the invocations gain at the target release (what breaks or
-newly warns), through the audit's own SARIF renderer. The JSON Schema is
-``docs/schemas/upgrade.schema.json``, generated from the records below.
+``breaks`` is true while the invocation does not start at the target release, whichever
+release its errors entered at; ``at_target`` lists every finding there, ``entered`` those
+the upgrade adds and ``broken_now`` the errors it already has at its current release.
+SARIF carries every finding at the target release through the audit's own SARIF renderer.
+The JSON Schema is ``docs/schemas/upgrade.schema.json``, generated from the records below.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from rich.console import Console
 
 from kvtool import __version__
 from kvtool.audit.engine import AuditReport, InvocationReport, Target
-from kvtool.audit.model import Location, Severity
+from kvtool.audit.model import Finding, Location, Severity
 from kvtool.output.kinds import ReportKind
 from kvtool.termsafe import terminal_line
 from kvtool.upgrade.plan import InvocationUpgrade, Step, UpgradeReport
@@ -33,7 +36,8 @@ _MARKS = {"error": "E", "warning": "W", "info": "-"}
 
 
 class EnteredFinding(msgspec.Struct, kw_only=True):
-    """A finding the invocation gains at the target release."""
+    """A finding of the invocation at a release (what ``entered``, ``at_target`` and
+    ``broken_now`` list)."""
 
     code: str
     severity: Severity
@@ -52,6 +56,8 @@ class InvocationDocument(msgspec.Struct, kw_only=True):
     breaks: bool
     steps: tuple[Step, ...]
     entered: list[EnteredFinding]
+    at_target: list[EnteredFinding]
+    broken_now: list[EnteredFinding]
 
 
 class UpgradeDocument(msgspec.Struct, kw_only=True):
@@ -71,14 +77,19 @@ def _invocation(inv: InvocationUpgrade) -> InvocationDocument:
         new_image=inv.new_image,
         breaks=inv.breaks,
         steps=inv.steps,
-        entered=[
-            EnteredFinding(
-                code=f.code, severity=f.severity, message=f.message, flag=f.flag,
-                location=f.location,
-            )
-            for f in inv.entered
-        ],
+        entered=_documented(inv.entered),
+        at_target=_documented(inv.at_target),
+        broken_now=_documented(inv.broken_now),
     )
+
+
+def _documented(findings: tuple[Finding, ...]) -> list[EnteredFinding]:
+    return [
+        EnteredFinding(
+            code=f.code, severity=f.severity, message=f.message, flag=f.flag, location=f.location
+        )
+        for f in findings
+    ]
 
 
 def _document(report: UpgradeReport) -> dict[str, Any]:
@@ -94,7 +105,8 @@ def _document(report: UpgradeReport) -> dict[str, Any]:
 
 
 def as_audit_report(report: UpgradeReport) -> AuditReport:
-    """The findings each invocation gains at the target, as an audit report."""
+    """Every finding each invocation has at the target, as an audit report (what
+    ``--fix`` fixes and SARIF carries)."""
     return AuditReport(
         invocations=[
             InvocationReport(
@@ -102,7 +114,7 @@ def as_audit_report(report: UpgradeReport) -> AuditReport:
                 file=inv.file,
                 kind=inv.kind,
                 target=inv.target,
-                findings=list(inv.entered),
+                findings=list(inv.at_target),
             )
             for inv in report.invocations
         ]
@@ -120,16 +132,37 @@ def _where(change: Any) -> str:
     return f" (line {loc.line})" if loc is not None and loc.line else ""
 
 
+def _verdict(inv: InvocationUpgrade) -> str:
+    errors = inv.target_errors
+    if not errors:
+        return "starts as written"
+    before = {(f.code, f.flag) for f in inv.broken_now}
+    already = sum((f.code, f.flag) in before for f in errors)
+    why = (
+        f"{already} of them already fail at {inv.current.vllm_version}"
+        if already
+        else "all of them entered on the way"
+    )
+    return f"DOES NOT START as written: {len(errors)} error(s) at {inv.target.vllm_version} ({why})"
+
+
 def text_report(report: UpgradeReport) -> str:
     lines: list[str] = []
     for inv in report.invocations:
-        verdict = "BREAKS as written" if inv.breaks else "starts as written"
         lines.append(
             f"{inv.label}: vLLM {inv.current.vllm_version} ({inv.current.source}) -> "
-            f"{inv.target.vllm_version}: {verdict}"
+            f"{inv.target.vllm_version}: {_verdict(inv)}"
         )
         if inv.new_image:
             lines.append(f"  image: {inv.image} -> {inv.new_image}")
+        if inv.at_target:
+            lines.append(f"  at {inv.target.vllm_version} (what the audit reports there)")
+            for finding in inv.at_target:
+                mark = _MARKS[finding.severity.value]
+                lines.append(f"    {mark} {finding.code} {finding.message}{_where(finding)}")
+                fix = finding.fix
+                if fix is not None and fix.applicability == "safe":
+                    lines.append(f"        fix (safe, --fix): {fix.description}")
         for step in inv.steps:
             lines.append(f"  {step.version}")
             others = sum(not c.touches for c in step.changes)
@@ -137,8 +170,6 @@ def text_report(report: UpgradeReport) -> str:
                 code = f"{change.code} " if change.code else ""
                 mark = _MARKS[change.severity.value]
                 lines.append(f"    {mark} {code}{change.message}{_where(change)}")
-                if change.fix:
-                    lines.append(f"        fix (safe, --fix): {change.fix}")
             if others:
                 lines.append(
                     f"    - {others} more change(s) in this release that touch nothing this "

@@ -96,7 +96,7 @@ def test_launch_output_names_only_public_places(kvtool_cli: Cli, target: str) ->
     listing = kvtool_cli("launch", "--list")
     assert list(problems(listing.stdout, "launch --list")) == []
     for recipe in load_recipes():
-        if target not in recipe.targets:
+        if target not in recipe.target_names:
             continue
         result = kvtool_cli("launch", recipe.name, "--model", "meta-llama/Llama-3.1-8B-Instruct",
                             "--host-ram-gib", "256", "--vllm-version", newest,

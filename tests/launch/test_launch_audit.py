@@ -45,7 +45,7 @@ def _errors(text: str, file: str, input_format: str, version: str) -> list[str]:
     ("recipe", "version"), _cases(), ids=lambda case: getattr(case, "name", case)
 )
 def test_recipe_passes_audit_at_every_supported_release(recipe: Recipe, version: str) -> None:
-    for target in (t for t in AUDITED_TARGETS if t in recipe.targets):
+    for target in (t for t in AUDITED_TARGETS if t in recipe.target_names):
         options = LaunchOptions(model=MODEL, tp=2, target=target)  # type: ignore[arg-type]
         result = launch(recipe.name, options, vllm_version=version, host_ram_gib=256)
         ((name, text),) = result.files.items()

@@ -52,7 +52,9 @@ def _render(recipe: Recipe, target: str, tp: int = 2, **extra: object) -> str:
     return text
 
 
-@pytest.mark.parametrize("recipe", [r for r in RECIPES if "k8s" in r.targets], ids=lambda r: r.name)
+@pytest.mark.parametrize(
+    "recipe", [r for r in RECIPES if "k8s" in r.target_names], ids=lambda r: r.name
+)
 def test_kubernetes_manifests_validate_against_the_schema(recipe: Recipe) -> None:
     documents = [d for d in yaml.safe_load_all(_render(recipe, "k8s")) if d]
     assert documents
@@ -63,7 +65,7 @@ def test_kubernetes_manifests_validate_against_the_schema(recipe: Recipe) -> Non
 
 
 @pytest.mark.parametrize(
-    "recipe", [r for r in RECIPES if "compose" in r.targets], ids=lambda r: r.name
+    "recipe", [r for r in RECIPES if "compose" in r.target_names], ids=lambda r: r.name
 )
 def test_compose_files_validate_against_the_compose_spec(recipe: Recipe) -> None:
     document = yaml.safe_load(_render(recipe, "compose"))
@@ -73,7 +75,7 @@ def test_compose_files_validate_against_the_compose_spec(recipe: Recipe) -> None
 
 
 @pytest.mark.parametrize(
-    "recipe", [r for r in RECIPES if "shell" in r.targets], ids=lambda r: r.name
+    "recipe", [r for r in RECIPES if "shell" in r.target_names], ids=lambda r: r.name
 )
 def test_shell_scripts_are_valid_bash(recipe: Recipe, tmp_path: Path) -> None:
     script = tmp_path / "launch.sh"

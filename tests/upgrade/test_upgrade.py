@@ -93,7 +93,6 @@ def test_image_tag_is_the_current_release_and_fix_retags_it(
     before = kvtool_cli("audit", str(compose), "--output-format", "json")
     assert plan.new_image == retag(plan.image, newest) and newest in (plan.new_image or "")
     result = kvtool_cli("upgrade", str(compose), "--to", newest, "--fix")
-    assert result.exit_code == 0, result.stdout + result.stderr
     text = compose.read_text()
     assert plan.new_image and plan.new_image in text and plan.image not in text
     # With the tag moved, the audit's own target is the new release.
@@ -102,6 +101,9 @@ def test_image_tag_is_the_current_release_and_fix_retags_it(
     audit = kvtool_cli("audit", str(compose), "--output-format", "json")
     assert json.loads(audit.stdout)["target"]["vllm_version"] == newest
     assert _errors(audit) <= _errors(before)
+    # The upgrade's verdict after --fix is the audit's at the target: while an error
+    # remains (one the file had before, or one whose fix could not be applied) it exits 1.
+    assert result.exit_code == (1 if _errors(audit) else 0), result.stdout + result.stderr
 
 
 def test_retag_keeps_the_tag_suffix() -> None:
@@ -170,7 +172,7 @@ def test_fix_without_a_safe_fix_still_breaks(kvtool_cli: Cli, tmp_path: Path) ->
         gate.gone_at or "",
         "--fix",
     )
-    assert result.exit_code == 1 and "still breaks" in result.stderr
+    assert result.exit_code == 1 and "still does not start" in result.stderr
     assert path.read_text() == before  # a connector swap is not a safe fix
 
 

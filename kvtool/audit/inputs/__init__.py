@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from kvtool.audit.inputs.detect import is_template
 from kvtool.audit.inputs.discover import candidate_paths
 from kvtool.audit.inputs.registry import FILE_FORMATS, detect_kind, reader_for
 from kvtool.audit.inputs.source import ConfigMaps, ReadSource
+from kvtool.audit.inputs.suppressions import file_suppressions
 from kvtool.audit.lmcache_release import LmcacheRelease, pins_in_text
 from kvtool.audit.model import Invocation, Location, SkippedInput
 from kvtool.audit.vllm_release import ReleaseClaim, claims_in_text
@@ -77,12 +79,18 @@ class _Pending:
 
 
 def read_input_set(
-    paths: list[Path], *, input_format: str | None = None, stdin: StdinInput | None = None
+    paths: list[Path],
+    *,
+    input_format: str | None = None,
+    stdin: StdinInput | None = None,
+    excluded: Callable[[str], bool] | None = None,
 ) -> InputSet:
     """Every vLLM invocation in ``paths`` (and stdin), in order, with what was skipped and why.
 
     A file named twice (``a.sh ./a.sh``, or by itself and inside a directory given too)
-    is read once, as ruff does. A path that does not exist is a usage error.
+    is read once, as ruff does. A path that does not exist is a usage error. ``excluded``
+    (the ``exclude`` settings) drops files a directory walk finds; a file named on the
+    command line is always read, as ruff reads it.
     """
     if input_format is not None and input_format not in FILE_FORMATS:
         raise KvtoolError(
@@ -103,6 +111,8 @@ def read_input_set(
             raise KvtoolError(f"{path}: no such file or directory")
         named = not path.is_dir()
         files = [str(path)] if named else list(candidate_paths(path))
+        if excluded is not None and not named:
+            files = [name for name in files if not excluded(name)]
         for name in files:
             if check_twins:
                 key = os.path.abspath(name)
@@ -179,6 +189,16 @@ def _read_file(path: str, result: InputSet, *, named: bool, cap: int | None) -> 
     return None
 
 
+def _with_file_suppressions(found: list[Invocation], item: _Pending) -> list[Invocation]:
+    """``found`` with the file's ``kvtool: ignore-file`` comments on each invocation."""
+    wide = file_suppressions(item.text, item.name)
+    if not wide:
+        return found
+    return [
+        msgspec.structs.replace(inv, suppressions=(*inv.suppressions, *wide)) for inv in found
+    ]
+
+
 def _read_one(
     item: _Pending, configmaps: ConfigMaps, input_format: str | None, result: InputSet
 ) -> None:
@@ -199,7 +219,9 @@ def _read_one(
     base_dir = Path(item.base_dir) if item.base_dir is not None else None
     source = ReadSource(file=item.name, base_dir=base_dir, configmaps=configmaps)
     try:
-        found = read_text(item.text, item.name, input_format=kind, source=source)
+        found = _with_file_suppressions(
+            read_text(item.text, item.name, input_format=kind, source=source), item
+        )
     except NoServerCommand as error:
         result.skipped.append(SkippedInput(file=item.name, reason=_reason(error, item.name)))
     except RecursionError:

@@ -4,7 +4,10 @@ A comment at the end of a line silences that line; a comment on a line of its ow
 silences the next line that holds code. In shell scripts a comment cannot sit
 inside a continued command, so one standing right above a command silences the
 whole command (scope "invocation"). The Kubernetes annotation
-``kvtool.io/ignore: "CODE=reason,CODE2=reason"`` silences its workload.
+``kvtool.io/ignore: "CODE=reason,CODE2=reason"`` silences its workload. A comment
+``# kvtool: ignore-file[CODE,...] reason`` anywhere in a file silences those rules for the
+whole file, as hadolint's ``# hadolint global ignore=`` does; without a code list it
+silences every rule.
 """
 
 from __future__ import annotations
@@ -19,6 +22,35 @@ ANNOTATION = "kvtool.io/ignore"
 # A new item starts with "code-or-name=" or is a bare code such as "SZ001"; any other
 # comma belongs to the reason before it.
 _ANNOTATION_ITEM = re.compile(r"\s*([A-Za-z][A-Za-z0-9-]*\s*=|[A-Z]+[0-9]+\s*$)")
+
+
+_FILE_WIDE = re.compile(
+    r"(?:^|[ \t])#[^\n]*?kvtool:[ \t]*ignore-file(?:\[([^\]\n]*)\])?[ \t]*([^\n]*)", re.MULTILINE
+)
+
+
+def file_suppressions(text: str, file: str | None) -> list[Suppression]:
+    """The file-wide suppressions of ``text``: one per ``kvtool: ignore-file`` comment."""
+    if "ignore-file" not in text:
+        return []
+    found = []
+    for match in _FILE_WIDE.finditer(text):
+        written = match.group(1)
+        codes = (
+            ("ALL",)
+            if written is None
+            else tuple(code.strip() for code in written.split(",") if code.strip())
+        )
+        line = text.count("\n", 0, match.start()) + 1
+        found.append(
+            Suppression(
+                codes=codes,
+                reason=match.group(2).strip() or None,
+                location=Location(file=file, line=line),
+                scope="file",
+            )
+        )
+    return found
 
 
 def parse_comment(comment: str) -> tuple[tuple[str, ...], str | None] | None:

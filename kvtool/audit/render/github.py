@@ -1,6 +1,7 @@
 """GitHub Actions workflow commands (``--output-format github``), one line per finding.
 
-``::error file=deploy.yaml,line=42,col=5,title=SZ001 kv-offloading-size-per-rank::message``;
+``::error file=deploy.yaml,line=42,col=5,title=SZ001 kv-offloading-size-per-rank::object: message``
+(the object as the text report names it, when the input has one);
 info findings become ``::notice``; a file that could not be read is an ``::error`` on that
 file. Values are escaped as the runner expects.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 from kvtool.audit.engine import AuditReport
 from kvtool.audit.model import Finding, Severity
+from kvtool.audit.render.objects import object_of
 from kvtool.termsafe import terminal_text
 
 COMMANDS = {Severity.error: "error", Severity.warning: "warning", Severity.info: "notice"}
@@ -33,7 +35,9 @@ def line(finding: Finding) -> str:
         if loc.column:
             props.append(f"col={loc.column}")
     props.append(f"title={_escape_property(f'{finding.code} {finding.name}')}")
-    return f"::{COMMANDS[finding.severity]} {','.join(props)}::{_escape_data(finding.message)}"
+    named = object_of(finding)
+    message = f"{named}: {finding.message}" if named else finding.message
+    return f"::{COMMANDS[finding.severity]} {','.join(props)}::{_escape_data(message)}"
 
 
 def render(report: AuditReport) -> str:

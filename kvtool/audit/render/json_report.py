@@ -10,7 +10,7 @@ Schema version 1::
                    "location": {"file", "line", "column", "end_line", "end_column"} | null,
                    "fix": {"applicability", "description", "replacement_args"} | null,
                    "invocation", "docs", "references": [...], "evidence": {...}}],
-     "summary": {"error", "warning", "info", "suppressed", "unrendered"},
+     "summary": {"error", "warning", "info", "suppressed", "baselined", "unrendered"},
      "skipped": [{"file", "reason", "problem", "unrendered"}]}
 
 ``source`` is one of flag, settings, pip, build, image, annotation, dockerfile,
@@ -161,6 +161,7 @@ def build(report: AuditReport) -> JsonReport:
         summary={
             **report.counts(),
             "suppressed": report.suppressed,
+            "baselined": report.baselined,
             "unrendered": len(report.unrendered),
         },
         skipped=[

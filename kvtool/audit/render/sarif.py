@@ -22,6 +22,7 @@ from kvtool.audit.engine import AuditReport
 from kvtool.audit.model import Finding, Severity
 from kvtool.audit.registry import Rule, registry
 from kvtool.audit.render.json_report import docs_anchor
+from kvtool.audit.render.objects import object_of
 from kvtool.audit.ruledocs import sections_markdown
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -114,7 +115,11 @@ def _result(finding: Finding, rule_index: dict[str, int]) -> dict[str, Any]:
         physical: dict[str, Any] = {"artifactLocation": {"uri": artifact_uri(loc.file)}}
         if region:
             physical["region"] = region
-        result["locations"] = [{"physicalLocation": physical}]
+        location: dict[str, Any] = {"physicalLocation": physical}
+        named = object_of(finding)
+        if named:
+            location["logicalLocations"] = [{"fullyQualifiedName": named, "kind": "object"}]
+        result["locations"] = [location]
     return result
 
 

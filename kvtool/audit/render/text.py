@@ -1,7 +1,8 @@
 """The human report (``--output-format text``): one block per finding, via rich.
 
-``file:line:col: CODE severity message [name]`` then the fix, if any. The summary
-line is separate (:func:`summary`) because it goes to stderr.
+``file:line:col: [object: ]CODE severity message [name]`` then the fix, if any; the object
+is the manifest's ``Kind/name container c`` or the compose service, as kube-linter names
+it. The summary line is separate (:func:`summary`) because it goes to stderr.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from kvtool.audit.engine import AuditReport
-from kvtool.audit.model import Finding, Severity
+from kvtool.audit.model import REWRITABLE, Finding, Severity
+from kvtool.audit.render.objects import object_of
 from kvtool.termsafe import terminal_line
 
 STYLES = {Severity.error: "bold red", Severity.warning: "yellow", Severity.info: "cyan"}
@@ -48,8 +50,10 @@ def print_report(report: AuditReport, console: Console) -> None:
         )
     for finding in report.findings:
         style = STYLES[finding.severity]
+        named = object_of(finding)
+        about = f"{_shown(named)}: " if named else ""
         console.print(
-            f"[bold]{_shown(_where(finding))}[/bold]: [{style}]{finding.code}[/{style}] "
+            f"[bold]{_shown(_where(finding))}[/bold]: {about}[{style}]{finding.code}[/{style}] "
             f"[{style}]{finding.severity.value}[/{style}] {_shown(finding.message)} "
             f"[dim]\\[{finding.name}][/dim]",
             soft_wrap=True,
@@ -76,6 +80,20 @@ def invocation_notes(report: AuditReport) -> list[str]:
 _ORIGINS_SHOWN = 3
 
 
+def _fixable(report: AuditReport) -> dict[str, int]:
+    """Findings ``--fix`` can edit away, by applicability (as ruff counts them): a token
+    edit in an input kind that is rewritten in place."""
+    kinds = {i.label: i.kind for i in report.invocations}
+    counts = {"safe": 0, "unsafe": 0}
+    for finding in report.findings:
+        fix = finding.fix
+        if fix is None or not fix.remove_tokens or fix.applicability not in counts:
+            continue
+        if kinds.get(finding.invocation or "") in REWRITABLE:
+            counts[fix.applicability] += 1
+    return counts
+
+
 def summary(report: AuditReport) -> str:
     """One line: targets, counts per severity, suppressed count."""
     targets = sorted(
@@ -89,6 +107,13 @@ def summary(report: AuditReport) -> str:
     text = f"Checked {len(report.invocations)} invocation(s) against {where}: {', '.join(parts)}"
     if report.suppressed:
         text += f", {report.suppressed} suppressed"
+    if report.baselined:
+        text += f", {report.baselined} in the baseline"
+    fixable = _fixable(report)
+    if fixable["safe"] or fixable["unsafe"]:
+        text += f"; {fixable['safe']} fixable with --fix"
+        if fixable["unsafe"]:
+            text += f" ({fixable['unsafe']} more with --fix --unsafe-fixes)"
     passed_over = len(report.skipped) - len(report.unreadable) - len(report.unrendered)
     if passed_over:
         text += f"; {passed_over} file(s) skipped: no vLLM server (--verbose names them)"

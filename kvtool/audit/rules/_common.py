@@ -6,34 +6,15 @@ from collections.abc import Iterable
 
 from kvtool.audit.context import RuleContext
 from kvtool.audit.model import Fix, ServeOption, SourceToken
+from kvtool.suggest import closest, did_you_mean
+
+__all__ = ["closest", "did_you_mean"]  # the rule families' suggestions, shared with the CLI
 
 # difflib ratio a flag name (without its dashes) must reach before it is offered as the
 # misspelt one: `--kv-offload-size` -> `--kv-offloading-size` is 0.91, while the unrelated
 # `--num-scheduler-steps` -> `--max-num-scheduled-tokens` is 0.65. Shared words between
 # flag names (`num`, `max`, `kv`) make lower ratios guesses, not typos.
 FLAG_SUGGESTION_CUTOFF = 0.75
-
-
-def closest(word: str, candidates: Iterable[str], *, cutoff: float = 0.6) -> str | None:
-    """The closest candidate to ``word``, or None.
-
-    A candidate that extends ``word`` (a dropped suffix such as ``V1``) wins, the shortest
-    first; otherwise difflib's best match with a ratio of at least ``cutoff``.
-    """
-    pool = list(candidates)
-    extensions = sorted((c for c in pool if c.startswith(word) and c != word), key=len)
-    if extensions:
-        return extensions[0]
-    import difflib  # only needed when something is misspelt; keeps audit start-up lean
-
-    matches = difflib.get_close_matches(word, pool, n=1, cutoff=cutoff)
-    return matches[0] if matches else None
-
-
-def did_you_mean(word: str, candidates: Iterable[str]) -> str:
-    """``" Did you mean X?"`` or an empty string."""
-    match = closest(word, candidates)
-    return f" Did you mean `{match}`?" if match else ""
 
 
 # Connector names share the word `Connector`: compared whole they look alike
