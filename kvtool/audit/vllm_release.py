@@ -258,7 +258,7 @@ def _compose_builds(file: str) -> dict[str, str]:
 
 def sibling_dockerfile(file: str | None) -> str | None:
     """A ``Dockerfile`` next to ``file`` (not ``file`` itself)."""
-    if file is None:
+    if file is None or file.startswith("<"):  # <stdin>: no directory to look in
         return None
     candidate = os.path.join(os.path.dirname(file) or ".", "Dockerfile")
     if os.path.abspath(candidate) == os.path.abspath(file) or not os.path.isfile(candidate):

@@ -276,6 +276,8 @@ def _read_template(item: _Pending, configmaps: ConfigMaps, result: InputSet) -> 
             if text:  # "" renders to nothing with the default values: nothing to audit
                 header = f"# Source: {item.name} (rendered with the chart's default values)\n"
                 name = item.name + helm_render.RENDERED_SUFFIX
+                # The release the rendered manifest states (a runtime annotation, a pin).
+                result.vllm_claims.extend(claims_in_text(text, name))
                 _read_one(_Pending(header + text, name, item.base_dir), configmaps, None, result)
             return
     defaults = helm_render.default_values(Path(item.name))

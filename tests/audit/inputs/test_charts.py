@@ -231,3 +231,32 @@ def test_unrendered_text_keeps_lines_and_names_what_it_could_not_apply() -> None
         "# Source: llm/templates/a.yaml\nkind: C\n",
         "llm/templates/b.yaml": "# Source: llm/templates/b.yaml\nkind: B\n",
     }
+
+
+def test_a_rendered_serving_runtime_annotation_names_the_release(
+    tmp_path: Path, kvtool_cli: Any, no_helm_binary: None
+) -> None:
+    # A chart that templates Open Data Hub's runtime annotation
+    # (https://github.com/opendatahub-io/odh-model-controller/blob/0c3a7c21766674214c4b9943634c180976ebe183/config/runtimes/vllm-cuda-template.yaml
+    # writes `opendatahub.io/runtime-version: 'v0.9.1.0'` on the ServingRuntime).
+    has, _ = _removed_at()
+    chart = tmp_path / "runtime"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: runtime\nversion: 0.1.0\n")
+    (chart / "values.yaml").write_text(f"runtimeVersion: v{has}.0\nimage: quay.io/org/vllm\n")
+    (chart / "templates" / "runtime.yaml").write_text(
+        "apiVersion: serving.kserve.io/v1alpha1\nkind: ServingRuntime\nmetadata:\n"
+        "  name: vllm-runtime\n  annotations:\n"
+        "    opendatahub.io/runtime-version: {{ .Values.runtimeVersion | quote }}\n"
+        "spec:\n  containers:\n    - name: kserve-container\n"
+        "      image: {{ .Values.image }}\n"
+        "      command: [python, -m, vllm.entrypoints.openai.api_server]\n"
+        f'      args: ["--model=/mnt/models", "{SWAP_SPACE}=4"]\n'
+    )
+    _, report = _json(kvtool_cli, str(chart))
+    (invocation,) = report["invocations"]
+    assert (invocation["target"]["vllm_version"], invocation["target"]["source"]) == (
+        has,
+        "annotation",
+    )
+    assert not any(f["flag"] == SWAP_SPACE for f in report["findings"])
