@@ -77,9 +77,7 @@ def _trees(wheel: zipfile.ZipFile) -> dict[str, ast.Module]:
 
 def _top_level_dict(tree: ast.Module, name: str) -> ast.Dict | None:
     for stmt in tree.body:
-        targets = (
-            [stmt.target] if isinstance(stmt, ast.AnnAssign) else getattr(stmt, "targets", [])
-        )
+        targets = [stmt.target] if isinstance(stmt, ast.AnnAssign) else getattr(stmt, "targets", [])
         value = getattr(stmt, "value", None)
         if any(isinstance(t, ast.Name) and t.id == name for t in targets) and isinstance(
             value, ast.Dict
@@ -93,9 +91,7 @@ def _string_keys(node: ast.Dict) -> list[str]:
 
 
 def _class(tree: ast.Module, name: str) -> ast.ClassDef | None:
-    return next(
-        (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == name), None
-    )
+    return next((n for n in ast.walk(tree) if isinstance(n, ast.ClassDef) and n.name == name), None)
 
 
 def config_names(config: ast.Module | None) -> tuple[list[str], dict[str, str]]:

@@ -21,7 +21,6 @@ from kvtool.audit.model import EnvAssignment, Location, ServeConfig, ServeOption
 from kvtool.models import ModelIdentity
 from kvtool.releases.curated import (
     BackendConnectorRow,
-    KnownBug,
     SecurityAdvisory,
     SemanticFact,
     Span,
@@ -97,7 +96,7 @@ class Semantics:
     """Curated facts read from code that flag presence cannot tell; every row cites its source.
 
     Release semantics (HMA decisions, backend -> connector, offload activation, security
-    floor, known bugs) are the release loader's curated tables (``rules/curated/``); the
+    floor) are the release loader's curated tables (``rules/curated/``); the
     audit-only rows (LMCache MP keys, choice migrations, offload connector names) are
     ``rules/audit/semantics.toml``.
     """
@@ -114,7 +113,6 @@ class Semantics:
     lazy_offload_policies: tuple[str, ...]
     choice_migrations: tuple[ChoiceMigration, ...] = ()
     security_floor: tuple[SecurityAdvisory, ...] = ()
-    known_bugs: tuple[KnownBug, ...] = ()
 
     # Per-version answers, memoised: rows compare versions with packaging, which is the
     # hot spot when one process audits many files.
@@ -154,17 +152,6 @@ class Semantics:
         return self._memoized(
             ("security", "", version),
             lambda: tuple(r for r in self.security_floor if r.contains(version)),
-        )
-
-    def bugs_at(self, version: str) -> tuple[KnownBug, ...]:
-        """Known bugs whose range covers ``version`` (an lmcache row's range is lmcache's
-        and is not checked here: the known-bug rule checks it against the LMCache release
-        the user names)."""
-        return self._memoized(
-            ("bugs", "", version),
-            lambda: tuple(
-                bug for bug in self.known_bugs if bug.component != "vllm" or bug.contains(version)
-            ),
         )
 
     def holds(self, key: str, version: str) -> bool:

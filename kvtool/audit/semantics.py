@@ -1,7 +1,7 @@
 """Assemble :class:`~kvtool.audit.context.Semantics` for the rules.
 
 Release semantics come from the release loader's curated tables (``rules/curated/``:
-semantic facts, backend -> connector map, security floor, known bugs); the audit-only
+semantic facts, backend -> connector map, security floor); the audit-only
 rows (LMCache MP keys and policies, choice migrations, which connectors offload) come
 from ``rules/audit/semantics.toml``. Every row cites its source.
 """
@@ -16,7 +16,6 @@ import msgspec
 from kvtool.audit.context import ChoiceMigration, Semantics
 from kvtool.releases.curated import (
     BackendConnectorRow,
-    KnownBug,
     SecurityAdvisory,
     SemanticFact,
     Span,
@@ -32,7 +31,6 @@ def semantics_from_tables(
     facts: tuple[SemanticFact, ...],
     backend_connectors: tuple[BackendConnectorRow, ...],
     security_floor: tuple[SecurityAdvisory, ...] = (),
-    known_bugs: tuple[KnownBug, ...] = (),
 ) -> Semantics:
     """Combine the parsed audit table with curated release rows (pure; ValueError on bad rows)."""
     try:
@@ -51,7 +49,6 @@ def semantics_from_tables(
                 for row in audit.get("choice_migrations", [])
             ),
             security_floor=security_floor,
-            known_bugs=known_bugs,
         )
     except (KeyError, TypeError, msgspec.ValidationError) as exc:
         raise ValueError(f"rules/{AUDIT_TABLE}: bad or missing entry: {exc}") from exc
@@ -66,7 +63,6 @@ def load_semantics() -> Semantics:
     """The shipped semantics (read once per process)."""
     from kvtool.releases import (
         backend_connector_map,
-        known_bugs,
         security_floor,
         semantic_facts,
     )
@@ -76,5 +72,4 @@ def load_semantics() -> Semantics:
         facts=semantic_facts(),
         backend_connectors=backend_connector_map(),
         security_floor=security_floor(),
-        known_bugs=known_bugs(),
     )

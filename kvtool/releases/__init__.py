@@ -5,7 +5,7 @@ Public API (see the modules for details):
 * ``available_versions()``, ``load_release(version)``, ``release_index()`` and the
   ``*_gate(name)`` helpers (``loader``);
 * ``resolve_target(requested, image) -> TargetRelease`` (``target``);
-* curated tables with typed (msgspec) rows: ``security_floor()``, ``known_bugs()``,
+* curated tables with typed (msgspec) rows: ``security_floor()``,
   ``bundling_pins()``, ``backend_connector_map()`` / ``backend_connector()``,
   ``semantic_facts()`` / ``semantic()``, ``replacements()`` (``curated``).
 """
@@ -15,7 +15,6 @@ from kvtool.releases.curated import (
     backend_connector_map,
     bundling_pins,
     flag_replacements,
-    known_bugs,
     replacements,
     security_floor,
     semantic,
@@ -42,7 +41,6 @@ __all__ = [
     "env_var_gate",
     "flag_gate",
     "flag_replacements",
-    "known_bugs",
     "load_release",
     "release_index",
     "replacements",

@@ -7,7 +7,6 @@ is the first affected release, ``fixed`` the first release that is not affected.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from functools import cache
 from pathlib import Path
@@ -92,51 +91,6 @@ class SecurityAdvisory(VersionRange, frozen=True, kw_only=True):
     applies_when: str = ""  # exposure condition in words ("video models only")
 
 
-class KnownBug(VersionRange, frozen=True, kw_only=True):
-    """A bug a serve configuration can trigger, and how to avoid it.
-
-    A row matches a configuration when every condition that is set holds:
-    ``when_flags`` all present; at least one of ``when_connectors`` in use;
-    ``when_env`` all set to the given values (compared case-insensitively);
-    ``when_offload`` KV offload configured; ``when_model`` regex on the model name;
-    ``when_hybrid`` the model is a hybrid (Mamba/SWA + attention) model;
-    ``when_state_layers`` it has Mamba/Gated DeltaNet/linear-attention state layers;
-    ``unless_env`` not every one of these env vars has its value (a documented way out);
-    ``when_values`` each option's value matches its regex in full (case-insensitive;
-    ``--flag.key.key`` addresses a key of a JSON-valued flag); ``when_extra`` each
-    ``kv_connector_extra_config`` path (``key.key``; a list matches when one element
-    does) of a connector in ``when_connectors`` (any connector when none is named)
-    matches its regex in full.
-    The version range is of ``component``: vLLM releases for "vllm", otherwise the
-    range is open and the row applies to every vLLM release.
-    """
-
-    id: str  # owner/repo#number
-    title: str
-    component: Literal["vllm", "lmcache"] = "vllm"
-    state: str  # issue state when checked, e.g. "open", "closed (not fixed)"
-    when_flags: tuple[str, ...] = ()
-    when_connectors: tuple[str, ...] = ()
-    when_env: dict[str, str] = msgspec.field(default_factory=dict)
-    unless_env: dict[str, str] = msgspec.field(default_factory=dict)
-    when_offload: bool = False
-    when_model: str | None = None
-    when_hybrid: bool = False
-    when_state_layers: bool = False
-    when_values: dict[str, str] = msgspec.field(default_factory=dict)
-    when_extra: dict[str, str] = msgspec.field(default_factory=dict)
-    avoidance: str
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        for pattern in (self.when_model, *self.when_values.values(), *self.when_extra.values()):
-            if pattern is not None:
-                try:
-                    re.compile(pattern)
-                except re.error as exc:
-                    raise ValueError(f"{self.id}: not a regular expression: {pattern!r}") from exc
-
-
 class BundlingPin(Span, frozen=True, kw_only=True):
     """A KV-connector package version tied to vLLM releases (build pin or image content)."""
 
@@ -203,11 +157,6 @@ def flag_replacements() -> dict[str, str]:
 @cache
 def security_floor() -> tuple[SecurityAdvisory, ...]:
     return _load("security.toml", SecurityAdvisory)
-
-
-@cache
-def known_bugs() -> tuple[KnownBug, ...]:
-    return _load("known_bugs.toml", KnownBug)
 
 
 @cache

@@ -104,8 +104,9 @@ def pattern(step: int, block: int, layer: int) -> float:
     return float((step * 131 + block * 7 + layer * 3) % 2000 + 1)
 
 
-def run_pipeline(shape: Shape, order: tuple[int, ...], device: torch.device,
-                 steps: int, per_step: int) -> dict[str, Any]:
+def run_pipeline(
+    shape: Shape, order: tuple[int, ...], device: torch.device, steps: int, per_step: int
+) -> dict[str, Any]:
     kv = kv_views(shape, order, device)
     names = sorted(kv)
     engine = TransferEngine.from_kv_caches(kv, num_slots=per_step * (steps + 1))
@@ -141,8 +142,9 @@ def run_pipeline(shape: Shape, order: tuple[int, ...], device: torch.device,
             if stored:
                 src_step, blocks, slots = stored[-1]
                 targets = tuple(half + b for b in blocks)
-                engine.submit_load(Job(next(job_ids), targets, slots,
-                                       tuple(("k", src_step, b) for b in blocks)))
+                engine.submit_load(
+                    Job(next(job_ids), targets, slots, tuple(("k", src_step, b) for b in blocks))
+                )
                 loads.append((src_step, blocks))
             # The forward on the compute stream: check loaded blocks, then write.
             if async_load is not None and async_load[0] in done:
@@ -159,16 +161,23 @@ def run_pipeline(shape: Shape, order: tuple[int, ...], device: torch.device,
                 for b in new_blocks:
                     kv[name][b].fill_(pattern(step, b, layer))
             slots = tuple(range(step * per_step, (step + 1) * per_step))
-            engine.submit_store(Job(next(job_ids), new_blocks, slots,
-                                    tuple(("k", step, b) for b in new_blocks)))
+            engine.submit_store(
+                Job(next(job_ids), new_blocks, slots, tuple(("k", step, b) for b in new_blocks))
+            )
             stored.append((step, new_blocks, slots))
             # After the forward is launched, as vLLM starts asynchronous loads.
             if async_load is None and len(stored) > 1:
                 src_step, blocks, src_slots = stored[-2]
                 job_id = next(job_ids)
-                engine.submit_load(Job(job_id, tuple(async_base + b for b in blocks), src_slots,
-                                       tuple(("k", src_step, b) for b in blocks)),
-                                   wait=LoadWait.NONE)
+                engine.submit_load(
+                    Job(
+                        job_id,
+                        tuple(async_base + b for b in blocks),
+                        src_slots,
+                        tuple(("k", src_step, b) for b in blocks),
+                    ),
+                    wait=LoadWait.NONE,
+                )
                 async_load = (job_id, src_step, blocks)
             results = engine.poll()
             done.update(r.job_id for r in results)
@@ -180,7 +189,8 @@ def run_pipeline(shape: Shape, order: tuple[int, ...], device: torch.device,
     if async_load is not None:  # wait_all() waited for its copy
         check_async_load()
     return {
-        "steps": steps, "blocks_per_step": per_step,
+        "steps": steps,
+        "blocks_per_step": per_step,
         "mismatched_elements": int(mismatches.item()) if not failed else -1,
         "failed_jobs": [r.error for r in failed],
         "async_loads_checked": async_checked,
@@ -206,10 +216,14 @@ def layered_load(shape: Shape, device: torch.device, blocks: int, repeats: int) 
     store_failed = [r.error for r in engine.wait_all() if not r.ok]
     cuda = device.type == "cuda"
     width = 2048 if cuda else 64
-    weight = torch.randn(width, width, dtype=shape.dtype, device=device) / width ** 0.5
+    weight = torch.randn(width, width, dtype=shape.dtype, device=device) / width**0.5
     hidden = torch.randn(width, width, dtype=shape.dtype, device=device)
-    expected = [torch.tensor([pattern(0, b, layer) for b in sources], dtype=shape.dtype,
-                             device=device).view(-1, 1, 1, 1) for layer in range(len(names))]
+    expected = [
+        torch.tensor(
+            [pattern(0, b, layer) for b in sources], dtype=shape.dtype, device=device
+        ).view(-1, 1, 1, 1)
+        for layer in range(len(names))
+    ]
     job_ids = iter(range(2, 1 << 30))
     report: dict[str, Any] = {"bytes": blocks * engine.block_bytes, "layers": len(names)}
 
@@ -223,7 +237,7 @@ def layered_load(shape: Shape, device: torch.device, blocks: int, repeats: int) 
         syncs = 0
         for _ in range(repeats):
             for name in names:
-                kv[name][blocks:2 * blocks].zero_()
+                kv[name][blocks : 2 * blocks].zero_()
             marks: dict[str, Any] = {}
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
@@ -240,7 +254,7 @@ def layered_load(shape: Shape, device: torch.device, blocks: int, repeats: int) 
                     engine.wait_for_layer(name)  # what vLLM calls before the attention
                     if cuda and layer == 0:
                         marks["read0"].record()
-                    block = kv[name][blocks:2 * blocks]
+                    block = kv[name][blocks : 2 * blocks]
                     mismatches += (block != expected[layer]).sum()
                     x = torch.tanh(x @ weight)  # the layer's other work
                 engine.join_loads()
@@ -253,16 +267,21 @@ def layered_load(shape: Shape, device: torch.device, blocks: int, repeats: int) 
                 marks["end"].synchronize()
                 start = marks["start"]
                 runs.append({k: start.elapsed_time(marks[k]) for k in ("read0", "copied", "end")})
-        figures: dict[str, Any] = {"mismatched_elements": int(mismatches.item()),
-                                   "failed_jobs": failed, "host_syncs": syncs}
+        figures: dict[str, Any] = {
+            "mismatched_elements": int(mismatches.item()),
+            "failed_jobs": failed,
+            "host_syncs": syncs,
+        }
         if runs:
             median = {k: sorted(r[k] for r in runs)[len(runs) // 2] for k in runs[0]}
-            figures.update({
-                "first_read_start_ms": round(median["read0"], 3),
-                "last_copy_done_ms": round(median["copied"], 3),
-                "forward_done_ms": round(median["end"], 3),
-                "pipelined": median["read0"] < median["copied"],
-            })
+            figures.update(
+                {
+                    "first_read_start_ms": round(median["read0"], 3),
+                    "last_copy_done_ms": round(median["copied"], 3),
+                    "forward_done_ms": round(median["end"], 3),
+                    "pipelined": median["read0"] < median["copied"],
+                }
+            )
         else:  # CPU: copies are done at submit, nothing overlaps
             figures["pipelined"] = None
         report[mode.value] = figures
@@ -283,14 +302,16 @@ def _timed(device: torch.device, action: Any, repeats: int) -> float:
     return sorted(times)[len(times) // 2]
 
 
-def bandwidth(shape: Shape, device: torch.device, blocks: int, run: int,
-              repeats: int) -> dict[str, Any]:
+def bandwidth(
+    shape: Shape, device: torch.device, blocks: int, run: int, repeats: int
+) -> dict[str, Any]:
     """Store and load of ``blocks`` blocks in runs of ``run`` consecutive ones, vs a plain
     pinned copy of the same bytes."""
     kv = kv_views(shape, LAYOUTS["LBHNC"], device)
     engine = TransferEngine.from_kv_caches(kv, num_slots=blocks)
-    block_ids = tuple(start + i for start in range(0, 2 * blocks, 2 * run)
-                      for i in range(run))[:blocks]
+    block_ids = tuple(start + i for start in range(0, 2 * blocks, 2 * run) for i in range(run))[
+        :blocks
+    ]
     slots = tuple(range(blocks))
     keys = tuple(("k", b) for b in block_ids)
     nbytes = blocks * engine.block_bytes
@@ -317,10 +338,14 @@ def bandwidth(shape: Shape, device: torch.device, blocks: int, run: int,
         return round(nbytes / seconds / 1e9, 2)
 
     return {
-        "bytes": nbytes, "blocks": blocks, "run_length": run,
-        "store_d2h_gbps": gbps(d2h), "plain_d2h_gbps": gbps(plain_d2h),
+        "bytes": nbytes,
+        "blocks": blocks,
+        "run_length": run,
+        "store_d2h_gbps": gbps(d2h),
+        "plain_d2h_gbps": gbps(plain_d2h),
         "store_ratio": round(plain_d2h / d2h, 3),
-        "load_h2d_gbps": gbps(h2d), "plain_h2d_gbps": gbps(plain_h2d),
+        "load_h2d_gbps": gbps(h2d),
+        "plain_h2d_gbps": gbps(plain_h2d),
         "load_ratio": round(plain_h2d / h2d, 3),
     }
 
@@ -330,13 +355,18 @@ def layered_lines(r: dict[str, Any]) -> list[str]:
     lines = []
     for mode in (LoadWait.PER_LAYER.value, LoadWait.WHOLE.value):
         f = r[mode]
-        timing = (f"first layer read at {f['first_read_start_ms']} ms, last layer copied at "
-                  f"{f['last_copy_done_ms']} ms, forward done at {f['forward_done_ms']} ms"
-                  if "first_read_start_ms" in f else "no timings (CPU copies are synchronous)")
-        lines.append(f"layered load ({mode} wait): {r['layers']} layers, {r['bytes']} B: "
-                     f"{timing}; pipelined {f['pipelined']}; mismatched elements "
-                     f"{f['mismatched_elements']}, failed jobs {len(f['failed_jobs'])}, "
-                     f"host syncs {f['host_syncs']}")
+        timing = (
+            f"first layer read at {f['first_read_start_ms']} ms, last layer copied at "
+            f"{f['last_copy_done_ms']} ms, forward done at {f['forward_done_ms']} ms"
+            if "first_read_start_ms" in f
+            else "no timings (CPU copies are synchronous)"
+        )
+        lines.append(
+            f"layered load ({mode} wait): {r['layers']} layers, {r['bytes']} B: "
+            f"{timing}; pipelined {f['pipelined']}; mismatched elements "
+            f"{f['mismatched_elements']}, failed jobs {len(f['failed_jobs'])}, "
+            f"host syncs {f['host_syncs']}"
+        )
     return lines
 
 
@@ -351,33 +381,46 @@ def main(argv: list[str] | None = None) -> int:
     elif torch.cuda.is_available():
         device, shape = torch.device("cuda"), DEVICE_SHAPE
     else:
-        print("gpu_pipeline: no CUDA device visible to torch (use --dry-run on CPU)",
-              file=sys.stderr)
+        print(
+            "gpu_pipeline: no CUDA device visible to torch (use --dry-run on CPU)", file=sys.stderr
+        )
         return 2
     per_step = 4 if args.dry_run else 64
-    report: dict[str, Any] = {"device": str(device) if args.dry_run else
-                              torch.cuda.get_device_name(device), "layouts": {}}
+    report: dict[str, Any] = {
+        "device": str(device) if args.dry_run else torch.cuda.get_device_name(device),
+        "layouts": {},
+    }
     for name, order in LAYOUTS.items():
         report["layouts"][name] = run_pipeline(shape, order, device, args.steps, per_step)
     report["layered_load"] = layered_load(shape, device, per_step, repeats=2 if args.dry_run else 5)
     blocks = 16 if args.dry_run else 256
     report["bandwidth"] = bandwidth(shape, device, blocks, run=8, repeats=3 if args.dry_run else 10)
-    problems = [f"{name}: {r}" for name, r in report["layouts"].items()
-                if r["mismatched_elements"] != 0 or r["failed_jobs"]
-                or r["async_loads_checked"] == 0
-                or (not args.dry_run and r["host_syncs_per_step"] > 0)]
+    problems = [
+        f"{name}: {r}"
+        for name, r in report["layouts"].items()
+        if r["mismatched_elements"] != 0
+        or r["failed_jobs"]
+        or r["async_loads_checked"] == 0
+        or (not args.dry_run and r["host_syncs_per_step"] > 0)
+    ]
     for mode, r in report["layered_load"].items():
         if not isinstance(r, dict):
             continue
-        if r["mismatched_elements"] != 0 or r["failed_jobs"] or (
-                not args.dry_run and r["host_syncs"] > 0):
+        if (
+            r["mismatched_elements"] != 0
+            or r["failed_jobs"]
+            or (not args.dry_run and r["host_syncs"] > 0)
+        ):
             problems.append(f"layered load ({mode}): {r}")
         if not args.dry_run and r["pipelined"] != (mode == LoadWait.PER_LAYER.value):
             problems.append(f"layered load ({mode}): pipelined is {r['pipelined']}")
     if not args.dry_run:
         bw = report["bandwidth"]
-        problems += [f"{k} {bw[k]} < {RATIO_TARGET}" for k in ("store_ratio", "load_ratio")
-                     if bw[k] < RATIO_TARGET]
+        problems += [
+            f"{k} {bw[k]} < {RATIO_TARGET}"
+            for k in ("store_ratio", "load_ratio")
+            if bw[k] < RATIO_TARGET
+        ]
     report["problems"] = problems
     if args.json:
         print(json.dumps(report))

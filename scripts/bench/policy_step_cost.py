@@ -197,14 +197,26 @@ def load_lmcache(cache: Path) -> types.SimpleNamespace:
         if not wheels:
             console.print(f"downloading lmcache {LMCACHE_VERSION} (pip download --no-deps)")
             subprocess.run(
-                [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet",
-                 f"lmcache=={LMCACHE_VERSION}", "-d", str(cache)],
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--no-deps",
+                    "--quiet",
+                    f"lmcache=={LMCACHE_VERSION}",
+                    "-d",
+                    str(cache),
+                ],
                 check=True,
             )
             wheels = sorted(cache.glob(f"lmcache-{LMCACHE_VERSION}-*.whl"))
         with zipfile.ZipFile(wheels[0]) as wheel:
-            members = [n for n in wheel.namelist()
-                       if n.startswith("lmcache/integration/") and n.endswith(".py")]
+            members = [
+                n
+                for n in wheel.namelist()
+                if n.startswith("lmcache/integration/") and n.endswith(".py")
+            ]
             wheel.extractall(root, members)
     package = types.ModuleType("lmcache")
     package.__path__ = [str(root / "lmcache")]
@@ -255,8 +267,9 @@ class KvtoolDriver(Driver):
     def __init__(self, pool: LinkedPool, extra: dict[str, Any] | None = None) -> None:
         config = ConnectorConfig.from_extra_config(extra or {})
         store = StoreIndex(1 << 40, 1, "bench")
-        self.manager = LazyOffloadManager(config, pool, store,
-                                          group_tokens_per_block=[TOKENS_PER_BLOCK])
+        self.manager = LazyOffloadManager(
+            config, pool, store, group_tokens_per_block=[TOKENS_PER_BLOCK]
+        )
         self.pool = pool
         self.stored_hashes = set()
         self.stored_writes = 0
@@ -329,8 +342,9 @@ class LMCacheDriver(Driver):
             for _meta, snapshot in item.metadatas:
                 blocks = [self.pool.blocks[b] for b in snapshot]
                 self.pool.touch(blocks)
-                if any(self.pool.blocks[b].block_hash != h or h is None
-                       for b, h in snapshot.items()):
+                if any(
+                    self.pool.blocks[b].block_hash != h or h is None for b, h in snapshot.items()
+                ):
                     self.pool.free_blocks(blocks)
                     break
                 pinned.extend(blocks)
@@ -379,8 +393,9 @@ class _Live:
     steps_left: int = 0
 
 
-def _grow(driver: Driver, pool: LinkedPool, req: _Live, contents: list[Any],
-          allocated: list[int]) -> bool:
+def _grow(
+    driver: Driver, pool: LinkedPool, req: _Live, contents: list[Any], allocated: list[int]
+) -> bool:
     """Compute full blocks for ``req`` (prefix-cache hits touch the cached block)."""
     new_ids = []
     for content in contents:
@@ -458,8 +473,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     trace_steps = 800 if args.quick else 3000
     console.print(f"churn trace, {trace_steps} steps ...")
-    for name, make in (("kvtool", lambda p: KvtoolDriver(p)),
-                       ("lmcache", lambda p: LMCacheDriver(p, lm))):
+    for name, make in (
+        ("kvtool", lambda p: KvtoolDriver(p)),
+        ("lmcache", lambda p: LMCacheDriver(p, lm)),
+    ):
         pool = LinkedPool(1024)
         driver = make(pool)
         churn(driver, pool, trace_steps, seed=7)

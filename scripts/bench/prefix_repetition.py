@@ -81,8 +81,7 @@ SLICE_STEPS = 60
 """Engine steps per turn: a fifth of a second on this machine; a trial takes 721 steps."""
 POLICY_EXTRA: dict[str, dict[str, Any]] = {
     "eager": {"kvtool.policy": "eager"},
-    "fifo": {"kvtool.policy": "fifo", "kvtool.fifo.threshold": 1,
-             "kvtool.fifo.select_count": 8},
+    "fifo": {"kvtool.policy": "fifo", "kvtool.fifo.threshold": 1, "kvtool.fifo.select_count": 8},
     "eviction_aware": {"kvtool.policy": "eviction_aware"},
 }
 BASELINE, CONTROL = "none", "control"
@@ -129,9 +128,16 @@ def machine_busy_s() -> float:
 def engine_args(model: Path, policy: str | None) -> dict[str, Any]:
     """``LLM`` arguments: the same engine for every configuration, plus the connector."""
     args: dict[str, Any] = dict(
-        model=str(model), dtype="bfloat16", enable_prefix_caching=True,
-        block_size=BLOCK_SIZE, enforce_eager=True, seed=0, disable_log_stats=False,
-        max_model_len=256, max_num_seqs=4, max_num_batched_tokens=512,
+        model=str(model),
+        dtype="bfloat16",
+        enable_prefix_caching=True,
+        block_size=BLOCK_SIZE,
+        enforce_eager=True,
+        seed=0,
+        disable_log_stats=False,
+        max_model_len=256,
+        max_num_seqs=4,
+        max_num_batched_tokens=512,
         kv_cache_memory_bytes=POOL_BLOCKS * BLOCK_BYTES,
     )
     if policy is not None:
@@ -139,8 +145,10 @@ def engine_args(model: Path, policy: str | None) -> dict[str, Any]:
             "kv_connector": "KvtoolConnector",
             "kv_connector_module_path": "kvtool.connector.vllm",
             "kv_role": "kv_both",
-            "kv_connector_extra_config": {**POLICY_EXTRA[policy],
-                                          "kvtool.host_capacity_bytes": "64MiB"},
+            "kv_connector_extra_config": {
+                **POLICY_EXTRA[policy],
+                "kvtool.host_capacity_bytes": "64MiB",
+            },
         }
     return args
 
@@ -169,8 +177,9 @@ class Engine:
         self._stored_before = self._stored()
         engine = self.llm.llm_engine
         for i, prompt in enumerate(prompts):
-            engine.add_request(f"{id(prompts)}-{i}", TokensPrompt(prompt_token_ids=prompt),
-                               self.params)
+            engine.add_request(
+                f"{id(prompts)}-{i}", TokensPrompt(prompt_token_ids=prompt), self.params
+            )
 
     def steps(self, limit: int) -> dict[str, float]:
         """Run up to ``limit`` engine steps (fewer when every request finished), timed."""
@@ -194,9 +203,13 @@ class Engine:
             machine = machine_busy_s() - machine_start
         finally:
             gc.enable()
-        return {"wall_s": wall, "cpu_s": cpu, "steps": float(done),
-                # CPU the rest of the machine used meanwhile, in CPUs.
-                "others_cpus": max(0.0, machine - cpu) / wall if wall > 0 else 0.0}
+        return {
+            "wall_s": wall,
+            "cpu_s": cpu,
+            "steps": float(done),
+            # CPU the rest of the machine used meanwhile, in CPUs.
+            "others_cpus": max(0.0, machine - cpu) / wall if wall > 0 else 0.0,
+        }
 
     def finish(self) -> dict[str, float]:
         """What the submitted requests did, once every one of them finished."""
@@ -220,8 +233,13 @@ class Engine:
         return float(stats.stored), float(stats.stored_bytes)
 
     def _external_hits(self) -> float:
-        return float(sum(getattr(m, "value", 0) for m in self.llm.get_metrics()
-                         if m.name == "vllm:external_prefix_cache_hits"))
+        return float(
+            sum(
+                getattr(m, "value", 0)
+                for m in self.llm.get_metrics()
+                if m.name == "vllm:external_prefix_cache_hits"
+            )
+        )
 
 
 def serve_engine(model: Path, config: str) -> NoReturn:
@@ -252,9 +270,14 @@ def serve_engine(model: Path, config: str) -> NoReturn:
 
 def engine_env() -> dict[str, str]:
     """Environment of the engine processes."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "VLLM_NO_USAGE_STATS": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
-           "VLLM_CONFIGURE_LOGGING": "0"}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+        "VLLM_CONFIGURE_LOGGING": "0",
+    }
     env.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(max(os.sched_getaffinity(0))))
     env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # the pool is sized explicitly
     return env
@@ -273,8 +296,11 @@ class EngineProcess:
         with log.open("w") as log_file:
             self.proc = subprocess.Popen(
                 [sys.executable, __file__, "--engine-process", config, "--model", str(model)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file,
-                text=True, env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log_file,
+                text=True,
+                env=env,
             )
 
     def wait_ready(self) -> None:
@@ -301,8 +327,9 @@ class EngineProcess:
     def _died(self, what: str) -> RuntimeError:
         self.stop()
         tail = self.log.read_text(errors="replace").strip().splitlines()[-15:]
-        return RuntimeError(f"engine process {self.config!r} {what}; log {self.log}:\n"
-                            + "\n".join(tail))
+        return RuntimeError(
+            f"engine process {self.config!r} {what}; log {self.log}:\n" + "\n".join(tail)
+        )
 
     def close_input(self) -> None:
         """Close its input: it exits once it has read everything."""
@@ -344,14 +371,14 @@ def bootstrap_median_interval(values: Sequence[float], seed: int = 0) -> tuple[f
     """95% percentile-bootstrap interval of the median of ``values``."""
     rng = random.Random(seed)
     medians = sorted(
-        statistics.median(rng.choices(values, k=len(values)))
-        for _ in range(BOOTSTRAP_RESAMPLES)
+        statistics.median(rng.choices(values, k=len(values))) for _ in range(BOOTSTRAP_RESAMPLES)
     )
     return medians[int(0.025 * len(medians))], medians[int(0.975 * len(medians)) - 1]
 
 
-def summarise(slices: dict[str, list[dict[str, float]]],
-              outcomes: dict[str, list[dict[str, float]]]) -> dict[str, float]:
+def summarise(
+    slices: dict[str, list[dict[str, float]]], outcomes: dict[str, list[dict[str, float]]]
+) -> dict[str, float]:
     """The ``--json`` figures.
 
     ``slices[name][k]`` is the k-th slice of engine steps of that configuration
@@ -368,20 +395,28 @@ def summarise(slices: dict[str, list[dict[str, float]]],
         figures[f"steps_{name}"] = sum(r["steps"] for r in runs)
         figures[f"cpu_s_{name}"] = sum(r["cpu_s"] for r in runs)
         figures[f"throughput_tok_s_{name}"] = sum(o["tokens"] for o in done) / wall
-        figures[f"ttft_ms_{name}"] = (1000 * sum(o["ttft_s_sum"] for o in done)
-                                      / sum(o["requests"] for o in done))
-        figures[f"external_hit_rate_{name}"] = (
-            sum(o["external_hits"] for o in done) / sum(o["prompt_tokens"] for o in done))
+        figures[f"ttft_ms_{name}"] = (
+            1000 * sum(o["ttft_s_sum"] for o in done) / sum(o["requests"] for o in done)
+        )
+        figures[f"external_hit_rate_{name}"] = sum(o["external_hits"] for o in done) / sum(
+            o["prompt_tokens"] for o in done
+        )
         for key in ("blocks_stored", "bytes_stored"):
             figures[f"{key}_{name}"] = sum(o[key] for o in done) / trials
         figures[f"others_cpus_mean_{name}"] = statistics.fmean(r["others_cpus"] for r in runs)
         # Steps per second of the same engine steps, run seconds apart; every
         # configuration takes the same steps (steps_<name>), so this is the
         # throughput ratio slice by slice.
-        paired = [(r["steps"] / r["wall_s"]) / (b["steps"] / b["wall_s"])
-                  for r, b in zip(runs, base, strict=False) if r["steps"] and b["steps"]]
-        cpu_paired = [(r["steps"] / r["cpu_s"]) / (b["steps"] / b["cpu_s"])
-                      for r, b in zip(runs, base, strict=False) if r["steps"] and b["steps"]]
+        paired = [
+            (r["steps"] / r["wall_s"]) / (b["steps"] / b["wall_s"])
+            for r, b in zip(runs, base, strict=False)
+            if r["steps"] and b["steps"]
+        ]
+        cpu_paired = [
+            (r["steps"] / r["cpu_s"]) / (b["steps"] / b["cpu_s"])
+            for r, b in zip(runs, base, strict=False)
+            if r["steps"] and b["steps"]
+        ]
         figures[f"throughput_ratio_{name}"] = statistics.median(paired)
         lo, hi = bootstrap_median_interval(paired)
         figures[f"throughput_ratio_ci_lo_{name}"] = lo
@@ -389,17 +424,23 @@ def summarise(slices: dict[str, list[dict[str, float]]],
         figures[f"cpu_throughput_ratio_{name}"] = statistics.median(cpu_paired)
     for name in slices:
         figures[f"throughput_ratio_total_{name}"] = (
-            figures[f"throughput_tok_s_{name}"] / figures[f"throughput_tok_s_{BASELINE}"])
-        figures[f"ttft_ratio_{name}"] = (
-            figures[f"ttft_ms_{name}"] / figures[f"ttft_ms_{BASELINE}"])
+            figures[f"throughput_tok_s_{name}"] / figures[f"throughput_tok_s_{BASELINE}"]
+        )
+        figures[f"ttft_ratio_{name}"] = figures[f"ttft_ms_{name}"] / figures[f"ttft_ms_{BASELINE}"]
     if figures.get("bytes_stored_eager"):
         figures["bytes_ratio_eviction_aware_vs_eager"] = (
-            figures["bytes_stored_eviction_aware"] / figures["bytes_stored_eager"])
+            figures["bytes_stored_eviction_aware"] / figures["bytes_stored_eager"]
+        )
     return figures
 
 
 def run_trials(
-    model: Path, configs: list[str], rounds: int, trials: int, generations: int, logs: Path,
+    model: Path,
+    configs: list[str],
+    rounds: int,
+    trials: int,
+    generations: int,
+    logs: Path,
     console: Any,
 ) -> tuple[dict[str, list[dict[str, float]]], dict[str, list[dict[str, float]]]]:
     """``generations`` times, start one engine per configuration and give it its
@@ -412,8 +453,10 @@ def run_trials(
     turn = 0
     for generation in range(generations):
         with console.status(f"starting {len(configs)} engines ({generation + 1}/{generations})"):
-            engines = [EngineProcess(model, name, logs / f"{name}-{generation}.log", env)
-                       for name in configs]
+            engines = [
+                EngineProcess(model, name, logs / f"{name}-{generation}.log", env)
+                for name in configs
+            ]
             try:
                 for engine in engines:
                     engine.wait_ready()
@@ -445,13 +488,19 @@ def run_trials(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="2 rounds, 1 trial, no control (instead of 6 rounds, 12 trials "
-                             "on 3 generations of engines)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="2 rounds, 1 trial, no control (instead of 6 rounds, 12 trials "
+        "on 3 generations of engines)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "kvtool" / "bench",
-                        help="where the tiny model is built once and vLLM keeps its cache "
-                             "(default %(default)s)")
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        default=Path.home() / ".cache" / "kvtool" / "bench",
+        help="where the tiny model is built once and vLLM keeps its cache (default %(default)s)",
+    )
     parser.add_argument("--engine-process", help=argparse.SUPPRESS)
     parser.add_argument("--model", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -469,38 +518,55 @@ def main(argv: list[str] | None = None) -> int:
     # vLLM's own cache: kept beside it, as a cold one makes every engine start slower.
     os.environ.setdefault("VLLM_CACHE_ROOT", str(args.cache / "vllm-cache"))
     with tempfile.TemporaryDirectory(prefix="kvtool-bench-") as tmp:
-        slices, outcomes = run_trials(model, configs, rounds, trials, generations, Path(tmp),
-                                      console)
-    figures = {"requests_per_trial": float(len(workload(rounds, 0))), "trials": float(trials),
-               "generations": float(generations),
-               "slices": float(len(slices[BASELINE])), **summarise(slices, outcomes)}
+        slices, outcomes = run_trials(
+            model, configs, rounds, trials, generations, Path(tmp), console
+        )
+    figures = {
+        "requests_per_trial": float(len(workload(rounds, 0))),
+        "trials": float(trials),
+        "generations": float(generations),
+        "slices": float(len(slices[BASELINE])),
+        **summarise(slices, outcomes),
+    }
 
     if args.json:
         print(json.dumps(figures, sort_keys=True))
         return 0
-    print(f"prefix repetition: {trials} trial(s) of {figures['requests_per_trial']:.0f} "
-          f"requests, {HOT_PREFIXES} hot + {COLD_PREFIXES} cold {PREFIX_BLOCKS}-block "
-          f"prefixes, KV pool {POOL_BLOCKS} blocks; ratio: median over "
-          f"{figures['slices']:.0f} paired slices of {SLICE_STEPS} steps [95% interval]")
-    print(f"{'connector':<16}{'tok/s':>8}{'ratio':>8}{'interval':>15}{'total':>8}"
-          f"{'cpu ratio':>10}{'TTFT ms':>9}{'ext hit':>9}{'stored':>8}{'bytes':>10}")
+    print(
+        f"prefix repetition: {trials} trial(s) of {figures['requests_per_trial']:.0f} "
+        f"requests, {HOT_PREFIXES} hot + {COLD_PREFIXES} cold {PREFIX_BLOCKS}-block "
+        f"prefixes, KV pool {POOL_BLOCKS} blocks; ratio: median over "
+        f"{figures['slices']:.0f} paired slices of {SLICE_STEPS} steps [95% interval]"
+    )
+    print(
+        f"{'connector':<16}{'tok/s':>8}{'ratio':>8}{'interval':>15}{'total':>8}"
+        f"{'cpu ratio':>10}{'TTFT ms':>9}{'ext hit':>9}{'stored':>8}{'bytes':>10}"
+    )
     for name in configs:
-        interval = (f"{figures[f'throughput_ratio_ci_lo_{name}']:.3f}-"
-                    f"{figures[f'throughput_ratio_ci_hi_{name}']:.3f}")
-        print(f"{name:<16}{figures[f'throughput_tok_s_{name}']:>8.0f}"
-              f"{figures[f'throughput_ratio_{name}']:>8.3f}{interval:>15}"
-              f"{figures[f'throughput_ratio_total_{name}']:>8.3f}"
-              f"{figures[f'cpu_throughput_ratio_{name}']:>10.3f}"
-              f"{figures[f'ttft_ms_{name}']:>9.1f}"
-              f"{figures[f'external_hit_rate_{name}']:>9.3f}"
-              f"{figures[f'blocks_stored_{name}']:>8.0f}{figures[f'bytes_stored_{name}']:>10.0f}")
-    print(f"eviction_aware bytes / eager bytes: "
-          f"{figures['bytes_ratio_eviction_aware_vs_eager']:.3f}")
+        interval = (
+            f"{figures[f'throughput_ratio_ci_lo_{name}']:.3f}-"
+            f"{figures[f'throughput_ratio_ci_hi_{name}']:.3f}"
+        )
+        print(
+            f"{name:<16}{figures[f'throughput_tok_s_{name}']:>8.0f}"
+            f"{figures[f'throughput_ratio_{name}']:>8.3f}{interval:>15}"
+            f"{figures[f'throughput_ratio_total_{name}']:>8.3f}"
+            f"{figures[f'cpu_throughput_ratio_{name}']:>10.3f}"
+            f"{figures[f'ttft_ms_{name}']:>9.1f}"
+            f"{figures[f'external_hit_rate_{name}']:>9.3f}"
+            f"{figures[f'blocks_stored_{name}']:>8.0f}{figures[f'bytes_stored_{name}']:>10.0f}"
+        )
+    print(
+        f"eviction_aware bytes / eager bytes: {figures['bytes_ratio_eviction_aware_vs_eager']:.3f}"
+    )
     verdicts = ", ".join(
         f"{policy} {'yes' if figures[f'throughput_ratio_ci_lo_{policy}'] >= TARGET_RATIO else 'no'}"
-        for policy in POLICY_EXTRA)
-    print(f"within {1 - TARGET_RATIO:.0%} of no connector (interval's lower bound >= "
-          f"{TARGET_RATIO}): {verdicts}")
+        for policy in POLICY_EXTRA
+    )
+    print(
+        f"within {1 - TARGET_RATIO:.0%} of no connector (interval's lower bound >= "
+        f"{TARGET_RATIO}): {verdicts}"
+    )
     return 0
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from kvtool.releases import available_versions
 from tests.conftest import REPO_ROOT, CliResult
 
 EXAMPLES = REPO_ROOT / "examples"
@@ -26,8 +27,11 @@ def test_every_example_audits_without_a_usage_error(kvtool_cli: Cli, path: Path)
 
 
 def test_clean_example_has_no_findings(kvtool_cli: Cli) -> None:
+    # On the newest release: 0.26.0-0.32.0 carry a known OffloadingConnector crash after
+    # preemption (rules/bugs/vllm.toml, KB-VLLM-52211), which SC002 rightly reports there.
     path = EXAMPLES / "native-offload-clean.sh"
-    result = kvtool_cli("audit", str(path), "--vllm-version", "0.32.0", "--output-format", "json")
+    newest = available_versions()[-1]
+    result = kvtool_cli("audit", str(path), "--vllm-version", newest, "--output-format", "json")
     assert result.exit_code == 0 and codes(result) == set()
 
 

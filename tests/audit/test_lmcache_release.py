@@ -176,7 +176,7 @@ def test_a_requirements_pin_in_the_input_set(kvtool_cli: Any, tmp_path: Path) ->
 def test_a_known_lmcache_bug_is_matched_against_the_tagged_release(
     kvtool_cli: Any, tmp_path: Path
 ) -> None:
-    # LMCache#3688 affects 0.4.5-0.5.0 and is guarded in 0.5.1 (rules/curated/known_bugs.toml).
+    # LMCache#3688 affects 0.4.5-0.5.0 and is guarded in 0.5.1 (KB-LMCACHE-3688).
     pod = tmp_path / "pod.yaml"
 
     def known_bugs(image: str) -> list[dict[str, Any]]:

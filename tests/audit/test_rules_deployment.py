@@ -1,4 +1,4 @@
-"""Golden tests for the SC rules against rules/curated/security.toml and known_bugs.toml."""
+"""Golden tests for the SC rules against rules/curated/security.toml and rules/bugs/."""
 
 from __future__ import annotations
 
@@ -36,7 +36,12 @@ def test_sc002_env_conditions_must_hold() -> None:
 
 
 def test_sc002_fixed_vllm_bugs_only_match_their_range() -> None:
-    # vllm#39702: SimpleCPUOffloadScheduler TOCTOU in 0.20.0-0.21.x.
+    # vllm#39702: SimpleCPUOffloadScheduler TOCTOU in 0.19.0-0.21.x (proven from the wheels).
     env = {"VLLM_USE_SIMPLE_KV_OFFLOAD": "1"}
-    assert "SC002" in codes(run(config("0.21.0", opt("--kv-offloading-size", "10"), env=env)))
-    assert "SC002" not in codes(run(config("0.22.0", opt("--kv-offloading-size", "10"), env=env)))
+
+    def bugs(version: str) -> list[str]:
+        found = run(config(version, opt("--kv-offloading-size", "10"), env=env))
+        return [f.evidence["bug"] for f in found if f.code == "SC002"]
+
+    assert "vllm-project/vllm#39702" in bugs("0.21.0")
+    assert "vllm-project/vllm#39702" not in bugs("0.22.0")

@@ -14,7 +14,6 @@ from kvtool.releases import (
     backend_connector_map,
     bundling_pins,
     curated,
-    known_bugs,
     load_release,
     release_index,
     replacements,
@@ -34,7 +33,6 @@ def test_every_curated_row_cites_a_source() -> None:
     tables = (
         replacements(),
         security_floor(),
-        known_bugs(),
         bundling_pins(),
         backend_connector_map(),
         semantic_facts(),
@@ -45,11 +43,6 @@ def test_every_curated_row_cites_a_source() -> None:
             if getattr(row, "verified", True) is False and "unverified" in row.source:
                 continue  # a pin no public source shows, marked as such
             assert re.search(r"(https://|#\d+|wheel)", row.source), row
-
-
-def test_known_bug_ids_are_repository_issue_references() -> None:
-    for bug in known_bugs():
-        assert re.fullmatch(r"[\w.-]+/[\w.-]+#\d+", bug.id), bug.id
 
 
 def test_security_floor_is_0_22_0() -> None:

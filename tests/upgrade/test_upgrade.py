@@ -19,9 +19,9 @@ from packaging.version import Version
 
 from kvtool.audit.inputs import read_inputs
 from kvtool.audit.settings import AuditSettings
+from kvtool.bugdb import records
 from kvtool.releases import (
     available_versions,
-    known_bugs,
     load_release,
     release_index,
     security_floor,
@@ -235,16 +235,20 @@ def test_security_floor_crossed(tmp_path: Path) -> None:
 def test_known_bug_entered_and_left(tmp_path: Path) -> None:
     bug = next(
         b
-        for b in known_bugs()
+        for b in records()
         if b.component == "vllm"
         and b.introduced
         and b.fixed
-        and b.when_env
+        and b.trigger.env
         and not (
-            b.when_flags or b.when_connectors or b.when_model or b.when_hybrid or b.when_offload
+            b.trigger.flags
+            or b.trigger.connectors
+            or b.trigger.needs_model
+            or b.trigger.offload
+            or b.trigger.values
         )
     )
-    env = tuple(f"{k}={v}" for k, v in bug.when_env.items())
+    env = tuple(f"{k}={v}" for k, v in bug.trigger.env.items())
     path = _script(tmp_path, "--max-model-len 4096", env=env)
     plan = _plan(path, bug.fixed or "", _before(bug.introduced or ""))
     entered = _changes(plan, bug.introduced or "")

@@ -13,6 +13,7 @@ from kvtool.audit.rules import (
     hostmem,
     image,
     jsonflags,
+    known_bugs,
     lazy,
     lmcache,
     meta,
@@ -36,6 +37,7 @@ FAMILY_MODULES = (
     extra_config,
     disagg,
     deployment,
+    known_bugs,
     image,
     meta,
 )

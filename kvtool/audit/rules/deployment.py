@@ -1,20 +1,14 @@
-"""SC: deployment checks from curated tables (``rules/curated/security.toml``,
-``rules/curated/known_bugs.toml``), each row citing its advisory or issue."""
+"""SC: the security floor from ``rules/curated/security.toml``, each row citing its
+advisory (the known-bug database is :mod:`kvtool.audit.rules.known_bugs`)."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 
 from kvtool.audit.context import RuleContext, vtuple
 from kvtool.audit.model import Finding, Severity
-from kvtool.audit.references import (
-    lmcache_issue,
-    vllm_advisory,
-    vllm_issue,
-)
+from kvtool.audit.references import vllm_advisory
 from kvtool.audit.registry import ConfigRule, register
-from kvtool.releases.curated import KnownBug
 
 
 @register
@@ -72,149 +66,3 @@ class BelowSecurityFloor(ConfigRule):
             advisories=[row.id for row in hits],
             sources=[row.source for row in hits],
         )
-
-
-def _lmcache_release_affected(ctx: RuleContext, bug: KnownBug) -> bool:
-    """An LMCache row's range is LMCache's: checked against the LMCache release when the
-    settings or the input name it; without it, only rows no release has fixed apply."""
-    if bug.component != "lmcache":
-        return True
-    if ctx.lmcache_version is None:
-        return bug.fixed is None
-    return bug.contains(ctx.lmcache_version.removeprefix("v"))
-
-
-def _bug_matches(ctx: RuleContext, bug: KnownBug) -> bool:
-    """Every condition the row sets holds (see ``KnownBug``); unset conditions are ignored."""
-    if any(ctx.option(flag) is None for flag in bug.when_flags):
-        return False
-    in_use = set(ctx.connector_names)
-    if bug.when_connectors and not in_use & set(bug.when_connectors):
-        return False
-    if not _env_holds(ctx, bug.when_env):
-        return False
-    if bug.unless_env and _env_holds(ctx, bug.unless_env):
-        return False
-    if bug.when_offload and not in_use & set(ctx.semantics.offload_connectors):
-        return False
-    if bug.when_model and not re.search(bug.when_model, ctx.config.model or ""):
-        return False
-    if not all(
-        _matches(pattern, _option_value(ctx, path)) for path, pattern in bug.when_values.items()
-    ):
-        return False
-    if bug.when_extra and not any(
-        all(
-            _matches(pattern, _extra_values(extra, path))
-            for path, pattern in bug.when_extra.items()
-        )
-        for name, extra in ctx.connector_extra_configs
-        if not bug.when_connectors or name in bug.when_connectors
-    ):
-        return False
-    if bug.when_state_layers and not (ctx.model is not None and ctx.model.mamba):
-        return False
-    return not (bug.when_hybrid and not (ctx.model is not None and ctx.model.hybrid))
-
-
-def _env_holds(ctx: RuleContext, wanted: dict[str, str]) -> bool:
-    """Every variable of ``wanted`` is set to its value (compared case-insensitively)."""
-    for name, expected in wanted.items():
-        value = ctx.env_value(name)
-        if value is None or value.lower() != expected.lower():
-            return False
-    return True
-
-
-def _matches(pattern: str, values: list[object]) -> bool:
-    """One of ``values`` (scalars only) matches ``pattern`` in full, ignoring case."""
-    return any(
-        not isinstance(value, dict | list)
-        and re.fullmatch(
-            pattern, str(value).lower() if isinstance(value, bool) else str(value), re.IGNORECASE
-        )
-        is not None
-        for value in values
-    )
-
-
-def _option_value(ctx: RuleContext, path: str) -> list[object]:
-    """The value of ``--flag`` or of ``--flag.key.key`` in a JSON-valued flag ([] when unset)."""
-    flag, _, keys = path.partition(".")
-    if keys:
-        return _extra_values(ctx.config.json_values.get(flag, {}), keys)
-    option = ctx.option(flag)
-    return [] if option is None or option.value is None else [option.value]
-
-
-def _extra_values(tree: object, path: str) -> list[object]:
-    """Every value at ``key.key`` below ``tree``; a list on the way yields each element's."""
-    found = [tree]
-    for key in path.split("."):
-        step: list[object] = []
-        for node in found:
-            for item in node if isinstance(node, list) else [node]:
-                if isinstance(item, dict) and key in item:
-                    step.append(item[key])
-        found = step
-    return [leaf for value in found for leaf in (value if isinstance(value, list) else [value])]
-
-
-@register
-class KnownBugMatches(ConfigRule):
-    """Reports a known bug whose affected releases and conditions match the config.
-
-    What
-    ----
-    A curated known-bug row (repository#number, affected range, the flags and connectors that
-    trigger it) matches the target release and the serve config.
-
-    Why
-    ---
-    These bugs crash, deadlock or silently lose cache hits; each row names how to avoid it.
-
-    Example
-    -------
-    `LMCacheConnectorV1` on a hybrid-attention model (LMCache#3106).
-
-    Fix
-    ---
-    Apply the avoidance in the message, or upgrade past the fixed release.
-
-    Releases
-    --------
-    Curated: `rules/curated/known_bugs.toml`; rows are rechecked like the field guide's
-    "Known bugs" table.
-    """
-
-    code = "SC002"
-    name = "known-bug"
-    default_severity = Severity.warning
-    summary = "a known bug matches this release and config"
-    fix_applicability = "display"
-    references = (
-        lmcache_issue(2942, "LocalCPUBackend.allocate() deadlocks when the buffer fills"),
-        lmcache_issue(2502, "LocalDiskBackend crashes vLLM under allocation bursts"),
-        vllm_issue(54831, "GLM-5.3's DSA indexer cache fails offload hash alignment"),
-        vllm_issue(50454, "native offload + Mamba hybrid + mamba-cache-mode all + MTP crash"),
-        vllm_issue(55503, "OffloadingConnector fs secondary tier + MTP crash"),
-        lmcache_issue(3688, "LMCacheConnectorV1: an aborted request kills EngineCore"),
-    )
-    since = "0.1.0"
-
-    def check(self, ctx: RuleContext) -> Iterable[Finding]:
-        for bug in ctx.semantics.bugs_at(ctx.version):
-            if not _lmcache_release_affected(ctx, bug) or not _bug_matches(ctx, bug):
-                continue
-            flag = bug.when_flags[0] if bug.when_flags else None
-            fixed = f" (fixed in {bug.fixed})" if bug.fixed else ""
-            if bug.component == "lmcache" and ctx.lmcache_version is not None:
-                read = f" from {ctx.lmcache_origin}" if ctx.lmcache_origin else ""
-                fixed += f" [LMCache {ctx.lmcache_version}{read}]"
-            yield self.finding(
-                f"{bug.id}{fixed}: {bug.title}. Avoid: {bug.avoidance}",
-                flag=flag,
-                location=ctx.location_of(flag) if flag else None,
-                bug=bug.id,
-                source=bug.source,
-            )
