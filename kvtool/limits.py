@@ -124,9 +124,9 @@ SIZING_LAYERS = Limit(
 )
 SIMULATE_WORK = Limit(
     "simulate_work",
-    5_000_000,
-    "steps",
-    "scheduler steps (last arrival + tokens) or blocks one simulation may take",
+    300_000_000,
+    "work units",
+    "blocks of every request plus scheduler steps, summed over every setting of a sweep",
 )
 
 # Not adjustable: an exbibyte is past any host or GPU, and small enough that a size in

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from kvtool.audit.inputs.registry import format_choices
 from kvtool.audit.positionals import STDIN, split_positionals
 from kvtool.output.completion import complete_rule, complete_version
 from kvtool.output.options import (
@@ -112,8 +113,8 @@ def audit(
         str | None,
         typer.Option(
             "--input-format",
-            help="Force the input kind (default: detected per file; the kinds are listed in "
-            "docs/audit-inputs.md and in the error for an unknown one).",
+            help=f"Force the input kind (default: detected per file): {format_choices()}; "
+            "docs/audit-inputs.md says what each reads.",
         ),
     ] = None,
     stdin_filename: Annotated[

@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from kvtool.audit.inputs.registry import format_choices
 from kvtool.output.options import (
     OUTPUT_FORMAT_ENV,
     ColorMode,
@@ -47,8 +48,8 @@ def upgrade(
         str | None,
         typer.Option(
             "--input-format",
-            help="Force the input kind (default: detected per file; the kinds are listed in "
-            "docs/audit-inputs.md and in the error for an unknown one).",
+            help=f"Force the input kind (default: detected per file): {format_choices()}; "
+            "docs/audit-inputs.md says what each reads.",
         ),
     ] = None,
     output_format: Annotated[

@@ -169,7 +169,7 @@ def test_config_json_fields(tmp_path: Path, fields: dict[str, Any]) -> None:
 @_PROPERTY
 @given(_JSONISH)
 def test_trace_reader(tmp_path: Path, text: str) -> None:
-    from kvtool.simulate.workload import read_trace
+    from kvtool.simulate.trace import read_trace
 
     trace = tmp_path / "trace.jsonl"
     trace.write_text('{"id": "a", "prefix": "p", "prefix_tokens": ' + text + "}\n")
@@ -179,7 +179,7 @@ def test_trace_reader(tmp_path: Path, text: str) -> None:
 @_PROPERTY
 @given(st.binary(max_size=100))
 def test_trace_reader_bytes(tmp_path: Path, data: bytes) -> None:
-    from kvtool.simulate.workload import read_trace
+    from kvtool.simulate.trace import read_trace
 
     trace = tmp_path / "trace.jsonl"
     trace.write_bytes(data)

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from kvtool.simulate.engine import EngineSettings, Simulation
-from kvtool.simulate.workload import TraceRequest, prefix_repetition
+from kvtool.simulate.sweep import quiet_connector
+from kvtool.simulate.trace import PrefixRepetitionParams, Request, Segment, prefix_repetition
 
 BLOCK_BYTES = 1 << 20
 
@@ -23,20 +24,22 @@ def _engine(**overrides: Any) -> EngineSettings:
 
 # Eight 256-token prefixes (16 blocks each, 128 blocks in all) do not fit a 96-block
 # GPU pool, so the pool must recycle prefixes and the host tier can serve them back.
-TRACE = prefix_repetition(num_prefixes=8, prefix_tokens=256, suffix_tokens=32,
-                          output_tokens=16, num_requests=120, seed=1)
+TRACE = list(prefix_repetition(PrefixRepetitionParams(
+    num_prefixes=8, prefix_tokens=256, suffix_tokens=32, output_tokens=16, num_requests=120),
+    seed=1))
 
 
-def _run(config: dict[str, Any], trace: list[TraceRequest] = TRACE, **engine: Any) -> Any:
-    return Simulation(_engine(**engine), config).run(trace)
+def _run(config: dict[str, Any], trace: list[Request] = TRACE, **engine: Any) -> Any:
+    with quiet_connector():
+        return Simulation(_engine(**engine), config).run(trace)
 
 
 def test_gpu_prefix_hits_match_a_hand_count() -> None:
     # One 64-token prompt (4 blocks) served 4 times in a row on a pool that never
     # recycles: vLLM computes at least the last prompt token, so only (64 - 1) // 16 = 3
     # blocks = 48 tokens can hit, for each of the 3 repeats: 144 hit tokens.
-    trace = [TraceRequest(id=f"r{i}", arrival=i * 50, prefix="p", prefix_tokens=64,
-                          output_tokens=4) for i in range(4)]
+    trace = [Request(id=f"r{i}", arrival=i * 50, segments=(Segment("p", 64),), output_tokens=4)
+             for i in range(4)]
     result = _run({"kvtool.policy": "eager"}, trace, max_num_seqs=1)
     assert result.gpu_hit_tokens == 144
     assert result.external_hit_tokens == 0
@@ -66,22 +69,24 @@ def test_every_buffered_block_ends_in_one_outcome(config: dict[str, Any]) -> Non
     assert stats["admitted"] == stats["stored"] + stats["failed"] + dropped
 
 
-def test_fifo_at_defaults_loses_blocks_that_eviction_aware_stores() -> None:
-    fifo = _run({"kvtool.policy": "fifo"})  # threshold 100, LMCache 0.5.6's default
-    aware = _run({"kvtool.policy": "eviction_aware"})
-    assert fifo.blocks_lost_to_eviction > aware.blocks_lost_to_eviction
-    assert aware.external_hit_tokens > fifo.external_hit_tokens
+def test_fifo_at_defaults_keeps_the_hits_of_eager() -> None:
+    # Threshold 100 (LMCache 0.5.6's default) never triggers on 120 requests; FIFO still
+    # releases what the next scheduling pass could recycle (issue 25), so it loses nothing.
+    fifo = _run({"kvtool.policy": "fifo"})
+    eager = _run({"kvtool.policy": "eager"})
+    assert fifo.blocks_lost_to_eviction == 0
+    assert fifo.external_hit_tokens == eager.external_hit_tokens
 
 
-def test_eviction_aware_writes_fewer_bytes_than_eager() -> None:
+def test_eviction_aware_keeps_eager_hits_and_writes_no_more() -> None:
     eager = _run({"kvtool.policy": "eager"})
     aware = _run({"kvtool.policy": "eviction_aware"})
-    assert aware.bytes_stored < eager.bytes_stored
-    assert aware.external_hit_tokens > 0
+    assert aware.bytes_stored <= eager.bytes_stored
+    assert aware.external_hit_tokens == eager.external_hit_tokens > 0
 
 
 def test_cli_sweeps_knobs_per_policy(kvtool_cli: Any) -> None:
-    result = kvtool_cli("simulate", "--num-requests", "40", "--gpu-blocks", "96",
+    result = kvtool_cli("simulate", "--num-requests", "40", "--num-gpu-blocks", "96",
                         "--set", "kvtool.fifo.threshold=1,100",
                         "--set", "kvtool.idle_drain_steps=2", "--output-format", "json")
     assert result.exit_code == 0, result.stderr
@@ -133,8 +138,8 @@ def test_text_output_is_a_table(kvtool_cli: Any) -> None:
         (["--set", "kvtool.fifo.threshhold=3"], "kvtool.fifo.threshold"),
         (["--set", "kvtool.fifo.threshold=0"], ">= 1"),
         (["--set", "threshold=3"], "--set"),
-        (["--gpu-blocks", "4"], "raise --gpu-blocks"),
-        (["--gpu-blocks", "0"], "--gpu-blocks"),
+        (["--num-gpu-blocks", "4"], "raise --num-gpu-blocks"),
+        (["--num-gpu-blocks", "0"], "--num-gpu-blocks"),
         (["--trace", "/nonexistent/trace.jsonl"], "no such file"),
         (["--model", "no-such-model"], "--model"),
         (["--output-format", "csv"], "--output-format"),

@@ -25,7 +25,8 @@ from collections.abc import Callable
 import yaml
 
 from kvtool.audit.inputs import yaml_tree
-from kvtool.audit.inputs.container import ArgvWord, container_invocations, words_from_node
+from kvtool.audit.inputs.command_line import ArgvWord
+from kvtool.audit.inputs.container import container_invocations, words_from_node
 from kvtool.audit.inputs.shell import ShellContext
 from kvtool.audit.inputs.source import ReadSource
 from kvtool.audit.inputs.suppressions import yaml_comment_suppressions

@@ -90,6 +90,7 @@ class JsonSkipped(_Out, frozen=True, kw_only=True):
     # A chart template that was not rendered: not audited (fails the run unless
     # --allow-unrendered).
     unrendered: bool = False
+    never_read: bool = False  # a kind of file kvtool does not open (documentation, media)
 
 
 class JsonReport(_Out, frozen=True, kw_only=True):
@@ -165,7 +166,13 @@ def build(report: AuditReport) -> JsonReport:
             "unrendered": len(report.unrendered),
         },
         skipped=[
-            JsonSkipped(file=s.file, reason=s.reason, problem=s.problem, unrendered=s.unrendered)
+            JsonSkipped(
+                file=s.file,
+                reason=s.reason,
+                problem=s.problem,
+                unrendered=s.unrendered,
+                never_read=s.never_read,
+            )
             for s in report.skipped
         ],
     )

@@ -7,6 +7,8 @@ it. The summary line is separate (:func:`summary`) because it goes to stderr.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from rich.console import Console
 from rich.markup import escape
 
@@ -104,7 +106,13 @@ def summary(report: AuditReport) -> str:
     where = ", ".join(f"vLLM {version} ({origin})" for version, origin in targets) or "nothing"
     counts = report.counts()
     parts = [f"{counts[s.value]} {_NOUNS[s][counts[s.value] != 1]}" for s in reversed(Severity)]
-    text = f"Checked {len(report.invocations)} invocation(s) against {where}: {', '.join(parts)}"
+    readers = Counter(i.kind for i in report.invocations)
+    read_by = ", ".join(f"{kind} {count}" for kind, count in sorted(readers.items()))
+    read_by = f" (read as {read_by})" if read_by else ""
+    text = (
+        f"Checked {len(report.invocations)} invocation(s){read_by} against {where}: "
+        f"{', '.join(parts)}"
+    )
     if report.suppressed:
         text += f", {report.suppressed} suppressed"
     if report.baselined:
@@ -114,9 +122,15 @@ def summary(report: AuditReport) -> str:
         text += f"; {fixable['safe']} fixable with --fix"
         if fixable["unsafe"]:
             text += f" ({fixable['unsafe']} more with --fix --unsafe-fixes)"
-    passed_over = len(report.skipped) - len(report.unreadable) - len(report.unrendered)
+    never_read = sum(1 for s in report.skipped if s.never_read)
+    passed_over = len(report.skipped) - len(report.unreadable) - never_read - len(report.unrendered)
     if passed_over:
         text += f"; {passed_over} file(s) skipped: no vLLM server (--verbose names them)"
+    if never_read:
+        text += (
+            f"; {never_read} file(s) of kinds kvtool never reads (documentation, media, "
+            "archives; --verbose names them)"
+        )
     if report.unrendered:
         text += (
             f"; {len(report.unrendered)} chart template(s) not rendered: not audited "
