@@ -144,6 +144,7 @@ def read_input_set(
         result.vllm_claims.extend(claims_in_text(item.text, item.name))
         _read_one(item, configmaps, input_format, result)
     _drop_configs_read_through_commands(result)
+    _drop_values_read_through_templates(result)
     return result
 
 
@@ -167,6 +168,35 @@ def _drop_configs_read_through_commands(result: InputSet) -> None:
             result.skipped.append(
                 SkippedInput(file=invocation.file, reason="read as the --config of a command")
             )
+            continue
+        kept.append(invocation)
+    result.invocations = kept
+
+
+def _drop_values_read_through_templates(result: InputSet) -> None:
+    """A chart's own ``values.yaml`` is audited through the chart's templates, which show
+    what the values become, when a template of that chart yielded a server; read alone it
+    would count the same engine twice."""
+    from kvtool.audit.inputs import helm_render
+
+    charts: set[Path] = set()
+    for invocation in result.invocations:
+        if invocation.file is None:
+            continue
+        root = helm_render.chart_root(
+            Path(invocation.file.removesuffix(helm_render.RENDERED_SUFFIX))
+        )
+        if root is not None:
+            charts.add(root.resolve())
+    if not charts:
+        return
+    values = {str(root / "values.yaml") for root in charts}
+    kept: list[Invocation] = []
+    for invocation in result.invocations:
+        if invocation.file is not None and str(Path(invocation.file).resolve()) in values:
+            if not any(s.file == invocation.file for s in result.skipped):
+                reason = "read through the chart's templates, which show what the values become"
+                result.skipped.append(SkippedInput(file=invocation.file, reason=reason))
             continue
         kept.append(invocation)
     result.invocations = kept
@@ -217,9 +247,7 @@ def _with_file_suppressions(found: list[Invocation], item: _Pending) -> list[Inv
     wide = file_suppressions(item.text, item.name)
     if not wide:
         return found
-    return [
-        msgspec.structs.replace(inv, suppressions=(*inv.suppressions, *wide)) for inv in found
-    ]
+    return [msgspec.structs.replace(inv, suppressions=(*inv.suppressions, *wide)) for inv in found]
 
 
 def _read_one(
