@@ -37,6 +37,7 @@ from kvtool.audit.model import (
     SourceToken,
 )
 from kvtool.nesting import loads_json
+from kvtool.numbers import MOST_INT, BadNumber, parse_float
 from kvtool.releases.model import FlagFact, ReleaseFacts
 
 OPTIMIZATION_LEVEL = "--optimization-level"
@@ -578,7 +579,12 @@ def _dotted_value(text: str) -> Any:
     if match:
         number, suffix = match.groups()
         if suffix in _DECIMAL:
-            return int(float(number) * _DECIMAL[suffix])
+            try:  # bounded first: a 400-digit number times 1e3 is no int64 vLLM takes
+                scale = _DECIMAL[suffix]
+                bounded = parse_float(number, "a dotted key's value", high=MOST_INT / scale)
+                return int(bounded * scale)
+            except BadNumber:
+                return text
         if number.isdigit():
             return int(number) * _BINARY[suffix]
     return text

@@ -67,7 +67,6 @@ from __future__ import annotations
 
 import difflib
 import logging
-import math
 import re
 from collections.abc import Callable, Mapping
 from enum import Enum
@@ -77,6 +76,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from kvtool.connector.policies import DEFAULT_POLICY, POLICIES
 from kvtool.errors import KvtoolError
+from kvtool.numbers import BadNumber, parse_float, parse_int, shown
 
 KEY_PREFIX = "kvtool."
 
@@ -124,8 +124,15 @@ class ConnectorConfig(BaseModel):
     @classmethod
     def from_extra_config(cls, extra: Mapping[str, Any] | None) -> ConnectorConfig:
         """Read the ``kvtool.*`` keys of ``extra``; raise ConnectorConfigError on bad input."""
+        if extra is not None and not isinstance(extra, Mapping):
+            raise ConnectorConfigError(
+                f"kv_connector_extra_config: expected a mapping of keys to values, "
+                f"not {type(extra).__name__}"
+            )
         values: dict[str, Any] = {}
         for key, raw in (extra or {}).items():
+            if not isinstance(key, str):
+                continue  # not a kvtool. key: another connector's business
             if not key.startswith(KEY_PREFIX):
                 continue
             spec = _KEYS.get(key)
@@ -207,23 +214,10 @@ def _bool(key: str, raw: Any) -> bool:
 
 def _int_at_least(low: int) -> Callable[[str, Any], int]:
     def parse(key: str, raw: Any) -> int:
-        if isinstance(raw, bool) or not isinstance(raw, (int, str, float)):
-            raise ConnectorConfigError(
-                f"kv_connector_extra_config: {key}={raw!r} is not an integer"
-            )
         try:
-            number = float(raw)
-        except ValueError:
-            raise ConnectorConfigError(
-                f"kv_connector_extra_config: {key}={raw!r} is not an integer"
-            ) from None
-        if not number.is_integer():
-            raise ConnectorConfigError(
-                f"kv_connector_extra_config: {key}={raw!r} must be a whole number"
-            )
-        if number < low:
-            raise ConnectorConfigError(f"kv_connector_extra_config: {key}={raw!r} must be >= {low}")
-        return int(number)
+            return parse_int(raw, key, low=low)
+        except BadNumber as error:
+            raise ConnectorConfigError(f"kv_connector_extra_config: {error}") from None
 
     return parse
 
@@ -231,36 +225,42 @@ def _int_at_least(low: int) -> Callable[[str, Any], int]:
 def _float_range(low: float, *, inclusive: bool) -> Callable[[str, Any], float]:
     def parse(key: str, raw: Any) -> float:
         try:
-            number = float(raw)
-        except (TypeError, ValueError):
-            raise ConnectorConfigError(
-                f"kv_connector_extra_config: {key}={raw!r} is not a number"
-            ) from None
-        ok = number >= low if inclusive else number > low
-        if isinstance(raw, bool) or not math.isfinite(number) or not ok:
-            bound = f">= {low:g}" if inclusive else f"> {low:g}"
-            raise ConnectorConfigError(
-                f"kv_connector_extra_config: {key}={raw!r} must be a finite number {bound}"
-            )
-        return number
+            return parse_float(raw, key, low=low, low_inclusive=inclusive)
+        except BadNumber as error:
+            raise ConnectorConfigError(f"kv_connector_extra_config: {error}") from None
 
     return parse
 
 
+# An exbibyte: past any host's memory, and a bound that keeps the size an exact int.
+_MOST_BYTES = 1 << 60
+
+
 def _size(key: str, raw: Any) -> int:
-    if isinstance(raw, int) and not isinstance(raw, bool):
-        value = raw
-    else:
-        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(raw))
+    number: Any = raw
+    unit = ""
+    if isinstance(raw, str):
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", raw)
         unit = match.group(2).lower() if match else ""
         if not match or unit not in _SIZE_UNITS:
             raise ConnectorConfigError(
-                f"kv_connector_extra_config: {key}={raw!r} is not a size "
+                f"kv_connector_extra_config: {key}={shown(raw)} is not a size "
                 "(bytes, or a number with KiB, MiB, GiB, TiB, KB, MB, GB, TB)"
             )
-        value = int(float(match.group(1)) * _SIZE_UNITS[unit])
-    if value <= 0:
-        raise ConnectorConfigError(f"kv_connector_extra_config: {key}={raw!r} must be > 0 bytes")
+        number = match.group(1)
+    try:
+        amount = parse_float(number, key, low=0, low_inclusive=False, high=_MOST_BYTES)
+    except BadNumber:
+        raise ConnectorConfigError(
+            f"kv_connector_extra_config: {key}={shown(raw)} must be a size > 0 bytes and at "
+            f"most {_MOST_BYTES} bytes (1 EiB)"
+        ) from None
+    value = int(amount * _SIZE_UNITS[unit])
+    if not 0 < value <= _MOST_BYTES:
+        raise ConnectorConfigError(
+            f"kv_connector_extra_config: {key}={shown(raw)} must be a size > 0 bytes and at "
+            f"most {_MOST_BYTES} bytes (1 EiB)"
+        )
     return value
 
 

@@ -35,6 +35,14 @@ def setting_label(extra_config: dict[str, object]) -> str:
     return f"{policy} {knobs}".strip()
 
 
+def byte_size(count: int) -> str:
+    """Bytes in the largest binary unit that keeps them at 1 or more."""
+    for unit, size in (("GiB", _GIB), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(count) >= size:
+            return f"{count / size:.2f} {unit}"
+    return f"{count} B"
+
+
 def _pct(value: float) -> str:
     return f"{value:.1%}"
 
@@ -45,7 +53,7 @@ def explain(result: SimResult) -> list[str]:
     config = ConnectorConfig.from_extra_config(result.extra_config)
     notes: list[str] = []
     admitted, stored = stats["admitted"], stats["stored"]
-    lost = stats["dropped_evicted"] + stats["dropped_hash_changed_at_release"]
+    lost = stats["lost_to_recycling"]
     if stored == 0:
         if admitted == 0:
             if stats["skipped_duplicate"]:
@@ -61,15 +69,20 @@ def explain(result: SimResult) -> list[str]:
             notes.append("stores nothing: the host store was full of blocks being transferred")
     if (config.policy == FifoPolicy.name and admitted
             and not stats.get("released_by_threshold", 0)):
-        idle = stats.get("released_by_idle", 0)
-        notes.append(
-            f"FIFO never released on its threshold: it waits until {config.fifo_threshold} "
-            "finished requests still buffer blocks, and vLLM recycled their blocks first ("
-            f"{lost:,} of {admitted:,} lost)"
-            + (f"; only the idle drain after the last request stored {idle:,}" if idle else "")
-            + ". Lower kvtool.fifo.threshold (e.g. --set kvtool.fifo.threshold=1,4,16) or use "
-            "eviction_aware"
-        )
+        if stored == 0:
+            notes.append(
+                f"stores nothing: FIFO waits until {config.fifo_threshold} finished requests "
+                f"still buffer blocks, and vLLM recycled all {admitted:,} buffered blocks "
+                "first; lower kvtool.fifo.threshold (e.g. --set kvtool.fifo.threshold=1,4,16) "
+                "or use eviction_aware"
+            )
+        else:
+            notes.append(
+                f"FIFO's threshold ({config.fifo_threshold} finished requests still "
+                "buffering) was never reached: what it stored it released only because vLLM "
+                "was about to recycle it or the engine went idle; a lower "
+                "kvtool.fifo.threshold stores earlier"
+            )
     elif admitted and lost / admitted > LOSS_WORTH_NOTING:
         notes.append(f"lost {lost:,} of {admitted:,} buffered blocks ({lost / admitted:.0%}) to "
                      "recycling before release")
@@ -123,8 +136,11 @@ def recommend(results: Sequence[SimResult]) -> Recommendation | None:
                   f"{HIT_TOLERANCE_POINTS:g} points")
     else:
         share = saved / baseline.bytes_stored if baseline.bytes_stored else 0.0
-        reason = (f"writes {saved / _GIB:.2f} GiB ({share:.0%}) less than "
-                  f"{setting_label(baseline.extra_config)} for {cost:+.1f} points of host hits")
+        hits = ("the same host hits" if abs(cost) < 0.05 else
+                f"{cost:.1f} fewer points of host hits" if cost > 0 else
+                f"{-cost:.1f} more points of host hits")
+        reason = (f"writes {byte_size(saved)} ({share:.1%}) less than "
+                  f"{setting_label(baseline.extra_config)}, with {hits}")
     return Recommendation(
         setting=setting_label(chosen.extra_config),
         baseline=setting_label(baseline.extra_config),
@@ -140,7 +156,7 @@ def recommend(results: Sequence[SimResult]) -> Recommendation | None:
 
 def no_recommendation_reason(results: Sequence[SimResult]) -> str:
     """Why :func:`recommend` found nothing to recommend."""
-    if any(r.blocks_stored == 0 or r.blocks_lost_to_eviction for r in results):
+    if any(r.blocks_stored == 0 or r.lost_to_recycling for r in results):
         return ("none of these settings gets a host hit (see the notes): compare "
                 "eviction_aware and eager, or lower kvtool.fifo.threshold")
     best_gpu = max((r.gpu_hit_rate for r in results), default=0.0)

@@ -1,7 +1,9 @@
 """One bound on a simulation's work: every setting of a sweep, every request, every step.
 
-The unit is one block of one request or one scheduler step, per setting: what the
-simulator's time and memory grow with. The bound is ``limits.SIMULATE_WORK``
+The unit is one block of one request or one scheduler step, per setting, and a
+request costs :data:`REQUEST_WORK` units more than its blocks (admission, host
+lookup, finish and the manager's per-request calls weigh about as much as that
+many blocks): what the simulator's time grows with. The bound is ``limits.SIMULATE_WORK``
 (``KVTOOL_LIMIT_SIMULATE_WORK``). A run is refused before it starts when its
 estimate is over the bound, and stopped if it gets there anyway (an estimate
 cannot know how many steps the engine will take), so no input runs past it.
@@ -10,6 +12,9 @@ cannot know how many steps the engine will take), so no input runs past it.
 from __future__ import annotations
 
 from kvtool import limits
+
+REQUEST_WORK = 16
+"""Work units of one request beyond its blocks."""
 
 
 class WorkMeter:
@@ -28,11 +33,11 @@ class WorkMeter:
     def unbounded(cls) -> WorkMeter:
         return cls(float("inf"), "")
 
-    def check_estimate(self, amount: float, what: str) -> None:
+    def check_estimate(self, amount: int, what: str) -> None:
         """Refuse a run whose estimated work is over the limit, before it starts."""
         if amount > self.limit:
             raise limits.LimitExceeded(
-                limits.SIMULATE_WORK.message(f"{what}: about {amount:,.0f} work units"))
+                limits.SIMULATE_WORK.message(f"{what}: about {amount:,} work units"))
 
     def charge(self, amount: int, where: str) -> None:
         self.used += amount

@@ -63,8 +63,8 @@ def _param_value(text: str) -> Any:
 
 
 def _block_bytes(model: str, block_size: int) -> int:
-    from kvtool.sizing.catalog import load_model_spec
     from kvtool.sizing.deployment import make_deployment
+    from kvtool.sizing.model_spec import load_model_spec
     from kvtool.sizing.report import compute
 
     report = compute(load_model_spec(model), make_deployment(block_size=block_size))
@@ -106,6 +106,10 @@ def simulate(
     max_batched_tokens: Annotated[
         int, typer.Option(help="vLLM --max-num-batched-tokens.")] = 2048,
     host_blocks: Annotated[int, typer.Option(help="Host store size in blocks.")] = 4096,
+    idle_stepping: Annotated[
+        bool, typer.Option(help="Between arrivals the engine keeps stepping while the "
+                                "connector holds work (a server); off: an offline driver.")
+    ] = True,
     model: Annotated[
         str,
         typer.Option(
@@ -206,6 +210,7 @@ def simulate(
             num_gpu_blocks=num_gpu_blocks if num_gpu_blocks is not None else 256,
             block_size=block_size, max_num_seqs=max_num_seqs,
             max_batched_tokens=max_batched_tokens, host_blocks=host_blocks,
+            idle_stepping=idle_stepping,
             block_bytes=block_bytes if block_bytes is not None else _block_bytes(model,
                                                                                  block_size),
         )

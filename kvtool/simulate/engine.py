@@ -37,6 +37,7 @@ of first admissions, as vLLM records them).
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import math
 from collections import deque
@@ -56,7 +57,7 @@ from kvtool.connector.manager import (
 )
 from kvtool.connector.store import StoreIndex
 from kvtool.errors import KvtoolError
-from kvtool.simulate.budget import WorkMeter
+from kvtool.simulate.budget import REQUEST_WORK, WorkMeter
 from kvtool.simulate.trace import Request
 
 _WAITING, _LOADING, _PREEMPTED, _RUNNING = range(4)
@@ -72,6 +73,11 @@ class EngineSettings(BaseModel):
     host_blocks: int = Field(ge=1, le=1 << 30)
     block_bytes: int = Field(ge=1, le=1 << 40)
     step_seconds: float = Field(default=0.05, gt=0, le=3600)
+    idle_stepping: bool = True
+    """Between arrivals, keep stepping while the connector holds work, as vLLM's
+    server loop does (``has_pending_push_work``); False: step only while requests
+    are unfinished, as an offline driver does (``LLM.generate``, the benchmarks),
+    so only the end of the trace drains idle."""
 
 
 class SimResult(BaseModel):
@@ -86,7 +92,9 @@ class SimResult(BaseModel):
     blocks_buffered: int
     blocks_stored: int
     bytes_stored: int
-    blocks_lost_to_eviction: int
+    lost_to_recycling: int
+    """Buffered blocks vLLM recycled before release, and those behind them (the
+    connector's counter of the same name)."""
     blocks_loaded: int
     preemptions: int
     async_loads: int
@@ -94,6 +102,9 @@ class SimResult(BaseModel):
     """Steps async-loaded requests waited for a running slot after their load finished."""
     idle_steps: int
     """Steps with no token scheduled that the engine took because work was buffered."""
+    peak_requests_held: int
+    """Most requests the simulation held at once (running, waiting, loading): with the
+    pool, the host store and the manager's buffer, what its memory grows with."""
     stats: dict[str, int]
 
     @computed_field  # type: ignore[prop-decorator]  # in model_dump and the JSON schema
@@ -114,9 +125,9 @@ class _Req:
                  "num_tokens", "preempted", "prompt_blocks", "prompt_len", "ready_at",
                  "request", "status")
 
-    def __init__(self, request: Request, hashes: list[Hashable], block_size: int) -> None:
+    def __init__(self, request: Request, block_size: int) -> None:
         self.request = request
-        self.hashes = hashes
+        self.hashes = block_hashes(request, block_size)
         self.prompt_len = request.prompt_tokens
         self.prompt_blocks = self.prompt_len // block_size
         self.num_tokens = self.prompt_len  # prompt plus tokens generated so far
@@ -136,23 +147,24 @@ def block_hashes(request: Request, block_size: int) -> list[Hashable]:
     A block's hash stands for every token up to its end, as vLLM's chained block
     hash does: the chain of segments (key and length) so far, and the end offset.
     The output is one more segment, keyed by ``output_key`` when later prompts
-    continue it, else private to the request.
+    continue it, else private to the request. The chain is a BLAKE2 digest, not
+    Python's ``hash`` of the key (randomised per process), so every run and every
+    ``--jobs`` process gives the same hashes and the same results.
     """
     segments: list[tuple[str, int]] = list(request.segments)
     segments.append((request.output_key if request.output_key is not None
                      else f"{request.id}\x00output", request.output_tokens))
     total = request.prompt_tokens + request.output_tokens
     out: list[Hashable] = []
-    chain: Hashable = None
+    chain = 0
     start = 0
-    index = 0
     end = block_size
     for key, tokens in segments:
-        chain = hash((chain, key, tokens))
+        digest = hashlib.blake2b(f"{chain}\x00{tokens}\x00{key}".encode(), digest_size=8)
+        chain = int.from_bytes(digest.digest(), "little")
         stop = start + tokens
         while end <= stop and end <= total:
             out.append(hash((chain, end)))
-            index += 1
             end += block_size
         start = stop
     return out
@@ -168,6 +180,7 @@ class _Counters:
     load_wait_steps: int = 0
     idle_steps: int = 0
     requests: int = 0
+    peak_held: int = 0
 
 
 class Simulation:
@@ -185,7 +198,7 @@ class Simulation:
         )
         self.step_index = 0
         self.pool = InMemoryBlockPool(settings.num_gpu_blocks)
-        self.pool.allocate(1)  # vLLM's null block: never handed to a request
+        null_block = self.pool.allocate(1)[0]  # vLLM's null block: never handed to a request
         self.store = StoreIndex(capacity, settings.block_bytes, "simulation")
         self.manager = LazyOffloadManager(
             self.config, self.pool, self.store,
@@ -193,12 +206,16 @@ class Simulation:
             clock=lambda: self.step_index * settings.step_seconds,
             max_step_blocks=max_blocks_per_pass(
                 settings.max_batched_tokens, settings.block_size, settings.max_num_seqs),
+            null_block_id=null_block,
         )
+        self._budget_blocks = -(-settings.max_batched_tokens // settings.block_size)
+        self._loading: dict[int, int] = {}  # id(request) -> host blocks planned this pass
         self.counters = _Counters()
         self.running: list[_Req] = []
         self.waiting: deque[_Req] = deque()
         self.holding: deque[_Req] = deque()  # async-loaded requests, drained first
         self._load_jobs: list[int] = []
+        self._intake = _Intake(iter(()), settings.block_size, settings.num_gpu_blocks)
 
     # ------------------------------------------------------------------ blocks
 
@@ -259,6 +276,24 @@ class Simulation:
         self.counters.preemptions += 1
         self.waiting.appendleft(run)
 
+    def _loaded_holding_all(self) -> bool:
+        """Nothing runs, every load finished, and the head still cannot be admitted."""
+        return bool(self.holding) and all(run.ready_at >= 0 for run in self.holding)
+
+    def _release_newest_load(self, preempted: list[_Req]) -> None:
+        """Loaded requests hold every block and none fits: free the newest one's blocks
+        and recompute it later, as a preemption would (vLLM's reservations for async
+        loads are meant to keep this from happening; the model must not stall)."""
+        run = self.holding.pop()
+        self._free(run)
+        run.computed = 0
+        run.status = _PREEMPTED
+        run.preempted = True
+        run.ready_at = -1
+        self.counters.preemptions += 1
+        self.waiting.appendleft(run)
+        preempted.append(run)
+
     def _inflight_reserved(self) -> int:
         """Blocks that in-flight prefills still need for their whole sequence."""
         reserved = 0
@@ -276,9 +311,11 @@ class Simulation:
         pool, manager = self.pool, self.manager
         skipped_holding: list[_Req] = []
         while budget > 0:
-            queue = self.holding or self.waiting
-            if not queue or len(self.running) >= s.max_num_seqs:
+            if len(self.running) >= s.max_num_seqs:
                 break
+            if not self.holding and not self.waiting and not self._pull():
+                break
+            queue = self.holding or self.waiting
             run = queue[0]
             if run.status == _LOADING:
                 if run.ready_at < 0:
@@ -331,6 +368,7 @@ class Simulation:
                     job = manager.plan_load(run.blocks[start:start + external],
                                             run.hashes[start:start + external])
                     self._load_jobs.append(job.job_id)
+                    self._loading[id(run)] = external
             run.computed = computed
             if load_async:
                 run.status = _LOADING
@@ -372,15 +410,26 @@ class Simulation:
             manager.on_request_preempted(run.request.id)
             run.buffered = 0
         fresh = set(map(id, new))
-        total = 0
+        size = self.settings.block_size
+        loading, self._loading = self._loading, {}
+        # As the adapter reports them: prefix-cache hits are handed out but not taken
+        # from the free queue's head; the next pass may need a block per scheduled
+        # request, plus the whole budget while one of them still prefills its prompt.
+        cached_hits = 0
         for run in new:
             allocated += run.blocks  # a new or resumed request's whole block table
             manager.on_request_arrived(run.request.id)
+            cached_hits += max(0, run.computed // size - loading.get(id(run), 0))
+        total = 0
+        prefilling = False
         for run, tokens in scheduled:
             total += tokens
+            if run.computed + tokens < run.prompt_len:
+                prefilling = True
             if id(run) in fresh or run.buffered < run.prompt_blocks or self.config.store_decode:
                 self._buffer(run, run.computed + tokens)
-        result = manager.step(StepInput(total, allocated))
+        demand = len(scheduled) + (self._budget_blocks if prefilling else 0)
+        result = manager.step(StepInput(total, allocated, len(allocated) - cached_hits, demand))
         jobs = self._load_jobs
         jobs += [job.job_id for job in result.store_jobs]
         if jobs:
@@ -394,20 +443,14 @@ class Simulation:
 
     def run(self, trace: Iterable[Request]) -> SimResult:
         s = self.settings
-        intake = _Intake(iter(trace), s.block_size, s.num_gpu_blocks)
-        meter = self.meter
+        intake = self._intake = _Intake(iter(trace), s.block_size, s.num_gpu_blocks)
         while True:
-            for request, hashes in intake.arrivals(self.step_index):
-                self.waiting.append(_Req(request, hashes, s.block_size))
-                self.counters.requests += 1
-                self.counters.prompt_tokens += request.prompt_tokens
-                meter.charge(len(hashes) + 1, "the requests")
-            busy = self.running or self.waiting or self.holding
+            busy = self.running or self.waiting or self.holding or self._pull()
             if not busy:
-                if self.manager.has_pending_work():
+                next_step = intake.next_arrival(self.step_index)
+                if self.manager.has_pending_work() and (s.idle_stepping or next_step is None):
                     self._idle_step()
                     continue
-                next_step = intake.next_arrival(self.step_index)
                 if next_step is None:
                     break
                 self.step_index = next_step
@@ -419,11 +462,29 @@ class Simulation:
             budget = self._schedule_running(scheduled, allocated, preempted)
             if not preempted:
                 self._schedule_waiting(budget, scheduled, new)
+                if not scheduled and not self.running and self._loaded_holding_all():
+                    self._release_newest_load(preempted)
             self._connector_step(scheduled, new, allocated, preempted)
-            meter.charge(1 + len(scheduled), "the scheduler steps")
+            self.meter.charge(1 + len(scheduled), "the scheduler steps")
+            held = len(self.running) + len(self.waiting) + len(self.holding)
+            if held > self.counters.peak_held:
+                self.counters.peak_held = held
             self._update_from_output(scheduled, intake)
             self.step_index += 1
         return self._result()
+
+    def _pull(self) -> bool:
+        """Take the next request that is due into the waiting queue; False if none is."""
+        request = self._intake.pop_due(self.step_index)
+        if request is None:
+            return False
+        run = _Req(request, self.settings.block_size)
+        self.waiting.append(run)
+        c = self.counters
+        c.requests += 1
+        c.prompt_tokens += request.prompt_tokens
+        self.meter.charge(len(run.hashes) + REQUEST_WORK, "the requests")
+        return True
 
     def _idle_step(self) -> None:
         self.counters.idle_steps += 1
@@ -440,8 +501,10 @@ class Simulation:
                 run.num_tokens += 1
                 if run.generated >= run.request.output_tokens:
                     finished.append(run)
+        if finished:
+            done = set(map(id, finished))
+            self.running = [run for run in self.running if id(run) not in done]
         for run in finished:
-            self.running.remove(run)
             self.manager.on_request_finished(run.request.id)
             self._free(run)
             intake.finished(run.request, self.step_index)
@@ -459,58 +522,59 @@ class Simulation:
             blocks_buffered=stats.admitted,
             blocks_stored=stats.stored,
             bytes_stored=stats.stored_bytes,
-            blocks_lost_to_eviction=stats.dropped.get("evicted", 0)
-            + stats.dropped.get("hash_changed_at_release", 0),
+            lost_to_recycling=stats.lost_to_recycling,
             blocks_loaded=stats.loaded,
             preemptions=c.preemptions,
             async_loads=c.async_loads,
             load_wait_steps=c.load_wait_steps,
             idle_steps=c.idle_steps,
+            peak_requests_held=c.peak_held,
             stats=stats.as_dict(),
         )
 
 
 class _Intake:
-    """Requests in reading order, released when they arrive (``after``: once the request
-    they follow finished, plus their delay). Holds only what has been read and not
-    yet released, and the finish step of requests still awaited."""
+    """Requests in reading order, handed out one at a time once due (a follower,
+    ``after``: once the request it follows finished, plus its delay).
+
+    Requests due now are not all taken into the waiting queue at once: the engine
+    pulls the next one only when the queue's materialised head is used up, so a
+    million requests arriving together cost the memory of the few it looks at.
+    Holds what was read and not yet handed out (one independent request ahead, and
+    followers whose predecessor has not finished) and the finish step of requests
+    still awaited.
+    """
 
     def __init__(self, requests: Iterator[Request], block_size: int, gpu_blocks: int) -> None:
         self._requests = requests
         self._block_size = block_size
         self._gpu_blocks = gpu_blocks
-        self._peeked: Request | None = None
-        self._due: list[tuple[int, int, Request]] = []  # (step, order, request): a heap
+        self._next: tuple[int, Request] | None = None  # (reading order, independent request)
+        self._exhausted = False
+        self._due: list[tuple[int, int, Request]] = []  # followers: (step, order, request)
         self._order = 0
-        self._parked: dict[str, list[Request]] = {}  # awaited id -> its followers
+        self._parked: dict[str, list[tuple[int, Request]]] = {}  # awaited id -> followers
         self._done: dict[str, tuple[int, int]] = {}  # awaited id -> (finish step, left)
 
-    def _read(self, now: int) -> None:
-        """Read ahead up to the first independent request arriving after ``now``."""
-        while True:
-            request = self._peeked
+    def _fill(self) -> None:
+        """Read up to the next independent request, parking followers on the way."""
+        while self._next is None and not self._exhausted:
+            request = next(self._requests, None)
             if request is None:
-                request = next(self._requests, None)
-                if request is None:
-                    return
-                self._check(request)
+                self._exhausted = True
+                return
+            self._check(request)
+            order = self._order
+            self._order += 1
             if request.after is None:
-                if request.arrival > now:
-                    self._peeked = request
-                    return
-                self._push(request.arrival, request)
+                self._next = (order, request)
+                continue
+            done = self._done.get(request.after)
+            if done is None:
+                self._parked.setdefault(request.after, []).append((order, request))
             else:
-                done = self._done.get(request.after)
-                if done is None:
-                    self._parked.setdefault(request.after, []).append(request)
-                else:
-                    self._push(done[0] + 1 + request.arrival, request)
-                    self._settle(request.after)
-            self._peeked = None
-
-    def _push(self, step: int, request: Request) -> None:
-        heapq.heappush(self._due, (step, self._order, request))
-        self._order += 1
+                heapq.heappush(self._due, (done[0] + 1 + request.arrival, order, request))
+                self._settle(request.after)
 
     def _settle(self, awaited: str) -> None:
         step, left = self._done[awaited]
@@ -527,19 +591,26 @@ class _Intake:
                 f"{self._gpu_blocks} (raise --num-gpu-blocks)"
             )
 
-    def arrivals(self, now: int) -> Iterator[tuple[Request, list[Hashable]]]:
-        self._read(now)
-        due = self._due
-        while due and due[0][0] <= now:
-            request = heapq.heappop(due)[2]
-            yield request, block_hashes(request, self._block_size)
+    def pop_due(self, now: int) -> Request | None:
+        """The next request due at or before ``now`` (by due step, then reading order)."""
+        self._fill()
+        follower = self._due[0] if self._due and self._due[0][0] <= now else None
+        independent = self._next if self._next and self._next[1].arrival <= now else None
+        if independent is not None and (follower is None
+                                        or (independent[1].arrival, independent[0])
+                                        < (follower[0], follower[1])):
+            self._next = None
+            return independent[1]
+        if follower is not None:
+            return heapq.heappop(self._due)[2]
+        return None
 
     def next_arrival(self, now: int) -> int | None:
-        """The next step anything arrives, when nothing runs now (None: the trace is done)."""
-        self._read(now)
+        """The next step anything arrives after ``now`` (None: the trace is done)."""
+        self._fill()
         candidates = [self._due[0][0]] if self._due else []
-        if self._peeked is not None:
-            candidates.append(self._peeked.arrival)
+        if self._next is not None:
+            candidates.append(self._next[1].arrival)
         if not candidates:
             if self._parked:  # every awaited request was read earlier, so it finished
                 raise RuntimeError("simulate: a request waits for one that never ran")
@@ -550,8 +621,8 @@ class _Intake:
         if not request.dependents:
             return
         followers = self._parked.pop(request.id, [])
-        for follower in followers:
-            self._push(step + 1 + follower.arrival, follower)
+        for order, follower in followers:
+            heapq.heappush(self._due, (step + 1 + follower.arrival, order, follower))
         left = request.dependents - len(followers)
         if left > 0:
             self._done[request.id] = (step, left)

@@ -14,6 +14,7 @@ from rich.table import Table
 from kvtool.output.kinds import ReportKind
 from kvtool.simulate.advice import (
     Recommendation,
+    byte_size,
     explain,
     no_recommendation_reason,
     recommend,
@@ -83,7 +84,7 @@ def render_text(sweep: Sweep, console: Console) -> None:
     for r in sweep.results:
         table.add_row(escape(setting_label(r.extra_config)), f"{r.external_hit_rate:.1%}",
                       f"{r.gpu_hit_rate:.1%}", f"{r.bytes_stored / _GIB:.3f}",
-                      f"{r.blocks_stored:,}", f"{r.blocks_lost_to_eviction:,}",
+                      f"{r.blocks_stored:,}", f"{r.lost_to_recycling:,}",
                       f"{r.preemptions:,}")
     console.print(table)
     for r in sweep.results:
@@ -97,7 +98,7 @@ def render_text(sweep: Sweep, console: Console) -> None:
         return
     console.print(
         f"[bold]recommendation: {escape(chosen.setting)}[/bold]: host hits "
-        f"{chosen.external_hit_rate:.1%}, {chosen.bytes_stored / _GIB:.3f} GiB written; "
+        f"{chosen.external_hit_rate:.1%}, {byte_size(chosen.bytes_stored)} written; "
         f"{escape(chosen.reason)}",
         soft_wrap=True,
     )

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from kvtool.connector.config import ConnectorConfig
 from kvtool.connector.policies import POLICY_NAMES
-from kvtool.simulate.budget import WorkMeter
+from kvtool.simulate.budget import REQUEST_WORK, WorkMeter
 from kvtool.simulate.engine import EngineSettings, SimResult, Simulation
 from kvtool.simulate.trace import Request, WorkloadParams, generate
 
@@ -51,12 +51,12 @@ class WorkloadSource:
         return self.params.num_requests
 
     def work_bound(self, block_size: int) -> int:
-        """Work units its requests charge in one run (blocks plus one each, at most)."""
+        """Work units its requests charge in one run, at most (see kvtool.simulate.budget)."""
         if self.requests is not None:
-            return sum(math.ceil((r.prompt_tokens + r.output_tokens) / block_size) + 1
+            return sum(math.ceil((r.prompt_tokens + r.output_tokens) / block_size) + REQUEST_WORK
                        for r in self.requests)
         assert self.params is not None
-        per_request = math.ceil(self.params.request_tokens_bound() / block_size) + 1
+        per_request = math.ceil(self.params.request_tokens_bound() / block_size) + REQUEST_WORK
         return self.params.num_requests * per_request
 
 

@@ -44,7 +44,7 @@ import itertools
 import json
 import random
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal, NamedTuple
 
@@ -81,10 +81,11 @@ class Request:
     output_key: str | None = None
     dependents: int = 0
     """How many later requests name this one in ``after`` (not written: derived)."""
+    prompt_tokens: int = field(init=False)
+    """The segments' tokens, summed once (read on every scheduling decision)."""
 
-    @property
-    def prompt_tokens(self) -> int:
-        return sum(segment.tokens for segment in self.segments)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "prompt_tokens", sum(s.tokens for s in self.segments))
 
 
 # --------------------------------------------------------------------------- the file format
@@ -239,7 +240,9 @@ def parse_trace(text: str, name: str) -> Trace:
 
 def _checked(requests: list[Request], name: str) -> list[Request]:
     """Unique ids, ``after`` naming an earlier request, one length per segment key;
-    returns the requests with their ``dependents`` counted, in reading order."""
+    returns the requests with their ``dependents`` counted, in the order a reader
+    needs (see the module docstring): stably by the arrival of the request each
+    one's chain of ``after`` starts from."""
     seen: dict[str, int] = {}
     dependents: dict[str, int] = {}
     lengths: dict[str, int] = {}
@@ -262,8 +265,12 @@ def _checked(requests: list[Request], name: str) -> list[Request]:
                     f"{segment.tokens} tokens here and {known} elsewhere (a key names one content)"
                 )
         seen[request.id] = index
+    root: dict[str, int] = {}
+    for request in requests:
+        root[request.id] = request.arrival if request.after is None else root[request.after]
+    ordered = sorted(requests, key=lambda r: root[r.id])
     return [
-        _with_dependents(r, dependents[r.id]) if r.id in dependents else r for r in requests
+        _with_dependents(r, dependents[r.id]) if r.id in dependents else r for r in ordered
     ]
 
 

@@ -227,7 +227,7 @@ def _in_file(name: str, read: Any) -> Any:
 
 
 def _read_config_json(path: Path) -> None:
-    from kvtool.sizing.catalog import load_model_spec
+    from kvtool.sizing.model_spec import load_model_spec
 
     load_model_spec(str(path))
 

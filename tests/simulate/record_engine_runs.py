@@ -143,11 +143,26 @@ def run_one(model: Path, workload: str, store: str, policy: str) -> dict[str, An
     }
 
 
+def _finished(runs_file: Path) -> dict[str, dict[str, Any]]:
+    if not runs_file.exists():
+        return {}
+    runs = [json.loads(line) for line in runs_file.read_text().splitlines() if line.strip()]
+    return {f"{r['workload']}/{r['store']}/{r['policy']}": r for r in runs}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "kvtool" / "bench")
     parser.add_argument("--only", help="workload/store/policy: run one, print its JSON line")
+    parser.add_argument("--runs", type=Path,
+                        help="JSON Lines of finished runs: appended to, and runs already in it "
+                             "are not run again (so shards can share it)")
+    parser.add_argument("--shard", default="0/1", help="K/N: run every N-th run from the K-th")
+    parser.add_argument("--cpu", type=int, help="the CPU the engines bind their threads to")
+    parser.add_argument("--finalize", action="store_true",
+                        help="write the fixture from the runs recorded so far (the missing "
+                             "ones listed in its provenance) and run nothing")
     args = parser.parse_args(argv)
     model = build_tiny_model(args.cache / "tiny-model")
     os.environ.setdefault("VLLM_CACHE_ROOT", str(args.cache / "vllm-cache"))
@@ -158,23 +173,32 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "VLLM_NO_USAGE_STATS": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
            "VLLM_CONFIGURE_LOGGING": "0", "PYTHONPATH": str(REPO)}
-    env.setdefault("VLLM_CPU_OMP_THREADS_BIND", str(max(os.sched_getaffinity(0))))
-    runs = []
-    for workload in WORKLOADS:
-        for store in HOST_STORES:
-            for policy in POLICIES:
-                only = f"{workload}/{store}/{policy}"
-                done = subprocess.run(
-                    [sys.executable, __file__, "--out", str(args.out), "--cache",
-                     str(args.cache), "--only", only],
-                    env=env, capture_output=True, text=True, check=False)
-                lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
-                if done.returncode or not lines:
-                    sys.stderr.write(done.stderr[-4000:])
-                    raise SystemExit(f"{only}: the engine run failed")
-                runs.append(json.loads(lines[-1].removeprefix("RESULT ")))
-                print(only, runs[-1]["external_hit_tokens"], runs[-1]["stats"]["stored"],
-                      file=sys.stderr, flush=True)
+    env["VLLM_CPU_OMP_THREADS_BIND"] = str(
+        args.cpu if args.cpu is not None else max(os.sched_getaffinity(0)))
+    runs_file = args.runs or args.out.with_suffix(".runs.jsonl")
+    shard, shards = (int(x) for x in args.shard.split("/"))
+    wanted = [f"{w}/{s}/{p}" for w in WORKLOADS for s in HOST_STORES for p in POLICIES]
+    for index, only in enumerate(wanted):
+        if args.finalize:
+            break
+        if index % shards == shard and only not in _finished(runs_file):
+            done = subprocess.run(
+                [sys.executable, __file__, "--out", str(args.out), "--cache",
+                 str(args.cache), "--only", only],
+                env=env, capture_output=True, text=True, check=False)
+            lines = [ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")]
+            if done.returncode or not lines:
+                sys.stderr.write(done.stderr[-4000:])
+                raise SystemExit(f"{only}: the engine run failed")
+            runs_file.parent.mkdir(parents=True, exist_ok=True)
+            with runs_file.open("a") as handle:
+                handle.write(lines[-1].removeprefix("RESULT ") + "\n")
+            print(only, "recorded", file=sys.stderr, flush=True)
+    finished = _finished(runs_file)
+    missing = [only for only in wanted if only not in finished]
+    if missing and not args.finalize:
+        return 0  # another shard is still running; the last one writes the fixture
+    runs = [finished[only] for only in wanted if only in finished]
     import vllm
 
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
@@ -183,11 +207,13 @@ def main(argv: list[str] | None = None) -> int:
     document = {
         "provenance": {
             "command": ("PYTHONPATH=. /work/main/.venv-vllm/bin/python "
-                        "tests/simulate/record_engine_runs.py --out " + str(args.out)),
+                        "tests/simulate/record_engine_runs.py --out " + str(args.out)
+                        + " [--shard K/N --cpu C, one per CPU]"),
             "kvtool_commit": commit,
             "workloads_sha256": hashlib.sha256(workloads_file.read_bytes()).hexdigest(),
             "vllm_version": vllm.__version__,
             "python": platform.python_version(),
+            "not_recorded": missing,
         },
         "engine": ENGINE,
         "runs": runs,

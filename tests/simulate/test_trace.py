@@ -99,7 +99,7 @@ def test_version_1_lines_are_still_read(tmp_path: Path) -> None:
     path.write_text('{"id": "a", "arrival": 2, "prefix": "doc", "prefix_tokens": 128, '
                     '"suffix_tokens": 16, "output_tokens": 4}\n'
                     '{"id": "b", "prefix": "doc", "prefix_tokens": 128}\n')
-    a, b = trace.read_trace(path).requests
+    b, a = trace.read_trace(path).requests  # in arrival order
     assert a.segments[0] == b.segments[0] == trace.Segment("doc", 128)
     assert a.prompt_tokens == 144 and a.arrival == 2 and b.prompt_tokens == 128
 

@@ -40,6 +40,7 @@ from kvtool.audit.vllm_release import ReleaseClaim, claims_in_text
 from kvtool.errors import KvtoolError
 from kvtool.fsio import read_input_bytes, reader_text
 from kvtool.limits import INPUT_BYTES, LimitExceeded
+from kvtool.yamlguard import file_budget
 
 
 class NoServerCommand(KvtoolError):
@@ -378,12 +379,13 @@ def read_text(
     if kind is not None and reader is None:
         raise KvtoolError(f"--input-format: unknown format {kind!r}")
     source = source or ReadSource(file=file, base_dir=base_dir)
-    found = reader.read(text, source) if reader is not None else []
-    if not found and (reader is None or not reader.exhaustive):
-        # A form its reader does not know, or no reader at all: found, partly understood.
-        from kvtool.audit.inputs import finder
+    with file_budget():  # YAML embedded in the file draws on the file's one budget
+        found = reader.read(text, source) if reader is not None else []
+        if not found and (reader is None or not reader.exhaustive):
+            # A form its reader does not know, or no reader at all: found, partly understood.
+            from kvtool.audit.inputs import finder
 
-        found = finder.find(text, source)
+            found = finder.find(text, source)
     if not found and kind is None:
         raise NoServerCommand(
             f"{name}: not a deployment file kvtool reads; pass --input-format ({format_choices()})"

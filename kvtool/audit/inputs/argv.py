@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from kvtool.audit.inputs.command_line import find_serve, serve_arguments
-from kvtool.audit.inputs.container_resources import docker_run_resources
+from kvtool.audit.inputs.docker_resources import docker_run_resources
 from kvtool.audit.inputs.registry import ARGV
 from kvtool.audit.inputs.vllm_config import referenced_config
 from kvtool.audit.model import EnvAssignment, Invocation, SourceToken

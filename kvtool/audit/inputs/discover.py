@@ -57,13 +57,19 @@ def _within(root: str, base: str) -> bool:
 
 
 def _gitignore(path: str) -> pathspec.GitIgnoreSpec | None:
+    """A ``.gitignore`` read like any input: a regular file within the size limit (a FIFO
+    would hang the walk, a link to /dev/zero fill memory) and with at most
+    ``gitignore_patterns`` patterns (every file of the walk is matched against each)."""
     import pathspec
 
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            lines = handle.read().splitlines()
-    except OSError:
-        return None
+    from kvtool import limits
+    from kvtool.fsio import read_input_bytes
+
+    if not os.path.exists(path):
+        return None  # a dangling link: nothing is ignored, as git does
+    lines = read_input_bytes(path).decode("utf-8", errors="replace").splitlines()
+    patterns = sum(1 for line in lines if line.strip() and not line.lstrip().startswith("#"))
+    limits.GITIGNORE_PATTERNS.check(patterns, path)
     return pathspec.GitIgnoreSpec.from_lines(lines)
 
 

@@ -33,6 +33,28 @@ from kvtool.releases.images import serve_entrypoint
 _INSTRUCTION = re.compile(r"^[ \t]*([A-Za-z]+)[ \t]+", re.MULTILINE)
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 _FROM = re.compile(r"(?:--\S+\s+)*(\S+)")
+# Parser directives: ``# name=value`` lines before any instruction, comment or blank
+# line (https://docs.docker.com/reference/dockerfile/#parser-directives).
+_DIRECTIVE = re.compile(r"#[ \t]*([A-Za-z]+)[ \t]*=[ \t]*(\S*)[ \t]*\r?\n")
+_BACKTICK_CONTINUATION = re.compile(r"`(?=[ \t]*\r?\n)")
+
+
+def _escape_character(text: str) -> str:
+    """The ``# escape=`` parser directive's character, ``\\`` by default."""
+    position = 0
+    while match := _DIRECTIVE.match(text, position):
+        if match.group(1).lower() == "escape" and match.group(2) in ("`", "\\"):
+            return match.group(2)
+        position = match.end()
+    return "\\"
+
+
+def _backslash_continuations(text: str) -> str:
+    """``text`` with the backtick continuations of ``# escape=``` ` spelled as backslashes,
+    offset for offset, so one reader handles both (Windows images use the backtick)."""
+    if _escape_character(text) != "`":
+        return text
+    return _BACKTICK_CONTINUATION.sub(lambda _: "\\", text)
 
 
 @dataclass(frozen=True)
@@ -46,6 +68,7 @@ class _Instruction:
 
 
 def read(text: str, source: ReadSource) -> list[Invocation]:
+    text = _backslash_continuations(text)
     index = LineIndex(text, source.file)
     stage = _final_stage(_instructions(text))
     base = next((i for i in stage if i.keyword == "FROM"), None)

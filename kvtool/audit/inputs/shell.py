@@ -16,7 +16,7 @@ from typing import Literal
 import msgspec
 
 from kvtool.audit.inputs.command_line import ServeMatch, find_serve, serve_arguments
-from kvtool.audit.inputs.container_resources import docker_run_resources
+from kvtool.audit.inputs.docker_resources import docker_run_resources
 from kvtool.audit.inputs.huggingface_server import server_tokens
 from kvtool.audit.inputs.positions import LineIndex, OffsetMap
 from kvtool.audit.inputs.shell_lexer import Command, Comment, LexError, Word, lex

@@ -10,12 +10,11 @@ from __future__ import annotations
 from collections import Counter
 
 from rich.console import Console
-from rich.markup import escape
 
 from kvtool.audit.engine import AuditReport
 from kvtool.audit.model import REWRITABLE, Finding, Severity
 from kvtool.audit.render.objects import object_of
-from kvtool.termsafe import terminal_line
+from kvtool.termsafe import plain, terminal_line
 
 STYLES = {Severity.error: "bold red", Severity.warning: "yellow", Severity.info: "cyan"}
 _NOUNS = {
@@ -37,33 +36,41 @@ def _where(finding: Finding) -> str:
     return ":".join(parts)
 
 
-def _shown(text: str) -> str:
-    """Input-derived text (file names, flag values in messages) as inert console text:
-    rich markup escaped, terminal control sequences made visible."""
-    return escape(terminal_line(text))
-
-
 def print_report(report: AuditReport, console: Console) -> None:
+    # Input-derived text (file names, object names, flag values in messages) goes in as
+    # plain pieces, never markup: control sequences shown escaped, brackets and
+    # backslashes as written, in time linear in the text.
     for skipped in report.unreadable:
         console.print(
-            f"[bold]{escape(skipped.file)}[/bold]: [bold red]not read[/bold red] "
-            f"{escape(skipped.reason)}",
+            plain((skipped.file, "bold"), ": ", ("not read", "bold red"), " ", skipped.reason),
             soft_wrap=True,
         )
     for finding in report.findings:
         style = STYLES[finding.severity]
         named = object_of(finding)
-        about = f"{_shown(named)}: " if named else ""
         console.print(
-            f"[bold]{_shown(_where(finding))}[/bold]: {about}[{style}]{finding.code}[/{style}] "
-            f"[{style}]{finding.severity.value}[/{style}] {_shown(finding.message)} "
-            f"[dim]\\[{finding.name}][/dim]",
+            plain(
+                (_where(finding), "bold"),
+                ": ",
+                *((named, ""), ": ") if named else (),
+                (finding.code, style),
+                " ",
+                (finding.severity.value, style),
+                " ",
+                finding.message,
+                " ",
+                (f"[{finding.name}]", "dim"),
+            ),
             soft_wrap=True,
         )
         if finding.fix is not None:
             console.print(
-                f"    [dim]fix ({finding.fix.applicability}):[/dim] "
-                f"{_shown(finding.fix.description)}",
+                plain(
+                    "    ",
+                    (f"fix ({finding.fix.applicability}):", "dim"),
+                    " ",
+                    finding.fix.description,
+                ),
                 soft_wrap=True,
             )
 
