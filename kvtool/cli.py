@@ -75,8 +75,10 @@ def build_app(args: list[str]) -> typer.Typer:
 
 def run(args: list[str]) -> int:
     """Run the CLI on ``args`` and return the exit code (0 ok, 1 findings, 2 bad input)."""
+    from kvtool.fsio import forget_inputs
     from kvtool.limits import INT_DIGITS
 
+    forget_inputs()  # no write of this run may replace a file it reads (kvtool.fsio)
     # Python's own guard against quadratic int parsing, set to the named, adjustable
     # limit: an integer past it in JSON, TOML or a registry answer is refused, not parsed.
     sys.set_int_max_str_digits(max(INT_DIGITS.count, 640))  # 640: the interpreter's floor
@@ -100,13 +102,14 @@ def run(args: list[str]) -> int:
 
 # What hostile or broken input can raise from deep inside a reader, beside KvtoolError:
 # unreadable files, bad encodings, nesting past the interpreter's stack, numbers over
-# Python's digit limit or otherwise malformed, memory a bound did not catch.
+# Python's digit limit, too large or otherwise malformed, memory a bound did not catch.
 _INPUT_FAILURES: tuple[type[BaseException], ...] = (
     OSError,
     UnicodeError,
     RecursionError,
     ValueError,
     MemoryError,
+    OverflowError,  # a number past what float or a C call takes, that no parser bounded
 )
 
 
@@ -137,11 +140,11 @@ def _error_line(exc: BaseException) -> str:
 
 
 def _print_error(message: str) -> None:
+    from kvtool import redact
     from kvtool.termsafe import terminal_line
 
-    stderr.print(
-        f"kvtool: error: {terminal_line(message)}", markup=False, highlight=False, soft_wrap=True
-    )
+    shown = terminal_line(redact.message(message))
+    stderr.print(f"kvtool: error: {shown}", markup=False, highlight=False, soft_wrap=True)
 
 
 def main() -> None:

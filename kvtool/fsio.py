@@ -2,7 +2,11 @@
 file kvtool writes replaced atomically, never half-written.
 
 Reading opens without blocking (a FIFO must not hang the run) and refuses anything
-that is not a regular file, except ``-`` for stdin. Writing goes to a temporary file
+that is not a regular file, except ``-`` for stdin. Every file a run reads, and every
+file it is pointed at (:func:`note_input`), is remembered by device and inode, so no
+write of that run (a report, a launch file, a cache entry) replaces it, whatever name,
+symbolic link or hard link the write was given; only ``--fix`` rewrites an input, and
+only one it audited (``rewrites_input``). Writing goes to a temporary file
 in the target's directory, is flushed to disk and renamed over the target, so a full
 disk, a file-size limit or a crash leaves the old file whole. The target's mode and
 ownership carry over. When the caller says what the file held when it was read, the
@@ -31,6 +35,54 @@ _READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
 class ChangedOnDisk(KvtoolError):
     """The file changed between kvtool's read and its write; the write was abandoned."""
+
+
+class WouldOverwriteInput(KvtoolError):
+    """A write would replace a file this run read or was pointed at."""
+
+
+# (st_dev, st_ino, st_ctime_ns) -> the name the run read it by: every input of this run.
+# The change time tells a file apart from a later one that reuses a deleted file's inode
+# (a library caller that never starts a new run: tests, one process reading and writing).
+_INPUTS: dict[tuple[int, int, int], str] = {}
+
+
+def _identity(status: os.stat_result) -> tuple[int, int, int]:
+    return (status.st_dev, status.st_ino, status.st_ctime_ns)
+
+
+def forget_inputs() -> None:
+    """Start a run: nothing read yet (the CLI calls this before each command)."""
+    _INPUTS.clear()
+
+
+def note_input(path: Path | str) -> None:
+    """Remember ``path`` (through any symbolic link) as an input of this run: a file
+    read by other means than :func:`read_input_bytes` (an archive, a TOML file), or
+    named by an option before it is read. A path that does not exist is ignored."""
+    if str(path) == STDIN:
+        return
+    try:
+        status = os.stat(path)
+    except (OSError, ValueError):
+        return
+    _INPUTS.setdefault(_identity(status), str(path))
+
+
+def refuse_overwriting_any_input(output: Path | str, flag: str) -> None:
+    """Raise ``WouldOverwriteInput`` when ``output`` (through links) is an input of this
+    run; ``flag`` names the option that chose ``output``."""
+    try:
+        status = os.stat(output)
+    except (OSError, ValueError):
+        return  # no such file yet: nothing to lose
+    read_as = _INPUTS.get(_identity(status))
+    if read_as is not None:
+        same = "" if read_as == str(output) else f" (the same file as {read_as})"
+        raise WouldOverwriteInput(
+            f"{flag} {output}: is an input of this run{same}; it would be overwritten, "
+            "so nothing is written"
+        )
 
 
 def describe_os_error(error: OSError, path: object = None) -> str:
@@ -68,6 +120,7 @@ def read_input_bytes(
             raise KvtoolError(
                 f"{path}: not a regular file ({_kind(status.st_mode)}); give a file or -"
             )
+        _INPUTS.setdefault(_identity(status), str(path))
         data = _read_regular(descriptor, status.st_size, cap)
     except OSError as error:
         raise KvtoolError(f"cannot read {describe_os_error(error, path)}") from None
@@ -138,23 +191,26 @@ def _kind(mode: int) -> str:
 
 
 def refuse_overwriting_inputs(output: Path, inputs: Iterable[Path | str], flag: str) -> None:
-    """Raise ``KvtoolError`` when writing ``output`` would replace one of ``inputs``."""
+    """Raise ``WouldOverwriteInput`` when writing ``output`` would replace one of
+    ``inputs`` (named on the command line, checked before they are read). Every write
+    checks all that the run has read by then (:func:`atomic_write`)."""
+    try:
+        target = os.stat(output)
+    except (OSError, ValueError):
+        return
     for candidate in inputs:
         if str(candidate) == STDIN:
             continue
-        if _same_file(output, Path(candidate)):
-            raise KvtoolError(f"{flag} {output}: is an input of this run; it would be overwritten")
-
-
-def _same_file(first: Path, second: Path) -> bool:
-    try:
-        return os.path.samefile(first, second)
-    except OSError:
-        pass
-    try:
-        return first.resolve() == second.resolve()
-    except (OSError, RuntimeError):
-        return False
+        try:
+            status = os.stat(candidate)
+        except (OSError, ValueError):
+            continue
+        if (status.st_dev, status.st_ino) == (target.st_dev, target.st_ino):
+            same = "" if str(candidate) == str(output) else f" (the same file as {candidate})"
+            raise WouldOverwriteInput(
+                f"{flag} {output}: is an input of this run{same}; it would be overwritten, "
+                "so nothing is written"
+            )
 
 
 def atomic_write(
@@ -164,15 +220,22 @@ def atomic_write(
     expected: bytes | None = None,
     mode: int | None = None,
     follow_symlinks: bool = True,
+    flag: str = "-o",
+    own_file: bool = False,
 ) -> None:
     """Replace ``path`` with ``data`` all at once, or leave it as it was and raise.
 
-    ``expected``: the bytes ``path`` held when read; a change since then raises
-    ``ChangedOnDisk``. ``mode``: the mode of a new file (an existing one keeps its own).
-    A symlink is followed (the link stays, its target is replaced) unless
-    ``follow_symlinks`` is false, when it is refused. A file with other hard links is
-    refused: renaming over it would split the links.
+    ``expected``: the bytes ``path`` held when read (``--fix`` rewriting the file it
+    audited); a change since then raises ``ChangedOnDisk``. Without it, ``path`` must be
+    no input of this run (``WouldOverwriteInput``, naming ``flag``), unless it is one of
+    kvtool's ``own_file`` (a cache entry it read and now renews). ``mode``: the mode
+    of a new file (an existing one keeps its own, setuid and setgid included, or the
+    write is refused). A symlink is followed (the link stays, its target is replaced)
+    unless ``follow_symlinks`` is false, when it is refused. A file with other hard
+    links is refused: renaming over it would split the links.
     """
+    if expected is None and not own_file:
+        refuse_overwriting_any_input(path, flag)
     target = _write_target(path, follow_symlinks)
     existing = _lstat_or_none(target)
     if existing is not None:
@@ -202,10 +265,12 @@ def atomic_write(
             handle.write(data)
             handle.flush()
             os.fsync(descriptor)
-            _copy_metadata(descriptor, existing, mode)
+            _copy_metadata(descriptor, existing, mode, path)
         with _locked_original(target, expected, path):
             os.replace(temporary, target)
         _sync_directory(directory)
+        if expected is not None:
+            note_input(target)  # still an input: a report of this run must not replace it
     except OSError as error:
         _remove_quietly(temporary)
         reason = describe_os_error(error, path)
@@ -216,10 +281,19 @@ def atomic_write(
 
 
 def atomic_write_text(
-    path: Path, text: str, *, mode: int | None = None, follow_symlinks: bool = True
+    path: Path,
+    text: str,
+    *,
+    mode: int | None = None,
+    follow_symlinks: bool = True,
+    own_file: bool = False,
+    flag: str = "-o",
 ) -> None:
     """``atomic_write`` of ``text`` as UTF-8."""
-    atomic_write(path, text.encode("utf-8"), mode=mode, follow_symlinks=follow_symlinks)
+    data = text.encode("utf-8")
+    atomic_write(
+        path, data, mode=mode, follow_symlinks=follow_symlinks, own_file=own_file, flag=flag
+    )
 
 
 def _write_target(path: Path, follow_symlinks: bool) -> Path:
@@ -242,16 +316,37 @@ def _lstat_or_none(path: Path) -> os.stat_result | None:
         raise KvtoolError(f"cannot write {describe_os_error(error, path)}") from None
 
 
-def _copy_metadata(descriptor: int, existing: os.stat_result | None, mode: int | None) -> None:
+def _copy_metadata(
+    descriptor: int, existing: os.stat_result | None, mode: int | None, shown: Path
+) -> None:
+    """The new file's owner and mode as the old one's, or ``KvtoolError``.
+
+    Ownership first: changing it clears setuid and setgid, so the mode is set after it,
+    and read back: a bit the kernel did not keep (setgid for a group kvtool's user is
+    not in) refuses the write instead of replacing the file with a weaker one.
+    """
     if existing is None:
         umask = os.umask(0)
         os.umask(umask)
         os.fchmod(descriptor, (0o666 if mode is None else mode) & ~umask)
         return
-    os.fchmod(descriptor, stat.S_IMODE(existing.st_mode))
-    if hasattr(os, "fchown"):
-        with contextlib.suppress(PermissionError):  # only root may give a file away
-            os.fchown(descriptor, existing.st_uid, existing.st_gid)
+    wanted = stat.S_IMODE(existing.st_mode)
+    try:
+        os.fchown(descriptor, existing.st_uid, existing.st_gid)
+    except PermissionError:
+        now = os.fstat(descriptor)  # a filesystem that owns every file alike (vfat) is fine
+        if (now.st_uid, now.st_gid) != (existing.st_uid, existing.st_gid):
+            raise KvtoolError(
+                f"{shown}: belongs to uid {existing.st_uid} gid {existing.st_gid}, which "
+                "kvtool's user cannot give a new file; not written"
+            ) from None
+    os.fchmod(descriptor, wanted)
+    kept = stat.S_IMODE(os.fstat(descriptor).st_mode)
+    if kept != wanted:
+        raise KvtoolError(
+            f"{shown}: its mode {wanted:04o} cannot be kept (the new file would be "
+            f"{kept:04o}); not written"
+        )
 
 
 @contextlib.contextmanager

@@ -61,8 +61,12 @@ class Limit:
             raise LimitExceeded(self.message(what))
 
     def message(self, what: str) -> str:
+        return f"{what}: {self.reason()}"
+
+    def reason(self) -> str:
+        """What :meth:`message` says after the input's name."""
         return (
-            f"{what}: over the {self.name} limit ({_shown(self.value)} {self.unit}: {self.why}); "
+            f"over the {self.name} limit ({_shown(self.value)} {self.unit}: {self.why}); "
             f"set {self.env_var} to raise it"
         )
 
@@ -119,14 +123,21 @@ POD_CONTAINERS = Limit(
     "containers",
     "containers in one pod (every engine is checked against each of its pod mates)",
 )
+GITIGNORE_PATTERNS = Limit(
+    "gitignore_patterns",
+    2_000,
+    "patterns",
+    "patterns in one .gitignore of an audited directory (each file is matched against all)",
+)
 SIZING_LAYERS = Limit(
     "sizing_layers", 100_000, "layers", "num_hidden_layers (or a similar count) in a config.json"
 )
 SIMULATE_WORK = Limit(
     "simulate_work",
-    5_000_000,
-    "steps",
-    "scheduler steps (last arrival + tokens) or blocks one simulation may take",
+    200_000_000,
+    "work units",
+    "blocks of every request, 16 per request and one per scheduler step, summed over "
+    "every setting of a sweep",
 )
 
 # Not adjustable: an exbibyte is past any host or GPU, and small enough that a size in
@@ -146,6 +157,7 @@ ALL: tuple[Limit, ...] = (
     ARCHIVE_MEMBERS,
     ARCHIVE_RATIO,
     POD_CONTAINERS,
+    GITIGNORE_PATTERNS,
     SIZING_LAYERS,
     SIMULATE_WORK,
 )

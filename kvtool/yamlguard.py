@@ -6,27 +6,64 @@ of millions once walked or constructed, and ``&a [*a]`` makes a cycle. Each docu
 is measured once, in time linear in its distinct nodes: its size with every alias
 followed, its alias references, its depth; a cycle or a measure over its limit in
 :mod:`kvtool.limits` is refused with ``LimitExceeded`` before any reader sees it.
+
+The node and alias limits hold for a whole input file, not each document of it: YAML
+embedded in a string of the file (a KAITO preset's config, a Ray Serve app's args) is
+composed later, and would otherwise start a fresh count per document. A reader of one
+file runs inside :func:`file_budget`; every document composed meanwhile draws on it.
 """
 
 from __future__ import annotations
 
-import yaml
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from kvtool import limits
 
+if TYPE_CHECKING:  # imported when a document is checked: a shell script's run needs no YAML
+    import yaml
 
-def _children(node: yaml.Node) -> list[yaml.Node]:
-    if isinstance(node, yaml.SequenceNode):
+
+@dataclass
+class _Budget:
+    nodes: float
+    aliases: float
+
+
+_FILE_BUDGET: ContextVar[_Budget | None] = ContextVar("kvtool_yaml_file_budget", default=None)
+
+
+@contextmanager
+def file_budget() -> Iterator[None]:
+    """One node and alias budget for every YAML document composed inside (one file)."""
+    token = _FILE_BUDGET.set(_Budget(limits.YAML_NODES.value, limits.YAML_ALIASES.value))
+    try:
+        yield
+    finally:
+        _FILE_BUDGET.reset(token)
+
+
+def _children(
+    node: yaml.Node, sequence: type[yaml.SequenceNode], mapping: type[yaml.MappingNode]
+) -> list[yaml.Node]:
+    if isinstance(node, sequence):
         return list(node.value)
-    if isinstance(node, yaml.MappingNode):
+    if isinstance(node, mapping):
         return [part for pair in node.value for part in pair]
     return []
 
 
 def check_document(root: yaml.Node, where: str) -> None:
     """Raise ``LimitExceeded`` for a cyclic, too deep, too aliased or too large document."""
-    max_nodes = limits.YAML_NODES.value
-    max_aliases = limits.YAML_ALIASES.value
+    import yaml
+
+    sequence, mapping = yaml.SequenceNode, yaml.MappingNode
+    budget = _FILE_BUDGET.get()
+    max_nodes = budget.nodes if budget is not None else limits.YAML_NODES.value
+    max_aliases = budget.aliases if budget is not None else limits.YAML_ALIASES.value
     max_depth = limits.NESTING_DEPTH.value
     expanded: dict[int, int] = {}  # id(node) -> node count of its subtree, aliases followed
     open_nodes: set[int] = set()  # on the current path: reaching one again is a cycle
@@ -37,7 +74,7 @@ def check_document(root: yaml.Node, where: str) -> None:
         key = id(node)
         if done:
             open_nodes.discard(key)
-            size = 1 + sum(expanded[id(child)] for child in _children(node))
+            size = 1 + sum(expanded[id(child)] for child in _children(node, sequence, mapping))
             if size > max_nodes:
                 raise limits.LimitExceeded(limits.YAML_NODES.message(where))
             expanded[key] = size
@@ -53,4 +90,7 @@ def check_document(root: yaml.Node, where: str) -> None:
             raise limits.LimitExceeded(limits.NESTING_DEPTH.message(where))
         open_nodes.add(key)
         stack.append((node, depth, True))
-        stack.extend((child, depth + 1, False) for child in _children(node))
+        stack.extend((child, depth + 1, False) for child in _children(node, sequence, mapping))
+    if budget is not None:  # what this document used is gone for the file's next ones
+        budget.nodes -= expanded[id(root)]
+        budget.aliases -= aliases

@@ -11,7 +11,9 @@
 #      layer, read by a per-layer "forward" right after each layer's wait (every byte
 #      checked), with CUDA event times showing the first layer's read starting before
 #      the last layer's copy finished (and not so with one whole wait);
-#      device staging bytes; store (device -> pinned host) and load (host -> device)
+#      per layout, a typical host hit (1,024 tokens) loaded synchronously per layer
+#      against recomputing it, with a stand-in forward (the kvtool.load_async default);
+#      store (device -> pinned host) and load (host -> device)
 #      GB/s against a plain pinned copy of the same bytes in the same run (target >= 0.8x).
 # Without a CUDA device it exits 2 with one line on stderr. GPU_CHECK_DRY_RUN=1 runs
 # step 2 on CPU instead (what the test suite does).
@@ -43,13 +45,14 @@ echo "$result"
 "$PYTHON" - "$result" <<'PY'
 import json, sys
 sys.path.insert(0, "scripts/bench")
-from gpu_pipeline import layered_lines
+from gpu_pipeline import hit_lines, layered_lines
 r = json.loads(sys.argv[1])
 for name, p in r["layouts"].items():
     print(f"gpu_check: {name}: {p['steps']} steps, mismatched elements {p['mismatched_elements']}, "
-          f"failed jobs {len(p['failed_jobs'])}, host syncs/step {p['host_syncs_per_step']}, "
-          f"device staging {p['device_staging_bytes']} B")
+          f"failed jobs {len(p['failed_jobs'])}, host syncs/step {p['host_syncs_per_step']}")
 for line in layered_lines(r["layered_load"]):
+    print("gpu_check:", line)
+for line in hit_lines(r["hit_vs_recompute"]):
     print("gpu_check:", line)
 b = r["bandwidth"]
 print(f"gpu_check: store {b['store_d2h_gbps']} GB/s vs plain pinned {b['plain_d2h_gbps']} GB/s "

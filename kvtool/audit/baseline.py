@@ -78,6 +78,16 @@ def load_baseline(path: Path) -> Counter[Key]:
     return known
 
 
+def _is_baseline(path: Path) -> bool:
+    """Whether ``path`` holds a kvtool baseline of any schema version (a JSON object with
+    ``schema_version`` and ``findings``), so renewing it loses nothing of the user's."""
+    try:
+        document = msgspec.json.decode(read_input_text(path))
+    except (KvtoolError, msgspec.DecodeError):
+        return False
+    return isinstance(document, dict) and {"schema_version", "findings"} <= document.keys()
+
+
 def without_baselined(report: AuditReport, known: Counter[Key], root: Path) -> int:
     """Drop from ``report`` the findings ``known`` records (each entry once); how many."""
     left = Counter(known)
@@ -96,8 +106,11 @@ def without_baselined(report: AuditReport, known: Counter[Key], root: Path) -> i
 
 
 def write_baseline(path: Path, report: AuditReport, inputs: Iterable[Path | str]) -> int:
-    """Record every finding of ``report`` in ``path``; how many. Never over an input."""
+    """Record every finding of ``report`` in ``path``; how many. Never over an input, nor
+    over an existing file that is no baseline (a settings file, a script)."""
     refuse_overwriting_inputs(path, inputs, "--baseline")
+    if path.exists() and not _is_baseline(path):
+        raise KvtoolError(f"--baseline {path}: exists and is not a kvtool baseline; not written")
     root = path.resolve().parent
     counts: Counter[Key] = Counter()
     messages: dict[Key, str] = {}
@@ -116,5 +129,7 @@ def write_baseline(path: Path, report: AuditReport, inputs: Iterable[Path | str]
         findings=entries,
     )
     data = msgspec.json.format(msgspec.json.encode(document), indent=2) + b"\n"
-    atomic_write(path, data)
+    # kvtool's own file: a directory walk may have read it as a candidate, and renewing
+    # it is what --update-baseline asks; the audited inputs were refused above.
+    atomic_write(path, data, flag="--baseline", own_file=True)
     return sum(counts.values())

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from kvtool.audit.inputs.registry import format_choices
 from kvtool.audit.positionals import STDIN, split_positionals
 from kvtool.output.completion import complete_rule, complete_version
 from kvtool.output.options import (
@@ -110,8 +111,8 @@ def audit(
         str | None,
         typer.Option(
             "--input-format",
-            help="Force the input kind (default: detected per file; the kinds are listed in "
-            "docs/audit-inputs.md and in the error for an unknown one).",
+            help=f"Force the input kind (default: detected per file): {format_choices()}; "
+            "docs/audit-inputs.md says what each reads.",
         ),
     ] = None,
     stdin_filename: Annotated[
@@ -253,7 +254,7 @@ def audit(
     from kvtool.audit.tables import ShippedTables
     from kvtool.output.kinds import emit
     from kvtool.output.streams import Output
-    from kvtool.termsafe import terminal_line, terminal_text
+    from kvtool.termsafe import terminal_line, terminal_patch
 
     out = Output(output_file=output_file, quiet=quiet, color=color)
 
@@ -318,7 +319,11 @@ def audit(
     if verbose:
         for skipped in inputs.skipped:
             if not skipped.problem:
-                out.chatter.print(f"kvtool: skipped {skipped.file}: {skipped.reason}", markup=False)
+                out.chatter.print(
+                    terminal_line(f"kvtool: skipped {skipped.file}: {skipped.reason}"),
+                    markup=False,
+                    soft_wrap=True,
+                )
         from kvtool.audit.render.text import invocation_notes
 
         for line in invocation_notes(report):
@@ -339,14 +344,21 @@ def audit(
         from kvtool.audit.fixing import apply_fixes
 
         applicable = ("safe", "unsafe") if unsafe_fixes else ("safe",)
-        run = apply_fixes(invocations, report, applicable=applicable, write=fix, argv=argv)
+        run = apply_fixes(
+            invocations,
+            report,
+            applicable=applicable,
+            write=fix,
+            argv=argv,
+            stdin_name=stdin_filename,
+        )
         if diff:
-            sys.stdout.write(run.diff)
+            sys.stdout.write(terminal_patch(run.diff))
         elif run.diff:  # --fix: stdout keeps only the report, a machine format may follow
             out.chatter.print(
-                terminal_text(run.diff), markup=False, highlight=False, soft_wrap=True, end=""
+                terminal_patch(run.diff), markup=False, highlight=False, soft_wrap=True, end=""
             )
-        out.chatter.print(run.summary, markup=False, soft_wrap=True)
+        out.chatter.print(terminal_line(run.summary), markup=False, soft_wrap=True)
         for failure in run.failures:
             out.warnings.print(
                 f"kvtool: error: {terminal_line(failure)}", markup=False, soft_wrap=True
@@ -425,12 +437,15 @@ def _read_live(
 
     from kvtool.audit.live import read_live, request_headers
     from kvtool.errors import KvtoolError
+    from kvtool.termsafe import terminal_line
 
     if paths or fixing:
         raise KvtoolError("audit: --url audits a running server: no files, --fix or --diff")
     live = read_live(url, request_headers(header, os.environ))
     for note in live.invocation.notes:  # what was read, for a text report that omits notes
-        out.chatter.print(f"kvtool: {note}", markup=False, highlight=False, soft_wrap=True)
+        out.chatter.print(
+            terminal_line(f"kvtool: {note}"), markup=False, highlight=False, soft_wrap=True
+        )
     return live
 
 

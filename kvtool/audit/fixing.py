@@ -30,6 +30,7 @@ from kvtool.audit.fix import (
 from kvtool.audit.model import REWRITABLE, Finding, Fix, InputKind, Invocation
 from kvtool.errors import KvtoolError
 from kvtool.fsio import atomic_write, decode_text, read_input_bytes, reader_text
+from kvtool.termsafe import terminal_line
 
 FixedKey = tuple[str, str | None, int | None]
 
@@ -66,8 +67,8 @@ class EditPlan:
 
     def diff(self, leave_out: Sequence[str] = ()) -> str:
         """One unified diff per changed file, from the bytes read to the bytes written."""
-        return "".join(
-            unified_diff(pending.raw, pending.text, file)
+        return "".join(  # a file name in a diff header is shown like any other input
+            unified_diff(pending.raw, pending.text, terminal_line(file))
             for file, pending in self.files.items()
             if pending.text != pending.raw and file not in leave_out
         )
@@ -98,7 +99,11 @@ class FixRun:
     @property
     def summary(self) -> str:
         verb = "Applied" if self.written else "Would apply"
-        text = f"{verb} {self.applied} fix(es)." if self.applied else "No fixes to apply."
+        text = f"{verb} {self.applied} fix(es)." if self.applied else "No fixes applied."
+        if not self.applied and not self.failures:
+            text = "No fixes to apply."
+        if self.failures:
+            text += f" {len(self.failures)} file(s) not written (see the errors)."
         return " ".join([text, *self.notes])
 
 
@@ -135,11 +140,21 @@ def apply_fixes(
     applicable: tuple[str, ...],
     write: bool,
     argv: Sequence[str] = (),
+    stdin_name: str | None = None,
 ) -> FixRun:
     """Apply (``write``) or preview the allowed fixes; ``argv`` is the original command for
-    argv inputs."""
+    argv inputs. ``stdin_name``: the name standard input was audited under
+    (``--stdin-filename``); the file of that name was never audited, so it is left alone."""
     plan = EditPlan()
-    run = plan_fixes(plan, invocations, report, applicable=applicable, argv=argv, write=write)
+    run = plan_fixes(
+        plan,
+        invocations,
+        report,
+        applicable=applicable,
+        argv=argv,
+        write=write,
+        stdin_name=stdin_name,
+    )
     finish(run, plan)
     return run
 
@@ -166,9 +181,10 @@ def plan_fixes(
     applicable: tuple[str, ...],
     argv: Sequence[str] = (),
     write: bool = False,
+    stdin_name: str | None = None,
 ) -> FixRun:
     """Plan the allowed fixes of ``report`` into ``plan`` (argv inputs get their fixed
-    command as the run's diff); nothing is written."""
+    command as the run's diff); nothing is written. ``stdin_name``: see :func:`apply_fixes`."""
     run = FixRun(written=write)
     by_label = {inv.label: inv for inv in invocations}
     per_file: dict[str, list[tuple[Fix, list[Finding]]]] = {}
@@ -191,6 +207,14 @@ def plan_fixes(
                 "shown, not applied."
             )
     for file, chosen in per_file.items():
+        if file == stdin_name:
+            # The edits were planned on the text of stdin; the file of that name (if
+            # there is one) holds other text, or the same by chance: never rewritten.
+            run.failures.append(
+                f"{file}: audited from standard input (--stdin-filename), not from the file "
+                "of that name; that file is neither diffed nor written"
+            )
+            continue
         try:
             _fix_file(run, plan, file, chosen, kinds[file], invocations)
         except KvtoolError as error:

@@ -46,7 +46,7 @@ class _Key:
 
 def _model_source(ctx: RuleContext) -> str | None:
     """The config.json or catalog name the sizing package can read for the served model."""
-    from kvtool.sizing.catalog import find_entry
+    from kvtool.models.catalog import find_entry
 
     known = ctx.model
     if known is not None and known.source and Path(known.source).is_file():

@@ -13,15 +13,16 @@ The server is asked only what its OpenAI-compatible API already serves:
 From those it writes the serve arguments that differ from the release table's defaults,
 as an argv :class:`~kvtool.audit.model.Invocation` whose tokens point at the endpoint
 that reported them, so the audit runs the same rules on it as on a file. Every request
-goes to the given URL's host only: redirects are not followed, each body is capped at
-:data:`MAX_BODY_BYTES`, each request at :data:`TIMEOUT_S`.
+goes to the given URL's host only, through :mod:`kvtool.http`: redirects are not
+followed, each body is capped at :data:`MAX_BODY_BYTES`, each request (connect, headers
+and body) held to :data:`TIMEOUT_S` or ``http_deadline_s`` if lower. A password in the
+URL is used, never shown: labels, notes and errors carry the URL redacted.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
-import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -29,6 +30,7 @@ from urllib.parse import urlsplit
 import msgspec
 from packaging.version import Version
 
+from kvtool import limits, redact
 from kvtool.audit.model import Invocation, Location, SourceToken
 from kvtool.errors import KvtoolError
 from kvtool.nesting import loads_json
@@ -36,7 +38,7 @@ from kvtool.releases import load_release, resolve_target
 from kvtool.releases.model import FlagFact, ReleaseFacts
 
 if TYPE_CHECKING:
-    import httpx
+    from kvtool.http import Client
 
 TIMEOUT_S = 10.0  # per request: connect plus the whole body
 MAX_BODY_BYTES = 16 * 2**20  # a /metrics page of a large deployment stays far below this
@@ -70,7 +72,11 @@ def parse_header(text: str, where: str) -> tuple[str, str]:
     """``"Name: value"`` -> (name, value); anything else is a KvtoolError naming ``where``."""
     name, sep, value = text.partition(":")
     if not sep or not name.strip() or any(c.isspace() for c in name.strip()):
-        raise KvtoolError(f"{where}: {text!r} is not a 'Name: value' HTTP header")
+        # Not echoed: a header given wrong is most often a bare token or key.
+        raise KvtoolError(
+            f"{where}: not a 'Name: value' HTTP header ({len(text)} characters, not shown: "
+            "it may hold a secret)"
+        )
     return name.strip(), value.strip()
 
 
@@ -89,47 +95,41 @@ def base_url(url: str) -> str:
         parts = urlsplit(url)
         parts.port  # noqa: B018 -- raises for a port that is not a number in 0-65535
     except ValueError as exc:
-        raise KvtoolError(f"--url: {url!r} is not a URL ({exc})") from None
+        shown = redact.url(url)
+        raise KvtoolError(f"--url: {shown!r} is not a URL ({redact.message(str(exc))})") from None
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise KvtoolError(f"--url: {url!r} is not an http(s)://HOST:PORT URL")
+        raise KvtoolError(f"--url: {redact.url(url)!r} is not an http(s)://HOST:PORT URL")
     return f"{parts.scheme}://{parts.netloc}{parts.path.rstrip('/')}"
 
 
-def _get(client: httpx.Client, url: str, *, optional: bool = False) -> bytes | None:
+def _get(client: Client, url: str, *, optional: bool = False) -> bytes | None:
     """The body of ``url``; None for an optional endpoint that is not there."""
-    import httpx
+    from kvtool.http import Deadline, HttpError
 
-    # httpx's timeout bounds each read, not the body: a server sending a byte every few
-    # seconds would never end, so the whole request is held to TIMEOUT_S here.
-    deadline = time.monotonic() + TIMEOUT_S
+    shown = redact.url(url)
+    deadline = Deadline(min(TIMEOUT_S, limits.HTTP_DEADLINE_S.value))
     try:
-        with client.stream("GET", url) as response:
-            if optional and response.status_code != 200:
+        with client.stream("GET", url, deadline=deadline) as response:
+            if optional and response.status != 200:
                 return None
-            if response.status_code in (401, 403):
+            if response.status in (401, 403):
                 raise KvtoolError(
-                    f"--url: {url}: HTTP {response.status_code}; pass the server's API key "
+                    f"--url: {shown}: HTTP {response.status}; pass the server's API key "
                     f"with --header 'Authorization: Bearer KEY' or ${HEADER_ENV}"
                 )
-            if response.status_code != 200:
-                raise KvtoolError(f"--url: {url}: HTTP {response.status_code}")
-            body = bytearray()
-            for chunk in response.iter_bytes():
-                body += chunk
-                if len(body) > MAX_BODY_BYTES:
-                    raise KvtoolError(f"--url: {url}: body larger than {MAX_BODY_BYTES} bytes")
-                if time.monotonic() > deadline:
-                    raise KvtoolError(f"--url: {url}: no whole answer within {TIMEOUT_S:g} s")
-            return bytes(body)
-    except (httpx.HTTPError, httpx.InvalidURL) as exc:  # InvalidURL is no HTTPError
-        raise KvtoolError(f"--url: {url}: {exc.__class__.__name__}: {exc}") from None
+            if response.status != 200:
+                raise KvtoolError(f"--url: {shown}: HTTP {response.status}")
+            return response.body(MAX_BODY_BYTES)
+    except HttpError as error:
+        raise KvtoolError(f"--url: {error}") from None
 
 
 def _json(body: bytes | None, url: str) -> Any:
+    shown = redact.url(url)
     try:
-        return loads_json(body or b"null", f"--url: {url}: the answer")
+        return loads_json(body or b"null", f"--url: {shown}: the answer")
     except ValueError:
-        raise KvtoolError(f"--url: {url}: the answer is not JSON") from None
+        raise KvtoolError(f"--url: {shown}: the answer is not JSON") from None
 
 
 def _flag_for(facts: ReleaseFacts, field: str) -> FlagFact | None:
@@ -196,43 +196,43 @@ def _public(version: str) -> str:
 
 def read_live(url: str, headers: Mapping[str, str]) -> LiveServer:
     """The running server's effective configuration as one invocation."""
-    import httpx
-
+    from kvtool.http import Client
     from kvtool.verify.prometheus import parse
 
     base = base_url(url)
-    with httpx.Client(timeout=TIMEOUT_S, follow_redirects=False, headers=dict(headers)) as client:
+    with Client(headers=headers) as client:
         version_doc = _json(_get(client, f"{base}/version"), f"{base}/version")
         models_doc = _json(_get(client, f"{base}/v1/models"), f"{base}/v1/models")
         metrics_text = (_get(client, f"{base}/metrics") or b"").decode("utf-8", "replace")
         info_url = f"{base}/server_info?config_format=json"
         info_body = _get(client, info_url, optional=True)
+    where = redact.url(base)  # what labels, notes and errors show: no password
     version = version_doc.get("version") if isinstance(version_doc, dict) else None
     if not isinstance(version, str):
-        raise KvtoolError(f"--url: {base}/version names no vLLM version")
+        raise KvtoolError(f"--url: {where}/version names no vLLM version")
     version = _public(version)
-    facts = load_release(resolve_target(version, None, origin=f"{base}/version").version)
+    facts = load_release(resolve_target(version, None, origin=f"{where}/version").version)
     endpoints = ["/version", "/v1/models", "/metrics"]
     argv = _Argv()
     notes: list[str] = []
     models = models_doc.get("data") if isinstance(models_doc, dict) else None
     if not isinstance(models, list) or not models or not isinstance(models[0], dict):
-        raise KvtoolError(f"--url: {base}/v1/models lists no model")
+        raise KvtoolError(f"--url: {where}/v1/models lists no model")
     served = models[0]
     root = str(served.get("root") or served.get("id"))
-    argv.tokens.append(SourceToken(text=root, location=Location(file=f"{base}/v1/models")))
+    argv.tokens.append(SourceToken(text=root, location=Location(file=f"{where}/v1/models")))
     if served.get("id") and served["id"] != root:
-        argv.add(["--served-model-name", str(served["id"])], f"{base}/v1/models")
+        argv.add(["--served-model-name", str(served["id"])], f"{where}/v1/models")
     if served.get("max_model_len"):
-        argv.add(["--max-model-len", str(served["max_model_len"])], f"{base}/v1/models")
+        argv.add(["--max-model-len", str(served["max_model_len"])], f"{where}/v1/models")
 
-    snapshot = parse(metrics_text, f"{base}/metrics")
+    snapshot = parse(metrics_text, f"{where}/metrics")
     cache_info = snapshot.named(CACHE_INFO)
     if cache_info:
         labels = {k: v for k, v in cache_info[0].labels if k != "engine"}
-        _add_fields(argv, facts, labels, f"{base}/metrics {CACHE_INFO}")
+        _add_fields(argv, facts, labels, f"{where}/metrics {CACHE_INFO}")
     else:
-        notes.append(f"{base}/metrics has no {CACHE_INFO}: cache settings are unknown")
+        notes.append(f"{where}/metrics has no {CACHE_INFO}: cache settings are unknown")
 
     info = _json(info_body, info_url) if info_body is not None else None
     config = info.get("vllm_config") if isinstance(info, dict) else None
@@ -241,31 +241,31 @@ def read_live(url: str, headers: Mapping[str, str]) -> LiveServer:
         endpoints.append("/server_info")
         for section in SERVER_INFO_SECTIONS:
             if isinstance(config.get(section), dict):
-                _add_fields(argv, facts, config[section], f"{base}/server_info {section}")
+                _add_fields(argv, facts, config[section], f"{where}/server_info {section}")
         if isinstance(config.get("kv_transfer_config"), dict):
             transfer = _transfer_config(facts, config["kv_transfer_config"])
     elif any(s.name.startswith(KVTOOL_METRIC_PREFIX) for s in snapshot.samples):
         transfer = dict(KVTOOL_CONNECTOR)
         notes.append(
-            f"{base}/metrics has kvtool:* metrics, so kvtool's connector is loaded; "
+            f"{where}/metrics has kvtool:* metrics, so kvtool's connector is loaded; "
             "its other --kv-transfer-config keys are not served outside development mode"
         )
     else:
         notes.append(
-            f"{base}/server_info is not served (development mode only): the KV connector "
+            f"{where}/server_info is not served (development mode only): the KV connector "
             "and parallel sizes are read from /metrics alone"
         )
     # A connector vLLM made from --kv-offloading-* is already described by those flags.
     if transfer and "--kv-offloading-size" not in argv.flags:
         argv.add(
             ["--kv-transfer-config", json.dumps(transfer, separators=(",", ":"))],
-            f"{base}/server_info kv_transfer_config" if config else f"{base}/metrics",
+            f"{where}/server_info kv_transfer_config" if config else f"{where}/metrics",
         )
     command = shlex.join(["vllm", "serve", *(t.text for t in argv.tokens)])
     invocation = Invocation(
         kind="argv",
-        label=f"{base} (running vLLM {version})",
+        label=f"{where} (running vLLM {version})",
         tokens=tuple(argv.tokens),
         notes=(f"effective configuration: {command}", *notes),
     )
-    return LiveServer(url=base, version=version, invocation=invocation, endpoints=tuple(endpoints))
+    return LiveServer(url=where, version=version, invocation=invocation, endpoints=tuple(endpoints))

@@ -55,18 +55,10 @@ class Suppression(msgspec.Struct, kw_only=True):
     target_line: int | None = None
 
 
-InputKind = Literal[
-    "argv",
-    "shell",
-    "vllm-config",
-    "kubernetes",
-    "compose",
-    "kaito",
-    "helm-values",
-    "dockerfile",
-    "skypilot",
-    "github-actions",
-]
+# The reader that read an invocation: a kind of kvtool.audit.inputs.registry.READERS
+# (the one list of input kinds), "generic" for the generic server finder, "argv" for a
+# command given on kvtool's own command line.
+InputKind = str
 
 # The input kinds --fix rewrites in place (the rest get their fixes listed); YAML ones are
 # read back after the edit, so a rewrite that would not parse as the fixed command is left.
@@ -83,6 +75,8 @@ class SkippedInput(msgspec.Struct, frozen=True, kw_only=True):
     # True when the file could not be read at all (undecodable, invalid YAML, shell syntax):
     # such a file may hide a server, so it fails the run like a finding would.
     problem: bool = False
+    # True for a file of a kind kvtool never opens (documentation, media, archives).
+    never_read: bool = False
 
     def describe(self) -> str:
         """``file: reason``, or ``file:3:1: reason`` when the reason starts at a position."""
@@ -138,6 +132,9 @@ class PodContainer(msgspec.Struct, frozen=True, kw_only=True):
     image: str | None = None
     argv: tuple[SourceToken, ...] = ()  # ``command`` then ``args``, one word each
     location: Location | None = None  # where the container is written
+    # Whether the container is given GPUs: a ``*/gpu`` resource above 0 or a visible-devices
+    # env var; False when it states neither, None when a DRA claim may give it some.
+    gpus: bool | None = None
 
 
 class Invocation(msgspec.Struct, kw_only=True):

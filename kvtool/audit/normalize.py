@@ -37,6 +37,7 @@ from kvtool.audit.model import (
     SourceToken,
 )
 from kvtool.nesting import loads_json
+from kvtool.numbers import MOST_INT, BadNumber, parse_float
 from kvtool.releases.model import FlagFact, ReleaseFacts
 
 OPTIMIZATION_LEVEL = "--optimization-level"
@@ -53,6 +54,12 @@ _UNRESOLVED_VALUE = re.compile(
     r"|\$\((?!\().*\)|`[^`]*`",
     re.DOTALL,
 )
+def _is_runtime_option(text: str) -> bool:
+    """An option whose name holds a runtime value (``--${key}``, ``--$FLAG``)."""
+    name = text.partition("=")[0]
+    return name.startswith("-") and _UNRESOLVED_VALUE.search(name) is not None
+
+
 _HUMAN_INT = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 _BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
@@ -335,6 +342,13 @@ class _Normalizer:
                 only_positionals = True
                 position += 1
                 continue
+            if _is_runtime_option(arg.text) and not only_positionals:
+                # `--${key}` (a launcher's f"--{key}"): an option named at run time; it
+                # and the value after it are not judged, nor taken for the model.
+                following = plain[position + 1].text if position + 1 < len(plain) else ""
+                position += 1 if "=" in arg.text or following.startswith("-") else 2
+                last_valued = None
+                continue
             if isinstance(match, list):
                 option = arg.text.partition("=")[0]
                 self._problem(
@@ -565,7 +579,12 @@ def _dotted_value(text: str) -> Any:
     if match:
         number, suffix = match.groups()
         if suffix in _DECIMAL:
-            return int(float(number) * _DECIMAL[suffix])
+            try:  # bounded first: a 400-digit number times 1e3 is no int64 vLLM takes
+                scale = _DECIMAL[suffix]
+                bounded = parse_float(number, "a dotted key's value", high=MOST_INT / scale)
+                return int(bounded * scale)
+            except BadNumber:
+                return text
         if number.isdigit():
             return int(number) * _BINARY[suffix]
     return text

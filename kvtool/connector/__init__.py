@@ -9,13 +9,16 @@ Scheduler process (adapter's SCHEDULER role):
 - ``config.ConnectorConfig.from_extra_config(kv_connector_extra_config)``;
   ``config.log_startup(logger)``.
 - ``manager.LazyOffloadManager(config, pool_view, store.StoreIndex(...),
-  world_size=..., group_tokens_per_block=[...], max_step_blocks=...)`` where
+  world_size=..., group_tokens_per_block=[...], max_step_blocks=...,
+  null_block_id=...)`` where
   ``pool_view`` implements ``blockpool.BlockPoolView`` over vLLM's ``BlockPool``
   and ``max_step_blocks`` bounds what one scheduling pass allocates.
 - Per request: ``on_request_arrived(id)``, ``buffer_blocks(id, newly_full_block_ids)``,
   ``on_request_finished(id)`` (finish and abort; call it before the engine frees
   the blocks, as vLLM's ``request_finished`` is), ``on_request_preempted(id)``.
-- Per step: ``step(StepInput(scheduled_tokens, allocated_block_ids))`` ->
+- Per step: ``step(StepInput(scheduled_tokens, allocated_block_ids, taken_blocks,
+  running_demand))`` (the last two optional: blocks the pass took from the free
+  queue, and what the running requests may need next) ->
   ``StepResult.store_jobs`` to ship to workers; ``on_job_reports(reports)``
   with every worker's ``JobReport``; ``has_pending_work()`` for
   ``has_pending_push_work``.

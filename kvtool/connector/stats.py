@@ -51,8 +51,17 @@ class ConnectorStats:
     pending: int = 0
     in_flight: int = 0
     dropped: Counter[str] = field(default_factory=Counter)
+    lost_to_recycling: int = 0
+    """Admitted blocks lost because the engine recycled one of them (or an earlier
+    block of the same request) before it was released: ``dropped_evicted``,
+    ``dropped_hash_changed_at_release`` and the ``dropped_prefix_broken`` behind
+    them. Only a deferring policy can lose a block this way (EAGER releases in the
+    step that buffers it), so each is a block EAGER would have stored."""
     skipped_duplicate: int = 0
     rejected_unhashed: int = 0
+    skipped_outside_window: int = 0
+    """Null blocks of a sliding-window block table (outside the window): neither
+    stored nor loaded into, and no break in the request's chain."""
     rejected_prefix_broken: int = 0
     host_lookups: int = 0
     host_hits: int = 0

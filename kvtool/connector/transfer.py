@@ -663,11 +663,6 @@ class TransferEngine:
         """The side stream loads are queued on (None on CPU): benchmarks time it."""
         return self._load_stream if self._queue is not None else None
 
-    @property
-    def staging_bytes(self) -> int:
-        """Device memory this engine allocates for transfers: none (see the module docstring)."""
-        return 0
-
     # ------------------------------------------------------------------ CPU
 
     def _copy_cpu(self, block_ids: Sequence[int], slots: Sequence[int], load: bool) -> None:

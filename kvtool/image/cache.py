@@ -77,6 +77,6 @@ def store(
     }
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps(entry), follow_symlinks=False)
+        atomic_write_text(path, json.dumps(entry), follow_symlinks=False, own_file=True)
     except (OSError, KvtoolError):
         return

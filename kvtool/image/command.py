@@ -110,6 +110,7 @@ def inspect_image(
     from kvtool.output.errors import bad_option
     from kvtool.output.kinds import emit
     from kvtool.output.streams import Output
+    from kvtool.termsafe import plain, terminal_line
 
     out = Output(output_file=output_file, quiet=quiet, color=color)
 
@@ -146,11 +147,14 @@ def inspect_image(
         ),
     )
     with out.chatter.status("inspecting", spinner="dots") as status:
-        report = inspect(request, progress=lambda text: status.update(text))
+        # Progress names what the registry and the archive said: plain text, escaped.
+        report = inspect(request, progress=lambda text: status.update(plain(text)))
     emit(INSPECT_IMAGE, report, output_format.value, out)
     for step in (report.build_flag_step, report.runtime_step):
         if step.status == "failed":
-            out.warnings.print(f"kvtool: error: {step.reason}", markup=False, soft_wrap=True)
+            out.warnings.print(
+                f"kvtool: error: {terminal_line(step.reason or '')}", markup=False, soft_wrap=True
+            )
     raise typer.Exit(report.exit_code)
 
 

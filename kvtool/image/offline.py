@@ -16,6 +16,7 @@ from typing import Any
 
 from kvtool import limits
 from kvtool.errors import KvtoolError
+from kvtool.fsio import note_input
 from kvtool.image.errors import RefusedError
 from kvtool.image.manifest import (
     MAX_CONFIG_BYTES,
@@ -50,6 +51,7 @@ def read_offline(
     path: Path, wanted: Platform, name: str | None, max_config_bytes: int = MAX_CONFIG_BYTES
 ) -> OfflineImage:
     """The config of the image named ``name`` (or the only one) in ``path``."""
+    note_input(path)  # read through tarfile: no report of this run may replace it
     if path.is_dir():
         return _read_layout(_LayoutDir(path, name), "oci-layout", wanted, max_config_bytes)
     if not path.is_file():

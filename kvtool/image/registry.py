@@ -1,22 +1,23 @@
-"""A read-only registry client (distribution spec v2 / OCI distribution) on httpx.
+"""A read-only registry client (distribution spec v2 / OCI distribution) on :mod:`kvtool.http`.
 
 It answers the auth challenge it is given (anonymous or credentialed Bearer tokens,
 Basic), sends all four manifest media types, follows redirects to blob storage
 (httpx drops ``Authorization`` across origins, as presigned URLs require), caps and
-verifies every body, and remembers the registry's rate-limit headers.
+verifies every body, and remembers the registry's rate-limit headers. One deadline
+(``http_deadline_s``) holds the whole inspection, every socket operation included.
 """
 
 from __future__ import annotations
 
 import base64
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import TracebackType
 
 import httpx
 
-from kvtool import limits
+from kvtool import limits, redact
+from kvtool.http import Client, Deadline, HttpError, HttpRefused, Response
 from kvtool.image.auth import Challenge, Credentials, parse_challenge
 from kvtool.image.errors import (
     AuthError,
@@ -39,7 +40,6 @@ from kvtool.image.reference import DIGEST_RE, ImageReference
 
 MAX_REDIRECTS = 5  # Hub needs one (to its CDN); a chain longer than a few is a loop
 MAX_TOKEN_BYTES = 1024 * 1024
-DEFAULT_TIMEOUT_S = 30.0
 
 Progress = Callable[[str], None]
 
@@ -62,7 +62,6 @@ class RegistryClient:
         credentials: Credentials | None = None,
         insecure: bool = False,
         transport: httpx.BaseTransport | None = None,
-        timeout_s: float = DEFAULT_TIMEOUT_S,
         progress: Progress = _no_progress,
     ) -> None:
         scheme = "http" if image.is_loopback or insecure else "https"
@@ -73,13 +72,12 @@ class RegistryClient:
         self._progress = progress
         self.rate_limit: RateLimit | None = None
         # One deadline for the whole inspection, however many requests it takes.
-        self._deadline = time.monotonic() + limits.HTTP_DEADLINE_S.value
-        self._http = httpx.Client(
+        self._http = Client(
             transport=transport,
-            timeout=timeout_s,
             follow_redirects=True,
             max_redirects=MAX_REDIRECTS,
             headers={"User-Agent": "kvtool-inspect-image"},
+            deadline=Deadline(limits.HTTP_DEADLINE_S.value),
         )
 
     def __enter__(self) -> RegistryClient:
@@ -100,8 +98,8 @@ class RegistryClient:
         try:
             with self._request(
                 "HEAD", f"/manifests/{reference}", what=f"manifest {reference}"
-            ) as r:
-                digest = r.headers.get("docker-content-digest")
+            ) as response:
+                digest = response.headers.get("docker-content-digest")
         except NotFoundError:
             return None  # a HEAD has no error body; the GET that follows reports the details
         return digest if digest and DIGEST_RE.match(digest) else None
@@ -110,7 +108,7 @@ class RegistryClient:
         what = f"manifest {self.image.repository}:{reference}"
         self._progress(f"fetching {what}")
         with self._request("GET", f"/manifests/{reference}", what=what) as response:
-            body = _read_capped(response, MAX_MANIFEST_BYTES, what, self._deadline)
+            body = _read_capped(response, MAX_MANIFEST_BYTES, what)
             media_type = response.headers.get("content-type", "").split(";")[0].strip()
             header_digest = response.headers.get("docker-content-digest")
         if DIGEST_RE.match(reference):
@@ -129,49 +127,51 @@ class RegistryClient:
         what = f"blob {digest}"
         self._progress(f"fetching config {digest[:19]}")
         with self._request("GET", f"/blobs/{digest}", what=what) as response:
-            body = _read_capped(response, max_bytes, what, self._deadline)
+            body = _read_capped(response, max_bytes, what)
         verify_digest(digest, body, what)
         return body
 
     # -- transport and auth -----------------------------------------------------------
 
     @contextmanager
-    def _request(self, method: str, path: str, *, what: str) -> Iterator[httpx.Response]:
-        response = self._send(method, self._base + path)
-        if response.status_code == 401:
+    def _request(self, method: str, path: str, *, what: str) -> Iterator[Response]:
+        url = self._base + path
+        with self._send(method, url) as response:
+            if response.status != 401:
+                self._check(response, what)
+                yield response
+                return
             challenge = response.headers.get("www-authenticate")
-            response.close()
-            if not challenge:
-                raise AuthError(f"{what}: 401 from {self.image.api_host} without a challenge")
-            self._answer(parse_challenge(challenge), what)
-            response = self._send(method, self._base + path)
-        try:
+        if not challenge:
+            raise AuthError(f"{what}: 401 from {self.image.api_host} without a challenge")
+        self._answer(parse_challenge(challenge), what)
+        with self._send(method, url) as response:
             self._check(response, what)
             yield response
-        finally:
-            response.close()
 
-    def _send(self, method: str, url: str) -> httpx.Response:
-        headers = {"Accept": ACCEPT}
-        if self._authorization:
-            headers["Authorization"] = self._authorization
-        _check_deadline(self._deadline, url)
-        try:
-            request = self._http.build_request(method, url, headers=headers)
-        except (httpx.InvalidURL, ValueError) as exc:
-            raise RefusedError(f"{url}: not a valid URL: {exc}") from None
-        try:
-            return self._http.send(request, stream=True)
-        except httpx.TooManyRedirects:
-            raise RefusedError(f"{url}: more than {MAX_REDIRECTS} redirects (loop?)") from None
-        except httpx.HTTPError as exc:
-            raise NetworkError(f"{url}: {type(exc).__name__}: {exc}") from None
+    @contextmanager
+    def _send(
+        self,
+        method: str,
+        url: str,
+        *,
+        headers: dict[str, str] | None = None,
+        params: list[tuple[str, str]] | None = None,
+    ) -> Iterator[Response]:
+        if headers is None:
+            headers = {"Accept": ACCEPT}
+            if self._authorization:
+                headers["Authorization"] = self._authorization
+        with _classified(""), self._http.stream(
+            method, url, headers=headers, params=params
+        ) as response:
+            yield response
 
-    def _check(self, response: httpx.Response, what: str) -> None:
+    def _check(self, response: Response, what: str) -> None:
         announced = _rate_limit(response.headers)
         if announced is not None:
             self.rate_limit = announced
-        status = response.status_code
+        status = response.status
         if status < 400:
             return
         detail = _error_detail(response)
@@ -208,7 +208,7 @@ class RegistryClient:
 
     def _fetch_token(self, challenge: Challenge, what: str) -> str:
         realm = challenge.params["realm"]
-        params: list[tuple[str, str | int | float | bool | None]] = []
+        params: list[tuple[str, str]] = []
         if "service" in challenge.params:
             params.append(("service", challenge.params["service"]))
         params.append(
@@ -234,30 +234,26 @@ class RegistryClient:
                     soft_wrap=True,
                 )
         self._progress(f"requesting a token from {realm_url.host}")
-        try:
-            with self._http.stream("GET", realm, params=params, headers=headers) as response:
-                announced = _rate_limit(response.headers)
-                self.rate_limit = announced or self.rate_limit
-                if response.status_code == 429:
-                    raise RateLimitedError(
-                        f"{what}: token server {realm} rate-limited us (429)", announced
-                    )
-                if response.status_code in (401, 403):
-                    raise AuthError(
-                        f"{what}: token server {realm} rejected the credentials "
-                        f"({response.status_code})"
-                    )
-                if response.status_code >= 400:
-                    raise AuthError(f"{what}: token server {realm} answered {response.status_code}")
-                body = _read_capped(
-                    response, MAX_TOKEN_BYTES, f"token from {realm}", self._deadline
+        shown_realm = redact.url(realm)
+        with self._send("GET", realm, params=params, headers=headers) as response:
+            announced = _rate_limit(response.headers)
+            self.rate_limit = announced or self.rate_limit
+            if response.status == 429:
+                raise RateLimitedError(
+                    f"{what}: token server {shown_realm} rate-limited us (429)", announced
                 )
-        except httpx.HTTPError as exc:
-            raise NetworkError(f"token server {realm}: {type(exc).__name__}: {exc}") from None
-        data = load_json_object(body, f"token response from {realm}")
+            if response.status in (401, 403):
+                raise AuthError(
+                    f"{what}: token server {shown_realm} rejected the credentials "
+                    f"({response.status})"
+                )
+            if response.status >= 400:
+                raise AuthError(f"{what}: token server {shown_realm} answered {response.status}")
+            body = _read_capped(response, MAX_TOKEN_BYTES, f"token from {shown_realm}")
+        data = load_json_object(body, f"token response from {shown_realm}")
         token = data.get("token") or data.get("access_token")
         if not isinstance(token, str) or not token:
-            raise AuthError(f"{what}: token server {realm} returned no token")
+            raise AuthError(f"{what}: token server {shown_realm} returned no token")
         return token
 
 
@@ -277,52 +273,25 @@ def _basic(credentials: Credentials | None) -> str:
     return "Basic " + base64.b64encode(pair).decode("ascii")
 
 
-def _read_capped(
-    response: httpx.Response, max_bytes: int, what: str, deadline: float | None = None
-) -> bytes:
-    """The body, refusing more than ``max_bytes``, bodies shorter than announced and a
-    transfer still running at ``deadline`` (a ``time.monotonic()`` instant: a server
-    that sends a byte a second never trips the per-read timeout)."""
-    declared = _announced_length(response)
-    if declared is not None and declared > max_bytes:
-        shown = str(declared) if declared < _TOO_LONG else f"over {_TOO_LONG}"
-        raise RefusedError(f"{what}: {shown} bytes announced, over the {max_bytes}-byte cap")
-    chunks: list[bytes] = []
-    total = 0
+def _read_capped(response: Response, max_bytes: int, what: str) -> bytes:
+    """The body within ``max_bytes`` and the inspection's deadline (see
+    :meth:`kvtool.http.Response.body`), failures named after ``what``."""
+    with _classified(what):
+        return response.body(max_bytes)
+
+
+@contextmanager
+def _classified(what: str) -> Iterator[None]:
+    """:mod:`kvtool.http`'s failures as inspection errors: a refused answer (too big,
+    truncated, a loop of redirects) is ``refused``, the rest ``network``. ``what`` names
+    the step in place of the URL (a body), or "" to keep the URL (a request)."""
     try:
-        for chunk in response.iter_bytes():
-            _check_deadline(deadline, what)
-            total += len(chunk)
-            if total > max_bytes:
-                raise RefusedError(f"{what}: body exceeds the {max_bytes}-byte cap")
-            chunks.append(chunk)
-    except httpx.HTTPError as exc:
-        raise NetworkError(f"{what}: transfer failed: {type(exc).__name__}: {exc}") from None
-    body = b"".join(chunks)
-    encoded = response.headers.get("content-encoding", "identity") != "identity"
-    is_head = response.request.method == "HEAD"
-    if declared is not None and not encoded and not is_head and total != declared:
-        raise RefusedError(f"{what}: truncated, {total} of {declared} announced bytes")
-    return body
-
-
-_LENGTH_DIGITS = 20  # more digits than this already exceed any cap
-_TOO_LONG = 10**_LENGTH_DIGITS
-
-
-def _announced_length(response: httpx.Response) -> int | None:
-    """Content-Length as a number; None unless it is plain ASCII digits (``str.isdigit``
-    also takes "²", which ``int`` refuses). A length of thousands of digits is not
-    converted (Python refuses it): any over twenty digits is over every cap."""
-    declared = response.headers.get("content-length", "")
-    if not (declared.isascii() and declared.isdigit()):
-        return None
-    return int(declared) if len(declared) <= _LENGTH_DIGITS else _TOO_LONG
-
-
-def _check_deadline(deadline: float | None, what: str) -> None:
-    if deadline is not None and time.monotonic() > deadline:
-        raise NetworkError(limits.HTTP_DEADLINE_S.message(what))
+        yield
+    except HttpError as error:
+        message = f"{what}: {error.reason}" if what else str(error)
+        if isinstance(error, HttpRefused):
+            raise RefusedError(message) from None
+        raise NetworkError(message) from None
 
 
 def _rate_limit(headers: httpx.Headers) -> RateLimit | None:
@@ -334,7 +303,7 @@ def _rate_limit(headers: httpx.Headers) -> RateLimit | None:
     return RateLimit(limit=limit, remaining=remaining, source=source)
 
 
-def _error_detail(response: httpx.Response) -> str:
+def _error_detail(response: Response) -> str:
     """The registry's first error code and message, e.g. ``: MANIFEST_UNKNOWN manifest unknown``."""
     try:
         body = _read_capped(response, 64 * 1024, "error body")

@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from kvtool.image.model import InspectionReport, StepOutcome, Verdict
 from kvtool.output.kinds import ReportKind
-from kvtool.termsafe import terminal_text
+from kvtool.termsafe import plain, terminal_text
 
 VERDICT_STYLE = {
     Verdict.bundled: "bold green",
@@ -32,10 +32,10 @@ def _step(outcome: StepOutcome) -> str:
     return f"{outcome.status} ({kind}{outcome.reason})"
 
 
-def _safe(text: str) -> str:
-    """Registry- and archive-derived text as inert console text: markup escaped, control
-    characters made visible (a hostile registry must not drive the terminal)."""
-    return escape(terminal_text(text))
+def _safe(text: str) -> Text:
+    """Registry- and archive-derived text as inert console text: never parsed as markup,
+    control characters made visible (a hostile registry must not drive the terminal)."""
+    return Text(terminal_text(text))
 
 
 def render_text(report: InspectionReport, console: Console) -> None:
@@ -77,13 +77,23 @@ def render_text(report: InspectionReport, console: Console) -> None:
         grid.add_row("probe python", _safe(f"{report.probe.python}{torch}"))
     console.print(grid)
     for warning in [*(image.warnings if image else []), *report.warnings]:
-        console.print(f"[yellow]warning:[/] {_safe(warning)}")
+        console.print(plain(("warning:", "yellow"), " ", warning), soft_wrap=True)
     table = Table(show_header=True, header_style="bold")
     table.add_column("connector")
     table.add_column("verdict")
     table.add_column("why")
+    # A step that failed for every connector (the registry unreachable) is named once, on
+    # its own line above; each verdict then points at it instead of repeating it.
+    failed_steps = {
+        f"{step.kind}: {step.reason}": name
+        for name, step in (("build-flag", report.build_flag_step), ("runtime", report.runtime_step))
+        if step.status == "failed" and step.kind
+    }
     for verdict in report.verdicts:
-        why = verdict.reason + (f"\n{verdict.error}" if verdict.error else "")
+        reason = verdict.reason
+        if reason in failed_steps:
+            reason = f"the {failed_steps[reason]} step failed (above)"
+        why = reason + (f"\n{verdict.error}" if verdict.error else "")
         table.add_row(
             verdict.connector.value,
             f"[{VERDICT_STYLE[verdict.verdict]}]{verdict.verdict.value}[/]",

@@ -37,7 +37,7 @@ def _parse_env(pairs: list[str]) -> tuple[tuple[str, str], ...]:
 
 def _write(files: dict[str, str], output_dir: Path, force: bool) -> list[Path]:
     """Write each file under ``output_dir`` (``-d``); refuse to overwrite without --force."""
-    from kvtool.fsio import atomic_write_text, describe_os_error
+    from kvtool.fsio import atomic_write_text, describe_os_error, refuse_overwriting_any_input
     from kvtool.launch.targets import script_mode
     from kvtool.output.errors import bad_option
 
@@ -54,13 +54,17 @@ def _write(files: dict[str, str], output_dir: Path, force: bool) -> list[Path]:
         raise bad_option(
             "--output-dir", str(output_dir), f"would overwrite {', '.join(clashes)}; pass --force"
         )
+    for path in paths:  # all checked before any is written: no half-written recipe
+        refuse_overwriting_any_input(path, "--output-dir")
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         why = f"cannot create: {describe_os_error(error, output_dir)}"
         raise bad_option("--output-dir", str(output_dir), why) from None
     for path, text in zip(paths, files.values(), strict=True):
-        atomic_write_text(path, text, mode=script_mode(path), follow_symlinks=False)
+        atomic_write_text(
+            path, text, mode=script_mode(path), follow_symlinks=False, flag="--output-dir"
+        )
     return paths
 
 

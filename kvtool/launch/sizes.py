@@ -62,11 +62,11 @@ def launch_sizes(
     """Template parameters for ``recipe``'s sizes, and the warnings kvtool.sizing gave.
 
     The model is found and checked against ``release``'s model registry exactly as
-    ``kvtool size --vllm-version`` does (:func:`kvtool.sizing.catalog.load_model_spec`).
+    ``kvtool size --vllm-version`` does (:func:`kvtool.sizing.model_spec.load_model_spec`).
     """
-    from kvtool.sizing.catalog import load_model_spec
     from kvtool.sizing.deployment import make_deployment
     from kvtool.sizing.facts import sizing_facts
+    from kvtool.sizing.model_spec import load_model_spec
     from kvtool.sizing.report import compute
 
     facts = sizing_facts()

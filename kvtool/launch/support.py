@@ -137,11 +137,50 @@ def below_security_floor(version: str) -> list[str]:
     ]
 
 
+def recipe_connectors(recipe: Recipe) -> set[str]:
+    """Every connector the recipe's engines load (MultiConnector children included)."""
+    names: set[str] = set()
+    for process in recipe.processes:
+        if process.kind == "vllm" and process.kv_transfer_config is not None:
+            for config in _kv_configs(process.kv_transfer_config):
+                if isinstance(config.get("kv_connector"), str):
+                    names.add(config["kv_connector"])
+    return names
+
+
+def known_bugs_of(recipe: Recipe, version: str) -> list[str]:
+    """Known vLLM bugs (``rules/bugs/``, range proven from the wheels) that break serving or
+    outputs for every model this recipe's connectors serve at ``version``: those whose
+    trigger is the connectors alone. kvtool's own audit reports each as an error, so such a
+    release does not support the recipe."""
+    from kvtool.bugdb import proof_of, records
+
+    used = recipe_connectors(recipe)
+    found = []
+    for bug in records():
+        trigger = bug.trigger
+        connectors_only = trigger == type(trigger)(
+            connectors=trigger.connectors, all_connectors=trigger.all_connectors
+        )
+        if bug.component != "vllm" or bug.impact.severity.value != "error":
+            continue
+        if not connectors_only or not (trigger.connectors or trigger.all_connectors):
+            continue
+        if trigger.connectors and not used & set(trigger.connectors):
+            continue
+        if not set(trigger.all_connectors) <= used:
+            continue
+        if bug.only_when is None and bug.affects(version) and proof_of(bug) is not None:
+            found.append(f"known bug {bug.id} ({bug.upstream}) {bug.impact.words} here")
+    return found
+
+
 def unmet(recipe: Recipe, facts: ReleaseFacts, *, secure_only: bool = True) -> list[str]:
     """Why ``recipe`` cannot run on ``facts.version``; empty when it can.
 
     With ``secure_only`` a release affected by a published vulnerability counts as
-    unsupported too: kvtool's own audit reports it as an error.
+    unsupported too: kvtool's own audit reports it as an error. So does a release where a
+    proven known bug breaks the recipe's own connector combination, whatever the model.
     """
     flags = _flag_names(facts)
     connectors = {c.name: c for c in facts.connectors}
@@ -173,6 +212,7 @@ def unmet(recipe: Recipe, facts: ReleaseFacts, *, secure_only: bool = True) -> l
         elif need.kind == "gate" and not _in_gate(facts.version, need):
             upper = f" and < {need.before}" if need.before else ""
             reasons.append(f"needs vLLM >= {need.value}{upper}: {need.name}")
+    reasons.extend(known_bugs_of(recipe, facts.version))
     if secure_only:
         reasons.extend(below_security_floor(facts.version))
     return reasons

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kvtool.errors import KvtoolError
+from kvtool.models.catalog import CATALOG_FILE, find_entry
 
 # Older ModelOpt checkpoints declare quantization (and KV dtype) beside config.json.
 QUANT_CONFIG_FILE = "hf_quant_config.json"
@@ -97,8 +98,6 @@ def find_model_config(
         return _local(name, path)
     if not catalog:
         return None
-    from kvtool.sizing.catalog import CATALOG_FILE, find_entry
-
     entry = find_entry(name)
     if entry is None:
         return None

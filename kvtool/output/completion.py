@@ -26,7 +26,7 @@ def complete_recipe(incomplete: str) -> list[str]:
 
 
 def complete_model(incomplete: str) -> list[str]:
-    from kvtool.sizing.catalog import catalog
+    from kvtool.models.catalog import catalog
 
     return _matching([entry.name for entry in catalog()], incomplete)
 

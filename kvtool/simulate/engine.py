@@ -1,27 +1,52 @@
-"""Replay a trace through the reference connector's manager over an in-memory block pool.
+"""Replay a trace through the reference connector's manager, modelling vLLM's scheduler
+and kvtool's vLLM adapter, over an in-memory block pool.
 
-A deliberately small model of vLLM's scheduler, enough to exercise drain policies
-the way a real engine does: requests are admitted while their blocks are
-guaranteed (no preemption), prompts are prefilled in chunks of at most
-``max_batched_tokens`` per step and then decoded one token per step, full blocks
-are hashed by prefix chain (a shared prefix gives the same hashes), prefix-cache
-hits touch cached blocks, host-store hits are loaded into new blocks, and finished
-requests free their blocks in reverse, hashed, to the free queue's tail. The
-manager sees exactly the calls the vLLM adapter makes, and every job it emits is
-reported complete by the (single) worker in the same step.
+The connector core is the real one (:class:`~kvtool.connector.manager.LazyOffloadManager`,
+its policies and host store index); what is modelled is what surrounds it:
+
+- **vLLM's scheduler** (``vllm/v1/core/sched/scheduler.py``, ``Scheduler.schedule`` at
+  https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/v1/core/sched/scheduler.py):
+  running requests first, in order, each taking what it still needs up to the
+  step's token budget (chunked prefill); a running request that cannot get its
+  blocks preempts the last running one (whose blocks are freed and who is
+  recomputed later from the front of the waiting queue), and no waiting request
+  is admitted in a step that preempted. Then waiting requests, those holding
+  loaded KV first, while a running slot and budget are left: the local
+  prefix-cache hit (never the last token), then the host hit; admission needs
+  the whole prompt to fit the free blocks (``scheduler_reserve_full_isl``), an
+  asynchronous load also what in-flight prefills still need. Full blocks are
+  hashed when scheduled; finished requests free their blocks last-first to the
+  free queue's tail, still hashed.
+- **Asynchronous loads** (``kvtool.load_async``, the default): the request gets
+  its blocks and waits in ``WAITING_FOR_REMOTE_KVS`` instead of running; the load
+  finishes within the step, and from the next step on it is first in line for a
+  running slot, which it may wait for (``load_wait_steps``). Synchronous loads
+  run the request in the step that loads it.
+- **The adapter** (``kvtool/connector/vllm/scheduler.py``): each step buffers the
+  newly full prompt blocks of the scheduled requests (decode blocks too with
+  ``kvtool.store_decode``), reports preemptions, passes the step's allocated
+  block ids (a new or resumed request's whole block table) to the manager's step,
+  and the single worker reports every job done in the same step. With work
+  buffered the engine keeps stepping with no tokens (``has_pending_push_work``),
+  so the idle drain runs.
+
+Counters are the connector's own (:class:`~kvtool.connector.stats.ConnectorStats`)
+plus vLLM's prefix-cache and connector prefix-cache statistics (queries and hits
+of first admissions, as vLLM records them).
 """
 
 from __future__ import annotations
 
+import hashlib
+import heapq
 import math
 from collections import deque
-from collections.abc import Hashable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Hashable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
-from kvtool import limits
 from kvtool.connector.blockpool import InMemoryBlockPool
 from kvtool.connector.config import ConnectorConfig
 from kvtool.connector.manager import (
@@ -32,22 +57,27 @@ from kvtool.connector.manager import (
 )
 from kvtool.connector.store import StoreIndex
 from kvtool.errors import KvtoolError
-from kvtool.simulate.workload import TraceRequest
+from kvtool.simulate.budget import REQUEST_WORK, WorkMeter
+from kvtool.simulate.trace import Request
 
-MAX_STEPS = 10_000_000  # a guard against a model bug, far beyond any real trace
-MAX_IDLE_STEPS = 100_000  # after the trace: steps allowed for the idle drain to finish
+_WAITING, _LOADING, _PREEMPTED, _RUNNING = range(4)
 
 
 class EngineSettings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    num_gpu_blocks: int = Field(ge=1)
-    block_size: int = Field(default=16, ge=1)
-    max_num_seqs: int = Field(default=8, ge=1)
-    max_batched_tokens: int = Field(default=2048, ge=1)
-    host_blocks: int = Field(ge=1)
-    block_bytes: int = Field(ge=1)
-    step_seconds: float = Field(default=0.05, gt=0)
+    num_gpu_blocks: int = Field(ge=1)  # bounded by the work limit (it is allocated)
+    block_size: int = Field(default=16, ge=1, le=1 << 16)
+    max_num_seqs: int = Field(default=8, ge=1, le=1 << 20)
+    max_batched_tokens: int = Field(default=2048, ge=1, le=1 << 26)
+    host_blocks: int = Field(ge=1, le=1 << 30)
+    block_bytes: int = Field(ge=1, le=1 << 40)
+    step_seconds: float = Field(default=0.05, gt=0, le=3600)
+    idle_stepping: bool = True
+    """Between arrivals, keep stepping while the connector holds work, as vLLM's
+    server loop does (``has_pending_push_work``); False: step only while requests
+    are unfinished, as an offline driver does (``LLM.generate``, the benchmarks),
+    so only the end of the trace drains idle."""
 
 
 class SimResult(BaseModel):
@@ -62,8 +92,19 @@ class SimResult(BaseModel):
     blocks_buffered: int
     blocks_stored: int
     bytes_stored: int
-    blocks_lost_to_eviction: int
+    lost_to_recycling: int
+    """Buffered blocks vLLM recycled before release, and those behind them (the
+    connector's counter of the same name)."""
     blocks_loaded: int
+    preemptions: int
+    async_loads: int
+    load_wait_steps: int
+    """Steps async-loaded requests waited for a running slot after their load finished."""
+    idle_steps: int
+    """Steps with no token scheduled that the engine took because work was buffered."""
+    peak_requests_held: int
+    """Most requests the simulation held at once (running, waiting, loading): with the
+    pool, the host store and the manager's buffer, what its memory grows with."""
     stats: dict[str, int]
 
     @computed_field  # type: ignore[prop-decorator]  # in model_dump and the JSON schema
@@ -71,192 +112,517 @@ class SimResult(BaseModel):
     def external_hit_rate(self) -> float:
         return self.external_hit_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
-
-@dataclass
-class _Clock:
-    now: float = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@dataclass
-class _Running:
-    request: TraceRequest
-    total_blocks: int
-    blocks: list[int] = field(default_factory=list)
-    computed: int = 0  # tokens whose KV exists
-    hashed: int = 0  # leading blocks already full and hashed
-
+    @computed_field  # type: ignore[prop-decorator]
     @property
-    def total_tokens(self) -> int:
-        return self.request.prompt_tokens + self.request.output_tokens
+    def gpu_hit_rate(self) -> float:
+        return self.gpu_hit_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
 
-def block_hash(request: TraceRequest, index: int, block_size: int) -> Hashable:
-    """Prefix-chain hash of block ``index``: shared while the block lies inside the prefix."""
-    if (index + 1) * block_size <= request.prefix_tokens:
-        return ("prefix", request.prefix, index)
-    return ("request", request.id, index)
+class _Req:
+    """One request inside the engine (slots: a million of these pass through)."""
+
+    __slots__ = ("blocks", "buffered", "cached", "computed", "generated", "hashes",
+                 "num_tokens", "preempted", "prompt_blocks", "prompt_len", "ready_at",
+                 "request", "status")
+
+    def __init__(self, request: Request, block_size: int) -> None:
+        self.request = request
+        self.hashes = block_hashes(request, block_size)
+        self.prompt_len = request.prompt_tokens
+        self.prompt_blocks = self.prompt_len // block_size
+        self.num_tokens = self.prompt_len  # prompt plus tokens generated so far
+        self.generated = 0
+        self.computed = 0
+        self.blocks: list[int] = []
+        self.cached = 0  # leading blocks that carry their hash
+        self.buffered = 0  # leading blocks the adapter handed to the manager
+        self.status = _WAITING
+        self.preempted = False
+        self.ready_at = -1  # step an async load finished
+
+
+def block_hashes(request: Request, block_size: int) -> list[Hashable]:
+    """Prefix-chain hash of each full block of the request's prompt plus output.
+
+    A block's hash stands for every token up to its end, as vLLM's chained block
+    hash does: the chain of segments (key and length) so far, and the end offset.
+    The output is one more segment, keyed by ``output_key`` when later prompts
+    continue it, else private to the request. The chain is a BLAKE2 digest, not
+    Python's ``hash`` of the key (randomised per process), so every run and every
+    ``--jobs`` process gives the same hashes and the same results.
+    """
+    segments: list[tuple[str, int]] = list(request.segments)
+    segments.append((request.output_key if request.output_key is not None
+                     else f"{request.id}\x00output", request.output_tokens))
+    total = request.prompt_tokens + request.output_tokens
+    out: list[Hashable] = []
+    chain = 0
+    start = 0
+    end = block_size
+    for key, tokens in segments:
+        digest = hashlib.blake2b(f"{chain}\x00{tokens}\x00{key}".encode(), digest_size=8)
+        chain = int.from_bytes(digest.digest(), "little")
+        stop = start + tokens
+        while end <= stop and end <= total:
+            out.append(hash((chain, end)))
+            end += block_size
+        start = stop
+    return out
+
+
+@dataclass
+class _Counters:
+    gpu_hit_tokens: int = 0
+    external_hit_tokens: int = 0
+    prompt_tokens: int = 0
+    preemptions: int = 0
+    async_loads: int = 0
+    load_wait_steps: int = 0
+    idle_steps: int = 0
+    requests: int = 0
+    peak_held: int = 0
 
 
 class Simulation:
-    """One trace through one connector configuration (see module docstring)."""
+    """One trace through one connector configuration (see the module docstring)."""
 
-    def __init__(self, settings: EngineSettings, extra_config: dict[str, Any]) -> None:
-        limits.SIMULATE_WORK.check(  # the pools are allocated up front
-            settings.num_gpu_blocks + settings.host_blocks, "simulate: --gpu-blocks + --host-blocks"
-        )
+    def __init__(self, settings: EngineSettings, extra_config: dict[str, Any],
+                 meter: WorkMeter | None = None) -> None:
         self.settings = settings
         self.extra_config = dict(extra_config)
+        self.meter = meter if meter is not None else WorkMeter.unbounded()
+        self.meter.charge(settings.num_gpu_blocks, "the GPU block pool")
         capacity = settings.host_blocks * settings.block_bytes
-        config = ConnectorConfig.from_extra_config(
+        self.config = ConnectorConfig.from_extra_config(
             {**extra_config, "kvtool.host_capacity_bytes": capacity}
         )
-        self.clock = _Clock()
+        self.step_index = 0
         self.pool = InMemoryBlockPool(settings.num_gpu_blocks)
+        null_block = self.pool.allocate(1)[0]  # vLLM's null block: never handed to a request
         self.store = StoreIndex(capacity, settings.block_bytes, "simulation")
         self.manager = LazyOffloadManager(
-            config,
-            self.pool,
-            self.store,
+            self.config, self.pool, self.store,
             group_tokens_per_block=(settings.block_size,),
-            clock=self.clock,
-            # The same bound the vLLM adapter passes, so a finished request's blocks are
-            # released before the next pass can recycle them (see EvictionAwarePolicy).
+            clock=lambda: self.step_index * settings.step_seconds,
             max_step_blocks=max_blocks_per_pass(
-                settings.max_batched_tokens, settings.block_size, settings.max_num_seqs
-            ),
+                settings.max_batched_tokens, settings.block_size, settings.max_num_seqs),
+            null_block_id=null_block,
         )
-        self.gpu_hit_tokens = 0
-        self.external_hit_tokens = 0
+        self._budget_blocks = -(-settings.max_batched_tokens // settings.block_size)
+        self._loading: dict[int, int] = {}  # id(request) -> host blocks planned this pass
+        self.counters = _Counters()
+        self.running: list[_Req] = []
+        self.waiting: deque[_Req] = deque()
+        self.holding: deque[_Req] = deque()  # async-loaded requests, drained first
+        self._load_jobs: list[int] = []
+        self._intake = _Intake(iter(()), settings.block_size, settings.num_gpu_blocks)
 
-    def _reserved(self, running: Sequence[_Running]) -> int:
-        return sum(run.total_blocks - len(run.blocks) for run in running)
+    # ------------------------------------------------------------------ blocks
 
-    def _admit(self, request: TraceRequest, allocated: list[int], jobs: list[int]) -> _Running:
-        size = self.settings.block_size
-        # vLLM always computes at least the last prompt token, so at most
-        # (prompt - 1) // block_size leading blocks can be hits.
-        hashes = [block_hash(request, i, size) for i in range((request.prompt_tokens - 1) // size)]
-        run = _Running(request, math.ceil((request.prompt_tokens + request.output_tokens) / size))
-        for h in hashes:
-            cached = self.pool.cached_block(h)
-            if cached is None:
+    def _blocks_needed(self, run: _Req, tokens: int) -> int:
+        return -(-tokens // self.settings.block_size) - len(run.blocks)
+
+    def _cache_full_blocks(self, run: _Req, upto_tokens: int) -> None:
+        """Hash the blocks that ``upto_tokens`` fills (vLLM caches them when scheduled)."""
+        full = min(upto_tokens // self.settings.block_size, len(run.blocks), len(run.hashes))
+        if full > run.cached:
+            set_hash, blocks, hashes = self.pool.set_hash, run.blocks, run.hashes
+            for i in range(run.cached, full):
+                set_hash(blocks[i], hashes[i])
+            run.cached = full
+
+    def _free(self, run: _Req) -> None:
+        self.pool.free(run.blocks[::-1])  # last block first: it is evicted first
+        run.blocks = []
+        run.cached = 0
+
+    # ------------------------------------------------------------------ scheduling
+
+    def _schedule_running(self, scheduled: list[tuple[_Req, int]], allocated: list[int],
+                          preempted: list[_Req]) -> int:
+        budget = self.settings.max_batched_tokens
+        running = self.running
+        index = 0
+        while index < len(running) and budget > 0:
+            run = running[index]
+            tokens = min(run.num_tokens - run.computed, budget)
+            if tokens <= 0:
+                index += 1
+                continue
+            need = self._blocks_needed(run, run.computed + tokens)
+            while need > self.pool.num_free:
+                victim = running.pop()
+                self._preempt(victim)
+                preempted.append(victim)
+                if victim is run:
+                    break
+            if run.status != _RUNNING:
                 break
-            self.pool.touch([cached])
-            run.blocks.append(cached)
-        gpu = len(run.blocks)
-        self.manager.on_request_arrived(request.id)
-        host = self.manager.lookup(hashes[gpu:])
-        if host:
-            loaded = self.pool.allocate(host)
-            for block_id, h in zip(loaded, hashes[gpu:gpu + host], strict=True):
-                self.pool.set_hash(block_id, h)
-            allocated.extend(loaded)
-            run.blocks.extend(loaded)
-            jobs.append(self.manager.plan_load(loaded, hashes[gpu:gpu + host]).job_id)
-        run.hashed = gpu + host
-        run.computed = run.hashed * size
-        self.gpu_hit_tokens += gpu * size
-        self.external_hit_tokens += host * size
-        return run
+            if need > 0:
+                fresh = self.pool.allocate(need)
+                run.blocks += fresh
+                allocated += fresh
+            self._cache_full_blocks(run, run.computed + tokens)
+            scheduled.append((run, tokens))
+            budget -= tokens
+            index += 1
+        return budget
 
-    def _advance(self, run: _Running, tokens: int, allocated: list[int]) -> None:
-        size = self.settings.block_size
-        run.computed += tokens
-        grow = math.ceil(run.computed / size) - len(run.blocks)
-        if grow > 0:
-            fresh = self.pool.allocate(grow)
-            allocated.extend(fresh)
-            run.blocks.extend(fresh)
-        full = min(run.computed // size, len(run.blocks))
-        newly = []
-        for index in range(run.hashed, full):
-            self.pool.set_hash(run.blocks[index], block_hash(run.request, index, size))
-            newly.append(run.blocks[index])
-        run.hashed = full
-        if newly:
-            self.manager.buffer_blocks(run.request.id, newly)
+    def _preempt(self, run: _Req) -> None:
+        self._free(run)
+        run.computed = 0
+        run.status = _PREEMPTED
+        run.preempted = True
+        self.counters.preemptions += 1
+        self.waiting.appendleft(run)
 
-    def _connector_step(self, scheduled: int, allocated: list[int], jobs: list[int]) -> None:
-        result = self.manager.step(StepInput(scheduled, allocated))
-        jobs.extend(job.job_id for job in result.store_jobs)
-        self.manager.on_job_reports([JobReport(job_id, True) for job_id in jobs])
+    def _loaded_holding_all(self) -> bool:
+        """Nothing runs, every load finished, and the head still cannot be admitted."""
+        return bool(self.holding) and all(run.ready_at >= 0 for run in self.holding)
 
-    def run(self, trace: Sequence[TraceRequest]) -> SimResult:
+    def _release_newest_load(self, preempted: list[_Req]) -> None:
+        """Loaded requests hold every block and none fits: free the newest one's blocks
+        and recompute it later, as a preemption would (vLLM's reservations for async
+        loads are meant to keep this from happening; the model must not stall)."""
+        run = self.holding.pop()
+        self._free(run)
+        run.computed = 0
+        run.status = _PREEMPTED
+        run.preempted = True
+        run.ready_at = -1
+        self.counters.preemptions += 1
+        self.waiting.appendleft(run)
+        preempted.append(run)
+
+    def _inflight_reserved(self) -> int:
+        """Blocks that in-flight prefills still need for their whole sequence."""
+        reserved = 0
+        for run in self.holding:
+            reserved += max(0, self._blocks_needed(run, run.num_tokens))
+        for run in self.running:
+            if run.computed < run.prompt_len:
+                reserved += max(0, self._blocks_needed(run, run.num_tokens))
+        return reserved
+
+    def _schedule_waiting(self, budget: int, scheduled: list[tuple[_Req, int]],
+                          new: list[_Req]) -> None:
         s = self.settings
-        check_work(trace)
-        for request in trace:
-            need = math.ceil((request.prompt_tokens + request.output_tokens) / s.block_size)
-            if need > s.num_gpu_blocks:
-                raise KvtoolError(
-                    f"request {request.id} needs {need} blocks; the GPU pool has "
-                    f"{s.num_gpu_blocks} (raise --gpu-blocks)"
-                )
-        waiting = deque(sorted(trace, key=lambda r: r.arrival))
-        running: list[_Running] = []
-        step = 0
-        while waiting or running:
-            if step >= MAX_STEPS:
-                raise RuntimeError("simulation did not finish")  # a model bug, not bad input
-            self.clock.now = step * s.step_seconds
-            allocated: list[int] = []
-            jobs: list[int] = []
-            while (waiting and waiting[0].arrival <= step and len(running) < s.max_num_seqs):
-                head = waiting[0]
-                need = math.ceil((head.prompt_tokens + head.output_tokens) / s.block_size)
-                if self.pool.num_free - self._reserved(running) < need:
-                    break  # admitted requests never wait for blocks: no preemption
-                running.append(self._admit(waiting.popleft(), allocated, jobs))
-            budget, scheduled = s.max_batched_tokens, 0
-            for run in running:
-                prompt = run.request.prompt_tokens
-                tokens = min(prompt - run.computed, budget) if run.computed < prompt else 1
-                if tokens <= 0 or budget <= 0:
+        size = s.block_size
+        pool, manager = self.pool, self.manager
+        skipped_holding: list[_Req] = []
+        while budget > 0:
+            if len(self.running) >= s.max_num_seqs:
+                break
+            if not self.holding and not self.waiting and not self._pull():
+                break
+            queue = self.holding or self.waiting
+            run = queue[0]
+            if run.status == _LOADING:
+                if run.ready_at < 0:
+                    skipped_holding.append(queue.popleft())
                     continue
-                self._advance(run, tokens, allocated)
-                budget -= tokens
-                scheduled += tokens
-            self._connector_step(scheduled, allocated, jobs)
-            for run in [r for r in running if r.computed >= r.total_tokens]:
-                running.remove(run)
-                self.manager.on_request_finished(run.request.id)
-                self.pool.free(list(reversed(run.blocks)))
-            step += 1
-        idle = 0
-        while self.manager.has_pending_work() and idle < MAX_IDLE_STEPS:
-            self.clock.now += s.step_seconds
-            self._connector_step(0, [], [])
-            idle += 1
-        return self._result(trace, step)
+                self._cache_full_blocks(run, run.computed)
+                if run.computed >= run.num_tokens:
+                    run.computed = run.num_tokens - 1
+                self.counters.load_wait_steps += self.step_index - run.ready_at
+                run.status = _PREEMPTED if run.preempted else _WAITING
+            local: list[int] = []
+            external = 0
+            load_async = False
+            if run.computed == 0:
+                cap = (run.num_tokens - 1) // size
+                cached_block = pool.cached_block
+                for block_hash in run.hashes[:cap]:
+                    block_id = cached_block(block_hash)
+                    if block_id is None:
+                        break
+                    local.append(block_id)
+                if len(local) < cap:
+                    external = manager.lookup(run.hashes[len(local):cap])
+                load_async = self.config.load_async and external > 0
+                computed = (len(local) + external) * size
+            else:
+                computed = run.computed
+            tokens = 0 if load_async else min(run.num_tokens - computed, budget)
+            evictable = sum(1 for b in local if pool.ref_cnt(b) == 0)
+            # The whole sequence must fit (scheduler_reserve_full_isl), then this chunk,
+            # leaving an async load the blocks in-flight prefills still need.
+            whole = -(-run.num_tokens // size) - len(local) - len(run.blocks) + evictable
+            chunk = (-(-(computed + tokens) // size) - len(local) - len(run.blocks)
+                     + evictable)
+            reserved = self._inflight_reserved() if load_async else 0
+            if whole > pool.num_free or chunk > pool.num_free - reserved:
+                break
+            queue.popleft()
+            if local:
+                pool.touch(local)
+                run.blocks += local
+                run.cached = len(local)
+            fresh_count = chunk - evictable
+            if fresh_count > 0:
+                run.blocks += pool.allocate(fresh_count)
+            if run.computed == 0:
+                self._record_admission(run, len(local) * size, external * size)
+                if external:
+                    start = len(local)
+                    job = manager.plan_load(run.blocks[start:start + external],
+                                            run.hashes[start:start + external])
+                    self._load_jobs.append(job.job_id)
+                    self._loading[id(run)] = external
+            run.computed = computed
+            if load_async:
+                run.status = _LOADING
+                self.counters.async_loads += 1
+                skipped_holding.append(run)
+                continue
+            self._cache_full_blocks(run, computed + tokens)
+            run.status = _RUNNING
+            self.running.append(run)
+            new.append(run)
+            scheduled.append((run, tokens))
+            budget -= tokens
+        if skipped_holding:
+            self.holding.extendleft(reversed(skipped_holding))
 
-    def _result(self, trace: Sequence[TraceRequest], steps: int) -> SimResult:
+    def _record_admission(self, run: _Req, local_tokens: int, external_tokens: int) -> None:
+        if run.preempted:
+            return  # vLLM counts a preempted request's re-admission apart
+        c = self.counters
+        c.gpu_hit_tokens += local_tokens
+        c.external_hit_tokens += external_tokens
+
+    # ------------------------------------------------------------------ adapter
+
+    def _buffer(self, run: _Req, computed_after_step: int) -> None:
+        if not self.config.store_decode:
+            computed_after_step = min(computed_after_step, run.prompt_len)
+            if run.buffered >= run.prompt_blocks:
+                return
+        full = min(computed_after_step // self.settings.block_size, len(run.blocks))
+        if full > run.buffered:
+            self.manager.buffer_blocks(run.request.id, run.blocks[run.buffered:full])
+            run.buffered = full
+
+    def _connector_step(self, scheduled: list[tuple[_Req, int]], new: list[_Req],
+                        allocated: list[int], preempted: list[_Req]) -> None:
+        manager = self.manager
+        for run in preempted:
+            manager.on_request_preempted(run.request.id)
+            run.buffered = 0
+        fresh = set(map(id, new))
+        size = self.settings.block_size
+        loading, self._loading = self._loading, {}
+        # As the adapter reports them: prefix-cache hits are handed out but not taken
+        # from the free queue's head; the next pass may need a block per scheduled
+        # request, plus the whole budget while one of them still prefills its prompt.
+        cached_hits = 0
+        for run in new:
+            allocated += run.blocks  # a new or resumed request's whole block table
+            manager.on_request_arrived(run.request.id)
+            cached_hits += max(0, run.computed // size - loading.get(id(run), 0))
+        total = 0
+        prefilling = False
+        for run, tokens in scheduled:
+            total += tokens
+            if run.computed + tokens < run.prompt_len:
+                prefilling = True
+            if id(run) in fresh or run.buffered < run.prompt_blocks or self.config.store_decode:
+                self._buffer(run, run.computed + tokens)
+        demand = len(scheduled) + (self._budget_blocks if prefilling else 0)
+        result = manager.step(StepInput(total, allocated, len(allocated) - cached_hits, demand))
+        jobs = self._load_jobs
+        jobs += [job.job_id for job in result.store_jobs]
+        if jobs:
+            manager.on_job_reports([JobReport(job_id, True) for job_id in jobs])
+            self._load_jobs = []
+        for run in self.holding:
+            if run.ready_at < 0:
+                run.ready_at = self.step_index + 1  # the load finished within this step
+
+    # ------------------------------------------------------------------ the loop
+
+    def run(self, trace: Iterable[Request]) -> SimResult:
+        s = self.settings
+        intake = self._intake = _Intake(iter(trace), s.block_size, s.num_gpu_blocks)
+        while True:
+            busy = self.running or self.waiting or self.holding or self._pull()
+            if not busy:
+                next_step = intake.next_arrival(self.step_index)
+                if self.manager.has_pending_work() and (s.idle_stepping or next_step is None):
+                    self._idle_step()
+                    continue
+                if next_step is None:
+                    break
+                self.step_index = next_step
+                continue
+            scheduled: list[tuple[_Req, int]] = []
+            allocated: list[int] = []
+            preempted: list[_Req] = []
+            new: list[_Req] = []
+            budget = self._schedule_running(scheduled, allocated, preempted)
+            if not preempted:
+                self._schedule_waiting(budget, scheduled, new)
+                if not scheduled and not self.running and self._loaded_holding_all():
+                    self._release_newest_load(preempted)
+            self._connector_step(scheduled, new, allocated, preempted)
+            self.meter.charge(1 + len(scheduled), "the scheduler steps")
+            held = len(self.running) + len(self.waiting) + len(self.holding)
+            if held > self.counters.peak_held:
+                self.counters.peak_held = held
+            self._update_from_output(scheduled, intake)
+            self.step_index += 1
+        return self._result()
+
+    def _pull(self) -> bool:
+        """Take the next request that is due into the waiting queue; False if none is."""
+        request = self._intake.pop_due(self.step_index)
+        if request is None:
+            return False
+        run = _Req(request, self.settings.block_size)
+        self.waiting.append(run)
+        c = self.counters
+        c.requests += 1
+        c.prompt_tokens += request.prompt_tokens
+        self.meter.charge(len(run.hashes) + REQUEST_WORK, "the requests")
+        return True
+
+    def _idle_step(self) -> None:
+        self.counters.idle_steps += 1
+        self.meter.charge(1, "the idle drain")
+        self._connector_step([], [], [], [])
+        self.step_index += 1
+
+    def _update_from_output(self, scheduled: list[tuple[_Req, int]], intake: _Intake) -> None:
+        finished = []
+        for run, tokens in scheduled:
+            run.computed += tokens
+            if run.computed >= run.num_tokens:
+                run.generated += 1
+                run.num_tokens += 1
+                if run.generated >= run.request.output_tokens:
+                    finished.append(run)
+        if finished:
+            done = set(map(id, finished))
+            self.running = [run for run in self.running if id(run) not in done]
+        for run in finished:
+            self.manager.on_request_finished(run.request.id)
+            self._free(run)
+            intake.finished(run.request, self.step_index)
+
+    def _result(self) -> SimResult:
         stats = self.manager.stats
+        c = self.counters
         return SimResult(
             extra_config=self.extra_config,
-            steps=steps,
-            requests=len(trace),
-            prompt_tokens=sum(r.prompt_tokens for r in trace),
-            gpu_hit_tokens=self.gpu_hit_tokens,
-            external_hit_tokens=self.external_hit_tokens,
+            steps=self.step_index,
+            requests=c.requests,
+            prompt_tokens=c.prompt_tokens,
+            gpu_hit_tokens=c.gpu_hit_tokens,
+            external_hit_tokens=c.external_hit_tokens,
             blocks_buffered=stats.admitted,
             blocks_stored=stats.stored,
             bytes_stored=stats.stored_bytes,
-            blocks_lost_to_eviction=stats.dropped.get("evicted", 0)
-            + stats.dropped.get("hash_changed_at_release", 0),
+            lost_to_recycling=stats.lost_to_recycling,
             blocks_loaded=stats.loaded,
+            preemptions=c.preemptions,
+            async_loads=c.async_loads,
+            load_wait_steps=c.load_wait_steps,
+            idle_steps=c.idle_steps,
+            peak_requests_held=c.peak_held,
             stats=stats.as_dict(),
         )
 
 
-def check_work(trace: Sequence[TraceRequest]) -> None:
-    """Refuse, before it starts, a run whose step count is out of bounds (``simulate_work``).
+class _Intake:
+    """Requests in reading order, handed out one at a time once due (a follower,
+    ``after``: once the request it follows finished, plus its delay).
 
-    Every step schedules at least one token of a running request or waits for the next
-    arrival, so the latest arrival plus all tokens bounds the step count.
+    Requests due now are not all taken into the waiting queue at once: the engine
+    pulls the next one only when the queue's materialised head is used up, so a
+    million requests arriving together cost the memory of the few it looks at.
+    Holds what was read and not yet handed out (one independent request ahead, and
+    followers whose predecessor has not finished) and the finish step of requests
+    still awaited.
     """
-    if trace:
-        latest = max(request.arrival for request in trace)
-        tokens = sum(request.prompt_tokens + request.output_tokens for request in trace)
-        limits.SIMULATE_WORK.check(latest + tokens, "simulate: the trace (last arrival + tokens)")
+
+    def __init__(self, requests: Iterator[Request], block_size: int, gpu_blocks: int) -> None:
+        self._requests = requests
+        self._block_size = block_size
+        self._gpu_blocks = gpu_blocks
+        self._next: tuple[int, Request] | None = None  # (reading order, independent request)
+        self._exhausted = False
+        self._due: list[tuple[int, int, Request]] = []  # followers: (step, order, request)
+        self._order = 0
+        self._parked: dict[str, list[tuple[int, Request]]] = {}  # awaited id -> followers
+        self._done: dict[str, tuple[int, int]] = {}  # awaited id -> (finish step, left)
+
+    def _fill(self) -> None:
+        """Read up to the next independent request, parking followers on the way."""
+        while self._next is None and not self._exhausted:
+            request = next(self._requests, None)
+            if request is None:
+                self._exhausted = True
+                return
+            self._check(request)
+            order = self._order
+            self._order += 1
+            if request.after is None:
+                self._next = (order, request)
+                continue
+            done = self._done.get(request.after)
+            if done is None:
+                self._parked.setdefault(request.after, []).append((order, request))
+            else:
+                heapq.heappush(self._due, (done[0] + 1 + request.arrival, order, request))
+                self._settle(request.after)
+
+    def _settle(self, awaited: str) -> None:
+        step, left = self._done[awaited]
+        if left <= 1:
+            del self._done[awaited]
+        else:
+            self._done[awaited] = (step, left - 1)
+
+    def _check(self, request: Request) -> None:
+        need = math.ceil((request.prompt_tokens + request.output_tokens) / self._block_size)
+        if need > self._gpu_blocks:
+            raise KvtoolError(
+                f"request {request.id} needs {need} blocks; the GPU pool has "
+                f"{self._gpu_blocks} (raise --num-gpu-blocks)"
+            )
+
+    def pop_due(self, now: int) -> Request | None:
+        """The next request due at or before ``now`` (by due step, then reading order)."""
+        self._fill()
+        follower = self._due[0] if self._due and self._due[0][0] <= now else None
+        independent = self._next if self._next and self._next[1].arrival <= now else None
+        if independent is not None and (follower is None
+                                        or (independent[1].arrival, independent[0])
+                                        < (follower[0], follower[1])):
+            self._next = None
+            return independent[1]
+        if follower is not None:
+            return heapq.heappop(self._due)[2]
+        return None
+
+    def next_arrival(self, now: int) -> int | None:
+        """The next step anything arrives after ``now`` (None: the trace is done)."""
+        self._fill()
+        candidates = [self._due[0][0]] if self._due else []
+        if self._next is not None:
+            candidates.append(self._next[1].arrival)
+        if not candidates:
+            if self._parked:  # every awaited request was read earlier, so it finished
+                raise RuntimeError("simulate: a request waits for one that never ran")
+            return None
+        return max(now + 1, min(candidates))
+
+    def finished(self, request: Request, step: int) -> None:
+        if not request.dependents:
+            return
+        followers = self._parked.pop(request.id, [])
+        for order, follower in followers:
+            heapq.heappush(self._due, (step + 1 + follower.arrival, order, follower))
+        left = request.dependents - len(followers)
+        if left > 0:
+            self._done[request.id] = (step, left)

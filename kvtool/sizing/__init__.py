@@ -45,14 +45,14 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kvtool.sizing.catalog import load_model_spec
     from kvtool.sizing.deployment import Deployment, make_deployment
     from kvtool.sizing.hf_config import spec_from_config
+    from kvtool.sizing.model_spec import load_model_spec
     from kvtool.sizing.report import SizingReport, compute
     from kvtool.sizing.spec import ModelSpec
 
 _EXPORTS = {
-    "load_model_spec": "kvtool.sizing.catalog",
+    "load_model_spec": "kvtool.sizing.model_spec",
     "spec_from_config": "kvtool.sizing.hf_config",
     "Deployment": "kvtool.sizing.deployment",
     "make_deployment": "kvtool.sizing.deployment",

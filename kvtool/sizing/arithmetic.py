@@ -8,6 +8,7 @@ and LMCache MP capacity arithmetic. No I/O, no models; constants come in as argu
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 
 def round_up(value: int, multiple: int) -> int:
@@ -63,6 +64,18 @@ def native_chunk_bytes(stored_bytes_per_block: int, blocks_per_chunk: int, align
 def native_tokens(size_gib: float, chunk_bytes: int, tokens_per_chunk: int, gib: int) -> int:
     """Tokens a native ``--kv-offloading-size`` of ``size_gib`` holds (whole chunks only)."""
     return math.floor(size_gib * gib) // chunk_bytes * tokens_per_chunk
+
+
+def native_group_tokens(num_chunks: int, tokens_per_chunk: tuple[int, ...]) -> int:
+    """Tokens ``num_chunks`` chunks hold when each KV cache group stores its own chunk per
+    block hash: a token takes 1/tokens_per_chunk of a chunk in every group."""
+    share = sum(Fraction(1, t) for t in tokens_per_chunk)
+    return math.floor(num_chunks / share)
+
+
+def native_chunks_for_tokens(tokens: int, tokens_per_chunk: tuple[int, ...]) -> int:
+    """Chunks ``tokens`` tokens take over every group (inverse of :func:`native_group_tokens`)."""
+    return sum(-(-tokens // t) for t in tokens_per_chunk)
 
 
 def native_size_gib_for_tokens(

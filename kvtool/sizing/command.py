@@ -116,6 +116,51 @@ def register(app: typer.Typer) -> None:
             bool,
             typer.Option("--no-mla-dedup", help="Native offload stores MLA once per rank."),
         ] = False,
+        max_num_batched_tokens: Annotated[
+            int | None,
+            typer.Option(
+                "--max-num-batched-tokens",
+                help="vLLM --max-num-batched-tokens (default: vLLM's for --gpu).",
+            ),
+        ] = None,
+        max_num_seqs: Annotated[
+            int | None,
+            typer.Option("--max-num-seqs", help="vLLM --max-num-seqs (default: vLLM's for --gpu)."),
+        ] = None,
+        async_scheduling: Annotated[
+            bool | None,
+            typer.Option(
+                "--async-scheduling/--no-async-scheduling",
+                help="vLLM async scheduling (default: vLLM's: on unless --pp > 1).",
+                show_default=False,
+            ),
+        ] = None,
+        kv_connector: Annotated[
+            str,
+            typer.Option(
+                "--kv-connector",
+                help="KV connector vLLM runs (its SupportsHMA decides HMA); 'none' for none.",
+            ),
+        ] = "OffloadingConnector",
+        disable_hma: Annotated[
+            bool | None,
+            typer.Option(
+                "--disable-hybrid-kv-cache-manager/--no-disable-hybrid-kv-cache-manager",
+                help="vLLM's flag (default: vLLM decides).",
+                show_default=False,
+            ),
+        ] = None,
+        env: Annotated[
+            list[str] | None,
+            typer.Option("--env", help="The deployment's env var NAME=VALUE (repeatable)."),
+        ] = None,
+        vllm_python: Annotated[
+            str | None,
+            typer.Option(
+                "--vllm-python",
+                help="A python with vLLM: compute the figures with its own code (no GPU).",
+            ),
+        ] = None,
         emit: Annotated[
             Emit | None, typer.Option("--emit", help="Print lines to paste: flags or env.")
         ] = None,
@@ -131,8 +176,8 @@ def register(app: typer.Typer) -> None:
         from kvtool.output.kinds import emit as emit_report
         from kvtool.output.streams import Output
         from kvtool.releases import resolve_target
-        from kvtool.sizing.catalog import load_model_spec
-        from kvtool.sizing.deployment import make_deployment
+        from kvtool.sizing.deployment import make_deployment, parse_env
+        from kvtool.sizing.model_spec import load_model_spec
         from kvtool.sizing.render import SIZE, SizingView, emit_lines
         from kvtool.sizing.report import compute
 
@@ -159,10 +204,24 @@ def register(app: typer.Typer) -> None:
             mla_dedup=not no_mla_dedup,
             gpu=gpu,
             attention_backend=attention_backend,
+            max_num_batched_tokens=max_num_batched_tokens,
+            max_num_seqs=max_num_seqs,
+            async_scheduling=async_scheduling,
+            kv_connector=None if kv_connector.lower() == "none" else kv_connector,
+            disable_hybrid_kv_cache_manager=disable_hma,
+            env=parse_env(env or []),
+            vllm_version=resolve_target(vllm_version, None).version,
         )
-        release = resolve_target(vllm_version, None).version
-        report = compute(load_model_spec(model, release=release), deployment)
+        spec = load_model_spec(model, release=deployment.vllm_version)
+        report = compute(spec, deployment)
         out = Output(output_file=output_file, quiet=quiet, color=color)
+        if vllm_python is not None:
+            from kvtool.models.source import find_model_config
+            from kvtool.sizing.vllm_run import size_with_vllm
+
+            found = find_model_config(model)
+            assert found is not None  # load_model_spec found it above
+            report = size_with_vllm(vllm_python, dict(found.raw), report, deployment)
         if emit is not None:
             out.write("".join(line + "\n" for line in emit_lines(report, emit.value)))
             return

@@ -37,6 +37,10 @@ class SizingFacts(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     pcie_efficiency: float
     nvme_read_gbps: float
     cpu_tier_min_ratio_to_gpu: float
+    serve_batch_defaults: dict[str, tuple[int, int]]
+    async_scheduling_default: bool
+    chunked_local_hma_env: str
+    state_prefill_checkpoint_blocks: dict[str, int]
 
     @property
     def pcie_effective_gbps(self) -> float:

@@ -461,7 +461,7 @@ def _ssm_state_dtype(model_type: str, text: _Config) -> str | None:
     or a default from the facts table; a layout row's ``ssm_state_dtype`` is the state
     calculator's own default (KDA: float32). Other models keep the model dtype (None).
     """
-    row_dtype = layout_rows()[model_type].get("ssm_state_dtype")
+    row_dtype = layout_rows().get(model_type, {}).get("ssm_state_dtype")
     if row_dtype is not None:
         return str(row_dtype)
     if model_type.startswith("qwen3_5"):
@@ -787,6 +787,49 @@ def _vllm_source(row: Mapping[str, str]) -> str:
     return f"https://github.com/vllm-project/vllm/blob/v{release}/{under}{cited}"
 
 
+# Config fields that mean a cache other than full/sliding attention heads: a config with
+# any of them is not sized from its fields alone (MLA latents, DSA indexers, recurrent
+# state, per-layer block configs, chunked local attention, hybrid layer patterns).
+NOT_PLAIN_ATTENTION_FIELDS = (
+    "kv_lora_rank", "index_topk", "index_head_dim", "linear_attn_config", "layers_block_type",
+    "hybrid_override_pattern", "layers_block_types", "mamba_d_state", "ssm_state_size",
+    "linear_num_value_heads", "block_configs", "attention_chunk_size", "compress_ratios",
+    "num_kv_shared_layers", "hybrid_layer_pattern", "full_attention_interval",
+)
+
+
+# Class-name endings of the generative models vLLM's registry serves with a decoder KV
+# cache; encoder-only and pooling classes (BertModel, ...ForSequenceClassification) hold none.
+GENERATIVE_SUFFIXES = ("ForCausalLM", "ForConditionalGeneration")
+
+
+def inferred_layout(cfg: Mapping[str, Any], architectures: list[Any]) -> str | None:
+    """Why a config with no layout row can be sized from its fields, else None.
+
+    A decoder whose fields name only attention heads (``num_attention_heads``,
+    ``num_key_value_heads``, ``head_dim`` or ``hidden_size``) and, for windows, only
+    ``layer_types`` of full and sliding attention or a model-wide ``sliding_window``,
+    is what vLLM's attention layers build from those fields (one ``Attention`` per layer,
+    a ``SlidingWindowSpec`` where ``layer_types`` says ``sliding_attention``).
+    """
+    if not any(str(a).endswith(GENERATIVE_SUFFIXES) for a in architectures):
+        return None
+    if any(cfg.get(name) is not None for name in NOT_PLAIN_ATTENTION_FIELDS):
+        return None
+    if not all(isinstance(cfg.get(n), int) for n in ("num_hidden_layers", "num_attention_heads")):
+        return None
+    if not isinstance(cfg.get("head_dim") or cfg.get("hidden_size"), int):
+        return None
+    types = cfg.get("layer_types")
+    if types is not None and (
+        not isinstance(types, list) or set(types) - {"full_attention", "sliding_attention"}
+    ):
+        return None
+    if types:
+        return "layer_types of full and sliding attention"
+    return "sliding_window on every layer" if cfg.get("sliding_window") else "full attention"
+
+
 def parser_for(model_type: str) -> _Parser | None:
     row = layout_rows().get(model_type)
     return None if row is None else LAYOUT_PARSERS[row["layout"]](row)
@@ -847,6 +890,15 @@ def spec_from_config(
     if not isinstance(model_type, str):
         raise KvtoolError(f"{where}: missing field 'model_type'")
     parser = parser_for(model_type)
+    text_map = text_raw if isinstance(text_raw, Mapping) else {}
+    declared = raw.get("architectures") or text_map.get("architectures") or []
+    inferred = (
+        inferred_layout(text.raw, declared if isinstance(declared, list) else [])
+        if parser is None
+        else None
+    )
+    if inferred is not None and model_type not in unmodelled_rows():
+        parser = _dense
     if parser is None:
         unmodelled = unmodelled_rows().get(model_type)
         why = (
@@ -867,6 +919,11 @@ def spec_from_config(
     if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
         raise KvtoolError(f"{where}: field 'architectures' must be a list of class names")
     assumptions: list[str] = []
+    if inferred is not None and parser is _dense and model_type not in layout_rows():
+        assumptions.append(
+            f"model_type {model_type!r} has no layout row: sized from its config fields "
+            f"({inferred}), as vLLM's attention layers read them"
+        )
     dtype = (
         text.get("torch_dtype") or text.get("dtype") or raw.get("torch_dtype") or raw.get("dtype")
     )
@@ -880,7 +937,8 @@ def spec_from_config(
         if not text.has("head_dim"):
             assumptions.append("head_dim derived as hidden_size / num_attention_heads")
         # chatglm configs name their KV heads multi_query_group_num.
-        if not text.has("num_key_value_heads") and layout_rows()[model_type]["layout"] != "chatglm":
+        layout = layout_rows().get(model_type, {}).get("layout")
+        if not text.has("num_key_value_heads") and layout != "chatglm":
             assumptions.append("no num_key_value_heads: multi-head attention assumed")
     if text.non_negative_int("num_nextn_predict_layers"):
         assumptions.append(
@@ -891,7 +949,7 @@ def spec_from_config(
     if ssm_dtype is not None:
         assumptions.append(f"SSM state dtype {ssm_dtype}, as vLLM picks for {model_type}")
     compressed_mla = None
-    if layout_rows()[model_type]["layout"] == "compressed_mla":
+    if layout_rows().get(model_type, {}).get("layout") == "compressed_mla":
         compressed_mla = _compressed_mla_layout(text, layout_rows()[model_type])
         assumptions.append(
             "per-token figures count a latent for every token on every layer; vLLM's "

@@ -33,6 +33,7 @@ class KvGroup:
     block_size: int  # tokens per block for this group's layers
     page_bytes: int  # one layer's page (padded) on one rank; the largest when they differ
     window: int | None = None
+    state_kind: str | None = None  # state groups: the layer kind (prefill checkpoint blocks)
     # (page bytes, layers) per page size, when the group's layers differ in page size
     # (vLLM's UniformTypeKVCacheSpecs: per-layer heads, sparse MLA's latent + indexer)
     layer_pages: tuple[tuple[int, int], ...] = ()
@@ -45,19 +46,19 @@ class KvGroup:
         return self.page_bytes * self.slots
 
     def blocks_per_request(
-        self, max_model_len: int, in_flight_tokens: int | None, mamba_align: bool
-    ) -> int | None:
+        self, max_model_len: int, in_flight_tokens: int, mamba_align: bool,
+        checkpoint_blocks: int = 0,
+    ) -> int:
         """Blocks one request of ``max_model_len`` tokens holds (``max_memory_usage_bytes``).
 
-        None when the figure needs ``in_flight_tokens`` (sliding and chunked windows
-        reserve for the tokens scheduled but not yet settled) and it is unknown.
+        Sliding and chunked windows also reserve for the ``in_flight_tokens`` scheduled but
+        not yet settled; state groups in align mode (prefix caching) hold two blocks plus
+        the layer kind's prefill checkpoint blocks (``MambaSpec``), else one.
         """
         if self.kind == "state":
-            return 2 if mamba_align else 1
-        if self.kind in ("full", "mla", "indexer"):
+            return 2 + checkpoint_blocks if mamba_align else 1
+        if self.kind in ("full", "mla", "indexer") or self.window is None:
             return -(-max_model_len // self.block_size)
-        if in_flight_tokens is None or self.window is None:
-            return None
         if self.kind == "sliding":
             tokens = min(self.window - 1 + in_flight_tokens, max_model_len)
             return -(-tokens // self.block_size) + 1
@@ -75,21 +76,24 @@ class KvPool:
     def num_blocks(self, kv_memory_bytes: int) -> int:
         return kv_memory_bytes // self.pool_block_bytes
 
-    def token_capacity(
-        self,
-        num_blocks: int,
-        max_model_len: int,
-        in_flight_tokens: int | None,
-        mamba_align: bool,
-    ) -> int | None:
-        """vLLM's logged "KV cache size: N tokens", or None when a window needs in-flight."""
+    def blocks_per_request(
+        self, formula: str, max_model_len: int, in_flight_tokens: int, mamba_align: bool,
+        checkpoint_blocks: dict[str, int],
+    ) -> int:
+        """Pool blocks one max-length request takes, as the release counts them.
+
+        ``per_group`` (vLLM >= 0.27): each group's blocks, summed. ``pooled``: the bytes
+        every group's layer needs, summed, over one page of the first group, rounded up once.
+        """
         needed = [
-            g.blocks_per_request(max_model_len, in_flight_tokens, mamba_align) for g in self.groups
+            (g.blocks_per_request(max_model_len, in_flight_tokens, mamba_align,
+                                  checkpoint_blocks.get(g.state_kind or "", 0)), g.page_bytes)
+            for g in self.groups
         ]
-        if any(n is None for n in needed):
-            return None
-        per_request = sum(n for n in needed if n is not None)
-        return int(num_blocks / per_request * max_model_len)
+        if formula == "per_group":
+            return sum(blocks for blocks, _ in needed)
+        total = sum(blocks * page for blocks, page in needed)
+        return -(-total // self.groups[0].page_bytes)
 
 
 def _page(p: LayerPages, block: int, state_page: int) -> int:
@@ -127,26 +131,29 @@ def build_pool(pages: tuple[LayerPages, ...], block: int, state_page: int) -> Kv
         mixed = tuple(sorted(by_page.items(), reverse=True)) if len(by_page) > 1 else ()
         first = pages[0]
         group = KvGroup(
-            first.kind, layers, layers, block, max(by_page), first.window, layer_pages=mixed
+            first.kind, layers, layers, block, max(by_page), first.window, first.state_kind,
+            layer_pages=mixed,
         )
         return KvPool((group,), per_block)
     largest = max(_page(p, block, state_page) for p in pages)
-    buckets: dict[tuple[PageKind, int | None, int], list[LayerPages]] = {}
+    buckets: dict[tuple[PageKind, int | None, int, str | None], list[LayerPages]] = {}
     for p in pages:
         page = _page(p, block, state_page)
         block_g = block
         if p.kind != "state" and page != largest and largest % page == 0:
             block_g = block * (largest // page)  # vLLM scales the block, not the page
-        buckets.setdefault((p.kind, p.window, block_g), []).append(p)
+        buckets.setdefault((p.kind, p.window, block_g, p.state_kind), []).append(p)
     counts = {key: sum(p.count for p in ps) for key, ps in buckets.items()}
     group_size = min(counts.values())
     if max(counts.values()) < group_size * 1.5:
         group_size = max(counts.values())
     groups: list[KvGroup] = []
-    for (kind, window, block_g), count in counts.items():
+    for (kind, window, block_g, state_kind), count in counts.items():
         num_groups = -(-count // group_size)
         for i in range(num_groups):
             # layers[i::num_groups]: the first (count % num_groups) groups get one more
             members = len(range(i, count, num_groups))
-            groups.append(KvGroup(kind, members, group_size, block_g, largest, window))
+            groups.append(
+                KvGroup(kind, members, group_size, block_g, largest, window, state_kind)
+            )
     return KvPool(tuple(groups), group_size * largest)

@@ -28,8 +28,14 @@ from kvtool.sizing.compressed_mla import DS_MLA_STATE_BYTES, layer_caches
 from kvtool.sizing.deployment import Deployment
 from kvtool.sizing.dtypes import kv_dtype_bytes
 from kvtool.sizing.facts import SizingFacts
+from kvtool.sizing.hma import HmaChoice
 from kvtool.sizing.kv_groups import KvPool, build_pool
-from kvtool.sizing.layer_pages import LayerPages, layer_page_kind, layer_pages
+from kvtool.sizing.layer_pages import (
+    LayerPages,
+    as_full_attention,
+    layer_page_kind,
+    layer_pages,
+)
 from kvtool.sizing.packed_groups import packed_pool
 from kvtool.sizing.spec import AttentionKind, CompressedMlaLayout, ModelSpec
 
@@ -54,8 +60,9 @@ class KvPlan:
     pages: tuple[LayerPages, ...]
     block: BlockChoice
     pool: KvPool
-    mamba_align: bool  # prefix caching keeps up to two state pages per running sequence
+    mamba_align: bool  # prefix caching: state groups hold align-mode blocks per request
     notes: tuple[str, ...]  # what was resolved, for the assumptions list
+    hma: HmaChoice
 
 
 def resolve_model_dtype(spec: ModelSpec, dep: Deployment) -> tuple[str, str | None]:
@@ -147,6 +154,7 @@ def _plan_compressed_mla(
     model_dtype: str,
     kv_dtype: str,
     notes: list[str],
+    hma: HmaChoice,
 ) -> KvPlan:
     """DeepSeek-V4 on FlashMLA: per-layer caches packed block-outermost into groups.
 
@@ -207,17 +215,29 @@ def _plan_compressed_mla(
         pool=pool,
         mamba_align=dep.prefix_caching,
         notes=tuple(notes),
+        hma=hma,
     )
 
 
-def plan_kv_cache(spec: ModelSpec, dep: Deployment, facts: SizingFacts) -> KvPlan:
+# A caller that sizes the layout without a deployment's connector and flags (the audit's
+# geometry rules): vLLM's default with no connector keeps the hybrid manager on.
+HMA_BY_DEFAULT = HmaChoice(True, "no KV connector and no flag: vLLM keeps it on")
+
+
+def plan_kv_cache(
+    spec: ModelSpec, dep: Deployment, facts: SizingFacts, hma: HmaChoice = HMA_BY_DEFAULT,
+    default_block: int | None = None,
+) -> KvPlan:
+    """The layout; ``default_block`` is the release's ``CacheConfig.DEFAULT_BLOCK_SIZE``."""
     notes: list[str] = []
     model_dtype, note = resolve_model_dtype(spec, dep)
     notes += [note] if note else []
     kv_dtype, note = resolve_kv_cache_dtype(spec, dep)
     notes += [note] if note else []
     if spec.compressed_mla is not None:
-        return _plan_compressed_mla(spec, spec.compressed_mla, dep, model_dtype, kv_dtype, notes)
+        return _plan_compressed_mla(
+            spec, spec.compressed_mla, dep, model_dtype, kv_dtype, notes, hma
+        )
     kv_bytes = kv_dtype_bytes(kv_dtype, model_dtype)
     if dep.attention_backend is not None:
         backend = backend_by_name(dep.attention_backend)
@@ -227,6 +247,14 @@ def plan_kv_cache(spec: ModelSpec, dep: Deployment, facts: SizingFacts) -> KvPla
     notes += [note] if note else []
     ssm_dtype = dep.mamba_ssm_dtype or spec.ssm_state_dtype or model_dtype
     pages = layer_pages(spec, dep.tp, dep.pp, kv_bytes, model_dtype, ssm_dtype)
+    if not hma.enabled:
+        if spec.states:
+            raise KvtoolError(
+                f"vLLM cannot start {spec.architecture} without the hybrid KV cache manager "
+                f"({hma.reason}): its recurrent-state layers need it; use a connector with "
+                "SupportsHMA or drop --disable-hybrid-kv-cache-manager"
+            )
+        pages = as_full_attention(pages)
     others = tuple(
         b for p in pages if p.count and (b := layer_backend(p.kind)) is not None
     )
@@ -234,7 +262,8 @@ def plan_kv_cache(spec: ModelSpec, dep: Deployment, facts: SizingFacts) -> KvPla
     # vLLM's default block asks the backend about the model's head_dim only.
     as_model = backend.for_layers(capability, spec.head_size, kv_dtype)
     block = choose_block_size(
-        pages, as_model, dep.block_size, facts.default_block_size, spec.is_mla, others
+        pages, as_model, dep.block_size, default_block or facts.default_block_size, spec.is_mla,
+        others,
     )
     state_page = block.state_page_padded_bytes or max(
         (p.state_bytes for p in pages if p.kind == "state"), default=0
@@ -252,4 +281,5 @@ def plan_kv_cache(spec: ModelSpec, dep: Deployment, facts: SizingFacts) -> KvPla
         pool=pool,
         mamba_align=dep.prefix_caching,
         notes=tuple(notes),
+        hma=hma,
     )

@@ -33,6 +33,7 @@ class LayerPages:
     bytes_per_token: int = 0
     window: int | None = None
     state_bytes: int = 0
+    state_kind: str | None = None  # the state layer's kind (mamba2, gdn, ...): its blocks
 
 
 _PAGE_KINDS: dict[AttentionKind, PageKind] = {
@@ -77,6 +78,22 @@ def layer_pages(
                 kind="state",
                 count=_stage_layers(state.num_layers, pp),
                 state_bytes=conv * conv_b + ssm * ssm_b,
+                state_kind=state.kind,
             )
         )
     return tuple(pages)
+
+
+def as_full_attention(pages: tuple[LayerPages, ...]) -> tuple[LayerPages, ...]:
+    """The pages with the hybrid KV cache manager off (``unify_hybrid_kv_cache_specs``).
+
+    Sliding-window and chunked-local layers mixed with full attention become full-attention
+    layers: every layer keeps every token in one group. All-sliding models stay as they are.
+    """
+    kinds = {p.kind for p in pages if p.count}
+    if len(kinds) <= 1:
+        return pages
+    return tuple(
+        LayerPages("full", p.count, p.bytes_per_token) if p.kind in ("sliding", "chunked") else p
+        for p in pages
+    )

@@ -87,9 +87,12 @@ def render_text(report: SizingReport, console: Console, explain: bool) -> None:
             f"KV bytes/token, all ranks (x{r.kv_replication_factor:g})",
             _bytes(r.kv_bytes_per_token_all_ranks),
         ),
-        ("bytes per block per rank", _bytes(r.bytes_per_block)),
+        (
+            f"hybrid KV cache manager (vLLM {r.vllm_release})",
+            "on" if r.hma_enabled else "off",
+        ),
         (f"KV cache groups ({len(r.kv_cache_groups)})", _groups(r)),
-        ("pool block (one group's pages) per rank", _bytes(r.pool_block_bytes)),
+        ("bytes per block per rank (vLLM's pool block)", _bytes(r.bytes_per_block)),
         ("GPU blocks (as vLLM logs num_gpu_blocks)", _count(r.num_gpu_blocks)),
     ]
     if r.kv_bytes_per_token_full_attention_only != r.kv_bytes_per_token:
@@ -114,7 +117,9 @@ def render_text(report: SizingReport, console: Console, explain: bool) -> None:
         None,
         ("--kv-offloading-size (TP total)", _gib(r.kv_offloading_size_gib)),
         ("  from", r.cpu_tier_basis or "pass --cpu-tier-gib, --host-ram-gib or --sessions"),
-        ("  native chunk", _bytes(r.native_chunk_bytes)),
+        ("  native chunk (per block hash and group)", _bytes(r.native_chunk_bytes)),
+        ("  tokens per chunk, per group", " / ".join(map(str, r.native_tokens_per_chunk))),
+        ("  native chunks", _count(r.native_chunks)),
         ("  CPU tier tokens", _count(r.cpu_tier_tokens)),
         ("  sessions at the context length", _count(r.cpu_tier_sessions)),
         ("per-rank equivalent (SGLang)", _gib(r.per_rank_gib)),
@@ -129,7 +134,16 @@ def render_text(report: SizingReport, console: Console, explain: bool) -> None:
         ("  tokens", _count(r.lmcache_tokens_at_whole_budget)),
         ("  resident below the eviction watermark", _count(r.lmcache_resident_tokens_at_watermark)),
         None,
-        ("GPU tier tokens", _count(r.gpu_tier_tokens)),
+        ("GPU tier tokens (vLLM's GPU KV cache size)", _count(r.gpu_tier_tokens)),
+        (
+            f"Maximum concurrency for {_count(r.context_len)} tokens per request",
+            "-" if r.max_concurrency is None else f"{r.max_concurrency:.2f}x",
+        ),
+        (
+            "  tokens in flight",
+            f"{r.max_in_flight_tokens:,} ({'async, ' if r.async_scheduling else ''}"
+            f"--max-num-batched-tokens {r.max_num_batched_tokens:,})",
+        ),
         ("bench prefix_repetition num_prefixes", _bench_range(r)),
         None,
         (f"load from DRAM at {r.pcie_gbps:.3g} GB/s per GPU", _seconds(r.load_seconds_dram)),
@@ -146,6 +160,10 @@ def render_text(report: SizingReport, console: Console, explain: bool) -> None:
             table.add_row(*row)
     console.print(table)
     console.print(f"block size {r.block_size}: {escape(r.block_size_reason)}", soft_wrap=True)
+    console.print(
+        f"hybrid KV cache manager {'on' if r.hma_enabled else 'off'}: {escape(r.hma_reason)}",
+        soft_wrap=True,
+    )
     if explain:
         console.print("[bold]Arithmetic[/bold]")
         for line in r.explain:
@@ -187,7 +205,8 @@ def _schema() -> dict[str, Any]:
 SIZE: ReportKind[SizingView] = ReportKind(
     name="size",
     title="kvtool size JSON report",
-    schema_version=1,
+    # 2: bytes_per_block is vLLM's pool block; HMA, scheduler, concurrency, chunk fields
+    schema_version=2,
     text=lambda view, console: render_text(view.report, console, view.explain),
     document=_document,
     schema=_schema,
@@ -205,13 +224,16 @@ def emit_lines(report: SizingReport, what: str) -> list[str]:
         # One MP server holds every rank's shard: its L1 is the whole TP-wide budget.
         size = flag_gib(report.kv_offloading_size_gib)
         return [
+            "# vLLM (vllm serve), native CPU offload:",
             f"--kv-offloading-size {size}",
+            "# LMCache MP server (with --kv-offloading-backend lmcache):",
             f"lmcache server --chunk-size {report.lmcache_chunk_size} --l1-use-lazy "
             f"--l1-init-size-gb {facts.lmcache_l1_init_size_gb} --l1-size-gb {size} "
             "--eviction-policy LRU",
         ]
     assert report.lmcache_max_local_cpu_size_gib is not None
     return [
+        "# LMCache in-process (LMCacheConnectorV1), per rank:",
         f"LMCACHE_CHUNK_SIZE={report.lmcache_chunk_size}",
         "LMCACHE_LOCAL_CPU=True",
         f"LMCACHE_MAX_LOCAL_CPU_SIZE={flag_gib(report.lmcache_max_local_cpu_size_gib)}",

@@ -7,14 +7,18 @@ it, so ``--explain`` shows the computation that produced the table, not a second
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 from kvtool.errors import KvtoolError
+from kvtool.releases import load_release, resolve_target
 from kvtool.sizing import arithmetic as ar
+from kvtool.sizing.capacity import CapacityFormula, capacity_formula, logged_tokens
 from kvtool.sizing.deployment import Deployment
 from kvtool.sizing.dtypes import model_dtype_bytes
 from kvtool.sizing.facts import SizingFacts, sizing_facts
+from kvtool.sizing.hma import decide_hma
 from kvtool.sizing.kv_groups import KvGroup
 from kvtool.sizing.kv_plan import KvPlan, plan_kv_cache
 from kvtool.sizing.results import (
@@ -25,6 +29,7 @@ from kvtool.sizing.results import (
     SizingReport,
     SizingWarning,
 )
+from kvtool.sizing.scheduling import Scheduling, resolve_scheduling
 from kvtool.sizing.spec import AttentionKind, ModelSpec
 
 __all__ = ["ExplainLine", "SizingReport", "SizingWarning", "compute"]
@@ -235,6 +240,15 @@ def _with_padded_state(
     return replace(cache, state_rank_stage=rank // dep.pp, state_all=rank * dep.tp)
 
 
+def _state_blocks_per_sequence(spec: ModelSpec, plan: KvPlan, facts: SizingFacts) -> int:
+    """State blocks one running sequence holds per state layer (align mode: 2 + checkpoint)."""
+    if not spec.states:
+        return 0
+    if not plan.mamba_align:
+        return 1
+    return 2 + max(facts.state_prefill_checkpoint_blocks.get(s.kind, 0) for s in spec.states)
+
+
 def _group_row(group: KvGroup) -> KvCacheGroupRow:
     return KvCacheGroupRow(
         kind=group.kind,
@@ -268,30 +282,50 @@ class _CpuTier:
     size_gib: float | None
     basis: str | None
     chunk_bytes: int
+    chunks: int | None
+    tokens_per_chunk: tuple[int, ...]  # per offloaded KV cache group
     tokens: int | None
     sessions: int | None
 
 
+def _stored_copies(spec: ModelSpec, dep: Deployment) -> int:
+    """Copies of one block the native tier stores: every worker's, or one for replicated MLA.
+
+    vLLM 0.32 ``build_offloading_config``: the latent is stored once where every TP rank
+    holds the same pages (MLA, TP only, one node); otherwise each of the world's workers
+    stores its own block (``CPUOffloadingSpec``).
+    """
+    # every TP rank holds the same pages only for pure MLA (a sharded state breaks it)
+    mla_only = spec.is_mla and not spec.states and all(g.is_replicated for g in spec.attention)
+    if mla_only and dep.mla_dedup and dep.tp > 1 and dep.pp == 1 and dep.dcp == 1:
+        return 1
+    return dep.tp * dep.pp
+
+
 def _native_tier(
+    spec: ModelSpec,
     dep: Deployment,
-    cache: _CacheBytes,
-    block: int,
+    plan: KvPlan,
     context: int | None,
     util: float,
     facts: SizingFacts,
     t: _Trace,
 ) -> _CpuTier:
-    """The native CPU tier (F2): ``--kv-offloading-size`` is the TP-wide total in GiB."""
-    tokens_per_chunk = block * facts.native_offload_blocks_per_chunk
-    chunk = ar.native_chunk_bytes(
-        block * cache.stored + cache.state_all,
-        facts.native_offload_blocks_per_chunk,
-        facts.native_offload_alignment_bytes,
-    )
+    """The native CPU tier (F2): ``--kv-offloading-size`` is the TP-wide total in GiB.
+
+    One chunk is one pool block of every worker (``round_up(pool block x copies x
+    blocks_per_chunk, 4096)``), stored per (block hash, group): with several KV cache
+    groups a token takes a chunk share in each.
+    """
+    bpc = facts.native_offload_blocks_per_chunk
+    copies = _stored_copies(spec, dep)
+    pool_block = plan.pool.pool_block_bytes
+    chunk = ar.native_chunk_bytes(pool_block * copies, bpc, facts.native_offload_alignment_bytes)
+    per_group = tuple(g.block_size * bpc for g in plan.pool.groups)
     t.explain(
-        "native offload chunk",
-        f"round_up(block {block} x {cache.stored:,} stored B/token{_plus_state(cache.state_all)}, "
-        f"{facts.native_offload_alignment_bytes})",
+        "native offload chunk (per block hash and group)",
+        f"round_up(pool block {pool_block:,} x {copies} stored cop{'y' if copies == 1 else 'ies'}"
+        f" x {bpc} block, {facts.native_offload_alignment_bytes})",
         chunk,
     )
     size: float | None = None
@@ -301,22 +335,29 @@ def _native_tier(
     elif dep.host_ram_gib is not None:
         size, basis = dep.host_ram_gib * util, f"--host-ram-gib x utilization {util}"
     elif dep.sessions is not None and context is not None:
-        needed = dep.sessions * context
-        size = ar.native_size_gib_for_tokens(needed, chunk, tokens_per_chunk, facts.gib_bytes)
+        chunks = dep.sessions * ar.native_chunks_for_tokens(context, per_group)
+        size = chunks * chunk / facts.gib_bytes
         basis = f"{dep.sessions} sessions x {context} tokens"
     if size is None:
-        return _CpuTier(None, None, chunk, None, None)
+        return _CpuTier(None, None, chunk, None, per_group, None, None)
     t.explain("CPU tier (TP-wide total)", basis or "", f"{size:.6g} GiB")
-    tokens = ar.native_tokens(size, chunk, tokens_per_chunk, facts.gib_bytes)
+    chunks = math.floor(size * facts.gib_bytes) // chunk
+    t.explain("native offload chunks", f"floor({size:.6g} GiB x 2^30 / {chunk:,})", chunks)
+    tokens = ar.native_group_tokens(chunks, per_group)
+    shares = " + ".join(f"1/{n}" for n in per_group)
     t.explain(
         "CPU tier tokens (native)",
-        f"floor({size:.6g} GiB x 2^30 / {chunk:,}) x {tokens_per_chunk}",
+        f"floor({chunks:,} chunks / ({shares}) chunk per token over {len(per_group)} group(s))",
         tokens,
     )
     sessions = None
     if context is not None:
-        sessions = tokens // context
-        t.explain("sessions the CPU tier holds", f"{tokens:,} // {context:,}", sessions)
+        sessions = chunks // ar.native_chunks_for_tokens(context, per_group)
+        t.explain(
+            "sessions the CPU tier holds",
+            f"{chunks:,} // chunks per {context:,}-token session",
+            sessions,
+        )
         if dep.sessions is not None and sessions < dep.sessions:
             t.warn(
                 "sessions-do-not-fit",
@@ -329,7 +370,7 @@ def _native_tier(
             f"CPU tier {size:.6g} GiB exceeds --host-ram-gib {dep.host_ram_gib:g}: the host "
             "will OOM",
         )
-    return _CpuTier(size, basis, chunk, tokens, sessions)
+    return _CpuTier(size, basis, chunk, chunks, per_group, tokens, sessions)
 
 
 @dataclass(frozen=True)
@@ -420,6 +461,7 @@ def _lmcache_tier(
 class _GpuTier:
     blocks: int | None
     tokens: int | None
+    concurrency: float | None
     prefix_len: int | None
     bench_min: int | None
     bench_max: int | None
@@ -428,18 +470,19 @@ class _GpuTier:
 def _gpu_tier_and_bench(
     dep: Deployment,
     plan: KvPlan,
+    sched: Scheduling,
+    formula: CapacityFormula,
     context: int | None,
     cpu_tokens: int | None,
     facts: SizingFacts,
     t: _Trace,
 ) -> _GpuTier:
-    """GPU tier blocks and tokens as vLLM logs them, and the benchmark range (F7).
+    """GPU tier blocks, tokens and concurrency as the release logs them, and the bench (F7).
 
-    One block of vLLM's pool is one KV cache group's pages, so ``--num-gpu-blocks`` is
-    read as vLLM's own number; tokens are vLLM's logged capacity (a max-length request
-    takes blocks in every group) when that needs no scheduler figure, else blocks x block.
+    One block of vLLM's pool is one KV cache group's pages, so ``--num-gpu-blocks`` is read
+    as vLLM's own number. A max-length request takes blocks in every group (a window's
+    share grows with the tokens in flight: concurrent batches x --max-num-batched-tokens).
     """
-    block = plan.block.block_size
     pool = plan.pool
     blocks = dep.num_gpu_blocks
     if blocks is None and dep.gpu_kv_gib is not None:
@@ -449,30 +492,29 @@ def _gpu_tier_and_bench(
             f"floor({dep.gpu_kv_gib:g} GiB x 2^30 / pool block {pool.pool_block_bytes:,})",
             blocks,
         )
-    if blocks is None:
-        return _GpuTier(None, None, None, None, None)
-    capacity = None
-    if context is not None:
-        capacity = pool.token_capacity(blocks, context, dep.max_in_flight_tokens, plan.mamba_align)
-    if capacity is not None:
-        tokens = capacity
-        t.explain(
-            "GPU tier tokens (vLLM's KV cache size)",
-            f"{blocks:,} blocks / blocks per {context:,}-token request over "
-            f"{len(pool.groups)} group(s) x {context:,}",
-            tokens,
-        )
-    else:
-        tokens = blocks * block
-        t.explain(
-            "GPU tier tokens",
-            f"{blocks:,} blocks x {block} (vLLM's logged capacity also needs the context "
-            "length and, with sliding windows, the in-flight tokens)",
-            tokens,
-        )
+    if blocks is None or context is None:
+        return _GpuTier(blocks, None, None, None, None, None)
+    in_flight = sched.in_flight_tokens(dep.pp)
+    per_request = pool.blocks_per_request(
+        formula.blocks, context, in_flight, plan.mamba_align,
+        facts.state_prefill_checkpoint_blocks,
+    )
+    concurrency = blocks / per_request
+    t.explain(
+        "Maximum concurrency (vLLM's log)",
+        f"{blocks:,} blocks / {per_request:,} blocks per {context:,}-token request over "
+        f"{len(pool.groups)} group(s) ({formula.blocks}, vLLM {formula.release}; "
+        f"{in_flight:,} tokens in flight)",
+        f"{concurrency:.2f}x",
+    )
+    tokens = logged_tokens(
+        formula, blocks, concurrency, context, len(pool.groups),
+        min(g.block_size for g in pool.groups),
+    )
+    t.explain("GPU tier tokens (vLLM's GPU KV cache size)", formula.tokens, tokens)
     prefix_len = dep.prefix_len or context
     if cpu_tokens is None or prefix_len is None:
-        return _GpuTier(blocks, tokens, None, None, None)
+        return _GpuTier(blocks, tokens, concurrency, None, None, None)
     if cpu_tokens < facts.cpu_tier_min_ratio_to_gpu * tokens:
         t.warn(
             "cpu-tier-small",
@@ -492,7 +534,7 @@ def _gpu_tier_and_bench(
             "no prefix count both overflows the GPU tier and fits the CPU tier "
             f"at prefix length {prefix_len}",
         )
-    return _GpuTier(blocks, tokens, prefix_len, n_min, n_max)
+    return _GpuTier(blocks, tokens, concurrency, prefix_len, n_min, n_max)
 
 
 @dataclass(frozen=True)
@@ -561,8 +603,12 @@ def compute(spec: ModelSpec, dep: Deployment, facts: SizingFacts | None = None) 
     facts = facts or sizing_facts()
     _check_parallelism(spec, dep)
     t = _Trace(assumptions=list(spec.assumptions))
+    release = load_release(dep.vllm_version or resolve_target(None, None).version)
+    formula = capacity_formula(release.version)
+    hma = decide_hma(spec, dep, release, facts, formula)
+    sched = resolve_scheduling(dep, facts)
 
-    plan = plan_kv_cache(spec, dep, facts)
+    plan = plan_kv_cache(spec, dep, facts, hma, formula.default_block_size)
     spec = plan.spec  # as the backend stores it
     t.assumptions.extend(plan.notes)
     model_dtype, b, block = plan.model_dtype, plan.kv_bytes, plan.block.block_size
@@ -572,6 +618,9 @@ def compute(spec: ModelSpec, dep: Deployment, facts: SizingFacts | None = None) 
         b,
     )
     t.explain("attention backend", f"--gpu {dep.gpu}", plan.backend.name)
+    t.explain(
+        "hybrid KV cache manager", hma.reason, "on" if hma.enabled else "off"
+    )
     t.explain("block size", plan.block.reason, block)
     context = dep.context_len or spec.max_position_embeddings
     if dep.context_len is None and context is not None:
@@ -587,18 +636,13 @@ def compute(spec: ModelSpec, dep: Deployment, facts: SizingFacts | None = None) 
             f"{_fmt(cache.per_rank)} + {cache.state_rank_stage:,} padded state / block {block}",
             amortised,
         )
-    bytes_per_block = cache.per_rank * block
-    t.explain(
-        "bytes per block per rank (attention pages)",
-        f"block {block} x {_fmt(cache.per_rank)}",
-        bytes_per_block,
-    )
+    bytes_per_block = plan.pool.pool_block_bytes
     _explain_pool(plan, t)
 
     util = dep.utilization if dep.utilization is not None else facts.kaito_default_utilization
     if dep.utilization is None and dep.host_ram_gib is not None:
         t.assumptions.append(f"utilization {util} of --host-ram-gib (KAITO default; --utilization)")
-    cpu = _native_tier(dep, cache, block, context, util, facts, t)
+    cpu = _native_tier(spec, dep, plan, context, util, facts, t)
     per_rank_gib = lmcache_inproc_gib = None
     if cpu.size_gib is not None:
         per_rank_gib = ar.per_rank_gib(cpu.size_gib, dep.tp)
@@ -609,7 +653,7 @@ def compute(spec: ModelSpec, dep: Deployment, facts: SizingFacts | None = None) 
             f"{per_rank_gib:g}; {lmcache_inproc_gib:g} GiB",
         )
     lmc = _lmcache_tier(spec, dep, cache, block, cpu.size_gib, util, facts, t)
-    gpu = _gpu_tier_and_bench(dep, plan, context, cpu.tokens, facts, t)
+    gpu = _gpu_tier_and_bench(dep, plan, sched, formula, context, cpu.tokens, facts, t)
 
     pcie = dep.pcie_gbps or facts.pcie_effective_gbps
     nvme = dep.nvme_gbps or facts.nvme_read_gbps
@@ -641,7 +685,7 @@ def compute(spec: ModelSpec, dep: Deployment, facts: SizingFacts | None = None) 
         pool_block_bytes=plan.pool.pool_block_bytes,
         state_page_bytes=plan.block.state_page_bytes or _state_page(plan),
         state_page_padded_bytes=_state_page_padded(plan),
-        state_pages_per_sequence=(2 if plan.mamba_align else 1) if spec.states else 0,
+        state_pages_per_sequence=_state_blocks_per_sequence(spec, plan, facts),
         context_len=context,
         kv_bytes_per_token=cache.logical,
         kv_bytes_per_token_per_rank=_num(cache.per_rank),
@@ -649,7 +693,17 @@ def compute(spec: ModelSpec, dep: Deployment, facts: SizingFacts | None = None) 
         kv_replication_factor=cache.all_ranks / cache.logical if cache.logical else 1.0,
         kv_bytes_per_token_full_attention_only=cache.full_logical,
         kv_bytes_per_token_stored_native=cache.stored,
-        bytes_per_block=_num(bytes_per_block),
+        bytes_per_block=bytes_per_block,
+        hma_enabled=hma.enabled,
+        hma_reason=hma.reason,
+        vllm_release=release.version,
+        max_num_batched_tokens=sched.max_num_batched_tokens,
+        max_num_seqs=sched.max_num_seqs,
+        async_scheduling=sched.async_scheduling,
+        max_in_flight_tokens=sched.in_flight_tokens(dep.pp),
+        max_concurrency=gpu.concurrency,
+        native_chunks=cpu.chunks,
+        native_tokens_per_chunk=cpu.tokens_per_chunk,
         state_bytes_per_sequence_per_rank=cache.state_rank,
         state_bytes_per_sequence=cache.state_all_unpadded,
         state_bytes_allocated_per_sequence=cache.state_all,

@@ -89,13 +89,23 @@ class SizingReport(BaseModel):
     kv_replication_factor: float
     kv_bytes_per_token_full_attention_only: int
     kv_bytes_per_token_stored_native: int
-    bytes_per_block: Number
+    bytes_per_block: int  # one block of vLLM's pool on one rank (one group's pages under HMA)
+    hma_enabled: bool  # vLLM's hybrid KV cache manager, as the release decides it
+    hma_reason: str
+    vllm_release: str  # the release whose rules these figures follow
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    async_scheduling: bool
+    max_in_flight_tokens: int  # concurrent batches x max_num_batched_tokens
+    max_concurrency: float | None  # vLLM's "Maximum concurrency for N tokens per request"
+    native_chunks: int | None  # chunks the native CPU tier holds
+    native_tokens_per_chunk: tuple[int, ...]  # per KV cache group (one chunk per hash, group)
     state_bytes_per_sequence_per_rank: int
     state_bytes_per_sequence: int  # unpadded recurrent state, all ranks
     state_bytes_allocated_per_sequence: int  # padded state pages, all ranks (one snapshot)
     state_page_bytes: int  # one state layer's page on one rank, unpadded
     state_page_padded_bytes: int  # as vLLM allocates it (one attention page)
-    state_pages_per_sequence: int  # 2 with prefix caching (mamba_cache_mode align), else 1
+    state_pages_per_sequence: int  # align mode (prefix caching): 2 + checkpoint blocks
     amortised_bytes_per_token_per_rank: float | None
     request_bytes_per_rank: Number | None
     request_bytes_stored: int | None

@@ -319,10 +319,6 @@ class ModelSpec(_Frozen, frozen=True, kw_only=True):
         return any(g.kind is AttentionKind.INDEXER for g in self.attention)
 
     @property
-    def is_hybrid_state(self) -> bool:
-        return bool(self.states)
-
-    @property
     def has_sliding_window(self) -> bool:
         """Some layers keep only a local window (sliding or chunked-local attention)."""
         return any(g.is_local for g in self.attention)

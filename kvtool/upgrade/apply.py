@@ -7,9 +7,12 @@ environment variable the target removed or deprecated in favour of a flag (the r
 index's ``replacement``, e.g. ``VLLM_PREFIX_CACHE_RETENTION_INTERVAL`` ->
 ``--prefix-cache-retention-interval``) becomes that flag with the same value, added after
 the command's last word; in a shell script its now idle ``NAME=value`` line is then
-dropped. The image reference is replaced where the file spells it exactly as the reader
-found it. All three edits go into one :class:`~kvtool.audit.fixing.EditPlan`, so
-``--diff`` shows exactly what ``--fix`` writes.
+dropped. The image is retagged where the file names that same image: each word shaped
+like a reference is parsed (registry, repository, tag, digest) and only one equal to the
+audited image, the one nearest the audited command, gets the new tag;
+``registry.example.com/team/vllm/vllm-openai:v0.31.0-bench`` is another image than
+``vllm/vllm-openai:v0.31.0`` and stays as it is. All three edits go into one
+:class:`~kvtool.audit.fixing.EditPlan`, so ``--diff`` shows exactly what ``--fix`` writes.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from dataclasses import dataclass, field
 
 from kvtool.audit.fixing import EditPlan, FixedKey, finish, plan_fixes
 from kvtool.audit.model import REWRITABLE, Finding, Invocation
+from kvtool.errors import KvtoolError
+from kvtool.image.reference import ImageReference, parse_reference
 from kvtool.upgrade.migrate import ENV_CODES
 from kvtool.upgrade.plan import UpgradeReport
 from kvtool.upgrade.render import as_audit_report
@@ -43,8 +48,75 @@ def _lines(text: str) -> list[str]:
     return re.findall(r"[^\n]*\n|[^\n]+\Z", text)
 
 
-def _retag(plan: EditPlan, file: str, old: str, new: str) -> bool:
-    return plan.edit(file, lambda text: text.replace(old, new))
+# A run of the characters an image reference is written with (host, port, IPv6 brackets,
+# path, tag, digest); quotes, blanks, ``=`` and ``,`` end it.
+_REFERENCE_WORD = re.compile(r"[A-Za-z0-9._/:@\[\]-]+")
+
+
+def _parsed(text: str) -> ImageReference | None:
+    try:
+        return parse_reference(text)
+    except KvtoolError:
+        return None
+
+
+def _image_words(text: str, image: ImageReference) -> list[tuple[int, int, int]]:
+    """(start, end, line) of each word of ``text`` that parses to ``image``."""
+    name = image.repository.rsplit("/", 1)[-1]
+    found = []
+    for match in _REFERENCE_WORD.finditer(text):
+        word = match.group().rstrip(":")  # a YAML key written as ``image:``-like word
+        if name in word and _parsed(word) == image:
+            start = match.start()
+            found.append((start, start + len(word), text.count("\n", 0, start) + 1))
+    return found
+
+
+def _with_tag(word: str, tag: str) -> str:
+    """``word`` (a reference) with its tag replaced, spelled otherwise as written."""
+    name, at, digest = word.partition("@")
+    colon = name.rfind(":")
+    if colon > name.rfind("/"):
+        name = name[:colon]
+    return f"{name}:{tag}{at}{digest}"
+
+
+def _retagged(text: str, old: str, new: str, lines: list[int | None]) -> str:
+    """``text`` with ``old`` retagged once per audited command (``lines``: the line each
+    starts at, None when unknown): the equal reference nearest it, or all when unknown."""
+    image, target = _parsed(old), _parsed(new)
+    if image is None or target is None or target.tag is None:
+        return text
+    words = _image_words(text, image)
+    chosen: set[tuple[int, int, int]] = set()
+    for line in lines:
+        if line is None:
+            chosen.update(words)
+        elif words:
+            chosen.add(min(words, key=lambda word: (abs(word[2] - line), word[2])))
+    for start, end, _ in sorted(chosen, reverse=True):
+        text = text[:start] + _with_tag(text[start:end], target.tag) + text[end:]
+    return text
+
+
+def _retag(plan: EditPlan, file: str, old: str, new: str, lines: list[int | None]) -> bool:
+    return plan.edit(file, lambda text: _retagged(text, old, new, lines))
+
+
+def _first_lines(
+    invocations: Sequence[Invocation], report: UpgradeReport
+) -> dict[tuple[str, str, str], list[int | None]]:
+    """(file, image, new image) -> the line each audited command using it starts at."""
+    by_label = {inv.label: inv for inv in invocations}
+    found: dict[tuple[str, str, str], list[int | None]] = {}
+    for inv in report.invocations:
+        if inv.file and inv.image and inv.new_image and inv.kind in REWRITABLE:
+            audited = by_label.get(inv.label)
+            starts = [t.location.line for t in audited.tokens if t.location] if audited else []
+            found.setdefault((inv.file, inv.image, inv.new_image), []).append(
+                min((line for line in starts if line), default=None)
+            )
+    return found
 
 
 def _drop_env_lines(plan: EditPlan, findings: Iterable[Finding], fixed: set[FixedKey]) -> None:
@@ -88,14 +160,9 @@ def apply_upgrade_fixes(
         if f.code in ENV_CODES and f.fix is not None
     ]
     _drop_env_lines(plan, shell, run.fixed_codes)
-    retagged = {
-        (inv.file, inv.image, inv.new_image)
-        for inv in report.invocations
-        if inv.file and inv.image and inv.new_image and inv.kind in REWRITABLE
-    }
     retag_notes = []
-    for file, old, new in sorted(retagged):
-        if _retag(plan, file, old, new):
+    for (file, old, new), lines in sorted(_first_lines(invocations, report).items()):
+        if _retag(plan, file, old, new, lines):
             verb = "Retagged" if write else "Would retag"
             retag_notes.append((file, f"{verb} {old} -> {new} in {file}."))
     failed = finish(run, plan)

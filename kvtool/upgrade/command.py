@@ -12,6 +12,7 @@ from typing import Annotated
 
 import typer
 
+from kvtool.audit.inputs.registry import format_choices
 from kvtool.output.options import (
     OUTPUT_FORMAT_ENV,
     ColorMode,
@@ -47,8 +48,8 @@ def upgrade(
         str | None,
         typer.Option(
             "--input-format",
-            help="Force the input kind (default: detected per file; the kinds are listed in "
-            "docs/audit-inputs.md and in the error for an unknown one).",
+            help=f"Force the input kind (default: detected per file): {format_choices()}; "
+            "docs/audit-inputs.md says what each reads.",
         ),
     ] = None,
     output_format: Annotated[
@@ -83,7 +84,7 @@ def upgrade(
     from kvtool.audit.settings import load_settings
     from kvtool.output.kinds import emit
     from kvtool.output.streams import Output
-    from kvtool.termsafe import terminal_line
+    from kvtool.termsafe import terminal_line, terminal_patch
     from kvtool.upgrade.apply import apply_upgrade_fixes
     from kvtool.upgrade.plan import Planner
     from kvtool.upgrade.render import UPGRADE
@@ -99,15 +100,19 @@ def upgrade(
     for warning in sorted(
         {t.warning for i in report.invocations for t in (i.current, i.target) if t.warning}
     ):
-        out.warnings.print(f"kvtool: warning: {warning}", markup=False, soft_wrap=True)
+        out.warnings.print(
+            f"kvtool: warning: {terminal_line(warning)}", markup=False, soft_wrap=True
+        )
     broken = report.breaks
     if fix or diff:
         run = apply_upgrade_fixes(invocations, report, write=fix, argv=argv)
         if diff:
-            sys.stdout.write(run.diff)
+            sys.stdout.write(terminal_patch(run.diff))
         elif run.diff:
-            out.chatter.print(run.diff, markup=False, highlight=False, soft_wrap=True, end="")
-        out.chatter.print(run.summary, markup=False, soft_wrap=True)
+            out.chatter.print(
+                terminal_patch(run.diff), markup=False, highlight=False, soft_wrap=True, end=""
+            )
+        out.chatter.print(terminal_line(run.summary), markup=False, soft_wrap=True)
         for failure in run.failures:
             out.warnings.print(
                 f"kvtool: error: {terminal_line(failure)}", markup=False, soft_wrap=True

@@ -1,6 +1,5 @@
 """``kvtool verify``: does the KV offload tier serve hits, and if not, why."""
 
-import math
 from pathlib import Path
 from typing import Annotated
 
@@ -14,6 +13,8 @@ from kvtool.output.options import (
     QuietOption,
     TextOrJson,
 )
+
+MOST_INTERVAL_S = 86_400  # a day: traffic between two scrapes is a matter of minutes
 
 
 def _read(path: Path, what: str) -> str:
@@ -59,10 +60,15 @@ def verify(
     if metrics_url is not None and (before is not None or after is not None):
         raise KvtoolError("give --metrics-url or --before/--after, not both")
     if metrics_url is not None:
+        from kvtool.numbers import BadNumber, parse_float
         from kvtool.verify.scrape import scrape
 
-        if not math.isfinite(interval) or interval <= 0:  # nan and inf too: sleep() refuses one
-            raise bad_option("--interval", interval, "must be a finite number > 0 of seconds")
+        try:  # nan, inf and 1e20 too: sleep() refuses them with a traceback
+            parse_float(interval, "--interval", low=0, low_inclusive=False, high=MOST_INTERVAL_S)
+        except BadNumber:
+            raise bad_option(
+                "--interval", interval, f"must be a number of seconds > 0 and <= {MOST_INTERVAL_S}"
+            ) from None
         first = scrape(metrics_url)
         with out.chatter.status(f"waiting {interval:g} s for traffic before the second scrape"):
             time.sleep(interval)

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kvtool.output.kinds import ReportKind
+from kvtool.termsafe import terminal_line
 from kvtool.verify.diagnose import VerifyReport
 
 _HEADLINE = {
@@ -42,15 +43,20 @@ def render_text(report: VerifyReport, console: Console) -> None:
     console.print(
         f"GPU prefix hit rate {_pct(report.prefix_hit_rate)}, "
         f"external hit rate {_pct(report.external_hit_rate)}"
-        + (f", connector {report.connector}" if report.connector else ""),
+        # The connector's name is captured from the engine's log: input, shown escaped.
+        + (f", connector {terminal_line(report.connector)}" if report.connector else ""),
         markup=False,
         soft_wrap=True,
     )
     console.print(_HEADLINE[report.verdict])
     for number, cause in enumerate(report.causes, start=1):
-        console.print(f"  {number}. {cause.code}: {cause.message}", markup=False, soft_wrap=True)
+        console.print(
+            f"  {number}. {cause.code}: {terminal_line(cause.message)}",
+            markup=False,
+            soft_wrap=True,
+        )
     for note in report.notes:
-        console.print(f"  note: {note}", markup=False, soft_wrap=True)
+        console.print(f"  note: {terminal_line(note)}", markup=False, soft_wrap=True)
 
 
 def _document(report: VerifyReport) -> dict[str, Any]:

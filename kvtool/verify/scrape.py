@@ -1,15 +1,15 @@
 """Fetch ``/metrics`` from a running vLLM server (the only I/O of verification).
 
-The body is read in chunks within the ``http_body_bytes`` limit and the whole scrape
-within ``http_deadline_s`` (see :mod:`kvtool.limits`): a server that answers a byte a
-second never trips the per-read timeout, and a huge body never fills memory.
+Through :mod:`kvtool.http`: the whole scrape (connect, headers and body) within
+:data:`TIMEOUT_S` or ``http_deadline_s`` if lower, the decoded body within
+``http_body_bytes`` (see :mod:`kvtool.limits`): a server that answers a byte a second
+or a body that inflates without end never holds the run. A password in the URL is used,
+never shown.
 """
 
 from __future__ import annotations
 
-import time
-
-from kvtool import limits
+from kvtool import limits, redact
 from kvtool.errors import KvtoolError
 from kvtool.verify.prometheus import Snapshot, parse
 
@@ -18,26 +18,16 @@ TIMEOUT_S = 10.0
 
 def scrape(url: str) -> Snapshot:
     """One scrape of ``url``; unreachable, non-200, too slow or too big is a KvtoolError."""
-    import httpx
+    from kvtool.http import Client, Deadline, HttpError
 
-    where = f"--metrics-url {url}"
-    deadline = time.monotonic() + limits.HTTP_DEADLINE_S.value
-    cap = limits.HTTP_BODY_BYTES.count
+    where = f"--metrics-url {redact.url(url)}"
+    deadline = Deadline(min(TIMEOUT_S, limits.HTTP_DEADLINE_S.value))
     try:
-        with httpx.stream("GET", url, timeout=TIMEOUT_S) as response:
-            if response.status_code != 200:
-                raise KvtoolError(f"{where}: HTTP {response.status_code}")
-            chunks: list[bytes] = []
-            total = 0
-            for chunk in response.iter_bytes():
-                total += len(chunk)
-                if total > cap:
-                    raise limits.LimitExceeded(limits.HTTP_BODY_BYTES.message(where))
-                if time.monotonic() > deadline:
-                    raise limits.LimitExceeded(limits.HTTP_DEADLINE_S.message(where))
-                chunks.append(chunk)
-    except (httpx.HTTPError, httpx.InvalidURL) as exc:
-        raise KvtoolError(f"{where}: {exc.__class__.__name__}: {exc}") from None
+        with Client() as client, client.stream("GET", url, deadline=deadline) as response:
+            if response.status != 200:
+                raise KvtoolError(f"{where}: HTTP {response.status}")
+            body = response.body(limits.HTTP_BODY_BYTES)
+    except HttpError as error:
+        raise KvtoolError(f"--metrics-url {error}") from None
     # The Prometheus text format is UTF-8; a stray byte must not end the diagnosis.
-    text = b"".join(chunks).decode("utf-8", errors="replace")
-    return parse(text, url)
+    return parse(body.decode("utf-8", errors="replace"), redact.url(url))

@@ -32,8 +32,12 @@ impossible with a whole wait).
 
 Then it times one large store (device -> pinned host) and one large load
 (host -> device) of runs of consecutive blocks against a plain pinned copy of
-the same bytes in the same run (target ratio >= 0.8), and reports the device
-staging the engine allocates (none by design).
+the same bytes in the same run (target ratio >= 0.8).
+
+Per layout, it also times what a typical host hit (1,024 tokens) costs when
+loaded synchronously per layer against recomputing those tokens' KV, with a
+stand-in forward (:func:`hit_vs_recompute`): the measurement behind
+``kvtool.load_async``'s default (false); above 1.0x on a device is a problem.
 
 ``--dry-run`` runs the same pipeline on CPU with small tensors (copies are
 synchronous there: no timings, no targets). Imports only torch and
@@ -195,7 +199,6 @@ def run_pipeline(
         "failed_jobs": [r.error for r in failed],
         "async_loads_checked": async_checked,
         "host_syncs_per_step": syncs / steps,
-        "device_staging_bytes": engine.staging_bytes,
     }
 
 
@@ -350,6 +353,87 @@ def bandwidth(
     }
 
 
+class ForwardWeights(NamedTuple):
+    """A transformer layer's matmuls, standing in for a layer's forward over some tokens."""
+
+    attention: torch.Tensor
+    up: torch.Tensor
+    down: torch.Tensor
+
+
+def hit_vs_recompute(shape: Shape, order: tuple[int, ...], device: torch.device,
+                     hit_blocks: int, new_tokens: int, repeats: int) -> dict[str, Any]:
+    """What a host hit of ``hit_blocks`` blocks costs a request when loaded synchronously,
+    per layer (``LoadWait.PER_LAYER``, ``kvtool.load_async=false``), against computing
+    those tokens again.
+
+    Three forwards of a stand-in model (per layer: an attention-sized and an MLP-sized
+    matmul pair, ``shape.layers`` layers) are timed: over the request's
+    ``new_tokens`` alone; the same with the hit loaded into this layout's blocks,
+    each layer waiting for its own copy first; and over the hit's tokens plus the
+    new ones (recompute). ``sync_load_delay_ms`` is what the load adds to the
+    forward, ``recompute_ms`` what recomputing adds; ``hit_vs_recompute`` is the
+    hit's forward over the recompute's (below 1: the synchronous load pays).
+    """
+    kv = kv_views(shape, order, device)
+    names = list(kv)
+    engine = TransferEngine.from_kv_caches(kv, num_slots=hit_blocks)
+    sources = tuple(range(hit_blocks))
+    targets = tuple(range(hit_blocks, 2 * hit_blocks))
+    slots = tuple(range(hit_blocks))
+    keys = tuple(("hit", b) for b in sources)
+    engine.submit_store(Job(1, sources, slots, keys))
+    failed = [r.error for r in engine.wait_all() if not r.ok]
+    cuda = device.type == "cuda"
+    # Llama-3-8B's hidden and MLP sizes on a device; small and float32 on CPU.
+    width, mlp = (4096, 14336) if cuda else (64, 224)
+    dtype = shape.dtype if cuda else torch.float32
+    weights = ForwardWeights(*(torch.randn(a, b, dtype=dtype, device=device) / a ** 0.5
+                               for a, b in ((width, width), (width, mlp), (mlp, width))))
+    hit_tokens = hit_blocks * shape.tokens
+    job_ids = iter(range(2, 1 << 30))
+
+    def forward(tokens: int, load: bool) -> None:
+        x = torch.ones(tokens, width, dtype=dtype, device=device)
+        if load:
+            engine.submit_load(Job(next(job_ids), targets, slots, keys), wait=LoadWait.PER_LAYER)
+            engine.flush_loads()
+        for name in names:
+            if load:
+                engine.wait_for_layer(name)  # what vLLM calls before the attention
+            x = x + x @ weights.attention
+            x = x + torch.tanh(x @ weights.up) @ weights.down
+        if load:
+            engine.join_loads()
+            failed.extend(r.error for r in engine.wait_all() if not r.ok)
+
+    forward(new_tokens, True)  # warm-up: kernels and the allocator, for both sizes
+    forward(hit_tokens + new_tokens, False)
+    alone = _timed(device, lambda: forward(new_tokens, False), repeats)
+    hit = _timed(device, lambda: forward(new_tokens, True), repeats)
+    recompute = _timed(device, lambda: forward(hit_tokens + new_tokens, False), repeats)
+    return {
+        "hit_blocks": hit_blocks, "hit_tokens": hit_tokens, "new_tokens": new_tokens,
+        "hit_bytes": hit_blocks * engine.block_bytes, "failed_jobs": failed,
+        "forward_ms": round(alone * 1e3, 3),
+        "sync_load_delay_ms": round((hit - alone) * 1e3, 3),
+        "recompute_ms": round((recompute - alone) * 1e3, 3),
+        "hit_vs_recompute": round(hit / recompute, 3),
+    }
+
+
+def hit_lines(report: dict[str, Any]) -> list[str]:
+    """One line per layout: the synchronous per-layer load of a hit against recompute."""
+    return [
+        f"hit vs recompute ({name}): {r['hit_blocks']} blocks ({r['hit_tokens']} tokens, "
+        f"{r['hit_bytes']} B) + {r['new_tokens']} new tokens: forward {r['forward_ms']} ms, "
+        f"synchronous per-layer load adds {r['sync_load_delay_ms']} ms, recompute adds "
+        f"{r['recompute_ms']} ms; hit / recompute {r['hit_vs_recompute']}x, "
+        f"failed jobs {len(r['failed_jobs'])}"
+        for name, r in report.items()
+    ]
+
+
 def layered_lines(r: dict[str, Any]) -> list[str]:
     """The per-layer load's figures, one line per way of waiting."""
     lines = []
@@ -393,6 +477,13 @@ def main(argv: list[str] | None = None) -> int:
     for name, order in LAYOUTS.items():
         report["layouts"][name] = run_pipeline(shape, order, device, args.steps, per_step)
     report["layered_load"] = layered_load(shape, device, per_step, repeats=2 if args.dry_run else 5)
+    # A typical hit: a 1,024-token shared prefix (64 blocks of 16) before 64 new tokens.
+    hit_blocks, new_tokens = (4, 4) if args.dry_run else (64, 64)
+    report["hit_vs_recompute"] = {
+        name: hit_vs_recompute(shape, order, device, hit_blocks, new_tokens,
+                               repeats=2 if args.dry_run else 10)
+        for name, order in LAYOUTS.items()
+    }
     blocks = 16 if args.dry_run else 256
     report["bandwidth"] = bandwidth(shape, device, blocks, run=8, repeats=3 if args.dry_run else 10)
     problems = [
@@ -414,6 +505,12 @@ def main(argv: list[str] | None = None) -> int:
             problems.append(f"layered load ({mode}): {r}")
         if not args.dry_run and r["pipelined"] != (mode == LoadWait.PER_LAYER.value):
             problems.append(f"layered load ({mode}): pipelined is {r['pipelined']}")
+    for name, r in report["hit_vs_recompute"].items():
+        if r["failed_jobs"]:
+            problems.append(f"hit vs recompute ({name}): failed jobs {r['failed_jobs']}")
+        if not args.dry_run and r["hit_vs_recompute"] > 1.0:
+            problems.append(f"hit vs recompute ({name}): a synchronous load costs "
+                            f"{r['hit_vs_recompute']}x recompute (kvtool.load_async=false)")
     if not args.dry_run:
         bw = report["bandwidth"]
         problems += [
@@ -428,6 +525,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, r in report["layouts"].items():
             print(f"{name}: {r}")
         for line in layered_lines(report["layered_load"]):
+            print(line)
+        for line in hit_lines(report["hit_vs_recompute"]):
             print(line)
         print(f"bandwidth: {report['bandwidth']}")
         print("problems: " + ("; ".join(problems) or "none"))

@@ -287,15 +287,17 @@ class EngineProcess:
     """A child process running :func:`serve_engine`; its output goes to ``log``.
 
     Started with a fresh interpreter: forking one that imported vLLM hangs the
-    child in vLLM's start-up.
+    child in vLLM's start-up. ``script`` is the benchmark whose ``--engine-process``
+    main the child runs (this one unless another benchmark reuses the class).
     """
 
-    def __init__(self, model: Path, config: str, log: Path, env: dict[str, str]) -> None:
+    def __init__(self, model: Path, config: str, log: Path, env: dict[str, str],
+                 script: Path = Path(__file__)) -> None:
         self.config = config
         self.log = log
         with log.open("w") as log_file:
             self.proc = subprocess.Popen(
-                [sys.executable, __file__, "--engine-process", config, "--model", str(model)],
+                [sys.executable, str(script), "--engine-process", config, "--model", str(model)],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log_file,
@@ -307,7 +309,7 @@ class EngineProcess:
         if self._read_line() != "ready":
             raise self._died("did not start")
 
-    def call(self, command: dict[str, Any]) -> dict[str, float]:
+    def call(self, command: dict[str, Any]) -> dict[str, Any]:
         assert self.proc.stdin is not None
         try:
             self.proc.stdin.write(json.dumps(command) + "\n")
@@ -317,7 +319,7 @@ class EngineProcess:
         line = self._read_line()
         if not line:
             raise self._died(f"stopped at {next(iter(command))!r}")
-        answer: dict[str, float] = json.loads(line)
+        answer: dict[str, Any] = json.loads(line)
         return answer
 
     def _read_line(self) -> str:

@@ -2,7 +2,7 @@
 against the block (SZ021), and blocks too large for short prompts (SZ022).
 
 The block is the sizing package's (checked against vLLM 0.32's own code by
-tests/sizing/test_vllm_layout_oracle.py): Qwen3-Next at TP 1 runs with 544-token blocks.
+tests/sizing/test_vllm_end_to_end.py): Qwen3-Next at TP 1 runs with 544-token blocks.
 vLLM raises a pinned --block-size rather than refusing it
 (https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/platforms/interface.py,
 _align_hybrid_block_size: "if cache_config.block_size < attn_block_size"); LMCache's MP

@@ -3,6 +3,8 @@ from LMCache wheels by scripts/gen_lmcache_tables.py)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from kvtool import lmcache
 from kvtool.audit.engine import Auditor
 from kvtool.audit.inputs import read_text
@@ -10,6 +12,7 @@ from kvtool.audit.normalize import normalize
 from kvtool.audit.settings import AuditSettings
 from tests.audit.rulekit import codes, config, ktc, only, run
 from tests.audit.test_engine import FixedTables
+from tests.conftest import REPO_ROOT
 
 V1 = ktc(kv_connector="LMCacheConnectorV1", kv_role="kv_both")
 
@@ -106,3 +109,20 @@ def test_mp_server_sidecar_in_the_pod_satisfies_the_mp_connector() -> None:
         "[sh, -c, 'exec lmcache server --port 5555']",
     )
     assert cn023(head + engine + shell) == []
+
+
+def test_cn062_does_not_judge_a_server_given_gpus_through_a_dra_claim(kvtool_cli: Any) -> None:
+    # LMCache#4534's sidecar shares the engine's DRA ResourceClaim: whether that claim
+    # holds the GPU is the claim's business, so the rule stays quiet rather than guess.
+    path = REPO_ROOT / "tests" / "audit" / "data" / "lmcache_mp" / "server-with-dra-claim.yaml"
+    result = kvtool_cli(
+        "audit",
+        str(path),
+        "--vllm-version",
+        "0.32.0",
+        "--select",
+        "CN062",
+        "--output-format",
+        "json",
+    )
+    assert result.exit_code == 0, result.stdout

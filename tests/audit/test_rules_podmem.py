@@ -27,7 +27,9 @@ from kvtool.audit.model import (
     ServeOption,
     VolumeMount,
 )
+from kvtool.audit.rules._premises import premise_records
 from kvtool.connector.config import ConnectorConfig
+from kvtool.releases import release_index
 from tests.audit.rulekit import FILE, codes, config, ktc, only, opt, run
 from tests.conftest import CliResult
 
@@ -172,15 +174,20 @@ def test_tensor_parallel_with_the_default_dev_shm() -> None:
     finding = only(run(_pod("0.32.0", TP2)), "SZ014")
     assert finding.severity.value == "error" and "160 MiB" in finding.message
     assert "240 MiB" in finding.message
-    # Before the fail-fast check it starts, and can die under load: a warning.
-    assert only(run(_pod("0.31.0", TP2)), "SZ014").severity.value == "warning"
+    # Before the fail-fast check (proven from the wheels: 0.27.0) it starts, and can die
+    # under load: a warning.
+    checked_from = premise_records()["shm.ring_buffer_free_space_checked"].since
+    assert checked_from is not None
+    unchecked = release_index().versions[release_index().versions.index(checked_from) - 1]
+    assert only(run(_pod(checked_from, TP2)), "SZ014").severity.value == "error"
+    assert only(run(_pod(unchecked, TP2)), "SZ014").severity.value == "warning"
     assert "SZ014" not in codes(run(_pod("0.32.0", TP2, shm="2Gi")))
     # Sized, but below one worker's 240 MiB response queue: 0.32 refuses it too.
     small = only(run(_pod("0.32.0", TP2, shm="128Mi")), "SZ014")
     assert small.severity.value == "error" and "sizeLimit: 128Mi" in small.message
     assert only(run(_pod("0.32.0", TP2, shm="240Mi")), "SZ014")  # + metadata: still short
     assert "SZ014" not in codes(run(_pod("0.32.0", TP2, shm="256Mi")))
-    assert "SZ014" not in codes(run(_pod("0.31.0", TP2, shm="128Mi")))  # no check there
+    assert "SZ014" not in codes(run(_pod(unchecked, TP2, shm="128Mi")))  # no check there
     assert "SZ014" not in codes(run(_pod("0.32.0", TP2, host_ipc=True)))
     assert "SZ014" not in codes(run(_pod("0.32.0")))  # one worker: no queues between workers
     assert "SZ014" not in codes(run(config("0.32.0", TP2)))  # not a pod

@@ -56,3 +56,10 @@ def test_written_values_are_still_checked(tmp_path: Path) -> None:
     # a literal stray word after a JSON flag is still read as vLLM reads it
     known = "EV='{\"enable_kv_cache_events\": true}'\n"
     assert _codes(tmp_path, known + 'vllm serve m --kv-events-config "$EV" extra\n') == ["VG033"]
+
+
+def test_an_option_named_at_run_time_is_not_an_unknown_flag(tmp_path: Path) -> None:
+    # Shape: launchers that build `f"--{item}={vllm_args[item]}"` from a dict of settings
+    # (https://github.com/FlagOpen/FlagScale's vLLM serve runner), as a script writes `--$OPT`.
+    assert _codes(tmp_path, "vllm serve m --${OPT} 4 --max-num-seqs 8\n") == []
+    assert _codes(tmp_path, "vllm serve m --$OPT=4 --not-a-flag\n") == ["VG001"]

@@ -12,8 +12,8 @@ from kvtool.audit import rules as _rules  # noqa: F401  (registers every rule)
 from kvtool.audit.registry import registry
 from kvtool.launch.recipe import load_recipes
 from kvtool.launch.targets import RENDERERS
+from kvtool.models.catalog import catalog
 from kvtool.releases import available_versions
-from kvtool.sizing.catalog import catalog
 from tests.conftest import REPO_ROOT
 
 

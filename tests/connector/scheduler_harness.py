@@ -57,7 +57,12 @@ from vllm.utils.hashing import sha256
 from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
-from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+from vllm.v1.kv_cache_interface import (
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+    SlidingWindowSpec,
+)
 from vllm.v1.outputs import KVConnectorOutput, ModelRunnerOutput
 from vllm.v1.request import Request, RequestStatus
 from vllm.v1.structured_output import StructuredOutputManager
@@ -206,6 +211,7 @@ class Sim:
         failure_policy: str = "fail",
         kv_events: bool = False,
         scheduler_options: dict[str, Any] | None = None,
+        sliding_window: int | None = None,
     ) -> None:
         pp = len(stage_layers)
         model = write_model(model_dir / f"layers{sum(stage_layers)}", sum(stage_layers))
@@ -233,8 +239,13 @@ class Sim:
             start += count
 
         def config_for(layers: list[str]) -> KVCacheConfig:
-            spec = FullAttentionSpec(block_size=BLOCK_SIZE, num_kv_heads=NUM_KV_HEADS,
-                                     head_size=HEAD_SIZE, dtype=torch.int64)
+            spec: FullAttentionSpec | SlidingWindowSpec = FullAttentionSpec(
+                block_size=BLOCK_SIZE, num_kv_heads=NUM_KV_HEADS, head_size=HEAD_SIZE,
+                dtype=torch.int64)
+            if sliding_window is not None:  # every layer slides: one group, as on Mistral-7B
+                spec = SlidingWindowSpec(block_size=BLOCK_SIZE, num_kv_heads=NUM_KV_HEADS,
+                                         head_size=HEAD_SIZE, dtype=torch.int64,
+                                         sliding_window=sliding_window)
             return KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[],
                                  kv_cache_groups=[KVCacheGroupSpec(layers, spec)])
 
@@ -412,10 +423,13 @@ class Sim:
         )
 
     def _verify(self, rid: str, table: list[int], fps: list[int]) -> None:
+        null = self.scheduler.kv_cache_manager.block_pool.null_block.block_id
         for rank in self.ranks:
             for name, kv in rank.kv.items():
                 for pos, fp in enumerate(fps):
                     block, offset = table[pos // BLOCK_SIZE], pos % BLOCK_SIZE
+                    if block == null:
+                        continue  # outside a sliding window: attention reads nothing there
                     want = rank.tag(fp, name)
                     have = kv[block, offset]
                     if not bool((have == want).all()):
@@ -529,6 +543,47 @@ def scenario_chunked_prefill_partial_overlap(model_dir: Path) -> dict[str, Any]:
     sim.run()
     stats = sim.stats()
     assert stats["loaded"] >= 5, stats
+    return stats
+
+
+def scenario_sliding_window(model_dir: Path) -> dict[str, Any]:
+    """A sliding-window model: vLLM puts its null block in a block table for the blocks
+    outside the window (``[0, 0, 0, 0, 5, 6, ...]`` for a request that extends a cached
+    prefix, and for a host hit). Those are neither a break in the request's chain nor
+    a copy target; the blocks after them are stored, and loads fill only the others."""
+    sim = Sim(model_dir, extra={"kvtool.policy": "eager", "kvtool.load_async": False},
+              num_blocks=64, sliding_window=2 * BLOCK_SIZE)
+    null = sim.scheduler.kv_cache_manager.block_pool.null_block.block_id
+    planned: list[Any] = []
+    plan_load = sim.manager.plan_load
+
+    def recording_plan_load(block_ids: Any, block_hashes: Any) -> Any:
+        job = plan_load(block_ids, block_hashes)
+        planned.append(job)
+        return job
+
+    sim.manager.plan_load = recording_plan_load  # type: ignore[method-assign]
+    doc = tokens(30, 8 * BLOCK_SIZE)
+    sim.add("a", [*doc, 3])
+    sim.run()
+    extended = [*doc, *tokens(31, 4 * BLOCK_SIZE), 5]
+    sim.add("b", extended)  # extends a's prefix, cached in the engine
+    sim.step()
+    assert null in sim.tables["b"][:8], f"no null block in b's table: {sim.tables['b']}"
+    sim.run()
+    stats = sim.stats()
+    assert stats["rejected_unhashed"] == 0 and stats["rejected_prefix_broken"] == 0, stats
+    # b finished: its hashes come from a fresh request with the same prompt.
+    probe = Request("probe", extended, SamplingParams(max_tokens=1), None,
+                    block_hasher=sim.hasher)
+    assert sim.manager.lookup(probe.block_hashes) == 12, "the host lacks some of b's blocks"
+    assert sim.scheduler.reset_prefix_cache()  # the engine forgets, the host keeps
+    sim.add("c", [*extended[:-1], 7])  # a host hit on all 12 blocks
+    sim.run()
+    stats = sim.stats()
+    assert planned and all(null not in job.block_ids for job in planned), planned
+    assert stats["loaded"] > 0 and stats["skipped_outside_window"] > 0, stats
+    assert sim.load_errors == 0 and sim.finished["c"] is RequestStatus.FINISHED_LENGTH_CAPPED
     return stats
 
 
@@ -783,6 +838,7 @@ SCENARIOS: dict[str, Callable[[Path], dict[str, Any]]] = {
     "host_hit_loads_while_batch_is_full": scenario_host_hit_loads_while_batch_is_full,
     "chunked_prefill_partial_overlap": scenario_chunked_prefill_partial_overlap,
     "preemption": scenario_preemption,
+    "sliding_window": scenario_sliding_window,
     "aborts": scenario_aborts,
     "tp2_slow_worker": scenario_tp2_slow_worker,
     "load_failure_fail": lambda d: scenario_load_failure(d, "fail"),

@@ -3,28 +3,32 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
+import yaml
 
 from kvtool.connector.config import (
     ConnectorConfig,
     ConnectorConfigError,
     HostArenaMode,
-    PolicyName,
     ShutdownMode,
 )
+from kvtool.connector.policies import POLICIES, POLICY_NAMES
 from kvtool.errors import KvtoolError
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_defaults_are_the_documented_ones() -> None:
     config = ConnectorConfig.from_extra_config({})
-    assert config.policy is PolicyName.EVICTION_AWARE
+    assert config.policy == "eviction_aware"
     # LMCache 0.5.6's defaults (lazy-offload.md §2, §3): FIFO 100 / 10, horizon 2.5.
     assert (config.fifo_threshold, config.fifo_select_count, config.horizon_steps) == (100, 10, 2.5)
     assert config.max_deferral_seconds == 0.0
     assert config.shutdown is ShutdownMode.DRAIN
     assert config.shutdown_drain_seconds == 30.0
-    assert config.load_async is True
+    assert config.load_async is False
     assert config.host_arena is HostArenaMode.HOST
 
 
@@ -40,7 +44,7 @@ def test_keys_are_read_from_strings_and_native_values() -> None:
         "kvtool.load_async": "false",
         "lmcache.mp.host": "localhost",  # another connector's key: ignored
     })
-    assert config.policy is PolicyName.FIFO
+    assert config.policy == "fifo"
     assert (config.fifo_threshold, config.fifo_select_count) == (20, 10)
     assert config.horizon_steps == 3.5
     assert config.host_capacity_bytes == 512 * 2**20
@@ -125,3 +129,21 @@ def test_host_arena_refuses_other_scopes_naming_both() -> None:
     with pytest.raises(ConnectorConfigError,
                        match=r"kvtool\.host_arena='node'; use 'host' .* or 'rank'"):
         ConnectorConfig.from_extra_config({"kvtool.host_arena": "node"})
+
+
+def test_every_registered_policy_is_a_valid_setting_and_nothing_else_is() -> None:
+    # The registry is the only list: the config parser, simulate and the recipe read it.
+    for name in POLICY_NAMES:
+        config = ConnectorConfig.from_extra_config({"kvtool.policy": name.upper()})
+        assert config.policy == name
+        assert f"with {name} policy" in config.describe()
+        for knob in POLICIES[name].describe_knobs(config):
+            assert knob in config.describe()
+    with pytest.raises(ConnectorConfigError, match="use one of " + ", ".join(POLICY_NAMES)):
+        ConnectorConfig.from_extra_config({"kvtool.policy": "lru"})
+
+
+def test_the_launch_recipe_has_one_variant_per_registered_policy() -> None:
+    recipe = yaml.safe_load((REPO / "recipes" / "kvtool-connector.yaml").read_text())
+    named = [v["extra_config"]["kvtool.policy"] for v in recipe["variants"]]
+    assert sorted(named) == sorted(POLICY_NAMES)

@@ -54,6 +54,10 @@ def test_the_dry_run_verifies_every_layout_on_cpu() -> None:
         line = next(x for x in proc.stdout.splitlines()
                     if x.startswith(f"layered load ({wait} wait): "))
         assert "mismatched elements 0, failed jobs 0" in line
+    for layout in ("LBHNC", "LBNHC", "BLHNC", "BLNHC"):
+        line = next(x for x in proc.stdout.splitlines()
+                    if x.startswith(f"hit vs recompute ({layout}): "))
+        assert "failed jobs 0" in line and "synchronous per-layer load adds" in line
     assert proc.stdout.rstrip().endswith("problems: none")
 
 

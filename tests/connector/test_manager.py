@@ -293,3 +293,42 @@ def test_a_failed_load_evicts_what_it_read_so_the_next_request_misses_cleanly() 
     stats = rig.manager.stats
     assert (stats.load_failed, stats.evicted_after_failed_load) == (2, 2)
     assert rig.manager.lookup(hashes) == 0
+
+
+def test_null_blocks_outside_a_sliding_window_are_skipped_not_a_broken_chain() -> None:
+    # vLLM's block table for a sliding-window request that extends a cached prefix:
+    # the null block (id 0) for the blocks outside the window, then real blocks
+    # (issue 25: [0, 0, 0, 0, 5, 6, ...]). Block 0 is the rig's stand-in null block.
+    rig = Rig.with_config(EAGER, null_block_id=0)
+    rig.pool.allocate(1)  # the engine keeps its null block out of the free queue
+    blocks = rig.compute("b", ["b0", "b1"])
+    assert rig.manager.buffer_blocks("c", [0, 0, *blocks]) == 0  # b's: duplicates
+    new = rig.compute("c", ["c0", "c1"])
+    stats = rig.manager.stats
+    assert (stats.skipped_outside_window, stats.rejected_unhashed) == (2, 0)
+    assert stats.rejected_prefix_broken == 0 and stats.admitted == 4
+    jobs = rig.step()
+    assert set(new) <= set(released_blocks(jobs))
+    rig.complete(jobs)
+    hashes = [rig.pool.block_hash(b) for b in new]
+    load = rig.manager.plan_load([0, 0, *new], [object(), object(), *hashes])
+    assert load.block_ids == tuple(new), "a load never copies into the null block"
+    assert stats.skipped_outside_window == 4
+
+
+def test_the_pass_bound_adds_up_the_loads_one_pass_plans() -> None:
+    # Host loads use no token budget: one pass that admits two requests with host hits
+    # takes both loads' blocks from the free queue on top of its token bound.
+    rig = Rig.with_config(EAGER, max_step_blocks=12)
+    blocks = rig.compute("a", ["a0", "a1", "a2", "a3"])
+    jobs = rig.step()
+    rig.complete(jobs)
+    hashes = [rig.pool.block_hash(b) for b in blocks]
+    assert rig.manager.pass_bound() == 12
+    for half in (hashes[:2], hashes[2:]):  # two requests' hits, planned in one pass
+        rig.complete([rig.manager.plan_load(rig.pool.allocate(2), half)])
+    rig.step()
+    assert rig.manager.pass_bound() == 12 + 4
+    rig.complete([rig.manager.plan_load(rig.pool.allocate(2), hashes[:2])])
+    rig.step()
+    assert rig.manager.pass_bound() == 12 + 4, "the most one pass loaded, not the last"

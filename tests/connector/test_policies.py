@@ -4,8 +4,12 @@ under a scripted free queue, idle tail drain, scratch KV groups, per-step cost."
 from __future__ import annotations
 
 from collections.abc import Iterator
+from unittest.mock import patch
+
+import pytest
 
 from kvtool.connector.blockpool import InMemoryBlockPool
+from kvtool.connector.policies import POLICY_NAMES
 from tests.connector.harness import Rig, released_blocks
 
 FIFO_20_10 = {"kvtool.policy": "fifo", "kvtool.fifo.threshold": 20, "kvtool.fifo.select_count": 10}
@@ -248,12 +252,69 @@ def test_block_pool_reproduces_vllm_free_queue_order() -> None:
 def _pool_nearly_full(rig: Rig) -> list[int]:
     """Request "a" holds 4 buffered blocks, others hold all but 3 of the rest, and
     a decode phase (no allocations) decays the consumption estimate to a 2-block
-    window, so only the bound on one scheduling pass sees what a burst can take."""
+    window, so only the bound on one scheduling pass sees what a burst can take.
+
+    The pass bound is hidden meanwhile (else the preemption-risk rule releases the
+    running requests' blocks first: see test_a_full_pool_releases_running_buffers...),
+    so what follows exercises the release at a finish alone."""
     a = rig.compute("a", ["a0", "a1", "a2", "a3"])
     rig.compute("others", [f"o{i}" for i in range(rig.pool.num_free - 3)])
-    for _ in range(12):  # EWMA 21 blocks, then x0.7 per step: 0.42 x horizon 2.5 -> 2
-        rig.step(tokens=1)
+    with patch.object(rig.manager, "pass_bound", return_value=0):
+        for _ in range(12):  # EWMA 21 blocks, then x0.7 per step: 0.42 x horizon 2.5 -> 2
+            rig.step(tokens=1)
     return a
+
+
+def test_a_full_pool_releases_running_buffers_before_a_pass_can_preempt_them() -> None:
+    # With 3 free blocks and a pass that may take 12, the next pass may preempt a
+    # running request and hand its blocks out at once, before any step could see them.
+    rig = Rig.with_config({"kvtool.policy": "eviction_aware"}, num_blocks=24, max_step_blocks=12)
+    a = rig.compute("a", ["a0", "a1", "a2", "a3"])
+    rig.compute("others", [f"o{i}" for i in range(rig.pool.num_free - 3)])
+    jobs = rig.step(tokens=1)
+    assert set(a) <= set(released_blocks(jobs))
+    assert rig.manager.stats.released_by["preemption_risk"] == 21
+    rig.complete(jobs)
+    rig.preempt("a")
+    rig.allocated += rig.pool.allocate(7)  # the pass that preempted a recycles its blocks
+    rig.step()
+    stats = rig.manager.stats
+    assert stats.stored == 21 and stats.lost_to_recycling == 0 and stats.ledger_balanced()
+
+
+def test_decoding_requests_that_fit_the_free_queue_keep_their_buffers() -> None:
+    # The same full pool, but the running requests only decode (one block each at
+    # most): vLLM preempts only when they do not fit, so nothing is at risk yet.
+    rig = Rig.with_config({"kvtool.policy": "eviction_aware"}, num_blocks=24, max_step_blocks=12)
+    rig.compute("a", ["a0", "a1", "a2", "a3"])
+    rig.compute("others", [f"o{i}" for i in range(rig.pool.num_free - 3)])
+    assert rig.step(tokens=2, running_demand=2) == []
+    assert rig.step(tokens=2, running_demand=4) != []  # 4 > 3 free: a pass may preempt
+
+
+def test_a_roomy_pool_leaves_running_buffers_alone() -> None:
+    rig = Rig.with_config({"kvtool.policy": "eviction_aware"}, num_blocks=64, max_step_blocks=12)
+    rig.compute("a", ["a0", "a1", "a2", "a3"])
+    assert rig.step(tokens=1) == [] and rig.manager.stats.pending == 4
+
+
+def _churn(policy: str) -> tuple[int, int]:
+    """A pool with 3 usable blocks, every request's blocks recycled by the next one:
+    (blocks stored, lost to recycling)."""
+    rig = Rig.with_config({"kvtool.policy": policy, "kvtool.fifo.threshold": 100},
+                          num_blocks=3, max_step_blocks=2)
+    for i in range(16):
+        rig.compute(f"r{i}", [f"r{i}.0", f"r{i}.1"])
+        rig.complete(rig.step())
+        rig.finish(f"r{i}")
+    rig.complete(rig.step())
+    return rig.manager.stats.stored, rig.manager.stats.lost_to_recycling
+
+
+@pytest.mark.parametrize("policy", POLICY_NAMES)
+def test_a_churning_pool_loses_nothing_eager_would_store(policy: str) -> None:
+    # Issue 25: with 3 usable blocks eviction_aware stored 3 of 32 blocks, eager 16 of 16.
+    assert _churn(policy) == _churn("eager") == (32, 0)
 
 
 def test_eviction_aware_releases_at_finish_what_the_next_pass_could_recycle() -> None:
@@ -267,10 +328,10 @@ def test_eviction_aware_releases_at_finish_what_the_next_pass_could_recycle() ->
     assert rig.pool.num_free == 7, "the engine got all of a's blocks back"
     rig.allocated += rig.pool.allocate(3)  # a pass that takes only the older free blocks
     jobs = rig.step()
-    assert released_blocks(jobs) == a
+    assert released_blocks(jobs)[:4] == a  # first; then the running others' (preemption risk)
     assert rig.manager.stats.released_by["eviction_window"] == 4
     rig.complete(jobs)
-    assert rig.manager.stats.stored == 4
+    assert rig.manager.stats.stored == rig.manager.stats.admitted
 
 
 def test_a_pass_that_recycles_finished_blocks_before_the_step_loses_only_those() -> None:
@@ -279,7 +340,8 @@ def test_a_pass_that_recycles_finished_blocks_before_the_step_loses_only_those()
     rig.finish("a")
     rig.allocated += rig.pool.allocate(5)  # a's last two blocks are recycled
     jobs = rig.step()
-    assert released_blocks(jobs) == a[:2]
+    assert released_blocks(jobs)[:2] == a[:2]
+    assert not set(a[2:]) & set(released_blocks(jobs))
     stats = rig.manager.stats
     assert stats.dropped["evicted"] + stats.dropped["hash_changed_at_release"] == 2
     assert stats.ledger_balanced()
@@ -290,9 +352,11 @@ def test_without_the_pass_bound_the_same_burst_recycles_unreleased_blocks() -> N
     # blocks in the queue, and a 5-block burst recycles the last two first.
     rig = Rig.with_config({"kvtool.policy": "eviction_aware"}, num_blocks=24)
     a = _pool_nearly_full(rig)
-    rig.finish("a")  # queue: 3 others, a3, a2, a1, a0
-    rig.allocated += rig.pool.allocate(5)
-    jobs = rig.step()
+    with patch.object(rig.manager, "pass_bound", return_value=0):
+        rig.finish("a")  # queue: 3 others, a3, a2, a1, a0
+        rig.allocated += rig.pool.allocate(5)
+        jobs = rig.step()
+    assert rig.manager.stats.lost_to_recycling == 2
     assert rig.manager.stats.dropped["evicted"] == 2  # a3 and a2 were recycled
     assert released_blocks(jobs) == a[:2]  # only the front was still in the queue
 

@@ -100,11 +100,13 @@ def test_eviction_aware_stores_blocks_before_the_engine_recycles_them(
     run = eviction_run["eviction_aware"]
     during = run["stats_during_traffic"]
     assert during["stored"] > 0
-    assert during["released_by_eviction_window"] == during["released"]
-    # Blocks of a request that finishes into a short free queue are released at its
-    # finish and shipped first in the next step. Nothing is pinned meanwhile (so vLLM's
-    # cache resets always succeed): what that very pass recycles is lost, and counted.
-    assert during["stored"] > during["dropped_evicted"], during
+    # Released near the eviction head, at a finish into a short free queue, or, while
+    # the free queue is shorter than one pass may take, before a preemption could
+    # recycle a running request's blocks. Nothing is pinned meanwhile (so vLLM's cache
+    # resets always succeed): what a pass still recycles is lost, and counted.
+    assert (during.get("released_by_eviction_window", 0)
+            + during.get("released_by_preemption_risk", 0) == during["released"])
+    assert during["stored"] > during["lost_to_recycling"], during
     # Prompt 0's blocks were recycled by later traffic (the baseline engine gets no
     # local hit for it), yet it is served from the host store with the same tokens.
     assert eviction_run["baseline_again"][0]["cached_tokens"] == 0
@@ -113,17 +115,19 @@ def test_eviction_aware_stores_blocks_before_the_engine_recycles_them(
     assert tokens(run["again"]) == tokens(eviction_run["baseline_again"])
 
 
-def test_fifo_at_its_defaults_loses_blocks_to_recycling(eviction_run: dict[str, Any]) -> None:
+def test_fifo_at_its_defaults_stores_what_recycling_would_take(
+    eviction_run: dict[str, Any]
+) -> None:
     run = eviction_run["fifo"]
     during = run["stats_during_traffic"]
-    # Threshold 100 finished requests is never reached by 8 requests: nothing is
-    # released, and the engine recycles the buffered blocks first.
-    assert during["stored"] == 0
-    assert during["dropped_evicted"] > 0
-    assert run["external_hits_delta"] == 0
+    # Threshold 100 finished requests is never reached by 8 requests, so FIFO's own rule
+    # releases nothing; what the next pass could recycle is released all the same
+    # (LMCache's FIFO stored nothing here and lost the blocks to recycling).
+    assert during.get("released_by_threshold", 0) == 0
+    assert during["stored"] > 0
+    assert during["stored"] > during["lost_to_recycling"], during
+    assert run["external_hits_delta"] > 0
     assert tokens(run["again"]) == tokens(eviction_run["baseline_again"])
-    ea_lost = eviction_run["eviction_aware"]["stats_during_traffic"]["dropped_evicted"]
-    assert ea_lost < during["dropped_evicted"]
 
 
 def test_no_recycled_block_is_ever_stored(

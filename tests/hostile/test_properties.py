@@ -140,7 +140,7 @@ def test_json_prescan_then_parse(text: str) -> None:
 @_PROPERTY
 @given(_JSONISH)
 def test_config_json_reader(tmp_path: Path, text: str) -> None:
-    from kvtool.sizing.catalog import load_model_spec
+    from kvtool.sizing.model_spec import load_model_spec
 
     config = tmp_path / "config.json"
     config.write_text('{"model_type": "llama", "num_hidden_layers": ' + text + "}")
@@ -159,7 +159,7 @@ def test_config_json_reader(tmp_path: Path, text: str) -> None:
                                  st.lists(st.text(max_size=3), max_size=3),
                                  st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))))
 def test_config_json_fields(tmp_path: Path, fields: dict[str, Any]) -> None:
-    from kvtool.sizing.catalog import load_model_spec
+    from kvtool.sizing.model_spec import load_model_spec
 
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"model_type": "llama", **fields}))
@@ -169,7 +169,7 @@ def test_config_json_fields(tmp_path: Path, fields: dict[str, Any]) -> None:
 @_PROPERTY
 @given(_JSONISH)
 def test_trace_reader(tmp_path: Path, text: str) -> None:
-    from kvtool.simulate.workload import read_trace
+    from kvtool.simulate.trace import read_trace
 
     trace = tmp_path / "trace.jsonl"
     trace.write_text('{"id": "a", "prefix": "p", "prefix_tokens": ' + text + "}\n")
@@ -179,7 +179,7 @@ def test_trace_reader(tmp_path: Path, text: str) -> None:
 @_PROPERTY
 @given(st.binary(max_size=100))
 def test_trace_reader_bytes(tmp_path: Path, data: bytes) -> None:
-    from kvtool.simulate.workload import read_trace
+    from kvtool.simulate.trace import read_trace
 
     trace = tmp_path / "trace.jsonl"
     trace.write_bytes(data)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from kvtool.models import classify_config
+from kvtool.models.catalog import CatalogEntry, catalog
 from kvtool.models.identity import families
-from kvtool.sizing.catalog import CatalogEntry, catalog
 
 # The catalog keeps only the config.json fields that change KV-cache bytes, so expert
 # counts are often left out of an entry: "moe" is compared only where the entry has one.

@@ -13,9 +13,10 @@ from pathlib import Path
 from kvtool.launch.recipe import find_recipe
 from kvtool.launch.sizes import launch_sizes
 from kvtool.models import find_model_config, identify
+from kvtool.models.catalog import find_entry
 from kvtool.releases import available_versions
 from kvtool.sizing import compute, load_model_spec, make_deployment
-from kvtool.sizing.catalog import find_entry, spec_from_model_config
+from kvtool.sizing.model_spec import spec_from_model_config
 
 
 def _local_copy(tmp_path: Path, name: str) -> Path:

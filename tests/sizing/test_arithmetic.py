@@ -8,10 +8,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from kvtool.models.catalog import catalog
 from kvtool.sizing import arithmetic as ar
 from kvtool.sizing import compute, load_model_spec, make_deployment
-from kvtool.sizing.catalog import catalog
 from kvtool.sizing.facts import sizing_facts
+
+# The release these goldens were derived for (vLLM 0.32.0's layout and capacity rules).
+GOLDEN_RELEASE = "0.32.0"
 
 GIB = 1 << 30
 
@@ -73,7 +76,9 @@ def test_facts_table_loads() -> None:
 
 
 def _codes(model: str, **deployment: Any) -> set[str]:
-    report = compute(load_model_spec(model), make_deployment(**deployment))
+    report = compute(
+        load_model_spec(model), make_deployment(vllm_version=GOLDEN_RELEASE, **deployment)
+    )
     return {warning.code for warning in report.warnings}
 
 
@@ -102,9 +107,11 @@ def test_default_utilization_is_named_and_overridable() -> None:
     # sizing.md §1.2: KAITO's default utilization 0.5 halves host RAM for the tier; a
     # default that changes the flag value must be said out loud, and --utilization wins.
     spec = load_model_spec("llama-3.1-8b")
-    defaulted = compute(spec, make_deployment(host_ram_gib=100))
+    defaulted = compute(spec, make_deployment(vllm_version=GOLDEN_RELEASE, host_ram_gib=100))
     assert defaulted.kv_offloading_size_gib == 100 * sizing_facts().kaito_default_utilization
     assert any("utilization" in a for a in defaulted.assumptions)
-    given = compute(spec, make_deployment(host_ram_gib=100, utilization=0.8))
+    given = compute(
+        spec, make_deployment(vllm_version=GOLDEN_RELEASE, host_ram_gib=100, utilization=0.8)
+    )
     assert given.kv_offloading_size_gib == 80
     assert not any("utilization" in a for a in given.assumptions)

@@ -18,6 +18,9 @@ from kvtool.errors import KvtoolError
 from kvtool.sizing import SizingReport, compute, make_deployment, spec_from_config
 from tests.sizing.deepseek_v4_configs import DEEPSEEK_V4
 
+# The release these goldens were derived for (vLLM 0.32.0's layout and capacity rules).
+GOLDEN_RELEASE = "0.32.0"
+
 GIB = 1 << 30
 ALIGN, STATE = 576, 584
 CONTEXT, IN_FLIGHT = 65_536, 8_192
@@ -29,7 +32,7 @@ def _pad(size: int) -> int:
 
 def _report(name: str, **deployment: Any) -> SizingReport:
     spec = spec_from_config(DEEPSEEK_V4[name], name=name, where=f"{name}/config.json")
-    return compute(spec, make_deployment(**deployment))
+    return compute(spec, make_deployment(vllm_version=GOLDEN_RELEASE, **deployment))
 
 
 def _expected_groups(cfg: dict[str, Any]) -> list[tuple[int, int, int, int | None]]:
@@ -65,7 +68,10 @@ def _blocks_per_request(layers_block_window: tuple[int, int | None]) -> int:
 @pytest.mark.parametrize("name", sorted(DEEPSEEK_V4))
 @pytest.mark.parametrize("tp", [1, 8])
 def test_deepseek_v4_fp8_groups_blocks_and_capacity(name: str, tp: int) -> None:
-    r = _report(name, tp=tp, gpu_kv_gib=80, context_len=CONTEXT, max_in_flight_tokens=IN_FLIGHT)
+    # async scheduling (the default) keeps two batches in flight
+    r = _report(
+        name, tp=tp, gpu_kv_gib=80, context_len=CONTEXT, max_num_batched_tokens=IN_FLIGHT // 2
+    )
     expected = _expected_groups(DEEPSEEK_V4[name])
     got = [
         (

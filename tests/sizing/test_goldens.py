@@ -24,11 +24,16 @@ from tests.sizing.cache_tensors import (
     model_kv_bytes,
 )
 
+# The release these goldens were derived for (vLLM 0.32.0's layout and capacity rules).
+GOLDEN_RELEASE = "0.32.0"
+
 GIB = 1 << 30
 
 
 def report(model: str, **deployment: Any) -> SizingReport:
-    return compute(load_model_spec(model), make_deployment(**deployment))
+    return compute(
+        load_model_spec(model), make_deployment(vllm_version=GOLDEN_RELEASE, **deployment)
+    )
 
 
 # G-B*: bytes per token for the whole model, BF16 unless noted (sizing.md §3.3 / §4.3).
@@ -305,7 +310,7 @@ def test_gdn_hybrid_qwen36_27b() -> None:
         "torch_dtype": "bfloat16",
     }
     spec = spec_from_config(config, name="qwen3.6-27b", where="test")
-    bf16 = compute(spec, make_deployment())
+    bf16 = compute(spec, make_deployment(vllm_version=GOLDEN_RELEASE))
     assert bf16.state_bytes_per_sequence == 78_446_592
     assert 48 * gdn_state_bytes(16, 128, 48, 128, 4, 2) == 78_446_592
     assert bf16.kv_bytes_per_token == 65_536 == model_kv_bytes(1, 16, 4, 256, 2)
@@ -313,7 +318,7 @@ def test_gdn_hybrid_qwen36_27b() -> None:
     bf16_state_page = gdn_state_bytes(16, 128, 48, 128, 4, 2)
     assert bf16.block_size == 16 * -(-bf16_state_page // (16 * attention_page_per_token)) == 400
 
-    f32 = compute(spec, make_deployment(mamba_ssm_dtype="float32"))
+    f32 = compute(spec, make_deployment(vllm_version=GOLDEN_RELEASE, mamba_ssm_dtype="float32"))
     conv_bytes = 2 * 3 * (2 * 16 * 128 + 48 * 128)  # conv state stays in the model dtype
     f32_state_page = conv_bytes + 4 * 48 * 128 * 128
     assert f32.state_page_bytes == f32_state_page
@@ -322,7 +327,7 @@ def test_gdn_hybrid_qwen36_27b() -> None:
     # One padded state snapshot per 784-token block on top of the attention bytes.
     assert f32.amortised_bytes_per_token_per_rank == 65_536 + 48 * kv_page_bytes(1, 4, 256, 2)
     # A pinned block smaller than that is still raised, in steps of the pinned block.
-    pinned = compute(spec, make_deployment(block_size=64))
+    pinned = compute(spec, make_deployment(vllm_version=GOLDEN_RELEASE, block_size=64))
     assert pinned.block_size == 64 * -(-bf16_state_page // (64 * attention_page_per_token)) == 448
 
 

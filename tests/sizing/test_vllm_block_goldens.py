@@ -3,7 +3,7 @@
 Configs are the cited catalog entries (``rules/models/catalog.toml``) or real config.json
 shapes written here with their source. Each expected value is derived in the test from
 the rule vLLM applies (cited), with bytes from ``tests/sizing/cache_tensors.py``; the
-oracle test (``test_vllm_layout_oracle.py``) checks the same figures against vLLM itself.
+oracle test (``test_vllm_end_to_end.py``) checks the same figures against vLLM itself.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from kvtool.models.catalog import find_entry
 from kvtool.sizing import SizingReport, compute, load_model_spec, make_deployment
 from kvtool.sizing.backends import backend_table
-from kvtool.sizing.catalog import find_entry
 from tests.sizing.cache_tensors import (
     ds_mla_page_bytes,
     dsa_indexer_page_bytes,
@@ -26,11 +26,16 @@ from tests.sizing.cache_tensors import (
     mla_page_bytes,
 )
 
+# The release these goldens were derived for (vLLM 0.32.0's layout and capacity rules).
+GOLDEN_RELEASE = "0.32.0"
+
 GIB = 1 << 30
 
 
 def report(model: str, **deployment: Any) -> SizingReport:
-    return compute(load_model_spec(model), make_deployment(**deployment))
+    return compute(
+        load_model_spec(model), make_deployment(vllm_version=GOLDEN_RELEASE, **deployment)
+    )
 
 
 def groups(r: SizingReport) -> list[tuple[str, int, int]]:
@@ -82,18 +87,30 @@ def test_token_capacity_is_vllms_logged_figure() -> None:
     # get_max_concurrency_for_kv_cache_config: num_blocks / cdiv(max_model_len, block).
     r = report("llama-3.1-8b", num_gpu_blocks=1000, context_len=1000)
     assert r.gpu_tier_tokens == int(1000 / -(-1000 // 16) * 1000)
-    # Sliding windows reserve window - 1 + in-flight tokens (+1 block): needs the in-flight.
-    oss = report("gpt-oss-120b", num_gpu_blocks=10_000, context_len=4096, max_in_flight_tokens=2048)
+    # Sliding windows reserve window - 1 + in-flight tokens (+1 block); async scheduling
+    # (vLLM's default) keeps two batches of --max-num-batched-tokens in flight.
+    oss = report(
+        "gpt-oss-120b", num_gpu_blocks=10_000, context_len=4096, max_num_batched_tokens=1024
+    )
     full_blocks, sliding_blocks = 4096 // 16, -(-(128 - 1 + 2048) // 16) + 1
     assert oss.gpu_tier_tokens == int(10_000 / (full_blocks + sliding_blocks) * 4096)
 
 
 @pytest.mark.parametrize(("tp", "dtype"), [(1, "auto"), (8, "auto"), (1, "fp8"), (8, "fp8")])
 def test_llama4_chunked_local_attention_groups(tp: int, dtype: str) -> None:
-    # Llama-4-Scout: every 4th layer global (NoPE), the other 36 chunked-local (8192):
-    # groups of 12 layers, 1 full + 3 chunked (llama4.py, kv_cache_utils.py).
-    r = report("llama-4-scout", tp=tp, kv_cache_dtype=dtype)
+    # Llama-4-Scout: every 4th layer global (NoPE), the other 36 chunked-local (8192).
+    # Chunked local attention keeps the hybrid KV cache manager on only while
+    # VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE is 1 (config/vllm.py; default 1 at
+    # 0.32): groups of 12 layers, 1 full + 3 chunked (llama4.py, kv_cache_utils.py). Set to
+    # 0, all 48 layers are one full-attention group.
     element = 1 if dtype == "fp8" else 2
+    forbidden = {"VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE": "0"}
+    off = report("llama-4-scout", tp=tp, kv_cache_dtype=dtype, env=forbidden)
+    assert not off.hma_enabled
+    assert groups(off) == [("full", 48, 16)]
+    assert off.bytes_per_block == 48 * kv_page_bytes(16, 8 // tp, 128, element)
+    r = report("llama-4-scout", tp=tp, kv_cache_dtype=dtype)
+    assert r.hma_enabled
     assert groups(r) == [("chunked", 12, 16)] * 3 + [("full", 12, 16)]
     assert r.pool_block_bytes == 12 * kv_page_bytes(16, 8 // tp, 128, element)
     assert r.kv_bytes_per_token == 48 * kv_page_bytes(1, 8, 128, element)
@@ -181,7 +198,10 @@ def test_auto_kv_dtype_follows_the_checkpoint(
     config = dict(LLAMA_8B)
     if quantization_config is not None:
         config["quantization_config"] = quantization_config
-    r = compute(load_model_spec(_model_dir(tmp_path, config, beside)), make_deployment())
+    r = compute(
+        load_model_spec(_model_dir(tmp_path, config, beside)),
+        make_deployment(vllm_version=GOLDEN_RELEASE),
+    )
     assert r.kv_cache_dtype_resolved == expected
     assert r.kv_dtype_bytes == (2 if expected == "auto" else 1)
     assert r.kv_bytes_per_token == 32 * kv_page_bytes(1, 8, 128, r.kv_dtype_bytes)
@@ -205,7 +225,7 @@ def test_float32_config_is_downcast_like_vllm(tmp_path: Path) -> None:
     # config/model.py _resolve_auto_dtype: float32 checkpoints run in bfloat16 on CUDA.
     r = compute(
         load_model_spec(_model_dir(tmp_path, {**LLAMA_8B, "torch_dtype": "float32"})),
-        make_deployment(),
+        make_deployment(vllm_version=GOLDEN_RELEASE),
     )
     assert (r.model_dtype, r.kv_dtype_bytes) == ("bfloat16", 2)
     assert any("downcast" in note for note in r.assumptions)
@@ -254,7 +274,7 @@ def test_nemotron_nas_per_layer_heads_and_no_op_layers(tmp_path: Path, tp: int, 
     }
     r = compute(
         load_model_spec(_model_dir(tmp_path, config)),
-        make_deployment(tp=tp, kv_cache_dtype=dtype, gpu_kv_gib=40),
+        make_deployment(vllm_version=GOLDEN_RELEASE, tp=tp, kv_cache_dtype=dtype, gpu_kv_gib=40),
     )
     element = 1 if dtype == "fp8" else 2
     # All full attention: vLLM keeps one group (UniformTypeKVCacheSpecs) of the 9 layers
@@ -337,7 +357,9 @@ def test_gemma4_kv_shared_layers_hold_no_cache(tmp_path: Path) -> None:
         "sliding_window": 512,
         "num_kv_shared_layers": 6,
     }
-    r = compute(load_model_spec(_model_dir(tmp_path, config)), make_deployment())
+    r = compute(
+        load_model_spec(_model_dir(tmp_path, config)), make_deployment(vllm_version=GOLDEN_RELEASE)
+    )
     # Layers 0-5 hold caches: five sliding, then layer 5 is the first full one (5:1).
     assert r.kv_bytes_per_token == 5 * kv_page_bytes(1, 1, 256, 2) + kv_page_bytes(1, 1, 512, 2)
 
@@ -368,7 +390,8 @@ def test_mimo_v2_different_k_and_v_head_sizes_and_sliding_groups(
         "torch_dtype": "bfloat16",
     }
     r = compute(
-        load_model_spec(_model_dir(tmp_path, config)), make_deployment(tp=tp, kv_cache_dtype=dtype)
+        load_model_spec(_model_dir(tmp_path, config)),
+        make_deployment(vllm_version=GOLDEN_RELEASE, tp=tp, kv_cache_dtype=dtype),
     )
     element = 1 if dtype == "fp8" else 2
     per_token_layer = (8 // tp) * (192 + 128) * element  # K and V pages of unequal width
@@ -399,7 +422,8 @@ def test_glm47_flash_latent_attention(tmp_path: Path, tp: int, dtype: str) -> No
         "torch_dtype": "bfloat16",
     }
     r = compute(
-        load_model_spec(_model_dir(tmp_path, config)), make_deployment(tp=tp, kv_cache_dtype=dtype)
+        load_model_spec(_model_dir(tmp_path, config)),
+        make_deployment(vllm_version=GOLDEN_RELEASE, tp=tp, kv_cache_dtype=dtype),
     )
     element = 1 if dtype == "fp8" else 2
     assert r.kv_bytes_per_token_per_rank == 47 * mla_page_bytes(1, 512 + 64, element)
@@ -408,7 +432,7 @@ def test_glm47_flash_latent_attention(tmp_path: Path, tp: int, dtype: str) -> No
     from kvtool.errors import KvtoolError
 
     with pytest.raises(KvtoolError, match="num_attention_heads 20"):
-        compute(load_model_spec(str(tmp_path)), make_deployment(tp=8))
+        compute(load_model_spec(str(tmp_path)), make_deployment(vllm_version=GOLDEN_RELEASE, tp=8))
 
 
 @pytest.mark.parametrize(("tp", "dtype"), [(1, "auto"), (8, "auto"), (1, "fp8"), (8, "fp8")])
@@ -431,7 +455,8 @@ def test_qwen3_vl_text_part(tmp_path: Path, tp: int, dtype: str) -> None:
         "vision_config": {"depth": 27, "hidden_size": 1152},
     }
     r = compute(
-        load_model_spec(_model_dir(tmp_path, config)), make_deployment(tp=tp, kv_cache_dtype=dtype)
+        load_model_spec(_model_dir(tmp_path, config)),
+        make_deployment(vllm_version=GOLDEN_RELEASE, tp=tp, kv_cache_dtype=dtype),
     )
     element = 1 if dtype == "fp8" else 2
     assert groups(r) == [("full", 32, 16)]
@@ -458,7 +483,7 @@ def test_nemotron_h_layers_block_type_reads_as_the_pattern(
     config["layers_block_type"] = [_BLOCK_NAMES[c] for c in pattern]
     listed = compute(
         load_model_spec(_model_dir(tmp_path, config)),
-        make_deployment(tp=tp, kv_cache_dtype=dtype, gpu_kv_gib=40),
+        make_deployment(vllm_version=GOLDEN_RELEASE, tp=tp, kv_cache_dtype=dtype, gpu_kv_gib=40),
     )
     lettered = report("nemotron-h-8b", tp=tp, kv_cache_dtype=dtype, gpu_kv_gib=40)
     assert groups(listed) == groups(lettered)
@@ -526,7 +551,7 @@ def test_gqa_decoders_size_as_one_full_group(tmp_path: Path, model_type: str, dt
     tp = 4  # divides every head count above (vLLM refuses a TP that does not)
     r = compute(
         load_model_spec(_model_dir(tmp_path, config)),
-        make_deployment(tp=tp, kv_cache_dtype=dtype, gpu_kv_gib=40),
+        make_deployment(vllm_version=GOLDEN_RELEASE, tp=tp, kv_cache_dtype=dtype, gpu_kv_gib=40),
     )
     element = 1 if dtype == "fp8" else 2
     head = int(extra.get("head_dim", hidden // heads))
@@ -552,7 +577,10 @@ def test_ministral3_text_part_is_mistral(tmp_path: Path) -> None:
         },
         "torch_dtype": "bfloat16",
     }
-    r = compute(load_model_spec(_model_dir(tmp_path, config)), make_deployment(tp=8))
+    r = compute(
+        load_model_spec(_model_dir(tmp_path, config)),
+        make_deployment(vllm_version=GOLDEN_RELEASE, tp=8),
+    )
     assert groups(r) == [("full", 26, 16)]
     assert r.kv_bytes_per_token_per_rank == 26 * kv_page_bytes(1, 1, 128, 2)
 
@@ -572,7 +600,10 @@ def test_starcoder2_window_slides_on_every_layer(tmp_path: Path) -> None:
         "sliding_window": 4096,
         "torch_dtype": "bfloat16",
     }
-    r = compute(load_model_spec(_model_dir(tmp_path, config)), make_deployment(tp=4))
+    r = compute(
+        load_model_spec(_model_dir(tmp_path, config)),
+        make_deployment(vllm_version=GOLDEN_RELEASE, tp=4),
+    )
     assert groups(r) == [("sliding", 32, 16)]
     assert r.kv_bytes_per_token_per_rank == 32 * kv_page_bytes(1, 1, 128, 2)
 
@@ -610,7 +641,7 @@ def test_falcon_h1_every_layer_holds_attention_and_state(
     # not divide them (vLLM refuses it too), so TP 2 is the split case.
     r = compute(
         load_model_spec(_model_dir(tmp_path, FALCON_H1_7B)),
-        make_deployment(tp=tp, kv_cache_dtype=dtype, gpu_kv_gib=40),
+        make_deployment(vllm_version=GOLDEN_RELEASE, tp=tp, kv_cache_dtype=dtype, gpu_kv_gib=40),
     )
     element = 1 if dtype == "fp8" else 2
     kv_heads = max(1, 2 // tp)
@@ -667,7 +698,7 @@ def test_mimo_v2_flash_full_layers_with_half_the_heads_double_their_block(
     # TP 8 both kinds hold one KV head per rank and keep the 16-token block.
     r = compute(
         load_model_spec(_model_dir(tmp_path, MIMO_V2_FLASH)),
-        make_deployment(tp=tp, kv_cache_dtype=dtype, gpu_kv_gib=40),
+        make_deployment(vllm_version=GOLDEN_RELEASE, tp=tp, kv_cache_dtype=dtype, gpu_kv_gib=40),
     )
     element = 1 if dtype == "fp8" else 2
     full_heads, sliding_heads = max(1, 4 // tp), max(1, 8 // tp)
@@ -710,7 +741,7 @@ def test_cohere2_every_fourth_layer_global_and_window_plus_one(
     spec = load_model_spec(_model_dir(tmp_path, config))
     windows = {g.kind.value: (g.num_layers, g.sliding_window) for g in spec.attention}
     assert windows == {"full": (8, None), "sliding": (24, 4097)}
-    r = compute(spec, make_deployment(tp=8, gpu_kv_gib=40))
+    r = compute(spec, make_deployment(vllm_version=GOLDEN_RELEASE, tp=8, gpu_kv_gib=40))
     assert groups(r) == [("full", 8, 16)] + [("sliding", 8, 16)] * 3
     assert r.pool_block_bytes == 8 * kv_page_bytes(16, 1, 128, 2)
 
@@ -740,7 +771,7 @@ def test_chatglm_kv_heads_from_multi_query_group_num(
     # else one per query head; head size hidden_size / num_attention_heads.
     config = {**CHATGLM3_6B, "multi_query_attention": multi_query}
     spec = load_model_spec(_model_dir(tmp_path, config))
-    r = compute(spec, make_deployment(tp=tp, gpu_kv_gib=40))
+    r = compute(spec, make_deployment(vllm_version=GOLDEN_RELEASE, tp=tp, gpu_kv_gib=40))
     kv_heads = max(1, (2 if multi_query else 32) // tp)
     assert groups(r) == [("full", 28, 16)]
     assert r.pool_block_bytes == 28 * kv_page_bytes(16, kv_heads, 128, 2)
@@ -764,9 +795,7 @@ def test_sparse_mla_latent_and_indexer_pages_share_one_group(
     # MLAAttentionSpec: one UniformTypeKVCacheSpecs group, a pool block is every page.
     layers = SPARSE_MLA_LAYERS[model]
     r = report(model, tp=tp, kv_cache_dtype=dtype, gpu_kv_gib=40, context_len=4096)
-    latent = (
-        ds_mla_page_bytes(64, 512, 64, 128) if dtype == "fp8" else mla_page_bytes(64, 576, 2)
-    )
+    latent = ds_mla_page_bytes(64, 512, 64, 128) if dtype == "fp8" else mla_page_bytes(64, 576, 2)
     indexer = dsa_indexer_page_bytes(64, 128, 128)
     backend = "FLASHMLA_SPARSE" if dtype == "fp8" else "FLASH_ATTN_MLA_SPARSE"
     assert (r.attention_backend, r.block_size) == (backend, 64)
@@ -790,14 +819,18 @@ def test_shared_indexer_layers_hold_no_indexer_cache(tmp_path: Path) -> None:
     entry = find_entry("glm-5")
     assert entry is not None
     config = {**entry.config, "index_topk_freq": 4, "index_skip_topk_offset": 3}
-    r = compute(load_model_spec(_model_dir(tmp_path, config)), make_deployment())
+    r = compute(
+        load_model_spec(_model_dir(tmp_path, config)), make_deployment(vllm_version=GOLDEN_RELEASE)
+    )
     indexed = [i for i in range(78) if max(i - 3 + 1, 0) % 4 == 0]
     assert len(indexed) == 3 + len(range(6, 78, 4))
     latent, indexer = mla_page_bytes(64, 576, 2), dsa_indexer_page_bytes(64, 128, 128)
     assert r.pool_block_bytes == 78 * latent + len(indexed) * indexer
     # An explicit index_topk_pattern wins: "S" marks a layer that skips the indexer.
     pattern = {**config, "index_topk_pattern": "FS" * 39}
-    r = compute(load_model_spec(_model_dir(tmp_path, pattern)), make_deployment())
+    r = compute(
+        load_model_spec(_model_dir(tmp_path, pattern)), make_deployment(vllm_version=GOLDEN_RELEASE)
+    )
     assert r.pool_block_bytes == 78 * latent + 39 * indexer
 
 
@@ -918,7 +951,7 @@ def test_kimi_delta_attention_state_and_mla_share_one_block(
     config = _kimi_linear_48b() if model == "kimi-linear-48b" else KIMI_K3
     r = compute(
         load_model_spec(_model_dir(tmp_path, config)),
-        make_deployment(tp=tp, kv_cache_dtype=dtype, gpu_kv_gib=40),
+        make_deployment(vllm_version=GOLDEN_RELEASE, tp=tp, kv_cache_dtype=dtype, gpu_kv_gib=40),
     )
     element = 1 if dtype == "fp8" else 2
     state = kda_state_bytes(heads // tp, 128, 4, conv_bytes=2, ssm_bytes=4)
@@ -952,4 +985,4 @@ def test_kimi_linear_kda_layers_outside_the_model_name_the_field(tmp_path: Path)
     linear = {**config["linear_attn_config"], "num_heads": 24}
     spec = load_model_spec(_model_dir(tmp_path, {**config, "linear_attn_config": linear}))
     with pytest.raises(KvtoolError, match=r"linear_attn_config\.num_heads 24"):
-        compute(spec, make_deployment(tp=16))
+        compute(spec, make_deployment(vllm_version=GOLDEN_RELEASE, tp=16))

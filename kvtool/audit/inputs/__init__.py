@@ -2,8 +2,12 @@
 
 ``read_input_set`` reads files, directories and stdin: each file's kind is detected
 from its content through the reader registry (:mod:`.registry`) unless
-``input_format`` says otherwise. A file that starts no server, is a chart template or
-cannot be read is a ``SkippedInput`` in the result, never the end of the run.
+``input_format`` says otherwise; a file no reader takes, or in which its reader finds
+nothing, is searched by the generic server finder (:mod:`.finder`). A file named on
+the command line and one met in a directory walk are decided by the same code, so a
+directory finds at least what its files give one by one. A file that starts no
+server, is a chart template, is of a kind never read or cannot be read is a
+``SkippedInput`` in the result, never the end of the run.
 ``read_argv`` reads a command given as argv; ``read_text`` reads one text.
 """
 
@@ -18,16 +22,24 @@ from pathlib import Path
 import msgspec
 
 from kvtool.audit.inputs.argv import read_argv
-from kvtool.audit.inputs.detect import is_template
+from kvtool.audit.inputs.detect import is_template, may_find_server
 from kvtool.audit.inputs.discover import candidate_paths
-from kvtool.audit.inputs.registry import FILE_FORMATS, detect_kind, reader_for
+from kvtool.audit.inputs.registry import (
+    FILE_FORMATS,
+    detect_kind,
+    format_choices,
+    is_claimed,
+    never_read,
+    reader_for,
+)
 from kvtool.audit.inputs.source import ConfigMaps, ReadSource
 from kvtool.audit.inputs.suppressions import file_suppressions
 from kvtool.audit.lmcache_release import LmcacheRelease, pins_in_text
 from kvtool.audit.model import Invocation, Location, SkippedInput
 from kvtool.errors import KvtoolError
 from kvtool.fsio import read_input_bytes, reader_text
-from kvtool.limits import INPUT_BYTES
+from kvtool.limits import INPUT_BYTES, LimitExceeded
+from kvtool.yamlguard import file_budget
 
 
 class NoServerCommand(KvtoolError):
@@ -91,8 +103,7 @@ def read_input_set(
     """
     if input_format is not None and input_format not in FILE_FORMATS:
         raise KvtoolError(
-            f"--input-format: unknown format {input_format!r} "
-            f"(choose from {', '.join(FILE_FORMATS)})"
+            f"--input-format: unknown format {input_format!r} (choose from {format_choices()})"
         )
     result = InputSet()
     pending: list[_Pending] = []
@@ -116,6 +127,10 @@ def read_input_set(
                 if key in seen:
                     continue
                 seen.add(key)
+            reason = never_read(name)
+            if reason is not None:
+                result.skipped.append(SkippedInput(file=name, reason=reason, never_read=True))
+                continue
             text = _read_file(name, result, named=named, cap=cap)
             if text is not None:
                 pending.append(_Pending(text, name, os.path.dirname(name) or "."))
@@ -141,8 +156,10 @@ def _drop_configs_read_through_commands(result: InputSet) -> None:
     }
     kept: list[Invocation] = []
     for invocation in result.invocations:
-        if invocation.kind == "vllm-config" and invocation.file and (
-            str(Path(invocation.file).resolve()) in named
+        if (
+            invocation.kind == "vllm-config"
+            and invocation.file
+            and (str(Path(invocation.file).resolve()) in named)
         ):
             result.skipped.append(
                 SkippedInput(file=invocation.file, reason="read as the --config of a command")
@@ -173,6 +190,15 @@ def _read_file(path: str, result: InputSet, *, named: bool, cap: int | None) -> 
     # met in a directory walk is passed over; one the user named is a problem.
     try:
         data = read_input_bytes(path, cap=cap)
+    except LimitExceeded as error:
+        # A walk opens every file: one too large that no reader's name claims (a data
+        # dump, a log) is of a kind never read, not a deployment that could not be read.
+        unclaimed = not named and not is_claimed(os.path.basename(path))
+        reason = _reason(error, path)
+        result.skipped.append(
+            SkippedInput(file=path, reason=reason, problem=not unclaimed, never_read=unclaimed)
+        )
+        return None
     except KvtoolError as error:
         result.skipped.append(SkippedInput(file=path, reason=_reason(error, path), problem=True))
         return None
@@ -205,11 +231,11 @@ def _read_one(
         elif rendered.text:
             _read_one(rendered, configmaps, None, result)
         return
-    if kind is None:
+    reader = reader_for(kind) if kind is not None else None
+    if reader is None and not may_find_server(item.text):
         reason = "not a deployment file kvtool reads (no vLLM server)"
         result.skipped.append(SkippedInput(file=item.name, reason=reason))
         return
-    reader = reader_for(kind)
     if reader is not None and not reader.may_find(item.text):
         # What read_text would say, without reading: most scripts of a repository.
         reason = f"{NO_SERVER} (read as {kind})"
@@ -269,9 +295,7 @@ def _render_template(item: _Pending, result: InputSet) -> _Pending | None:
     if text is None:
         return None
     header = f"# Source: {item.name} (rendered with the chart's default values)\n"
-    return _Pending(
-        header + text, item.name + helm_render.RENDERED_SUFFIX, item.base_dir
-    )
+    return _Pending(header + text, item.name + helm_render.RENDERED_SUFFIX, item.base_dir)
 
 
 def _reason(error: KvtoolError, name: str) -> str:
@@ -294,15 +318,21 @@ def read_text(
     """
     name = file or "<input>"
     kind = input_format or detect_kind(text, Path(name).name)
-    if kind is None:
-        raise NoServerCommand(
-            f"{name}: not a deployment file kvtool reads; pass --input-format "
-            f"({', '.join(FILE_FORMATS)})"
-        )
-    reader = reader_for(kind)
-    if reader is None:
+    reader = reader_for(kind) if kind is not None else None
+    if kind is not None and reader is None:
         raise KvtoolError(f"--input-format: unknown format {kind!r}")
-    found = reader.read(text, source or ReadSource(file=file, base_dir=base_dir))
+    source = source or ReadSource(file=file, base_dir=base_dir)
+    with file_budget():  # YAML embedded in the file draws on the file's one budget
+        found = reader.read(text, source) if reader is not None else []
+        if not found and (reader is None or not reader.exhaustive):
+            # A form its reader does not know, or no reader at all: found, partly understood.
+            from kvtool.audit.inputs import finder
+
+            found = finder.find(text, source)
+    if not found and kind is None:
+        raise NoServerCommand(
+            f"{name}: not a deployment file kvtool reads; pass --input-format ({format_choices()})"
+        )
     if not found:
         raise NoServerCommand(f"{name}: {NO_SERVER} (read as {kind})")
     return found

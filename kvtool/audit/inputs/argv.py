@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from kvtool.audit.inputs.command_line import find_serve, serve_arguments
-from kvtool.audit.inputs.container_resources import docker_run_resources
+from kvtool.audit.inputs.docker_resources import docker_run_resources
+from kvtool.audit.inputs.registry import ARGV
 from kvtool.audit.inputs.vllm_config import referenced_config
 from kvtool.audit.model import EnvAssignment, Invocation, SourceToken
 from kvtool.errors import KvtoolError
@@ -47,7 +48,7 @@ def read_argv(argv: list[str]) -> Invocation:
         else None
     )
     return Invocation(
-        kind="argv",
+        kind=ARGV,
         label="<argv>",
         tokens=tokens,
         env=tuple(env),

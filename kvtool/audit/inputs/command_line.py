@@ -11,9 +11,23 @@ arguments, the environment and the image; readers attach locations.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Literal
 
 import msgspec
+
+from kvtool.audit.model import Location
+
+
+@dataclass(frozen=True)
+class ArgvWord:
+    """One argv word as a reader found it: its text, where it was written and, when the
+    reader knows it, the offsets of its written form in the source text."""
+
+    text: str
+    location: Location | None
+    span: tuple[int, int] | None = None
+
 
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 _PYTHON = re.compile(r"python(\d+(\.\d+)?)?")

@@ -14,7 +14,8 @@ import msgspec
 import yaml
 
 from kvtool.audit.inputs import yaml_tree
-from kvtool.audit.inputs.command_line import find_serve, serve_arguments
+from kvtool.audit.inputs.command_line import ArgvWord, find_serve, serve_arguments
+from kvtool.audit.inputs.huggingface_server import server_tokens
 from kvtool.audit.inputs.positions import LineIndex, OffsetMap
 from kvtool.audit.inputs.shell import ShellContext, read_script
 from kvtool.audit.inputs.shell_lexer import LexError, lex
@@ -24,13 +25,6 @@ from kvtool.errors import KvtoolError
 
 # Kubernetes expands $(VAR) in command/args from the container's env; $$(VAR) escapes it.
 _K8S_VAR = re.compile(r"\$\$\(|\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
-
-
-@dataclass(frozen=True)
-class ArgvWord:
-    text: str
-    location: Location | None
-    span: tuple[int, int] | None = None  # offsets of the written form in the source text
 
 
 @dataclass(frozen=True)
@@ -136,8 +130,6 @@ def container_invocations(
     tokens = [SourceToken(text=words[i].text, location=words[i].location) for i in served]
     server_notes: tuple[str, ...] = ()
     if match is not None and match.huggingface_server:
-        from kvtool.audit.inputs.kserve import server_tokens
-
         mapped = server_tokens(tokens, words[match.program].location)
         if mapped is None:
             return []

@@ -21,18 +21,14 @@ sizes in Docker's units.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-
 import msgspec
 import yaml
 
 from kvtool.audit.inputs import pod_holder, yaml_tree
-from kvtool.audit.inputs.command_line import ServeMatch
 from kvtool.audit.inputs.quantity import parse_bytes, parse_docker_bytes
 from kvtool.audit.model import (
     ContainerResources,
     Invocation,
-    Location,
     Quantity,
     VolumeMount,
 )
@@ -151,34 +147,3 @@ def _source_kind(volume: yaml.Node | None) -> str | None:
     if volume is None:
         return None
     return next((key for key, _, _ in yaml_tree.items(volume) if key != "name"), None)
-
-
-def docker_run_resources(
-    match: ServeMatch,
-    words: Sequence[str],
-    locate: Callable[[int], Location | None],
-    notes: list[str],
-) -> ContainerResources | None:
-    """What a ``docker run`` gives its container (``words``: the command's words,
-    ``locate``: a word index's location); None when the command runs no container."""
-    if match.image is None:
-        return None
-    found: dict[str, Quantity] = {}
-    host_ipc: Location | None = None
-    for index, option in sorted(match.container_options.items()):
-        if index >= len(words):
-            continue
-        word = words[index]
-        value = word.removeprefix(option + "=") if word.startswith(option + "=") else word
-        if option == "--ipc":
-            host_ipc = locate(index) if value == "host" else None
-            continue
-        size = parse_docker_bytes(value)
-        if size is None:
-            notes.append(f"docker run {option} {value!r} is not a Docker size; not read")
-            continue
-        key = "shm_size" if option == "--shm-size" else "memory_limit"
-        found[key] = Quantity(text=value, bytes=size, location=locate(index))
-    return ContainerResources(
-        memory_limit=found.get("memory_limit"), shm_size=found.get("shm_size"), host_ipc=host_ipc
-    )

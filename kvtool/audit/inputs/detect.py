@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 from functools import cache
 
-SHELL_SUFFIXES = (".sh", ".bash", ".zsh", ".env", ".cmd")
+# .sbatch/.slurm/.pbs: batch-scheduler job scripts (#SBATCH lines are comments to sh).
+SHELL_SUFFIXES = (".sh", ".bash", ".zsh", ".env", ".cmd", ".sbatch", ".slurm", ".pbs")
 YAML_SUFFIXES = (".yaml", ".yml")
 KUSTOMIZATION_NAMES = ("kustomization.yaml", "kustomization.yml")
 VLLM_COMMAND = re.compile(r"\bvllm\s+serve\b|vllm\.entrypoints\.openai\.api_server")
@@ -61,6 +62,51 @@ _NOT_VARIANTS = frozenset(
 
 def is_dockerfile(text: str, name: str) -> bool:
     return is_dockerfile_name(name) and bool(_DOCKERFILE_INSTRUCTION.search(text))
+
+
+def is_makefile_name(name: str) -> bool:
+    return name in ("makefile", "gnumakefile") or name.endswith(".mk")
+
+
+def is_justfile_name(name: str) -> bool:
+    return name in ("justfile", ".justfile") or name.endswith(".just")
+
+
+def is_python(text: str, name: str) -> bool:
+    return name.endswith(".py") or (text.startswith("#!") and "python" in text[: text.find("\n")])
+
+
+def is_make(text: str, name: str) -> bool:
+    return is_makefile_name(name) or is_justfile_name(name)
+
+
+def is_systemd_unit(text: str, name: str) -> bool:
+    return name.endswith(".service") or ("[Service]" in text and "ExecStart" in text)
+
+
+def is_nomad_job(text: str, name: str) -> bool:
+    if name.endswith((".nomad", ".nomad.hcl")):
+        return True
+    return name.endswith(".hcl") and "task" in text and "job" in text
+
+
+_CLOUD_CONFIG = re.compile(r"\s*#cloud-config\b")
+
+
+def is_cloud_config(text: str, name: str) -> bool:
+    return bool(_CLOUD_CONFIG.match(text))
+
+
+# dstack: `type: service|task|dev-environment` with `commands:`
+# (https://dstack.ai/docs/reference/dstack.yml/service/), or a .dstack.yml name.
+_DSTACK_TYPE = re.compile(r"^type:\s*['\"]?(?:service|task|dev-environment)\b", re.MULTILINE)
+_DSTACK_COMMANDS = re.compile(r"^commands:", re.MULTILINE)
+
+
+def is_dstack(text: str, name: str) -> bool:
+    if name.endswith((".dstack.yml", ".dstack.yaml")):
+        return True
+    return bool(_DSTACK_TYPE.search(text) and _DSTACK_COMMANDS.search(text))
 
 
 def is_json_manifest(text: str, name: str) -> bool:
@@ -122,8 +168,14 @@ _WORKFLOW_JOBS = re.compile(r"^jobs:\s*$", re.MULTILINE)
 _WORKFLOW_ON = re.compile(r"^(?:on|\"on\"|'on'|true):", re.MULTILINE)
 
 
+# A composite action: action.yml's top-level `runs:` with `using: composite`.
+_COMPOSITE = re.compile(r"^runs:\s*\n(?:[ \t]+.*\n)*?[ \t]+using:\s*['\"]?composite", re.M)
+
+
 def is_github_workflow(text: str, name: str) -> bool:
-    return bool(_WORKFLOW_JOBS.search(text) and _WORKFLOW_ON.search(text))
+    if _WORKFLOW_JOBS.search(text) and _WORKFLOW_ON.search(text):
+        return True
+    return "composite" in text and bool(_COMPOSITE.search(text))
 
 
 def is_helm_values(text: str, name: str) -> bool:
@@ -142,6 +194,36 @@ def may_start_vllm(text: str) -> bool:
         or "huggingfaceserver" in lowered  # KServe's server, which runs vLLM's engine
         or any(name in lowered for name in image_names())
     )
+
+
+# A vLLM server start as shell-like words (the starts .command_line.find_serve knows)
+# and as quoted list items ("vllm", "serve" / "-m", "vllm.entrypoints..."): what the
+# generic finder (.finder) looks for in any text.
+SERVER_LINE = re.compile(
+    r"\bvllm\s+serve\b|\bvllm\.entrypoints\.(?:openai\.api_server|cli\.main)\b"
+    r"|\b(?:docker|podman|nerdctl)\s+run\b"
+)
+SERVER_LIST = re.compile(
+    r"""(["'])(?:[^"'\n]*/)?vllm\1\s*,\s*(["'])serve\2"""
+    r"""|(["'])-m\3\s*,\s*(["'])vllm\.entrypoints\.(?:openai\.api_server|cli\.main)\4"""
+)
+
+
+def may_find_server(text: str) -> bool:
+    """False when ``text`` holds no vLLM server start the generic finder recognises: a
+    start, an argument list that may stand beside a vLLM image (``args = [...]``), or a
+    key under which a mapping of vLLM flags may be written."""
+    if "vllm" not in text:
+        return False
+    if SERVER_LINE.search(text) or SERVER_LIST.search(text) or "rgs" in text:
+        return True
+    return bool(_SETTINGS_KEY_LINE.search(text))
+
+
+# A key naming vLLM or its engine (`vllm:`, `engine_args:`): a mapping of flags may follow.
+_SETTINGS_KEY_LINE = re.compile(
+    r"^[ \t]*[\"']?\w*(?:vllm|engine_?args|server_?args)\w*[\"']?[ \t]*:", re.I | re.M
+)
 
 
 def is_script_text(text: str, name: str) -> bool:

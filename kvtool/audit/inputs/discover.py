@@ -1,11 +1,11 @@
-"""Find the files a directory given to ``kvtool audit`` may declare a server in.
+"""The files of a directory given to ``kvtool audit``, in a stable order.
 
-A directory is walked in name order. Candidates are the names some reader of the
-registry looks at (:func:`kvtool.audit.inputs.registry.is_candidate`) and files without
-a suffix that start with a shebang. Hidden directories (but ``.github``, for its
-workflows), dependency trees and whatever a ``.gitignore`` on the way down ignores
-are not entered. Every candidate is parsed:
-none is passed over for not mentioning ``vllm serve``.
+A directory is walked in name order and every file is given to the same code that
+reads a file named on the command line (:func:`kvtool.audit.inputs.read_input_set`),
+which decides what each is; nothing is passed over here by its name, so a directory
+finds at least what its files give one by one. Hidden directories (but those of CI
+pipelines and dev containers, ``_HIDDEN_READ``), dependency trees and whatever a
+``.gitignore`` on the way down ignores are not entered.
 """
 
 from __future__ import annotations
@@ -15,26 +15,24 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kvtool.audit.inputs.registry import is_candidate
-from kvtool.audit.lmcache_release import is_requirements_name
-
 if TYPE_CHECKING:
     import pathspec
 
 _Ignores = list[tuple[str, "pathspec.GitIgnoreSpec"]]  # (directory, its .gitignore)
 _SKIPPED_DIRS = frozenset({"node_modules", "__pycache__", "site-packages", "venv"})
-# Hidden directories that hold deployment files: CI workflows that start vLLM.
-_HIDDEN_READ = frozenset({".github"})
+# Hidden directories that hold deployment files: CI pipelines that start vLLM (GitHub,
+# GitLab, CircleCI, Buildkite: vllm-project/vllm's own .buildkite pipelines run
+# `vllm serve`), dev containers, dstack configurations. Other hidden directories
+# (.git, .venv, caches) are not entered.
+_HIDDEN_READ = frozenset(
+    {".github", ".gitlab", ".circleci", ".buildkite", ".devcontainer", ".dstack"}
+)
 _GITIGNORE = ".gitignore"
 
 
-def candidate_files(directory: Path) -> Iterator[Path]:
-    """Files under ``directory`` that may hold a serve configuration, in a stable order."""
-    return (Path(path) for path in candidate_paths(directory))
-
-
 def candidate_paths(directory: Path) -> Iterator[str]:
-    """:func:`candidate_files` as strings (a walk of many files skips building Paths)."""
+    """Every file under ``directory`` the walk enters, as strings (a walk of many files
+    skips building Paths)."""
     ignores: _Ignores = []
     for root, dirs, files in os.walk(directory):
         ignores = [(base, spec) for base, spec in ignores if _within(root, base)]
@@ -50,15 +48,8 @@ def candidate_paths(directory: Path) -> Iterator[str]:
             and not _ignored(root, d, ignores, is_dir=True)
         )
         for name in sorted(files):
-            # requirements*.txt: not a deployment, but it may pin the LMCache release.
-            wanted = is_candidate(name) or (
-                name.lower().endswith(".txt") and is_requirements_name(os.path.join(root, name))
-            )
-            if not wanted and "." in name:
-                continue  # most files of a repository: no path to build
-            path = os.path.join(root, name)
-            if (wanted or _has_shebang(path)) and not _ignored(root, name, ignores, is_dir=False):
-                yield path
+            if not _ignored(root, name, ignores, is_dir=False):
+                yield os.path.join(root, name)
 
 
 def _within(root: str, base: str) -> bool:
@@ -66,13 +57,19 @@ def _within(root: str, base: str) -> bool:
 
 
 def _gitignore(path: str) -> pathspec.GitIgnoreSpec | None:
+    """A ``.gitignore`` read like any input: a regular file within the size limit (a FIFO
+    would hang the walk, a link to /dev/zero fill memory) and with at most
+    ``gitignore_patterns`` patterns (every file of the walk is matched against each)."""
     import pathspec
 
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            lines = handle.read().splitlines()
-    except OSError:
-        return None
+    from kvtool import limits
+    from kvtool.fsio import read_input_bytes
+
+    if not os.path.exists(path):
+        return None  # a dangling link: nothing is ignored, as git does
+    lines = read_input_bytes(path).decode("utf-8", errors="replace").splitlines()
+    patterns = sum(1 for line in lines if line.strip() and not line.lstrip().startswith("#"))
+    limits.GITIGNORE_PATTERNS.check(patterns, path)
     return pathspec.GitIgnoreSpec.from_lines(lines)
 
 
@@ -85,11 +82,3 @@ def _ignored(root: str, name: str, ignores: _Ignores, *, is_dir: bool) -> bool:
         if spec.match_file(relative):
             return True
     return False
-
-
-def _has_shebang(path: str) -> bool:
-    try:
-        with open(path, "rb") as handle:
-            return handle.read(2) == b"#!"
-    except OSError:
-        return False

@@ -5,7 +5,12 @@ Shape: ``jobs.<id>.steps[].run`` scripts with ``env:`` at workflow, job and step
 vllm-project/vllm and LMCache/LMCache CI workflows start ``vllm serve``,
 ``python -m vllm.entrypoints.openai.api_server`` and ``docker run vllm/vllm-openai``
 in such steps). Each script is read by the shell reader with offsets mapped back into
-the workflow, so a finding points at its line. A workflow that names neither vLLM nor
+the workflow, so a finding points at its line. A composite action (``action.yml`` with
+``runs: {using: composite, steps: [...]}``,
+https://docs.github.com/en/actions/sharing-automations/creating-actions/creating-a-composite-action;
+e.g. a "Setup VLLM" action whose step runs ``docker run ... IMAGE --model ...``) is read
+the same way, its steps' ``run:`` scripts with their ``env:``; ``${{ inputs.x }}`` is
+a runtime value. A workflow that names neither vLLM nor
 a known image is not parsed (the registry's prefilter). A ``${{ expression }}`` is a value only
 known when the workflow runs: the shell reader keeps it as a dynamic word.
 """
@@ -31,7 +36,12 @@ def read(text: str, source: ReadSource) -> list[Invocation]:
     found: list[Invocation] = []
     for document in yaml_tree.compose_documents(text, file):
         workflow_env = _env(document, file)
-        for job_id, _, job in yaml_tree.items(yaml_tree.get(document, "jobs")):
+        jobs = list(yaml_tree.items(yaml_tree.get(document, "jobs")))
+        runs = yaml_tree.get(document, "runs")
+        if runs is not None and yaml_tree.get(runs, "steps") is not None:
+            name = yaml_tree.scalar(yaml_tree.get(document, "name")) or "composite action"
+            jobs.append((name, runs, runs))
+        for job_id, _, job in jobs:
             job_env = workflow_env + _env(job, file)
             for number, step in enumerate(yaml_tree.sequence(yaml_tree.get(job, "steps")), 1):
                 run = yaml_tree.scalar_script(yaml_tree.get(step, "run"), text, index)

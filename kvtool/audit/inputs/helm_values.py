@@ -20,16 +20,19 @@ read by the Kubernetes reader.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 
 import yaml
 
 from kvtool.audit.inputs import yaml_tree
-from kvtool.audit.inputs.container import ArgvWord, container_invocations, words_from_node
+from kvtool.audit.inputs.command_line import ArgvWord
+from kvtool.audit.inputs.container import container_invocations, words_from_node
 from kvtool.audit.inputs.shell import ShellContext
 from kvtool.audit.inputs.source import ReadSource
 from kvtool.audit.inputs.suppressions import yaml_comment_suppressions
 from kvtool.audit.model import EnvAssignment, Invocation, Location, Suppression
+from kvtool.numbers import BadNumber, parse_float
 
 # production-stack's chart.container-port default.
 _PRODUCTION_STACK_PORT = "8000"
@@ -224,9 +227,11 @@ def _env_list(node: yaml.Node | None, file: str | None) -> list[EnvAssignment]:
 
 
 def _positive(value: str) -> bool:
+    """At least 1 (what LMCache's int(float(x)) keeps), however large: the LMCache rules
+    judge the size itself."""
     try:
-        return int(float(value)) > 0
-    except ValueError:
+        return parse_float(value, "cpuOffloadingBufferSize", high=math.inf) >= 1
+    except BadNumber:
         return False
 
 

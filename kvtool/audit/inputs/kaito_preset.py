@@ -31,7 +31,8 @@ import msgspec
 import yaml
 
 from kvtool.audit.inputs import kaito, yaml_tree
-from kvtool.audit.inputs.container import ArgvWord, container_invocations
+from kvtool.audit.inputs.command_line import ArgvWord
+from kvtool.audit.inputs.container import container_invocations
 from kvtool.audit.inputs.shell import ShellContext
 from kvtool.audit.inputs.source import ReadSource
 from kvtool.audit.model import Invocation, Location, Suppression

@@ -33,7 +33,8 @@ import msgspec
 import yaml
 
 from kvtool.audit.inputs import yaml_tree
-from kvtool.audit.inputs.container import ArgvWord, ConfiguredCommand, words_from_node
+from kvtool.audit.inputs.command_line import ArgvWord
+from kvtool.audit.inputs.container import ConfiguredCommand, words_from_node
 from kvtool.audit.inputs.quantity import parse_bytes
 from kvtool.audit.model import ContainerResources, Invocation, Quantity, VolumeMount
 

@@ -24,6 +24,7 @@ import yaml
 
 from kvtool import limits
 from kvtool.audit.inputs import (
+    huggingface_server,
     kaito,
     kaito_preset,
     kserve,
@@ -35,9 +36,9 @@ from kvtool.audit.inputs import (
     vllm_runtime,
     yaml_tree,
 )
+from kvtool.audit.inputs.command_line import ArgvWord
 from kvtool.audit.inputs.configmap_files import mounted_files
 from kvtool.audit.inputs.container import (
-    ArgvWord,
     ConfiguredCommand,
     container_invocations,
     expand_k8s_vars,
@@ -317,9 +318,12 @@ def _container(
     entrypoint: tuple[str, ...] | None = None
     if entrypoint_is_image and kserve.runs_huggingface_server(container, image):
         default_model = kserve.default_model_word(container, file)
-        words = kserve.engine_argv(words, default_model, kserve.argv_word_with_text) or []
+        mapped = huggingface_server.engine_argv(
+            words, default_model, huggingface_server.argv_word_with_text
+        )
+        words = mapped or []
         entrypoint = () if words else None
-        notes.append(kserve.IGNORED_NOTE)
+        notes.append(huggingface_server.IGNORED_NOTE)
     elif entrypoint_is_image:
         entrypoint = _entrypoint(image, name, [w.text for w in words], notes)
     context = ShellContext(

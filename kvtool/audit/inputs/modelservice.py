@@ -26,7 +26,8 @@ from __future__ import annotations
 import yaml
 
 from kvtool.audit.inputs import pod_holder, yaml_tree
-from kvtool.audit.inputs.container import ArgvWord, ConfiguredCommand
+from kvtool.audit.inputs.command_line import ArgvWord
+from kvtool.audit.inputs.container import ConfiguredCommand
 from kvtool.audit.model import PodContainer, SourceToken
 
 VLLM_SERVE = "vllmServe"

@@ -25,7 +25,29 @@ def describe(container: yaml.Node, text: str, file: str | None) -> PodContainer:
         image=yaml_tree.scalar(image) if isinstance(image, yaml.ScalarNode) else None,
         argv=tuple(SourceToken(text=w.text, location=w.location) for w in words),
         location=yaml_tree.location(container, file),
+        gpus=_gpus(container),
     )
+
+
+# Device plugins name GPUs `<vendor>/gpu` (nvidia.com/gpu, amd.com/gpu); the NVIDIA
+# container runtime also exposes the GPUs NVIDIA_VISIBLE_DEVICES names ("void": none).
+_HIDDEN_DEVICES = frozenset({"", "void", "none"})
+
+
+def _gpus(container: yaml.Node) -> bool | None:
+    resources = yaml_tree.get(container, "resources")
+    for section in ("limits", "requests"):
+        for name, _, value in yaml_tree.items(yaml_tree.get(resources, section)):
+            count = yaml_tree.scalar(value)
+            if name.endswith("/gpu") and count is not None and count.strip() not in ("0", ""):
+                return True
+    for entry in yaml_tree.sequence(yaml_tree.get(container, "env")):
+        if yaml_tree.scalar(yaml_tree.get(entry, "name")) == "NVIDIA_VISIBLE_DEVICES":
+            shown = (yaml_tree.scalar(yaml_tree.get(entry, "value")) or "").strip().lower()
+            return shown not in _HIDDEN_DEVICES
+    if yaml_tree.sequence(yaml_tree.get(resources, "claims")):
+        return None  # a DRA ResourceClaim: whether it holds a GPU is the claim's business
+    return False
 
 
 def siblings(

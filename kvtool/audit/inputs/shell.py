@@ -16,7 +16,8 @@ from typing import Literal
 import msgspec
 
 from kvtool.audit.inputs.command_line import ServeMatch, find_serve, serve_arguments
-from kvtool.audit.inputs.container_resources import docker_run_resources
+from kvtool.audit.inputs.docker_resources import docker_run_resources
+from kvtool.audit.inputs.huggingface_server import server_tokens
 from kvtool.audit.inputs.positions import LineIndex, OffsetMap
 from kvtool.audit.inputs.shell_lexer import Command, Comment, LexError, Word, lex
 from kvtool.audit.inputs.source import ReadSource
@@ -119,6 +120,44 @@ def read_script(text: str, locate: Locate, context: ShellContext) -> list[Invoca
         invocation = _invocation(command, match, locate, context, comments)
         if invocation is not None:
             found.append(invocation)
+    found.extend(_written_scripts(text, locate, context))
+    return found
+
+
+# Files a here-document writes that are data, not scripts a server may start from.
+_DATA_SUFFIXES = (".yaml", ".yml", ".json", ".toml", ".txt", ".conf", ".cfg", ".ini", ".env")
+
+
+def _written_scripts(text: str, locate: Locate, context: ShellContext) -> list[Invocation]:
+    """Servers started by a script this one writes with a here-document (``cat <<EOF >
+    run.sh``), read where its lines are written; the lexer passes here-document bodies
+    over as data."""
+    if "<<" not in text or "vllm" not in text:
+        return []
+    found: list[Invocation] = []
+    for match in _HEREDOC_WRITE.finditer(text):
+        path = match.group("a") or match.group("b") or match.group("c")
+        if path.lower().endswith(_DATA_SUFFIXES):
+            continue
+        delimiter = match.group("da") or match.group("db") or match.group("dc")
+        body_start = match.end()
+        end = re.compile(rf"^[ \t]*{re.escape(delimiter)}[ \t]*$", re.MULTILINE).search(
+            text, body_start
+        )
+        body = text[body_start : end.start() if end else len(text)]
+        if "vllm" not in body:
+            continue
+
+        def shifted(start: int, finish: int, base: int = body_start) -> Location:
+            return locate(base + start, base + finish)
+
+        written = msgspec.structs.replace(
+            context, label=f"{context.label or context.file or '<input>'}: written to {path}"
+        )
+        try:
+            found.extend(read_script(body, shifted, written))
+        except KvtoolError:
+            continue  # a template of a script (unbalanced quotes until expanded)
     return found
 
 
@@ -160,8 +199,6 @@ def _invocation(
     program = locate(command.words[match.program].start, command.words[match.program].end)
     server_notes: tuple[str, ...] = ()
     if match.huggingface_server:
-        from kvtool.audit.inputs.kserve import server_tokens
-
         mapped = server_tokens(tokens, program)
         if mapped is None:
             return None
@@ -246,9 +283,7 @@ def _command_suppressions(
         return []
     found: list[Suppression] = []
     above = first_line - 1
-    last = bisect.bisect_right(
-        comments, last_line, key=lambda c: locate(c.start, c.end).line or 0
-    )
+    last = bisect.bisect_right(comments, last_line, key=lambda c: locate(c.start, c.end).line or 0)
     for position in range(last - 1, -1, -1):
         comment = comments[position]
         where = locate(comment.start, comment.end)

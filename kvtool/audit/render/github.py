@@ -11,14 +11,16 @@ from __future__ import annotations
 from kvtool.audit.engine import AuditReport
 from kvtool.audit.model import Finding, Severity
 from kvtool.audit.render.objects import object_of
-from kvtool.termsafe import terminal_text
+from kvtool.termsafe import terminal_line
 
 COMMANDS = {Severity.error: "error", Severity.warning: "warning", Severity.info: "notice"}
 
 
 def _escape_data(text: str) -> str:
-    # Control characters from input are made visible first: the runner's log is a terminal.
-    return terminal_text(text).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    # The runner's own escapes first (a newline stays one, as %0A); then every other
+    # control or line-separating character is made visible: the runner's log is a terminal.
+    escaped = text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+    return terminal_line(escaped)
 
 
 def _escape_property(text: str) -> str:

@@ -76,6 +76,7 @@ class JsonSkipped(_Out, frozen=True, kw_only=True):
     file: str
     reason: str
     problem: bool  # could not be read at all (fails the run like a finding)
+    never_read: bool = False  # a kind of file kvtool does not open (documentation, media)
 
 
 class JsonReport(_Out, frozen=True, kw_only=True):
@@ -148,7 +149,8 @@ def build(report: AuditReport) -> JsonReport:
             "baselined": report.baselined,
         },
         skipped=[
-            JsonSkipped(file=s.file, reason=s.reason, problem=s.problem) for s in report.skipped
+            JsonSkipped(file=s.file, reason=s.reason, problem=s.problem, never_read=s.never_read)
+            for s in report.skipped
         ],
     )
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -84,7 +85,8 @@ def fingerprint(finding: Finding) -> str:
     loc = finding.location
     file = (loc.file or "") if loc else ""
     parts = (finding.code, file, finding.flag or "", finding.invocation or "")
-    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
+    # A file name that is not UTF-8 carries its bytes as surrogates: hash those bytes.
+    return hashlib.sha256("\0".join(parts).encode("utf-8", "surrogateescape")).hexdigest()[:32]
 
 
 def _result(finding: Finding, rule_index: dict[str, int]) -> dict[str, Any]:
@@ -126,14 +128,19 @@ def _result(finding: Finding, rule_index: dict[str, int]) -> dict[str, Any]:
 def artifact_uri(file: str) -> str:
     """A SARIF ``uri`` for ``file``: relative to the working directory when inside it
     (GitHub code scanning places results by repository-relative path), else a
-    ``file://`` URI; either way percent-encoded, as a URI reference must be."""
+    ``file://`` URI; either way percent-encoded, as a URI reference must be. A name that
+    is not UTF-8 is encoded byte for byte (its surrogates are the bytes it was read as)."""
     path = Path(file)
     if not path.is_absolute():
-        return quote(path.as_posix())
+        return _quoted(path.as_posix())
     try:
-        return quote(path.relative_to(Path.cwd()).as_posix())
+        return _quoted(path.relative_to(Path.cwd()).as_posix())
     except ValueError:
-        return path.as_uri()
+        return "file://" + _quoted(path.as_posix())
+
+
+def _quoted(name: str) -> str:
+    return quote(os.fsencode(name))
 
 
 def build(report: AuditReport) -> dict[str, Any]:

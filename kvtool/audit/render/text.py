@@ -7,13 +7,14 @@ it. The summary line is separate (:func:`summary`) because it goes to stderr.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from rich.console import Console
-from rich.markup import escape
 
 from kvtool.audit.engine import AuditReport
 from kvtool.audit.model import REWRITABLE, Finding, Severity
 from kvtool.audit.render.objects import object_of
-from kvtool.termsafe import terminal_line
+from kvtool.termsafe import plain, terminal_line
 
 STYLES = {Severity.error: "bold red", Severity.warning: "yellow", Severity.info: "cyan"}
 _NOUNS = {
@@ -35,33 +36,41 @@ def _where(finding: Finding) -> str:
     return ":".join(parts)
 
 
-def _shown(text: str) -> str:
-    """Input-derived text (file names, flag values in messages) as inert console text:
-    rich markup escaped, terminal control sequences made visible."""
-    return escape(terminal_line(text))
-
-
 def print_report(report: AuditReport, console: Console) -> None:
+    # Input-derived text (file names, object names, flag values in messages) goes in as
+    # plain pieces, never markup: control sequences shown escaped, brackets and
+    # backslashes as written, in time linear in the text.
     for skipped in report.unreadable:
         console.print(
-            f"[bold]{escape(skipped.file)}[/bold]: [bold red]not read[/bold red] "
-            f"{escape(skipped.reason)}",
+            plain((skipped.file, "bold"), ": ", ("not read", "bold red"), " ", skipped.reason),
             soft_wrap=True,
         )
     for finding in report.findings:
         style = STYLES[finding.severity]
         named = object_of(finding)
-        about = f"{_shown(named)}: " if named else ""
         console.print(
-            f"[bold]{_shown(_where(finding))}[/bold]: {about}[{style}]{finding.code}[/{style}] "
-            f"[{style}]{finding.severity.value}[/{style}] {_shown(finding.message)} "
-            f"[dim]\\[{finding.name}][/dim]",
+            plain(
+                (_where(finding), "bold"),
+                ": ",
+                *((named, ""), ": ") if named else (),
+                (finding.code, style),
+                " ",
+                (finding.severity.value, style),
+                " ",
+                finding.message,
+                " ",
+                (f"[{finding.name}]", "dim"),
+            ),
             soft_wrap=True,
         )
         if finding.fix is not None:
             console.print(
-                f"    [dim]fix ({finding.fix.applicability}):[/dim] "
-                f"{_shown(finding.fix.description)}",
+                plain(
+                    "    ",
+                    (f"fix ({finding.fix.applicability}):", "dim"),
+                    " ",
+                    finding.fix.description,
+                ),
                 soft_wrap=True,
             )
 
@@ -96,7 +105,13 @@ def summary(report: AuditReport) -> str:
     where = ", ".join(f"vLLM {version} ({source})" for version, source in targets) or "nothing"
     counts = report.counts()
     parts = [f"{counts[s.value]} {_NOUNS[s][counts[s.value] != 1]}" for s in reversed(Severity)]
-    text = f"Checked {len(report.invocations)} invocation(s) against {where}: {', '.join(parts)}"
+    readers = Counter(i.kind for i in report.invocations)
+    read_by = ", ".join(f"{kind} {count}" for kind, count in sorted(readers.items()))
+    read_by = f" (read as {read_by})" if read_by else ""
+    text = (
+        f"Checked {len(report.invocations)} invocation(s){read_by} against {where}: "
+        f"{', '.join(parts)}"
+    )
     if report.suppressed:
         text += f", {report.suppressed} suppressed"
     if report.baselined:
@@ -106,9 +121,15 @@ def summary(report: AuditReport) -> str:
         text += f"; {fixable['safe']} fixable with --fix"
         if fixable["unsafe"]:
             text += f" ({fixable['unsafe']} more with --fix --unsafe-fixes)"
-    passed_over = len(report.skipped) - len(report.unreadable)
+    never_read = sum(1 for s in report.skipped if s.never_read)
+    passed_over = len(report.skipped) - len(report.unreadable) - never_read
     if passed_over:
         text += f"; {passed_over} file(s) skipped: no vLLM server (--verbose names them)"
+    if never_read:
+        text += (
+            f"; {never_read} file(s) of kinds kvtool never reads (documentation, media, "
+            "archives; --verbose names them)"
+        )
     if report.unreadable:
         text += f"; {len(report.unreadable)} file(s) could not be read"
     return text + "."

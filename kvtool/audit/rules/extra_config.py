@@ -116,7 +116,8 @@ class KvtoolConnectorUnsupportedRelease(ConfigRule):
     Example
     -------
     `{"kv_connector": "KvtoolConnector", "kv_connector_module_path":
-    "kvtool.connector.vllm", "kv_role": "kv_both"}` on a release newer than the adapter.
+    "kvtool.connector.vllm", "kv_role": "kv_both"}` on 0.20.0, outside the series the adapter
+    is written for.
 
     Fix
     ---

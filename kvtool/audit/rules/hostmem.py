@@ -9,6 +9,7 @@ from kvtool.audit.context import KV_OFFLOADING_SIZE, KV_TRANSFER_CONFIG, RuleCon
 from kvtool.audit.model import Finding, Location, Severity
 from kvtool.audit.references import vllm_pr
 from kvtool.audit.registry import ConfigRule, register
+from kvtool.audit.rules._premises import premise
 
 GIB = 1 << 30
 PINNED = "kv_offloading.pinned_power_of_two"
@@ -80,7 +81,7 @@ class PinnedTierRoundedUp(ConfigRule):
     other_severities = (Severity.error,)  # the rounded pool exceeds --host-ram-gib
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
-        if not ctx.semantics.holds(PINNED, ctx.version):
+        if not premise(PINNED, ctx.version).holds:
             return
         nominal = _nominal_gib(ctx)
         if nominal is None:

@@ -69,7 +69,7 @@ def _as_int(value: Any) -> int | None:
 def _as_float(value: Any) -> float | None:
     try:
         result = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: float(10**400)
         return None
     return result if math.isfinite(result) else None
 

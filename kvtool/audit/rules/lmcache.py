@@ -18,6 +18,7 @@ from kvtool.audit.references import (
     LMCACHE_MP_CONNECTOR,
     VLLM_CONFIG_032,
     lmcache_issue,
+    lmcache_pr,
     lmcache_source,
     vllm_issue,
     vllm_source,
@@ -368,8 +369,8 @@ class LmcacheMpServerNotStarted(ConfigRule):
 
     Example
     -------
-    A Deployment running `vllm serve m --kv-offloading-backend lmcache` on 0.32.0 and no
-    LMCache server container.
+    A Deployment running `vllm serve m --kv-offloading-backend lmcache --kv-offloading-size
+    100` on 0.32.0 and no LMCache server container.
 
     Fix
     ---
@@ -414,3 +415,68 @@ class LmcacheMpServerNotStarted(ConfigRule):
             flag=AUTOSTART,
             location=ctx.connector_location,
         )
+
+
+@register
+class LmcacheMpServerWithoutGpu(ConfigRule):
+    """Reports an LMCache MP server container that is given no GPU next to a CUDA engine.
+
+    What
+    ----
+    The engine loads `LMCacheMPConnector` and another container of its pod runs
+    `lmcache server` (or `python -m lmcache.v1.multiprocess.server`) with no `*/gpu`
+    resource and no `NVIDIA_VISIBLE_DEVICES`, so it sees no GPU.
+
+    Why
+    ---
+    The server receives the engine's KV cache as CUDA IPC handles and copies GPU to CPU
+    itself: without the GPUs in its container it cannot open them
+    (`cudaErrorMapBufferObjectFailed` at `REGISTER_KV_CACHE`, LMCache#4534), and nothing is
+    stored. LMCache's own Kubernetes example gives both containers every GPU of the pod.
+
+    Example
+    -------
+    A Deployment whose `vllm` container loads `LMCacheMPConnector` with
+    `nvidia.com/gpu: 1` and whose `lmcache-server` sidecar has no GPU resource.
+
+    Fix
+    ---
+    Give the server container the same GPUs (`NVIDIA_VISIBLE_DEVICES=all` with the GPUs
+    allocated at pod level, as LMCache's example does) and host IPC or a shared /dev/shm.
+
+    Releases
+    --------
+    LMCache releases with the multiprocess server; the engine's GPU build is assumed
+    unless its image names a CPU build. A container given GPUs through a DRA claim is not
+    judged.
+    """
+
+    code = "CN062"
+    name = "lmcache-mp-server-without-gpu"
+    default_severity = Severity.error
+    summary = "LMCache MP server container without GPU access next to a CUDA engine"
+    references = (
+        lmcache_pr(2128, "LMCache's Kubernetes example: the server needs GPU access for IPC"),
+        lmcache_issue(4534, "REGISTER_KV_CACHE fails when the server sidecar sees no GPU"),
+    )
+    since = "0.3.0"
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        if ctx.config.invocation.kind not in CONTAINER_INPUTS:
+            return
+        if MP_CONNECTOR not in ctx.connector_names:
+            return
+        image = ctx.config.invocation.image or ""
+        if "cpu" in image.rsplit("/", 1)[-1].lower():
+            return  # a CPU build of vLLM hands the server no CUDA memory
+        for container in ctx.config.invocation.pod_containers:
+            if container.gpus is False and _runs_mp_server(container):
+                yield self.finding(
+                    f"Container `{container.name}` runs the LMCache server but is given no "
+                    "GPU: it cannot open the engine's CUDA IPC handles, so registering the "
+                    "KV cache fails and nothing is offloaded.",
+                    flag=KV_TRANSFER_CONFIG,
+                    location=container.location or ctx.connector_location,
+                    container=container.name,
+                )
+                return

@@ -103,7 +103,7 @@ class UnknownRuleInSuppression(Rule):
 
     Example
     -------
-    `# kvtool: ignore[SZ01] reason` (codes have three digits).
+    `# kvtool: ignore[SZ999] reason` (no rule has that code; `SZ01` would be a valid prefix).
 
     Fix
     ---

@@ -19,6 +19,7 @@ from kvtool.audit.model import ContainerResources, Finding, Fix, Location, Sever
 from kvtool.audit.references import Reference, lmcache_source, vllm_issue, vllm_pr, vllm_source
 from kvtool.audit.registry import ConfigRule, register
 from kvtool.audit.rules._mp_server import SERVER_ARGS, autostarted, server_option
+from kvtool.audit.rules._premises import premise
 from kvtool.audit.rules.hostmem import GIB, NATIVE, PINNED
 
 DEV_SHM = "/dev/shm"
@@ -37,6 +38,7 @@ WORKER_QUEUE_MIB = 240
 SMALLEST_DEV_SHM_MIB = max(BROADCAST_QUEUE_MIB, WORKER_QUEUE_MIB)
 SHM_REGION = "kv_offloading.shm_region"
 SHM_CHECKED = "shm.free_space_checked"
+RING_BUFFER_CHECKED = "shm.ring_buffer_free_space_checked"
 LMCACHE_IN_PROCESS = "LMCacheConnectorV1"
 SIMPLE = "SimpleCPUOffloadConnector"
 TOTAL_BYTES = "cpu_bytes_to_use"
@@ -91,7 +93,7 @@ class HostTier:
     rounding: str = ""  # how ``gib`` exceeds the nominal size, when it does
 
 
-def _number(value: Any) -> float | None:
+def number_value(value: Any) -> float | None:
     if isinstance(value, bool):
         return None
     try:
@@ -118,11 +120,11 @@ def _vllm_cpu_setting(ctx: RuleContext) -> tuple[str, float, str, str, Location 
         return mapping.connector, size, what, KV_OFFLOADING_SIZE, location
     location = ctx.location_of(KV_TRANSFER_CONFIG)
     for name, extra in ctx.connector_extra_configs:
-        per_rank = _number(extra.get(PER_RANK_BYTES)) if name == SIMPLE else None
+        per_rank = number_value(extra.get(PER_RANK_BYTES)) if name == SIMPLE else None
         if per_rank is not None:
             what = f"{PER_RANK_BYTES} {per_rank:g} x {ctx.world}"
             return name, per_rank * ctx.world / GIB, what, PER_RANK_BYTES, location
-        total = _number(extra.get(TOTAL_BYTES)) if name in (NATIVE, SIMPLE) else None
+        total = number_value(extra.get(TOTAL_BYTES)) if name in (NATIVE, SIMPLE) else None
         if total is not None:
             return name, total / GIB, f"{TOTAL_BYTES} {total:g}", TOTAL_BYTES, location
     return None
@@ -137,7 +139,7 @@ def _vllm_cpu_tier(ctx: RuleContext) -> HostTier | None:
     connector, total, what, flag, location = setting
     native = connector == NATIVE
     resident, rounding = total, ""
-    if native and ctx.semantics.holds(PINNED, ctx.version):
+    if native and premise(PINNED, ctx.version).holds:
         per_rank = total / ctx.world
         rounded = 2.0 ** math.ceil(math.log2(per_rank))
         if rounded > per_rank:
@@ -148,13 +150,13 @@ def _vllm_cpu_tier(ctx: RuleContext) -> HostTier | None:
         flag=flag,
         gib=resident,
         location=location,
-        in_dev_shm=native and ctx.semantics.holds(SHM_REGION, ctx.version),
+        in_dev_shm=native and premise(SHM_REGION, ctx.version).holds,
         native=native,
         rounding=rounding,
     )
 
 
-def _lmcache_setting(ctx: RuleContext, key: str) -> tuple[Any, str, Location | None] | None:
+def lmcache_setting(ctx: RuleContext, key: str) -> tuple[Any, str, Location | None] | None:
     """An in-process LMCache setting: the ``lmcache.<key>`` extra-config key (which wins)
     or the ``LMCACHE_<KEY>`` env var, with how it was written and where."""
     for name, extra in ctx.connector_extra_configs:
@@ -184,9 +186,9 @@ def _lmcache_tiers(ctx: RuleContext) -> list[HostTier]:
             )
         )
     else:
-        cpu = _lmcache_setting(ctx, "max_local_cpu_size")
-        per_rank = _number(cpu[0]) if cpu is not None else None
-        local_cpu = _lmcache_setting(ctx, "local_cpu")
+        cpu = lmcache_setting(ctx, "max_local_cpu_size")
+        per_rank = number_value(cpu[0]) if cpu is not None else None
+        local_cpu = lmcache_setting(ctx, "local_cpu")
         # local_cpu off: no CPU backend; not counted rather than guessed.
         cpu_off = local_cpu is not None and str(local_cpu[0]).strip().lower() in _FALSE
         if cpu is not None and per_rank is not None and not cpu_off:
@@ -196,9 +198,9 @@ def _lmcache_tiers(ctx: RuleContext) -> list[HostTier]:
                     per_rank * ctx.world, cpu[2], in_dev_shm=False,
                 )
             )
-    disk = _lmcache_setting(ctx, "local_disk")
-    disk_size = _lmcache_setting(ctx, "max_local_disk_size")
-    disk_per_rank = _number(disk_size[0]) if disk_size is not None else None
+    disk = lmcache_setting(ctx, "local_disk")
+    disk_size = lmcache_setting(ctx, "max_local_disk_size")
+    disk_per_rank = number_value(disk_size[0]) if disk_size is not None else None
     if (
         disk is not None
         and disk_size is not None
@@ -219,7 +221,7 @@ def _mp_server_tier(ctx: RuleContext) -> HostTier | None:
     """The L1 of an LMCache server the MP connector auto-starts in this container."""
     if not autostarted(ctx):
         return None
-    size = _number(server_option(ctx, L1_SIZE_OPTION))
+    size = number_value(server_option(ctx, L1_SIZE_OPTION))
     if size is None:
         return None
     return HostTier(
@@ -417,8 +419,8 @@ class TierExceedsDevShm(ConfigRule):
 
     Why
     ---
-    vLLM 0.32 checks the free space first and refuses to start ("Insufficient space in
-    /dev/shm for CPU KV offload shared region"); without the check, or for LMCache's
+    From 0.28.0 vLLM checks the free space first and refuses to start ("Insufficient
+    space in /dev/shm for CPU KV offload shared region"); without the check, or for LMCache's
     files, writes past the tmpfs size fail with SIGBUS/ENOSPC, and a full Memory emptyDir
     gets the pod evicted.
 
@@ -434,7 +436,9 @@ class TierExceedsDevShm(ConfigRule):
 
     Releases
     --------
-    Native tier: `kv_offloading.shm_region` in `rules/curated/semantics.toml` (0.27.0+).
+    Native tier: `kv_offloading.shm_region` in `rules/curated/semantics.toml` (0.27.0+) and
+    `shm.free_space_checked` (the tier's own check, 0.28.0+), premises proven from the
+    wheels (`rules/audit/premises.json`).
     """
 
     code = "SZ013"
@@ -466,7 +470,7 @@ class TierExceedsDevShm(ConfigRule):
                 f"{_size(capacity)} in this container ({how}): the engine "
                 + (
                     "refuses to start (\"Insufficient space in /dev/shm\")"
-                    if tier.native and ctx.semantics.holds(SHM_CHECKED, ctx.version)
+                    if tier.native and premise(SHM_CHECKED, ctx.version).holds
                     else "fails once the tier fills past it (SIGBUS or ENOSPC)"
                 )
                 + f"; give /dev/shm room for it: {_shm_fix(ctx)}.",
@@ -498,7 +502,7 @@ class DefaultDevShmWithTensorParallel(ConfigRule):
     ---
     vLLM's workers exchange scheduler output through shared-memory ring buffers and NCCL
     uses /dev/shm too; vLLM's docs ask for `--ipc=host` or a larger `--shm-size`
-    "particularly for tensor parallel inference". vLLM 0.32 checks the space before each
+    "particularly for tensor parallel inference". From 0.27.0 vLLM checks the space before each
     ring buffer (the scheduler's broadcast queue is 16 MiB x 10 chunks = 160 MiB, each
     worker's response queue 24 MiB x 10 = 240 MiB) and refuses to start with
     "Insufficient space in /dev/shm": an error there. Releases
@@ -517,8 +521,8 @@ class DefaultDevShmWithTensorParallel(ConfigRule):
 
     Releases
     --------
-    `shm.free_space_checked` in `rules/curated/semantics.toml` (read in 0.32.0) decides
-    error or warning.
+    The premise `shm.ring_buffer_free_space_checked` (0.27.0 on, proven from the wheels:
+    `rules/audit/premises.json`) decides error or warning.
     """
 
     code = "SZ014"
@@ -543,7 +547,7 @@ class DefaultDevShmWithTensorParallel(ConfigRule):
         capacity, how = dev_shm_capacity(resources)
         if capacity is None:
             return
-        refuses = ctx.semantics.holds(SHM_CHECKED, ctx.version)
+        refuses = premise(RING_BUFFER_CHECKED, ctx.version).holds
         unsized = resources.mount_at(DEV_SHM) is None and resources.shm_size is None
         # A size written on purpose is only wrong where vLLM's check says so: not above the
         # largest single ring buffer it creates (each is checked on its own, and each is a

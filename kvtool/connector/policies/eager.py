@@ -7,7 +7,6 @@ it holds back goes first on the next step.
 
 from __future__ import annotations
 
-from kvtool.connector.config import PolicyName
 from kvtool.connector.policies.base import (
     DrainPolicy,
     EvictionOrder,
@@ -20,7 +19,7 @@ from kvtool.connector.policies.base import (
 
 
 class EagerPolicy(DrainPolicy):
-    name = PolicyName.EAGER
+    name = "eager"
 
     def _decide(
         self, signals: StepSignals, pending: PendingView, pool: EvictionOrder

@@ -20,14 +20,19 @@ A request's blocks join the free queue when it finishes, between two steps,
 and the engine's next scheduling pass may recycle them before any step sees
 them; so at the finish (:meth:`EvictionAwarePolicy.release_at_finish`) the
 whole buffer is released when the queue ahead is shorter than that pass can
-allocate. O(1) per finish.
+allocate. O(1) per finish. And when the free queue is shorter than what the
+next pass may take, that pass preempts running requests and may recycle their
+blocks at once: their buffers are released too (:func:`release_at_risk`, shared
+with FIFO).
 """
 
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-from kvtool.connector.config import ConnectorConfig, PolicyName
+if TYPE_CHECKING:
+    from kvtool.connector.config import ConnectorConfig
 from kvtool.connector.policies.base import (
     DrainPolicy,
     EvictionOrder,
@@ -36,6 +41,7 @@ from kvtool.connector.policies.base import (
     ReleaseReason,
     RequestKey,
     StepSignals,
+    release_at_risk,
     take_fronts,
 )
 
@@ -48,7 +54,12 @@ decayed estimate does not keep reading the queue head forever."""
 
 
 class EvictionAwarePolicy(DrainPolicy):
-    name = PolicyName.EVICTION_AWARE
+    name = "eviction_aware"
+
+    @classmethod
+    def describe_knobs(cls, config: ConnectorConfig) -> list[str]:
+        return [f"horizon_steps={config.horizon_steps:g}",
+                f"max_deferral_seconds={config.max_deferral_seconds:g}"]
 
     def __init__(self, config: ConnectorConfig) -> None:
         super().__init__(config)
@@ -67,10 +78,16 @@ class EvictionAwarePolicy(DrainPolicy):
     def danger_depth(self, signals: StepSignals) -> int:
         """Free-queue positions (from the head) whose blocks count as about to be recycled.
 
-        Uses the larger of the recent consumption (EWMA) and this step's
-        feed-forward estimate; never divides, so no estimate can be zero-divided.
+        The larger of the predicted consumption over ``horizon_steps`` (the EWMA or
+        this step's feed-forward estimate, whichever is larger) and the most the
+        next scheduling pass may allocate (``signals.pass_bound``): one pass with
+        host loads, which use no token budget, took 41 blocks where the token
+        budget predicted 20, and recycled what a smaller window left buffered.
+        Never divides, so no estimate can be zero-divided.
         """
-        return self._window(max(self._blocks_per_step or 0.0, float(signals.est_next_step_blocks)))
+        predicted = self._window(max(self._blocks_per_step or 0.0,
+                                     float(signals.est_next_step_blocks)))
+        return max(predicted, signals.pass_bound)
 
     def _window(self, blocks_per_step: float) -> int:
         window = blocks_per_step * self.config.horizon_steps
@@ -79,71 +96,25 @@ class EvictionAwarePolicy(DrainPolicy):
     def release_at_finish(
         self, request: RequestKey, pending: PendingView, free_blocks: int, max_step_blocks: int
     ) -> Release | None:
-        """Release the whole buffer when the queue ahead is shorter than what the
-        next scheduling pass may allocate.
-
-        No window size read at a step covers this: the blocks were not in the
-        queue at the last step, and the next pass allocates before the next one
-        (in the e2e 24-block pool this recycled 9 of 32 blocks). The engine
-        frees a request's blocks last-first, so its last buffered block lands
-        nearest the head, at ``free_blocks`` or later; once that one is due, its
-        front (everything buffered) is. The pass bound is used beside the
-        smoothed rate because admissions after a decode phase come in bursts
-        the rate does not predict.
-        """
-        if free_blocks >= max(self._window(self._blocks_per_step or 0.0), max_step_blocks):
-            return None
-        return Release(request, pending.span(request)[1], ReleaseReason.EVICTION_WINDOW)
+        """The base rule, with the window the smoothed rate predicts when that is
+        larger: admissions after a decode phase come in bursts the rate does not
+        predict, and a long decode phase the pass bound does not (in the e2e
+        24-block pool, a plain window recycled 9 of 32 blocks)."""
+        bound = max(self._window(self._blocks_per_step or 0.0), max_step_blocks)
+        return super().release_at_finish(request, pending, free_blocks, bound)
 
     def _decide(
         self, signals: StepSignals, pending: PendingView, pool: EvictionOrder
     ) -> list[Release]:
         self.observe(signals)
-        budget = self.config.max_release_blocks_per_step
-
-        # request -> [first rank seen, last due ordinal]
-        due: dict[RequestKey, list[int]] = {}
-        # Only a finished (or preempted) request's buffered blocks can be in the free
-        # queue: a running request holds its own. With none of those, the walk could
-        # find nothing, so it reads nothing.
         depth = self.danger_depth(signals) if pending.finished_ready() else 0
-        # Positions are counted after the blocks released now leave the queue:
-        # protecting them moves every block behind them towards the head, so a
-        # block just outside a plain window would be recycled before the next
-        # step (the pin cascade). The walk stops after
-        # ``depth`` other blocks or once the released blocks fill the budget.
-        if depth > 0 and budget > 0:
-            index = pending.block_index()
-            others = found = 0
-            for rank, block_id in enumerate(pool.iter_eviction_order()):
-                hit = index.get(block_id)
-                if hit is None:
-                    others += 1
-                    if others >= depth:
-                        break
-                    continue
-                request, ordinal = hit
-                seen = due.get(request)
-                if seen is None:
-                    due[request] = [rank, ordinal]
-                elif ordinal > seen[1]:
-                    seen[1] = ordinal
-                found += 1
-                if found >= budget:
-                    break
-        out: list[Release] = []
-        if due:
-            # Nearest the eviction head first; the sort only orders two or more.
-            order = (sorted(due, key=lambda r: (due[r][0], pending.admission_order(r)))
-                     if len(due) > 1 else list(due))
-            out, budget = take_fronts(pending, ((r, due[r][1]) for r in order), budget,
-                                      ReleaseReason.EVICTION_WINDOW)
-
+        out, named, budget = release_at_risk(signals, pending, pool, depth,
+                                             self.config.max_release_blocks_per_step)
         deferral = self.config.max_deferral_seconds
         if deferral > 0 and budget > 0:
             overdue = pending.iter_fronts_older_than(signals.now - deferral)
             try:
-                late, _ = take_fronts(pending, ((r, None) for r in overdue if r not in due),
+                late, _ = take_fronts(pending, ((r, None) for r in overdue if r not in named),
                                       budget, ReleaseReason.DEADLINE)
             finally:
                 overdue.close()

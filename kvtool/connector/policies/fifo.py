@@ -9,14 +9,23 @@ Semantics (LMCache's FIFO, https://github.com/LMCache/LMCache/blob/v0.5.6/lmcach
 - with threshold 20 / select 10 and 25 ready, one step releases 10 and then
   nothing more until 5 more finish;
 - unlike LMCache, the tail below the threshold is drained when the engine goes
-  idle (base-class rule), and both knobs are validated to be >= 1.
+  idle (base-class rule), and both knobs are validated to be >= 1;
+- unlike LMCache, what the next scheduling pass may recycle before the next
+  decision is released whatever the count: at a finish when the free queue
+  ahead is shorter than that pass may take (base-class rule), a finished
+  request's blocks within that many free-queue positions of the head, and
+  running requests' buffers when the pass may preempt them
+  (:func:`~kvtool.connector.policies.base.release_at_risk`), so FIFO keeps
+  eager's hits under eviction pressure whatever its knobs.
 """
 
 from __future__ import annotations
 
 import heapq
+from typing import TYPE_CHECKING
 
-from kvtool.connector.config import PolicyName
+if TYPE_CHECKING:
+    from kvtool.connector.config import ConnectorConfig
 from kvtool.connector.policies.base import (
     DrainPolicy,
     EvictionOrder,
@@ -24,12 +33,17 @@ from kvtool.connector.policies.base import (
     Release,
     ReleaseReason,
     StepSignals,
+    release_at_risk,
     take_fronts,
 )
 
 
 class FifoPolicy(DrainPolicy):
-    name = PolicyName.FIFO
+    name = "fifo"
+
+    @classmethod
+    def describe_knobs(cls, config: ConnectorConfig) -> list[str]:
+        return [f"threshold={config.fifo_threshold}", f"select_count={config.fifo_select_count}"]
 
     def _decide(
         self, signals: StepSignals, pending: PendingView, pool: EvictionOrder
@@ -37,10 +51,11 @@ class FifoPolicy(DrainPolicy):
         if signals.scheduled_tokens == 0:
             return []
         ready = pending.finished_ready()
+        out, named, budget = release_at_risk(signals, pending, pool, signals.pass_bound,
+                                             self.config.max_release_blocks_per_step)
         if len(ready) < self.config.fifo_threshold:
-            return []
+            return out
         # Cost is paid only on a triggering step and is O(ready * log select).
         chosen = heapq.nsmallest(self.config.fifo_select_count, ready, key=ready.__getitem__)
-        budget = self.config.max_release_blocks_per_step
-        return take_fronts(pending, ((r, None) for r in chosen), budget,
-                           ReleaseReason.THRESHOLD)[0]
+        return out + take_fronts(pending, ((r, None) for r in chosen if r not in named), budget,
+                                 ReleaseReason.THRESHOLD)[0]

@@ -81,3 +81,16 @@ def test_cli_audits_a_directory_and_reports_each_file(kvtool_cli, repo_tree: Pat
     assert any(f["code"] == "VG002" for f in report["findings"])
     missing = kvtool_cli("audit", str(repo_tree / "nowhere"))
     assert missing.exit_code == 2 and "no such file or directory" in missing.stderr
+
+
+def test_ci_pipeline_directories_are_walked(tmp_path: Path) -> None:
+    """Hidden directories of CI pipelines hold server starts (vllm-project/vllm's
+    .buildkite pipelines run `vllm serve`); caches and virtualenvs are not entered."""
+    pipeline = tmp_path / ".buildkite" / "serve.sh"
+    pipeline.parent.mkdir()
+    pipeline.write_text("#!/bin/sh\nvllm serve m --port 8000\n", encoding="utf-8")
+    cached = tmp_path / ".cache" / "serve.sh"
+    cached.parent.mkdir()
+    cached.write_text("#!/bin/sh\nvllm serve m --port 8000\n", encoding="utf-8")
+    files = {Path(i.file or "").relative_to(tmp_path).as_posix() for i in read_inputs([tmp_path])}
+    assert files == {".buildkite/serve.sh"}

@@ -370,11 +370,12 @@ def test_an_unreadable_file_is_in_every_report_format(  # type: ignore[no-untype
      ("serve.dockerfile", True), ("dockerfile.py", False), ("Dockerfile.md", False)],
 )  # fmt: skip
 def test_dockerfile_names(tmp_path: Path, name: str, is_dockerfile: bool) -> None:
-    from kvtool.audit.inputs.registry import is_candidate
+    from kvtool.audit.inputs.registry import never_read
 
     text = "from os import path\n" if name.endswith(".py") else "FROM vllm/vllm-openai:v0.20.0\n"
     assert (detect_kind(text, name) == "dockerfile") is is_dockerfile
-    assert is_candidate(name) is is_dockerfile
+    # documentation is never opened, whatever its name says
+    assert (never_read(name) is not None) is name.endswith(".md")
 
 
 def test_compose_merge_keys_carry_the_shared_service(tmp_path: Path) -> None:

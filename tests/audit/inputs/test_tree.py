@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kvtool.audit.inputs import read_input_set
-from kvtool.audit.inputs.discover import candidate_files
+from kvtool.audit.inputs.discover import candidate_paths
 from kvtool.audit.model import Invocation
 from kvtool.releases import available_versions
 from tests.audit.inputs import (
@@ -16,6 +16,7 @@ from tests.audit.inputs import (
     test_kubernetes_shapes,
     test_kustomize_json6902,
     test_reader_shapes,
+    test_server_finder,
 )
 from tests.audit.inputs.removed_flag import GONE_AT
 
@@ -61,6 +62,8 @@ def tree(tmp_path: Path) -> Path:
     for name, text in UNRELATED.items():
         _write(root / name, text)
     test_kustomize_json6902.write_tree(root)
+    for form, (name, text) in test_server_finder.FORMS.items():
+        _write(root / "forms" / form / name, text)
     _write(
         root / ".github" / "workflows" / "e2e.yml",
         test_reader_shapes.SHAPES["github-actions-run"][1],
@@ -83,10 +86,11 @@ def test_directory_mode_finds_what_per_file_mode_finds(tree: Path) -> None:
     walked = read_input_set([tree])
     # Each file the walk opens, audited on its own (files it never opens, README.md
     # and ignored/, are not deployment files: see the assertions below).
-    candidates = list(candidate_files(tree))
+    candidates = [Path(p) for p in candidate_paths(tree)]
     per_file = [i for path in candidates for i in read_input_set([path]).invocations]
     assert sorted(map(_key, walked.invocations)) == sorted(map(_key, per_file))
     shapes = len(test_kubernetes_shapes.SHAPES) + len(test_reader_shapes.SHAPES)
+    shapes += len(test_server_finder.FORMS)
     # + the ConfigMap consumer, the KAITO workspace, the workflow under .github, and the
     # kustomize base (its own invocation and, patched, the two overlays', which name the
     # base as their file).
@@ -95,7 +99,9 @@ def test_directory_mode_finds_what_per_file_mode_finds(tree: Path) -> None:
     assert kaito.config_items
     overlays = [i for i in walked.invocations if "kustomize overlay" in i.label]
     assert len(overlays) == 2
-    assert not any("ignored" in p.parts or p.name == "README.md" for p in candidates)
+    assert not any("ignored" in p.parts for p in candidates)
+    never_read = {Path(s.file).name for s in walked.skipped if s.never_read}
+    assert "README.md" in never_read  # documentation: counted, never opened
     assert not [s for s in walked.skipped if s.problem]
     # The chart template is skipped, or (with the helm extra) rendered and then skipped:
     # its container is nginx's.
@@ -118,3 +124,24 @@ def test_cli_exit_code_follows_findings_never_two(tree: Path, kvtool_cli) -> Non
     redis = tree / "k8s" / "redis.yaml"
     ok = kvtool_cli("audit", str(clean), str(redis), "--vllm-version", still_there)
     assert ok.exit_code == 0, ok.stdout + ok.stderr
+
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+@pytest.mark.parametrize("root", ["tree", "examples"])
+def test_a_directory_finds_at_least_what_its_files_give_one_by_one(root: str, tree: Path) -> None:
+    """On every fixture tree and the shipped examples: each invocation a file gives when
+    named alone is in the directory's audit, or was read there as a command's --config."""
+    directory = tree if root == "tree" else REPO / root
+    walked = read_input_set([directory])
+    keys = set(map(_key, walked.invocations))
+    through_commands = {
+        s.file for s in walked.skipped if s.reason == "read as the --config of a command"
+    }
+    alone = 0
+    for path in candidate_paths(directory):
+        for invocation in read_input_set([Path(path)]).invocations:
+            alone += 1
+            assert _key(invocation) in keys or invocation.file in through_commands, path
+    assert alone > 0

@@ -1,0 +1,59 @@
+"""Start-up constraints of the KV connectors per release, as ``scripts/gen_constraints.py``
+read them from the wheels (``rules/audit/constraints.json``): default ports and how each
+worker offsets them, and NixlConnector's refusals for pipeline parallelism."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+
+import msgspec
+
+from kvtool.errors import KvtoolError
+from kvtool.resources import rules_dir
+
+CONSTRAINTS_FILE = "audit/constraints.json"
+
+
+class PpRefusal(msgspec.Struct, frozen=True):
+    """A ``raise`` in NixlConnector's code under conditions that include PP > 1."""
+
+    file: str
+    conditions: tuple[str, ...]
+    message: str
+
+
+class NixlPipeline(msgspec.Struct, frozen=True):
+    pp_aware: bool  # the NIXL code reads the pipeline-parallel size at all
+    refusals: tuple[PpRefusal, ...]
+
+
+class ReleaseConstraints(msgspec.Struct, frozen=True):
+    wheel: str
+    sha256: str
+    env_ports: dict[str, int]  # VLLM_*PORT -> default (0: no fixed default)
+    env_hosts: dict[str, str]  # VLLM_*HOST -> literal default
+    nixl_advertises_side_channel_host: bool  # the host goes to the router as remote_host
+    kv_events_endpoint: str | None
+    kv_events_zmq_by_default: bool
+    nixl_side_channel: str | None  # "per_tp_rank" or "per_dp_rank"
+    nixl_pp: NixlPipeline
+
+
+class _ConstraintsFile(msgspec.Struct, frozen=True):
+    releases: dict[str, ReleaseConstraints]
+
+
+@cache
+def _all() -> dict[str, ReleaseConstraints]:
+    path = rules_dir() / CONSTRAINTS_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return msgspec.convert(data, type=_ConstraintsFile).releases
+    except (OSError, ValueError, msgspec.ValidationError) as exc:
+        raise KvtoolError(f"data table {path} is missing or malformed: {exc}") from exc
+
+
+def constraints_at(version: str) -> ReleaseConstraints | None:
+    """What the wheel of ``version`` says (None for a release that was not read)."""
+    return _all().get(version)

@@ -1,0 +1,357 @@
+"""CN060, CN061, CN063: start-up constraints of the connectors read from the wheels (ports
+that collide, NixlConnector with pipeline parallelism, a side-channel host nobody else
+can reach).
+
+The facts per release come from :mod:`kvtool.audit.rules._constraints`
+(``scripts/gen_constraints.py``); the rules only place this invocation's workers on them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+from kvtool.audit.context import KV_TRANSFER_CONFIG, RuleContext
+from kvtool.audit.model import Finding, Fix, Severity
+from kvtool.audit.references import vllm_issue, vllm_source
+from kvtool.audit.registry import ConfigRule, register
+from kvtool.audit.rules._constraints import ReleaseConstraints, constraints_at
+
+KV_EVENTS_CONFIG = "--kv-events-config"
+NIXL_PORT_ENV = "VLLM_NIXL_SIDE_CHANNEL_PORT"
+# Connectors and tiers that bind a port from an environment variable's default.
+_PORT_OWNERS = {
+    "VLLM_NIXL_SIDE_CHANNEL_PORT": "NixlConnector's side channel",
+    "VLLM_MOONCAKE_BOOTSTRAP_PORT": "MooncakeConnector's bootstrap server",
+    "VLLM_P2P_SIDE_CHANNEL_PORT": "the p2p tier's side channel",
+}
+# A ZMQ endpoint binds (rather than connects) when its host is a wildcard.
+_BIND_HOSTS = ("*", "0.0.0.0")
+
+
+def _local_dp(ctx: RuleContext) -> int:
+    """Data-parallel ranks this command starts on its host."""
+    total = max(1, ctx.int_option("--data-parallel-size", 1))
+    return max(1, ctx.int_option("--data-parallel-size-local", total))
+
+
+def _env_port(ctx: RuleContext, name: str, facts: ReleaseConstraints) -> int | None:
+    raw = ctx.env_value(name)
+    if raw is not None:
+        return int(raw) if raw.strip().isdigit() else None
+    default = facts.env_ports.get(name)
+    return default or None
+
+
+def _kv_events(ctx: RuleContext) -> dict[str, Any]:
+    value = ctx.config.json_values.get(KV_EVENTS_CONFIG)
+    if value is None:
+        opt = ctx.option(KV_EVENTS_CONFIG)
+        value = opt.value if opt is not None else None
+    return value if isinstance(value, dict) else {}
+
+
+def _bound_port(endpoint: object) -> int | None:
+    if not isinstance(endpoint, str) or not endpoint.startswith("tcp://"):
+        return None
+    parts = urlsplit(endpoint)
+    host = parts.netloc.rsplit(":", 1)[0]
+    try:
+        port = parts.port
+    except ValueError:
+        return None
+    return port if host in _BIND_HOSTS else None
+
+
+def _claims(ctx: RuleContext, facts: ReleaseConstraints) -> Iterator[tuple[str, list[int]]]:
+    """Each component of this invocation that binds host ports, with the ports."""
+    dp = _local_dp(ctx)
+    names = set(ctx.connector_names)
+    if any(n.startswith("Nixl") for n in names) and facts.nixl_side_channel is not None:
+        base = _env_port(ctx, NIXL_PORT_ENV, facts)
+        if base is not None:
+            if facts.nixl_side_channel == "per_tp_rank":
+                ports = [base + r * ctx.tp + t for r in range(dp) for t in range(ctx.tp)]
+            else:
+                ports = [base + r for r in range(dp)]
+            yield _PORT_OWNERS[NIXL_PORT_ENV], ports
+    if "MooncakeConnector" in names:
+        port = _env_port(ctx, "VLLM_MOONCAKE_BOOTSTRAP_PORT", facts)
+        if port is not None:
+            yield _PORT_OWNERS["VLLM_MOONCAKE_BOOTSTRAP_PORT"], [port]
+    tiers = ctx.extra_config.get("secondary_tiers")
+    if isinstance(tiers, list) and any(
+        isinstance(t, dict) and t.get("type") == "p2p" for t in tiers
+    ):
+        port = _env_port(ctx, "VLLM_P2P_SIDE_CHANNEL_PORT", facts)
+        if port is not None:
+            yield _PORT_OWNERS["VLLM_P2P_SIDE_CHANNEL_PORT"], [port]
+    events = _kv_events(ctx)
+    publisher = events.get("publisher") or ("zmq" if facts.kv_events_zmq_by_default else "null")
+    if events.get("enable_kv_cache_events") is True and publisher == "zmq":
+        for key, default in (("endpoint", facts.kv_events_endpoint), ("replay_endpoint", None)):
+            port = _bound_port(events.get(key, default))
+            if port is not None:
+                # Each DP rank's publisher offsets the port by its rank.
+                yield f"the KV events publisher's {key}", [port + r for r in range(dp)]
+
+
+@register
+class DefaultPortCollision(ConfigRule):
+    """Reports two components of one vLLM process that bind the same host port.
+
+    What
+    ----
+    NixlConnector's side channel (`VLLM_NIXL_SIDE_CHANNEL_PORT`, offset per DP rank and, on
+    early releases, per TP rank), MooncakeConnector's bootstrap server, the p2p tier's side
+    channel and the ZMQ KV events publisher (`--kv-events-config` `endpoint`, offset per
+    DP rank) each bind ports on the host, and two of them land on the same one.
+
+    Why
+    ---
+    The second bind fails (`zmq.error.ZMQError: Address already in use`) and the engine
+    does not start. The defaults collide without anyone choosing a port: in 0.10.2 and
+    0.11.0 the NIXL side channel and the KV events publisher both default to 5557.
+
+    Example
+    -------
+    `--kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
+    --kv-events-config '{"enable_kv_cache_events":true,"publisher":"zmq"}'` on 0.10.2.
+
+    Fix
+    ---
+    Move one of them: set `VLLM_NIXL_SIDE_CHANNEL_PORT` (or the other component's variable)
+    or the publisher's `endpoint` to a free port range.
+
+    Releases
+    --------
+    Defaults and offsets read from each release's wheel by `scripts/gen_constraints.py`
+    (`rules/audit/constraints.json`: `env_ports`, `kv_events_endpoint`,
+    `nixl_side_channel`). Not checked for a release that was not read.
+    """
+
+    code = "CN060"
+    name = "default-port-collision"
+    default_severity = Severity.error
+    summary = "two components bind the same host port: the second fails to start"
+    fix_applicability = "display"
+    references = (
+        vllm_source("0.10.2", "vllm/envs.py", "VLLM_NIXL_SIDE_CHANNEL_PORT defaults to 5557"),
+        vllm_source("0.10.2", "vllm/config/kv_events.py", "KVEventsConfig.endpoint: tcp://*:5557"),
+        vllm_source(
+            "0.11.1", "vllm/envs.py", "VLLM_NIXL_SIDE_CHANNEL_PORT defaults to 5600 from 0.11.1"
+        ),
+    )
+    since = "0.3.0"
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        facts = constraints_at(ctx.version)
+        if facts is None:
+            return
+        owner_of: dict[int, str] = {}
+        for owner, ports in _claims(ctx, facts):
+            for port in ports:
+                first = owner_of.setdefault(port, owner)
+                if first == owner:
+                    continue
+                yield self.finding(
+                    f"{first} and {owner} both bind port {port} in vLLM {ctx.version}: the "
+                    "second fails at start-up with `Address already in use`.",
+                    flag=NIXL_PORT_ENV if "Nixl" in first else KV_EVENTS_CONFIG,
+                    location=ctx.connector_location or ctx.location_of(KV_EVENTS_CONFIG),
+                    fix=Fix(
+                        applicability="display",
+                        description=f"move {owner} or {first} to a free port",
+                    ),
+                    port=port,
+                )
+                return
+
+
+# The one refusal term kvtool evaluates besides PP > 1: the role of this instance.
+_CONSUMER_TERM = '.kv_role == "kv_consumer"'
+_PP_WORDS = ("pp_size", "pipeline_parallel_size")
+
+
+def _applies(conditions: tuple[str, ...], ctx: RuleContext) -> bool:
+    """Whether every term of a refusal's conditions holds here (PP > 1 is given); a term
+    kvtool cannot evaluate (the model's KV layout: HMA, Mamba) makes it False."""
+    role = ctx.kv_transfer_config.get("kv_role")
+    for condition in conditions:
+        for term in condition.split(" and "):
+            if any(word in term for word in _PP_WORDS):
+                continue
+            if not (term.strip().endswith(_CONSUMER_TERM) and role == "kv_consumer"):
+                return False
+    return True
+
+
+@register
+class NixlPipelineParallel(ConfigRule):
+    """Reports NixlConnector with `--pipeline-parallel-size` above 1 where it cannot work.
+
+    What
+    ----
+    NixlConnector (alone or as a MultiConnector child) on a deployment with PP > 1, on a
+    release whose NIXL code has no notion of pipeline parallelism, or whose NIXL worker
+    refuses this combination at start-up (a decode-side `kv_consumer` with PP > 1).
+
+    Why
+    ---
+    Before 0.26.0 the NIXL worker registers and hands shake as if the whole model were on
+    one stage: PP stages sharing a TP rank register the same device and the transfer or
+    handshake fails (vLLM#22430, #40674). From 0.26.0 the worker raises
+    `NotImplementedError` for the combinations its code names, quoted in the message.
+
+    Example
+    -------
+    `--pipeline-parallel-size 2 --kv-transfer-config
+    '{"kv_connector":"NixlConnector","kv_role":"kv_producer"}'` on 0.25.1, or the same with
+    `"kv_role":"kv_consumer"` on 0.32.0.
+
+    Fix
+    ---
+    Use tensor parallelism on the NIXL side (`--pipeline-parallel-size 1`), or a release
+    and role the message names as supported.
+
+    Releases
+    --------
+    Read from each release's NIXL sources by `scripts/gen_constraints.py`
+    (`rules/audit/constraints.json`: `nixl_pp.pp_aware` and the refusals with their
+    conditions). Refusals that depend on the model's KV layout (HMA, Mamba) are not
+    reported.
+    """
+
+    code = "CN061"
+    name = "nixl-pipeline-parallel"
+    default_severity = Severity.error
+    summary = "NixlConnector with pipeline parallelism where the release cannot run it"
+    fix_applicability = "display"
+    references = (
+        vllm_issue(22430, "PP + P/D with NixlConnector fails"),
+        vllm_issue(40674, "NixlConnector does not support pipeline-parallel-size > 1"),
+        vllm_source(
+            "0.32.0",
+            "vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py",
+            "the NIXL worker's PP > 1 refusals at 0.32.0",
+        ),
+    )
+    since = "0.3.0"
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        if ctx.pp == 1 or not any(n.startswith("Nixl") for n in ctx.connector_names):
+            return
+        facts = constraints_at(ctx.version)
+        if facts is None:
+            return
+        location = ctx.location_of("--pipeline-parallel-size") or ctx.location_of(
+            KV_TRANSFER_CONFIG
+        )
+        fix = Fix(applicability="display", description="run the NIXL side with PP 1")
+        if not facts.nixl_pp.pp_aware:
+            yield self.finding(
+                f"NixlConnector in vLLM {ctx.version} has no pipeline-parallel support: with "
+                f"`--pipeline-parallel-size {ctx.pp}` its stages register and hand shake as "
+                "one model and the KV transfer fails.",
+                flag="--pipeline-parallel-size",
+                location=location,
+                fix=fix,
+            )
+            return
+        for refusal in facts.nixl_pp.refusals:
+            if _applies(refusal.conditions, ctx):
+                yield self.finding(
+                    f"vLLM {ctx.version} refuses NixlConnector here at start-up: "
+                    f"`NotImplementedError: {refusal.message}`",
+                    flag="--pipeline-parallel-size",
+                    location=location,
+                    fix=fix,
+                )
+                return
+
+
+NIXL_HOST_ENV = "VLLM_NIXL_SIDE_CHANNEL_HOST"
+_LOOPBACK = ("localhost", "127.0.0.1", "::1")
+# Inputs where the engine runs in a pod or a compose service, not on a host it shares.
+_POD_INPUTS = ("kubernetes", "kaito", "compose")
+# Roles whose kv_transfer_params another instance reads (kv_both: llm-d's P/D pods).
+_ADVERTISING_ROLES = ("kv_producer", "kv_both")
+
+
+@register
+class NixlSideChannelHostLoopback(ConfigRule):
+    """Reports a NIXL prefill engine in a pod that advertises a loopback side-channel host.
+
+    What
+    ----
+    A containerised engine (Kubernetes, KAITO or Compose input) loads NixlConnector with
+    `kv_role` `kv_producer` or `kv_both`, and `VLLM_NIXL_SIDE_CHANNEL_HOST` is not set, so
+    it keeps the release's default, `localhost`.
+
+    Why
+    ---
+    NixlConnector hands its side-channel host to the router in `kv_transfer_params`
+    (`remote_host`), and the decode engine connects there for the NIXL handshake. From
+    another pod `localhost` is the decode pod itself: the handshake times out and every
+    request falls back to a full prefill, or fails. llm-d's pods set the variable to the
+    pod's IP (`fieldRef: status.podIP`).
+
+    Example
+    -------
+    A Deployment running `vllm serve m --kv-transfer-config
+    '{"kv_connector":"NixlConnector","kv_role":"kv_producer"}'` with no
+    `VLLM_NIXL_SIDE_CHANNEL_HOST`.
+
+    Fix
+    ---
+    Set `VLLM_NIXL_SIDE_CHANNEL_HOST` to an address the decode pods reach (the pod IP from
+    the downward API, `valueFrom: {fieldRef: {fieldPath: status.podIP}}`).
+
+    Releases
+    --------
+    The default and that NixlConnector advertises it, read from each release's wheel by
+    `scripts/gen_constraints.py` (`env_hosts`, `nixl_advertises_side_channel_host`). A
+    router that rewrites `remote_host` makes this harmless: a warning.
+    """
+
+    code = "CN063"
+    name = "nixl-side-channel-host-loopback"
+    default_severity = Severity.warning
+    summary = "a NIXL prefill pod advertises localhost as its side-channel host"
+    fix_applicability = "display"
+    references = (
+        vllm_source("0.32.0", "vllm/envs.py", "VLLM_NIXL_SIDE_CHANNEL_HOST defaults to localhost"),
+        vllm_source(
+            "0.32.0",
+            "vllm/distributed/kv_transfer/kv_connector/v1/nixl/pull_scheduler.py",
+            "request_finished puts remote_host=side_channel_host into kv_transfer_params",
+        ),
+    )
+    since = "0.3.0"
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        if ctx.config.invocation.kind not in _POD_INPUTS or ctx.env(NIXL_HOST_ENV) is not None:
+            return
+        if not any(n.startswith("Nixl") for n in ctx.connector_names):
+            return
+        if ctx.kv_transfer_config.get("kv_role") not in _ADVERTISING_ROLES:
+            return
+        facts = constraints_at(ctx.version)
+        if facts is None or not facts.nixl_advertises_side_channel_host:
+            return
+        default = facts.env_hosts.get(NIXL_HOST_ENV)
+        if default not in _LOOPBACK:
+            return
+        yield self.finding(
+            f"NixlConnector advertises its side channel as `{default}` (the default of "
+            f"`{NIXL_HOST_ENV}` in vLLM {ctx.version}): a decode engine in another pod "
+            "connects to itself and the NIXL handshake fails, unless the router rewrites "
+            "`remote_host`.",
+            flag=NIXL_HOST_ENV,
+            location=ctx.connector_location,
+            fix=Fix(
+                applicability="display",
+                description=f"set {NIXL_HOST_ENV} to the pod IP (fieldRef: status.podIP)",
+            ),
+        )
