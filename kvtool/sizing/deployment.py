@@ -6,16 +6,19 @@ Field names match the ``kvtool size`` flags (``tp`` is ``--tp``, ``host_ram_gib`
 
 from __future__ import annotations
 
-from typing import Any
+import math
+import re
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+import msgspec
+from msgspec import Meta
 
 from kvtool.errors import KvtoolError
 from kvtool.limits import MOST_GIB
 from kvtool.sizing.dtypes import KV_DTYPE_CHOICES, MODEL_DTYPE_BYTES
 
 
-class Deployment(BaseModel):
+class Deployment(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Parallelism, cache and host/GPU budgets for one vLLM deployment.
 
     ``None`` means "not given": figures that need it are left out of the report rather
@@ -23,36 +26,33 @@ class Deployment(BaseModel):
     load-time assumptions), which the report then names.
     """
 
-    # inf would pass "> 0" and then overflow the integer arithmetic of the tiers.
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
-
-    tp: int = Field(default=1, ge=1)
-    pp: int = Field(default=1, ge=1)
-    dcp: int = Field(default=1, ge=1)
+    tp: Annotated[int, Meta(ge=1)] = 1
+    pp: Annotated[int, Meta(ge=1)] = 1
+    dcp: Annotated[int, Meta(ge=1)] = 1
     dtype: str | None = None  # overrides the config's dtype (vLLM --dtype)
     kv_cache_dtype: str = "auto"
     mamba_ssm_dtype: str | None = None  # recurrent SSM state dtype; default the model dtype
-    block_size: int | None = Field(default=None, ge=1)
-    context_len: int | None = Field(default=None, ge=1)
-    sessions: int | None = Field(default=None, ge=1)
+    block_size: Annotated[int, Meta(ge=1)] | None = None
+    context_len: Annotated[int, Meta(ge=1)] | None = None
+    sessions: Annotated[int, Meta(ge=1)] | None = None
     # Available host RAM (psutil total - used).
-    host_ram_gib: float | None = Field(default=None, gt=0, le=MOST_GIB)
-    utilization: float | None = Field(default=None, gt=0, le=1)
-    cpu_tier_gib: float | None = Field(default=None, gt=0, le=MOST_GIB)
-    gpu_kv_gib: float | None = Field(default=None, gt=0, le=MOST_GIB)
-    num_gpu_blocks: int | None = Field(default=None, ge=1)
-    prefix_len: int | None = Field(default=None, ge=1)
-    lmcache_chunk_size: int | None = Field(default=None, ge=1)
-    pcie_gbps: float | None = Field(default=None, gt=0)
-    nvme_gbps: float | None = Field(default=None, gt=0)
-    prefill_tok_s: float | None = Field(default=None, gt=0)
+    host_ram_gib: Annotated[float, Meta(gt=0, le=MOST_GIB)] | None = None
+    utilization: Annotated[float, Meta(gt=0, le=1)] | None = None
+    cpu_tier_gib: Annotated[float, Meta(gt=0, le=MOST_GIB)] | None = None
+    gpu_kv_gib: Annotated[float, Meta(gt=0, le=MOST_GIB)] | None = None
+    num_gpu_blocks: Annotated[int, Meta(ge=1)] | None = None
+    prefix_len: Annotated[int, Meta(ge=1)] | None = None
+    lmcache_chunk_size: Annotated[int, Meta(ge=1)] | None = None
+    pcie_gbps: Annotated[float, Meta(gt=0)] | None = None
+    nvme_gbps: Annotated[float, Meta(gt=0)] | None = None
+    prefill_tok_s: Annotated[float, Meta(gt=0)] | None = None
     mla_dedup: bool = True  # native offload keeps one latent copy (CUDA, single node, TP only)
     gpu: str = "h200"  # decides vLLM's attention backend and so its kernel block size
     attention_backend: str | None = None  # vLLM --attention-backend; default: vLLM's pick
     # vLLM's scheduler inputs (None: vLLM's default for --gpu): sliding-window and chunked
     # groups reserve blocks for concurrent batches x max_num_batched_tokens in flight.
-    max_num_batched_tokens: int | None = Field(default=None, ge=1)
-    max_num_seqs: int | None = Field(default=None, ge=1)
+    max_num_batched_tokens: Annotated[int, Meta(ge=1)] | None = None
+    max_num_seqs: Annotated[int, Meta(ge=1)] | None = None
     async_scheduling: bool | None = None
     prefix_caching: bool = True  # vLLM's default; hybrids then hold state blocks in align mode
     # The release whose rules decide (HMA, capacity formula); None: the newest tabled.
@@ -61,10 +61,15 @@ class Deployment(BaseModel):
     # for no connector. Its SupportsHMA at the release decides HMA.
     kv_connector: str | None = "OffloadingConnector"
     disable_hybrid_kv_cache_manager: bool | None = None  # None: vLLM decides
-    env: dict[str, str] = Field(default_factory=dict)  # the deployment's vLLM env vars
+    env: dict[str, str] = msgspec.field(default_factory=dict)  # the deployment's vLLM env vars
 
-    @model_validator(mode="after")
-    def _consistent(self) -> Deployment:
+    def __post_init__(self) -> None:
+        # Checked on every construction (msgspec checks the Meta bounds only when it
+        # converts): inf would pass "> 0" and then overflow the tiers' integer arithmetic.
+        for name in self.__struct_fields__:
+            value = getattr(self, name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"--{name.replace('_', '-')} {value!r}: expected a finite number")
         if self.tp % self.dcp:
             raise ValueError(f"--dcp {self.dcp} must divide --tp {self.tp}")
         if self.gpu_kv_gib is not None and self.num_gpu_blocks is not None:
@@ -89,7 +94,6 @@ class Deployment(BaseModel):
                 f"--attention-backend {self.attention_backend!r} is not one of "
                 f"{', '.join(sorted(table.backends))}"
             )
-        return self
 
 
 def parse_env(pairs: list[str]) -> dict[str, str]:
@@ -106,10 +110,12 @@ def parse_env(pairs: list[str]) -> dict[str, str]:
 def make_deployment(**values: Any) -> Deployment:
     """Build a :class:`Deployment`, turning validation errors into one-line CLI errors."""
     try:
-        return Deployment(**values)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        if first["loc"]:
-            flag = "--" + str(first["loc"][0]).replace("_", "-")
-            raise KvtoolError(f"{flag} {first.get('input')!r}: {first['msg']}") from None
-        raise KvtoolError(str(first["msg"]).removeprefix("Value error, ")) from None
+        return msgspec.convert(values, Deployment)
+    except msgspec.ValidationError as exc:
+        message = str(exc)
+        field = re.search(r" - at `\$\.(\w+)`$", message)
+        if field is None:
+            raise KvtoolError(message) from None
+        name = field.group(1)
+        why = message[: field.start()]
+        raise KvtoolError(f"--{name.replace('_', '-')} {values.get(name)!r}: {why}") from None

@@ -344,7 +344,7 @@ def test_work_that_outgrows_its_estimate_is_stopped(monkeypatch: pytest.MonkeyPa
         (["--num-requests", "9" * 401], "--workload prefix-repetition: num_requests"),
         (["--workload", "zipf", "--param", "alpha=1e400"], "alpha"),
         (["--workload", "rag", "--param", "hot_fraction=nan"], "hot_fraction"),
-        (["--set", "kvtool.eviction_aware.horizon_steps=1e400"], "finite"),
+        (["--set", "kvtool.eviction_aware.horizon_steps=1e400"], "horizon_steps"),
         (["--set", "kvtool.fifo.threshold=" + "9" * 401], "characters"),
         (["--num-gpu-blocks", "9" * 401], "simulate_work"),
         (["--host-blocks", "9" * 401], "--host-blocks"),

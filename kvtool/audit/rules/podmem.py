@@ -234,11 +234,13 @@ def _kvtool_tier(ctx: RuleContext) -> HostTier | None:
     """kvtool's reference connector: ``kvtool.host_capacity_bytes`` (its default when not
     given) over all of the engine's ranks, in one anonymous memfd per host, never in
     /dev/shm (kvtool/connector/host_arena.py); shmem pages count against the cgroup."""
-    from kvtool.connector.config import ConnectorConfig, ConnectorConfigError
-
     for name, extra in ctx.connector_extra_configs:
         if name != KVTOOL_CONNECTOR:
             continue
+        # Only for kvtool's own connector: its config parser (and pydantic) stays out of
+        # every other audit's start-up.
+        from kvtool.connector.config import ConnectorConfig, ConnectorConfigError
+
         try:
             config = ConnectorConfig.from_extra_config(extra)
         except ConnectorConfigError:
