@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 import zlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -108,9 +108,7 @@ class _DeadlineStream(httpcore.NetworkStream):
         server_hostname: str | None = None,
         timeout: float | None = None,
     ) -> httpcore.NetworkStream:
-        inner = self._inner.start_tls(
-            ssl_context, server_hostname, self._deadline.bounded(timeout)
-        )
+        inner = self._inner.start_tls(ssl_context, server_hostname, self._deadline.bounded(timeout))
         return _DeadlineStream(inner, self._deadline)
 
     def get_extra_info(self, info: str) -> Any:
@@ -291,11 +289,8 @@ class Response:
                 chunks.append(chunk)
         is_head = self.raw.request.method == "HEAD"
         if declared is not None and not is_head and sent.received != declared:
-            raise HttpRefused(
-                self.url, f"truncated, {sent.received} of {declared} announced bytes"
-            )
+            raise HttpRefused(self.url, f"truncated, {sent.received} of {declared} announced bytes")
         return b"".join(chunks)
-
 
     def _raw_chunks(self) -> Iterator[bytes]:
         if self.raw.is_stream_consumed:
@@ -404,3 +399,30 @@ def _mapped(shown: str, deadline: Deadline) -> Iterator[None]:
             raise HttpTimeout(shown, deadline.reason()) from None
         reason = redact.message(str(error)) or type(error).__name__
         raise HttpUnreachable(shown, f"{type(error).__name__}: {reason}") from None
+
+
+# Where the headers of a request to a vLLM server come from when no --header is given.
+HEADER_ENV = "KVTOOL_AUDIT_HEADER"  # "Name: value", e.g. "Authorization: Bearer $KEY"
+API_KEY_ENV = "VLLM_API_KEY"  # vLLM's own --api-key env var: sent as a bearer token
+
+
+def parse_header(text: str, where: str) -> tuple[str, str]:
+    """``"Name: value"`` -> (name, value); anything else is a KvtoolError naming ``where``."""
+    name, sep, value = text.partition(":")
+    if not sep or not name.strip() or any(c.isspace() for c in name.strip()):
+        # Not echoed: a header given wrong is most often a bare token or key.
+        raise KvtoolError(
+            f"{where}: not a 'Name: value' HTTP header ({len(text)} characters, not shown: "
+            "it may hold a secret)"
+        )
+    return name.strip(), value.strip()
+
+
+def request_headers(given: Sequence[str], environ: Mapping[str, str]) -> dict[str, str]:
+    """``--header`` values, else ``$KVTOOL_AUDIT_HEADER``, else a bearer ``$VLLM_API_KEY``."""
+    headers = dict(parse_header(h, "--header") for h in given)
+    if not headers and environ.get(HEADER_ENV):
+        headers = dict([parse_header(environ[HEADER_ENV], HEADER_ENV)])
+    if not headers and environ.get(API_KEY_ENV):
+        headers = {"Authorization": f"Bearer {environ[API_KEY_ENV]}"}
+    return headers

@@ -5,7 +5,7 @@ A URL may carry a password (``http://user:PASSWORD@host``) or a token in its que
 a key. Every URL and free-text message that can reach a stream, a report or a cache goes
 through one of the functions below first (the CLI's error line included), so a secret
 is never shown, whichever command met it. A header given wrong is never echoed at all
-(:func:`kvtool.audit.live.parse_header`). The user name stays (it says which account).
+(:func:`kvtool.http.parse_header`). The user name stays (it says which account).
 """
 
 from __future__ import annotations

@@ -353,7 +353,7 @@ def audit(
             f"kvtool: warning: {terminal_line(warning)}", markup=False, emoji=False, soft_wrap=True
         )
     if fix or diff:
-        from kvtool.audit.fixing import apply_fixes
+        from kvtool.audit.fix_plan import apply_fixes
 
         applicable = ("safe", "unsafe") if unsafe_fixes else ("safe",)
         run = apply_fixes(
@@ -448,8 +448,9 @@ def _read_live(
 ) -> "LiveServer":
     import os
 
-    from kvtool.audit.live import read_live, request_headers
+    from kvtool.audit.live import read_live
     from kvtool.errors import KvtoolError
+    from kvtool.http import request_headers
     from kvtool.termsafe import terminal_line
 
     if paths or fixing:

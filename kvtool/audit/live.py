@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -42,8 +42,6 @@ if TYPE_CHECKING:
 
 TIMEOUT_S = 10.0  # per request: connect plus the whole body
 MAX_BODY_BYTES = 16 * 2**20  # a /metrics page of a large deployment stays far below this
-HEADER_ENV = "KVTOOL_AUDIT_HEADER"  # "Name: value", e.g. "Authorization: Bearer $KEY"
-API_KEY_ENV = "VLLM_API_KEY"  # vLLM's own --api-key env var: sent as a bearer token
 
 CACHE_INFO = "vllm:cache_config_info"
 # CacheConfig fields whose flag's argparse dest has another name (vllm/engine/arg_utils.py
@@ -68,28 +66,6 @@ class LiveServer(msgspec.Struct, kw_only=True):
     endpoints: tuple[str, ...]  # the paths that answered
 
 
-def parse_header(text: str, where: str) -> tuple[str, str]:
-    """``"Name: value"`` -> (name, value); anything else is a KvtoolError naming ``where``."""
-    name, sep, value = text.partition(":")
-    if not sep or not name.strip() or any(c.isspace() for c in name.strip()):
-        # Not echoed: a header given wrong is most often a bare token or key.
-        raise KvtoolError(
-            f"{where}: not a 'Name: value' HTTP header ({len(text)} characters, not shown: "
-            "it may hold a secret)"
-        )
-    return name.strip(), value.strip()
-
-
-def request_headers(given: Sequence[str], environ: Mapping[str, str]) -> dict[str, str]:
-    """``--header`` values, else ``$KVTOOL_AUDIT_HEADER``, else a bearer ``$VLLM_API_KEY``."""
-    headers = dict(parse_header(h, "--header") for h in given)
-    if not headers and environ.get(HEADER_ENV):
-        headers = dict([parse_header(environ[HEADER_ENV], HEADER_ENV)])
-    if not headers and environ.get(API_KEY_ENV):
-        headers = {"Authorization": f"Bearer {environ[API_KEY_ENV]}"}
-    return headers
-
-
 def base_url(url: str) -> str:
     try:
         parts = urlsplit(url)
@@ -104,7 +80,7 @@ def base_url(url: str) -> str:
 
 def _get(client: Client, url: str, *, optional: bool = False) -> bytes | None:
     """The body of ``url``; None for an optional endpoint that is not there."""
-    from kvtool.http import Deadline, HttpError
+    from kvtool.http import HEADER_ENV, Deadline, HttpError
 
     shown = redact.url(url)
     deadline = Deadline(min(TIMEOUT_S, limits.HTTP_DEADLINE_S.value))

@@ -1,7 +1,7 @@
 """``kvtool upgrade --fix`` / ``--diff``: the audit's safe fixes for every error the target
 release reports, then the image tag moved to the target release.
 
-The token edits are the audit's own (:func:`kvtool.audit.fixing.plan_fixes`) applied to
+The token edits are the audit's own (:func:`kvtool.audit.fix_plan.plan_fixes`) applied to
 every finding the invocations have at the target, whichever release it entered at. An
 environment variable the target removed or deprecated in favour of a flag (the release
 index's ``replacement``, e.g. ``VLLM_PREFIX_CACHE_RETENTION_INTERVAL`` ->
@@ -12,7 +12,7 @@ like a reference is parsed (registry, repository, tag, digest) and only one equa
 audited image, the one nearest the audited command, gets the new tag;
 ``registry.example.com/team/vllm/vllm-openai:v0.31.0-bench`` is another image than
 ``vllm/vllm-openai:v0.31.0`` and stays as it is. All three edits go into one
-:class:`~kvtool.audit.fixing.EditPlan`, so ``--diff`` shows exactly what ``--fix`` writes.
+:class:`~kvtool.audit.fix_plan.EditPlan`, so ``--diff`` shows exactly what ``--fix`` writes.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from kvtool.audit.fixing import EditPlan, FixedKey, finish, plan_fixes
+from kvtool.audit.fix_plan import EditPlan, FixedKey, finish, plan_fixes
 from kvtool.audit.model import REWRITABLE, Finding, Invocation
 from kvtool.errors import KvtoolError
 from kvtool.image.reference import ImageReference, parse_reference

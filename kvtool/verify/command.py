@@ -1,7 +1,7 @@
 """``kvtool verify``: does the KV offload tier serve hits, and if not, why."""
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -13,6 +13,9 @@ from kvtool.output.options import (
     QuietOption,
     TextOrJson,
 )
+
+if TYPE_CHECKING:
+    from kvtool.output.streams import Output
 
 MOST_INTERVAL_S = 86_400  # a day: traffic between two scrapes is a matter of minutes
 
@@ -30,6 +33,32 @@ def _read(path: Path, what: str) -> str:
     return data.decode("utf-8", errors="replace")
 
 
+# How often a wait that is not on a terminal says how long is left (a CI log shows no
+# spinner, and a silent job looks hung).
+PROGRESS_EVERY_S = 10.0
+
+
+def _wait(interval: float, out: "Output") -> None:
+    """Sleep ``interval`` seconds between the scrapes, saying so: a spinner on a terminal,
+    a line every PROGRESS_EVERY_S seconds otherwise (CI logs)."""
+    import time
+
+    message = f"waiting {interval:g} s for traffic before the second scrape"
+    console = out.chatter
+    if console.is_terminal:
+        with console.status(message):
+            time.sleep(interval)
+        return
+    console.print(f"kvtool verify: {message}", markup=False, highlight=False)
+    end = time.monotonic() + interval
+    while (left := end - time.monotonic()) > 0:
+        time.sleep(min(left, PROGRESS_EVERY_S))
+        if end - time.monotonic() > 0:
+            remaining = end - time.monotonic()
+            console.print(f"kvtool verify: {remaining:.0f} s left", markup=False, highlight=False)
+    console.print("kvtool verify: second scrape", markup=False, highlight=False)
+
+
 def verify(
     metrics_url: Annotated[
         str | None, typer.Option(help="vLLM /metrics URL: scraped twice, --interval apart.")
@@ -40,13 +69,20 @@ def verify(
     before: Annotated[Path | None, typer.Option(help="Earlier /metrics snapshot file.")] = None,
     after: Annotated[Path | None, typer.Option(help="Later /metrics snapshot file.")] = None,
     log: Annotated[Path | None, typer.Option(help="The engine's log, for root causes.")] = None,
+    header: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--header",
+            help="HTTP header for --metrics-url, 'Name: value' (default: "
+            "$KVTOOL_AUDIT_HEADER, else a bearer $VLLM_API_KEY); repeatable.",
+        ),
+    ] = None,
     output_format: OutputFormatOption = TextOrJson.text,
     output_file: OutputFileOption = None,
     quiet: QuietOption = False,
     color: ColorOption = ColorMode.auto,
 ) -> None:
     """Diff two /metrics snapshots and name why the offload tier serves no hits."""
-    import time
 
     from kvtool.errors import KvtoolError
     from kvtool.output.errors import bad_option
@@ -69,10 +105,16 @@ def verify(
             raise bad_option(
                 "--interval", interval, f"must be a number of seconds > 0 and <= {MOST_INTERVAL_S}"
             ) from None
-        first = scrape(metrics_url)
-        with out.chatter.status(f"waiting {interval:g} s for traffic before the second scrape"):
-            time.sleep(interval)
-        second = scrape(metrics_url)
+        import os
+
+        from kvtool.http import request_headers
+
+        headers = request_headers(header or [], os.environ)
+        first = scrape(metrics_url, headers)
+        _wait(interval, out)
+        second = scrape(metrics_url, headers)
+    elif header:
+        raise KvtoolError("--header goes with --metrics-url")
     elif before is not None and after is not None:
         first = parse(_read(before, "--before"), str(before))
         second = parse(_read(after, "--after"), str(after))

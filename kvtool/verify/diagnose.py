@@ -58,20 +58,27 @@ class VerifyReport(BaseModel):
         return self.verdict == "serving-hits"
 
 
-def _delta(before: Snapshot, after: Snapshot, name: str, where: dict[str, str] | None = None,
-           notes: list[str] | None = None) -> float:
+def _delta(
+    before: Snapshot,
+    after: Snapshot,
+    name: str,
+    where: dict[str, str] | None = None,
+    notes: list[str] | None = None,
+) -> float:
     start, end = counter_total(before, name, where), counter_total(after, name, where)
     if end < start:
         # The engine restarted between the scrapes: the counter began again at zero.
         if notes is not None:
-            notes.append(f"{name} went down ({start:g} -> {end:g}): engine restarted; "
-                         "counting from zero")
+            notes.append(
+                f"{name} went down ({start:g} -> {end:g}): engine restarted; counting from zero"
+            )
         return end
     return end - start
 
 
-def _offload_bytes(before: Snapshot, after: Snapshot, flat: str, legacy: dict[str, str],
-                   notes: list[str]) -> float:
+def _offload_bytes(
+    before: Snapshot, after: Snapshot, flat: str, legacy: dict[str, str], notes: list[str]
+) -> float:
     if counter_present(after, flat):
         return _delta(before, after, flat, notes=notes)
     return _delta(before, after, sig.LEGACY_OFFLOAD_BYTES, legacy, notes)
@@ -84,12 +91,15 @@ def deltas(before: Snapshot, after: Snapshot, notes: list[str]) -> Deltas:
         prefix_hits=_delta(before, after, sig.PREFIX_HITS, notes=notes),
         external_queries=_delta(before, after, sig.EXTERNAL_QUERIES, notes=notes),
         external_hits=_delta(before, after, sig.EXTERNAL_HITS, notes=notes),
-        offload_store_bytes=_offload_bytes(before, after, sig.OFFLOAD_STORE_BYTES,
-                                           sig.LEGACY_STORE, notes),
-        offload_load_bytes=_offload_bytes(before, after, sig.OFFLOAD_LOAD_BYTES,
-                                          sig.LEGACY_LOAD, notes),
-        offload_allocation_failures=_delta(before, after, sig.OFFLOAD_ALLOCATION_FAILURES,
-                                           notes=notes),
+        offload_store_bytes=_offload_bytes(
+            before, after, sig.OFFLOAD_STORE_BYTES, sig.LEGACY_STORE, notes
+        ),
+        offload_load_bytes=_offload_bytes(
+            before, after, sig.OFFLOAD_LOAD_BYTES, sig.LEGACY_LOAD, notes
+        ),
+        offload_allocation_failures=_delta(
+            before, after, sig.OFFLOAD_ALLOCATION_FAILURES, notes=notes
+        ),
     )
 
 
@@ -169,89 +179,122 @@ def _causes(
         causes.append(Cause(code=code, message=message, evidence=facts))
 
     if config.get("enable_prefix_caching") == "False" and evidence.needs_prefix_caching:
-        add("prefix-caching-off",
+        add(
+            "prefix-caching-off",
             "prefix caching is off (--no-enable-prefix-caching): native offload finds blocks "
             "through prefix-cache hashes, so it has nothing to hit against; remove the flag",
-            enable_prefix_caching="False")
+            enable_prefix_caching="False",
+        )
     # LMCache counts nothing in vllm:kv_offload_*: its log lines say what it stored.
-    stored = (
-        float(evidence.lmcache_stored_tokens) if evidence.lmcache else d.offload_store_bytes
-    )
+    stored = float(evidence.lmcache_stored_tokens) if evidence.lmcache else d.offload_store_bytes
     if d.external_queries == 0:
         if log is not None and not created:
-            add("connector-not-loaded",
+            add(
+                "connector-not-loaded",
                 "no KV connector was created (the log has no 'Creating v1 connector' line): "
                 "--kv-transfer-config or --kv-offloading-size did not take effect",
-                external_queries=0)
+                external_queries=0,
+            )
         else:
-            add("connector-not-loaded",
+            add(
+                "connector-not-loaded",
                 "the engine asked no KV connector for prefixes (external prefix-cache queries "
                 "did not rise): no connector is configured, or it reports no lookups",
-                external_queries=0, connectors_in_log=created)
+                external_queries=0,
+                connectors_in_log=created,
+            )
     elif evidence.lmcache and log is not None and stored == 0:
-        add("nothing-stored",
+        add(
+            "nothing-stored",
             "LMCache logged no 'Stored N out of total M tokens' line: it stored nothing "
             "(check the LMCache tier size and, for LMCacheMPConnector, that the server is "
             "reachable)",
-            external_queries=d.external_queries, lmcache_stored_tokens=0)
+            external_queries=d.external_queries,
+            lmcache_stored_tokens=0,
+        )
     elif not evidence.lmcache and not offload_counted and d.external_hits == 0:
-        add("offload-counters-absent",
+        add(
+            "offload-counters-absent",
             "this connector exports no vllm:kv_offload_* counters (LMCache's connectors and "
             "other external ones count nothing there), so whether it stored anything cannot "
             "be read from /metrics: pass the engine log (--log) to read its own lines",
-            external_queries=d.external_queries, connectors_in_log=created)
+            external_queries=d.external_queries,
+            connectors_in_log=created,
+        )
     elif offload_counted and stored == 0 and d.external_hits == 0:
-        add("nothing-stored",
+        add(
+            "nothing-stored",
             "the connector was asked for prefixes but stored nothing: check that the tier has "
             "a size, and that a lazy drain policy ever releases (FIFO thresholds above the "
             "number of finished requests never drain before the blocks are recycled)",
-            external_queries=d.external_queries, offload_store_bytes=0)
+            external_queries=d.external_queries,
+            offload_store_bytes=0,
+        )
     tier = _tier_bytes(config)
     if d.offload_allocation_failures > 0 or (tier is not None and d.offload_store_bytes > tier):
-        add("cpu-tier-too-small",
+        add(
+            "cpu-tier-too-small",
             "the CPU tier overflowed: blocks were evicted before they were asked for again; "
             "raise --kv-offloading-size (the TP-wide total in GiB) or shrink the working set",
             allocation_failures=d.offload_allocation_failures,
-            offload_store_bytes=d.offload_store_bytes, tier_bytes=tier)
+            offload_store_bytes=d.offload_store_bytes,
+            tier_bytes=tier,
+        )
     if log is not None and sig.RANDOM_HASH_SEED.search(log):
-        add("pythonhashseed-unset",
+        add(
+            "pythonhashseed-unset",
             "PYTHONHASHSEED is unset, so block hashes differ between processes: a tier shared "
             "across engines or restarts (LMCache MP, fs, p2p) never matches; set the same "
             "PYTHONHASHSEED everywhere",
-            log_line=sig.RANDOM_HASH_SEED.pattern)
+            log_line=sig.RANDOM_HASH_SEED.pattern,
+        )
     if log is not None:
         non_hma = sig.HMA_OFF_FOR_NON_HMA_CONNECTOR.search(log)
         if non_hma is not None:
-            add("hma-disabled",
+            add(
+                "hma-disabled",
                 "vLLM turned the hybrid KV cache manager off because the connector lacks "
                 "SupportsHMA: sliding-window layers keep every token resident and hybrid SSM "
                 "models cannot start; use an HMA-capable connector",
-                log_line=non_hma.group(0), connector=non_hma.group("name"))
+                log_line=non_hma.group(0),
+                connector=non_hma.group("name"),
+            )
         elif sig.HMA_OFF_FOR_ANY_CONNECTOR.search(log):
-            add("hma-disabled-by-release",
+            add(
+                "hma-disabled-by-release",
                 "this vLLM release turns the hybrid KV cache manager off for any "
                 "--kv-transfer-config, whatever the connector supports (releases before "
                 "0.22): sliding-window layers keep every token resident; pass "
                 "--no-disable-hybrid-kv-cache-manager (0.13-0.21) with an HMA-capable "
                 "connector, or upgrade",
-                log_line=sig.HMA_OFF_FOR_ANY_CONNECTOR.pattern)
+                log_line=sig.HMA_OFF_FOR_ANY_CONNECTOR.pattern,
+            )
     if stored > 0 and d.external_hits == 0 and usage is not None and usage >= GPU_CACHE_FULL:
-        add("stored-never-found",
+        add(
+            "stored-never-found",
             "the tier keeps storing and the GPU cache is full, so evicted prefixes were asked "
             "for again, yet no lookup found one: the GPU cache is not sufficient, the store "
             "misses. Check PYTHONHASHSEED (the same in every process), that shared prefixes "
             "span at least one full block or LMCache chunk, and the connector's own log",
-            stored=stored, gpu_cache_usage=usage)
+            stored=stored,
+            gpu_cache_usage=usage,
+        )
     if not causes and d.prefix_hits == 0:
-        add("workload-no-reuse",
+        add(
+            "workload-no-reuse",
             "no prefix was reused even on the GPU: the workload has no shared prefixes for "
             "offload to serve",
-            prefix_queries=d.prefix_queries, prefix_hits=0)
+            prefix_queries=d.prefix_queries,
+            prefix_hits=0,
+        )
     if not causes:
-        add("gpu-cache-sufficient",
+        add(
+            "gpu-cache-sufficient",
             "every reused prefix was still on the GPU, so the offload tier was never needed: "
             "grow the working set past the GPU tier (about 2x its tokens) to exercise it",
-            prefix_hits=d.prefix_hits, gpu_cache_usage=usage)
+            prefix_hits=d.prefix_hits,
+            gpu_cache_usage=usage,
+        )
     return causes
 
 
@@ -264,19 +307,29 @@ def diagnose(before: Snapshot, after: Snapshot, log: str | None = None) -> Verif
     created = evidence.created
     if d.prefix_queries == 0 and d.external_queries == 0:
         verdict: Verdict = "no-traffic"
-        causes = [Cause(code="no-traffic",
-                        message="no prompt tokens were queried between the two scrapes: send "
-                                "traffic while verifying (vllm bench serve --dataset-name "
-                                "prefix_repetition)",
-                        evidence={"requests": d.requests})]
-    elif not (counter_present(before, sig.EXTERNAL_QUERIES)
-              or counter_present(after, sig.EXTERNAL_QUERIES)):
+        causes = [
+            Cause(
+                code="no-traffic",
+                message="no prompt tokens were queried between the two scrapes: send "
+                "traffic while verifying (vllm bench serve --dataset-name "
+                "prefix_repetition)",
+                evidence={"requests": d.requests},
+            )
+        ]
+    elif not (
+        counter_present(before, sig.EXTERNAL_QUERIES)
+        or counter_present(after, sig.EXTERNAL_QUERIES)
+    ):
         verdict = "no-external-hits"
-        causes = [Cause(code="no-external-metrics",
-                        message="this server exposes no vllm:external_prefix_cache_* counters "
-                                "(older vLLM), so connector hits cannot be read from /metrics; "
-                                "check the connector's own log lines instead",
-                        evidence={"prefix_queries": d.prefix_queries})]
+        causes = [
+            Cause(
+                code="no-external-metrics",
+                message="this server exposes no vllm:external_prefix_cache_* counters "
+                "(older vLLM), so connector hits cannot be read from /metrics; "
+                "check the connector's own log lines instead",
+                evidence={"prefix_queries": d.prefix_queries},
+            )
+        ]
     elif d.external_hits > 0:
         verdict, causes = "serving-hits", []
         if d.offload_load_bytes == 0 and counter_present(after, sig.OFFLOAD_LOAD_BYTES):

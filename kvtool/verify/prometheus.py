@@ -130,4 +130,3 @@ def counter_total(snapshot: Snapshot, name: str, where: Mapping[str, str] | None
 
 def counter_present(snapshot: Snapshot, name: str) -> bool:
     return snapshot.has(f"{name}_total") or snapshot.has(name)
-

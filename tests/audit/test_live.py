@@ -20,8 +20,9 @@ from typing import Any
 
 import pytest
 
-from kvtool.audit.live import MAX_BODY_BYTES, read_live, request_headers
+from kvtool.audit.live import MAX_BODY_BYTES, read_live
 from kvtool.errors import KvtoolError
+from kvtool.http import request_headers
 from kvtool.releases import load_release
 from tests.conftest import CliResult
 

@@ -118,7 +118,7 @@ def test_fix_leaves_hard_linked_and_read_only_files_alone(kvtool_cli, workdir: P
 def test_an_edit_made_during_the_run_is_not_lost(
     kvtool_cli, workdir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import kvtool.audit.fixing as fixing
+    import kvtool.audit.fix_plan as fixing
 
     script = workdir / "serve.sh"
     script.write_bytes(CASES["lf"])

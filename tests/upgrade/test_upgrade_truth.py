@@ -103,7 +103,7 @@ def test_diff_shows_exactly_what_fix_writes(kvtool_cli: Cli, tmp_path: Path) -> 
 
 def test_env_migration_and_a_fix_of_the_last_word_both_apply(tmp_path: Path) -> None:
     """Adding a flag after the command's last word never clashes with a fix of that word."""
-    from kvtool.audit.fix import fix_text
+    from kvtool.audit.edits import fix_text
     from kvtool.audit.inputs import read_inputs
     from kvtool.audit.model import Fix
 

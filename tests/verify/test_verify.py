@@ -427,3 +427,53 @@ def test_hma_turned_off_by_the_release_is_not_blamed_on_the_connector(
     _, report = _verify(kvtool_cli, tmp_path, metrics_text(), after, named)
     cause = next(c for c in report["causes"] if c["code"] == "hma-disabled")
     assert cause["evidence"]["connector"] == "LMCacheConnectorV1"
+
+
+def test_metrics_behind_an_api_key_need_the_header_and_progress_is_printed(
+    kvtool_cli: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vLLM started with --api-key answers 401 without a bearer token (its middleware
+    guards every route, /metrics included); a wait outside a terminal (a CI log) prints
+    its progress instead of a spinner."""
+    import kvtool.verify.command as verify_command
+
+    key = "k-" + "3" * 12
+    pages = [
+        metrics_text(queries=100, external_queries=100, store_bytes=1 << 20),
+        metrics_text(queries=900, hits=100, external_queries=800, external_hits=160,
+                     store_bytes=2 << 20, load_bytes=1 << 20),
+    ]
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.headers.get("Authorization") != f"Bearer {key}":
+                self.send_response(401)
+                self.end_headers()
+                return
+            body = pages.pop(0).encode()
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.delenv("VLLM_API_KEY", raising=False)
+    monkeypatch.delenv("KVTOOL_AUDIT_HEADER", raising=False)
+    monkeypatch.setattr(verify_command, "PROGRESS_EVERY_S", 0.1)
+    try:
+        url = f"http://127.0.0.1:{server.server_port}/metrics"
+        refused = kvtool_cli("verify", "--metrics-url", url, "--interval", "0.1")
+        result = kvtool_cli("verify", "--metrics-url", url, "--interval", "0.35",
+                            "--header", f"Authorization: Bearer {key}")
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+    assert refused.exit_code == 2 and "HTTP 401" in refused.stderr and "--header" in refused.stderr
+    assert result.exit_code == 0, result.stderr
+    assert "waiting 0.35 s" in result.stderr and " s left" in result.stderr
+    assert key not in result.stderr + result.stdout

@@ -1,4 +1,5 @@
-"""``--fix`` / ``--diff``: hand the findings' token fixes to :mod:`kvtool.audit.fix` per input.
+"""The orchestration of ``--fix`` / ``--diff``: plan each input's token fixes through the edit
+engine (:mod:`kvtool.audit.edits`), then show or write them.
 
 Shell scripts, Kubernetes manifests and compose files are rewritten (``--fix``, an
 atomic replace that changes only the bytes of the edits and aborts a file changed on
@@ -19,14 +20,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvtool.audit.engine import AuditReport
-from kvtool.audit.fix import (
+from kvtool.audit.edits import (
     FixOutcome,
     fix_argv,
     fix_text,
     keep_line_endings,
     unified_diff,
 )
+from kvtool.audit.engine import AuditReport
 from kvtool.audit.model import REWRITABLE, Finding, Fix, InputKind, Invocation
 from kvtool.errors import KvtoolError
 from kvtool.fsio import atomic_write, decode_text, read_input_bytes, reader_text

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvtool.audit.edits import fix_argv, fix_text
 from kvtool.audit.engine import AuditReport, InvocationReport, Target
-from kvtool.audit.fix import fix_argv, fix_text
-from kvtool.audit.fixing import apply_fixes
+from kvtool.audit.fix_plan import apply_fixes
 from kvtool.audit.inputs import read_argv, read_text
 from kvtool.audit.model import Finding, Fix, Invocation, Severity, SourceToken
 from kvtool.errors import KvtoolError

@@ -1,5 +1,5 @@
-"""Apply ``Fix`` token edits to argv, shell scripts, Kubernetes manifests and compose files;
-everything else stays byte-identical.
+"""The edit engine of ``--fix``: apply ``Fix`` token edits to argv, shell scripts, Kubernetes
+manifests and compose files; everything else stays byte-identical.
 
 A fix names the tokens to remove (by the location they were read from) and the
 words to put in place of the first of them. For a script, each removed token's
