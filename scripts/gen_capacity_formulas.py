@@ -145,6 +145,11 @@ def build(versions: list[str], cache: Path) -> dict[str, object]:
     for version in versions:
         wheel = wheels.download(pip, cache, version)
         with zipfile.ZipFile(wheel) as archive:
+            if MODULE not in archive.namelist() and not rows:
+                # Before the V1 engine's KV cache utilities (the oldest tables): no V1
+                # capacity formula to read; such releases have no row.
+                _log(f"{version}: no {MODULE}")
+                continue
             source = archive.read(MODULE).decode("utf-8")
             envs = archive.read(ENVS_MODULE).decode("utf-8")
             names = set(archive.namelist())
@@ -152,6 +157,9 @@ def build(versions: list[str], cache: Path) -> dict[str, object]:
                 archive.read(m).decode("utf-8") for m in CACHE_MODULES if m in names
             ]
         found = classify(source)
+        if found is None and not rows:  # the V1 engine before the function existed
+            _log(f"{version}: no {FUNCTION} in {MODULE}")
+            continue
         if found is None:
             raise RuntimeError(f"{wheel.name}: no {FUNCTION} in {MODULE}")
         formula, line = found

@@ -184,14 +184,16 @@ def read_release(prover: Prover, version: str) -> dict[str, Any]:
         envs = _texts(archive, (ENVS,))
         events = _texts(archive, KV_EVENTS_CONFIGS)
         nixl = _texts(archive, NIXL_SOURCES)
+    # vllm/envs.py first ships in 0.4.1; before it no environment variable has a default here.
+    env_source = envs.get(ENVS, "")
     endpoint = next(
         (e for e in (kv_events_endpoint(t) for t in events.values()) if e is not None), None
     )
     return {
         "wheel": wheel.name,
         "sha256": sha256,
-        "env_ports": env_ports(envs[ENVS]),
-        "env_hosts": env_hosts(envs[ENVS]),
+        "env_ports": env_ports(env_source),
+        "env_hosts": env_hosts(env_source),
         "nixl_advertises_side_channel_host": any(
             NIXL_ADVERTISES_HOST in text for text in nixl.values()
         ),

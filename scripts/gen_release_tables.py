@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
 """Generate ``rules/releases/<version>.json`` and ``index.json`` from released vLLM wheels.
 
-    python scripts/gen_release_tables.py                       # every release 0.10.2..newest
+    python scripts/gen_release_tables.py                       # every release 0.4.0..newest
     python scripts/gen_release_tables.py --versions 0.32.0 0.33.0
     python scripts/gen_release_tables.py --check --versions 0.10.2 0.32.0   # exit 1 on drift
+    python scripts/gen_release_tables.py --discard-wheels      # delete each wheel once read
 
 Wheels are fetched with ``pip download --no-deps`` into ``.cache/wheels/`` (kept between
-runs) and read with ``ast`` straight from the zip; vLLM is never imported. Downloads run
-in a background thread while earlier wheels are parsed. Progress goes to stderr.
+runs unless ``--discard-wheels``) and read with ``ast`` straight from the zip; vLLM is
+never imported. One download runs at a time, in a background thread, while the wheel
+before it is parsed, so at most two wheels (a few hundred MB each) are on disk at once.
+Progress and the run time go to stderr.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -92,30 +96,47 @@ def main(argv: list[str] | None = None) -> int:
         help="re-derive and compare with the committed tables; exit 1 on drift",
     )
     parser.add_argument("--cache-dir", type=Path, default=_REPO / ".cache" / "wheels")
+    parser.add_argument(
+        "--discard-wheels",
+        action="store_true",
+        help="delete each wheel once its table is derived (wheels are 100-400 MB each)",
+    )
     parser.add_argument("--out", type=Path, default=_REPO / "rules" / "releases")
     args = parser.parse_args(argv)
 
     pip = wheels.default_pip()
     versions = args.versions or wheels.released_versions(pip)
     versions = sorted(set(versions), key=Version)
+    if not versions:
+        console.print("[red]error[/red] no vLLM release to derive")
+        return 2
     args.out.mkdir(parents=True, exist_ok=True)
     drift: list[str] = []
 
-    with ThreadPoolExecutor(max_workers=2) as pool, Progress(console=console) as progress:
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=1) as pool, Progress(console=console) as progress:
         task = progress.add_task("deriving release tables", total=len(versions))
-        pending: dict[str, Future[Path]] = {
-            v: pool.submit(wheels.download, pip, args.cache_dir, v) for v in versions
-        }
-        for version in versions:
+        # Only the next wheel is fetched ahead: the whole list would fill the disk.
+        upcoming: Future[Path] | None = pool.submit(
+            wheels.download, pip, args.cache_dir, versions[0]
+        )
+        for position, version in enumerate(versions):
             progress.update(task, description=f"vLLM {version}")
+            assert upcoming is not None
             try:
-                wheel = pending[version].result()
+                wheel = upcoming.result()
             except RuntimeError as exc:  # pip could not fetch it: say which, stop cleanly
                 console.print(f"[red]error[/red] vLLM {version}: {exc}")
-                for future in pending.values():
-                    future.cancel()
                 return 2
+            following = versions[position + 1] if position + 1 < len(versions) else None
+            upcoming = (
+                pool.submit(wheels.download, pip, args.cache_dir, following)
+                if following is not None
+                else None
+            )
             table = build_release(version, wheel, sha256_of(wheel))
+            if args.discard_wheels:
+                wheel.unlink()
             target = args.out / f"{version}.json"
             if args.check:
                 if not target.exists():
@@ -126,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 target.write_text(dump_table(table))
             progress.advance(task)
+    console.print(f"derived {len(versions)} table(s) in {time.monotonic() - started:.0f} s")
 
     tables = [
         msgspec.json.decode(p.read_bytes(), type=ReleaseFacts)

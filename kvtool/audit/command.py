@@ -95,7 +95,9 @@ def audit(
         str | None,
         typer.Option(
             "--vllm-version",
-            help="Target vLLM release (default: image tag, then newest table).",
+            help="Target vLLM release (default: what the input states: a pip pin in the "
+            "engine's file, the Dockerfile it is built from, the image tag, a runtime "
+            "annotation, a requirements pin; then the newest table).",
             autocompletion=complete_version,
         ),
     ] = None,
@@ -146,6 +148,15 @@ def audit(
     exit_zero: Annotated[
         bool,
         typer.Option("--exit-zero", help="Exit 0 even with findings (bad input still exits 2)."),
+    ] = False,
+    allow_unrendered: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unrendered",
+            help="Do not fail the run for chart templates that could not be rendered (no "
+            "helm binary, no helm extra, or Helm refused the chart); they are still "
+            "counted as not audited.",
+        ),
     ] = False,
     select: Annotated[
         list[str] | None,
@@ -313,6 +324,7 @@ def audit(
         version_from_cli=vllm_version is not None,
         lmcache_from_cli=lmcache_version is not None,
         lmcache_pins=inputs.lmcache_pins,
+        vllm_claims=inputs.vllm_claims,
     )
     report = auditor.run(invocations)
     report.skipped = list(inputs.skipped)
@@ -397,7 +409,8 @@ def audit(
 
     if output_format is OutputFormat.text:
         out.chatter.print(summary(report), markup=False, soft_wrap=True)
-    if not exit_zero and (report.fails(settings.fail_on) or report.unreadable):
+    unrendered_fails = bool(report.unrendered) and not allow_unrendered
+    if not exit_zero and (report.fails(settings.fail_on) or report.unreadable or unrendered_fails):
         raise typer.Exit(1)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import msgspec
 
@@ -29,18 +29,27 @@ from kvtool.audit.model import (
 )
 from kvtool.audit.registry import ConfigRule, RuleRegistry, registry
 from kvtool.audit.settings import AuditSettings
+from kvtool.audit.vllm_release import ReleaseClaim, holds_at_every_release
+from kvtool.audit.vllm_release import resolve as resolve_vllm_release
 from kvtool.errors import KvtoolError
 from kvtool.releases.model import ReleaseFacts, ReleaseIndex
-
-TargetSource = Literal["flag", "settings", "image", "newest"]
+from kvtool.releases.target import TargetSource
 
 
 class Target(msgspec.Struct, frozen=True):
-    """The release one invocation was checked against, and why that one."""
+    """The release one invocation was checked against, and why that one.
+
+    ``origin`` says where the release was read ("image tag vllm/vllm-openai:v0.9.2",
+    "pip install vllm==0.11.2 at Dockerfile:4"); ``exact`` is False when the table only
+    stands in for a release kvtool cannot place, and findings that depend on the
+    release are then left out (:func:`kvtool.audit.vllm_release.holds_at_every_release`).
+    """
 
     vllm_version: str
     source: TargetSource
     warning: str | None = None
+    origin: str | None = None
+    exact: bool = True
 
 
 class InvocationReport(msgspec.Struct):
@@ -63,6 +72,11 @@ class AuditReport(msgspec.Struct):
     def unreadable(self) -> list[SkippedInput]:
         """Skipped files that could not be read at all: they may hide a server."""
         return [s for s in self.skipped if s.problem]
+
+    @property
+    def unrendered(self) -> list[SkippedInput]:
+        """Chart templates that were not rendered: not audited as the chart deploys them."""
+        return [s for s in self.skipped if s.unrendered]
 
     @property
     def findings(self) -> list[Finding]:
@@ -203,8 +217,11 @@ class Auditor:
         version_from_cli: bool = False,
         lmcache_from_cli: bool = False,
         lmcache_pins: Sequence[LmcacheRelease] = (),
+        vllm_claims: Sequence[ReleaseClaim] = (),
     ) -> None:
         self.extras: Mapping[str, Any] = extras or {}
+        # vLLM releases the input set's files state (pip pins, requirements, annotations).
+        self.vllm_claims = tuple(vllm_claims)
         self.version_from_cli = version_from_cli
         self.lmcache_from_cli = lmcache_from_cli
         # LMCache pins read from the input set's files (requirements, pip install lines).
@@ -249,6 +266,16 @@ class Auditor:
             origin = f"{self.settings.source}: vllm-version" if from_file else "--vllm-version"
             target = self.tables.target(self.settings.vllm_version, None, origin=origin)
             return msgspec.structs.replace(target, source="settings") if from_file else target
+        claim = resolve_vllm_release(
+            invocation, self.vllm_claims, tabled=self.tables.index().versions
+        )
+        if claim is not None:
+            try:
+                target = self.tables.target(claim.version, None, origin=claim.origin)
+            except KvtoolError:
+                pass  # names no vLLM release kvtool can place: the image decides
+            else:
+                return msgspec.structs.replace(target, source=claim.source, origin=claim.origin)
         return self.tables.target(None, invocation.image)
 
     def context_for(self, invocation: Invocation, target: Target) -> RuleContext:
@@ -298,7 +325,8 @@ class Auditor:
         findings = [
             msgspec.structs.replace(f, invocation=invocation.label, location=f.location or fallback)
             for f in check_config(ctx, selection, self.rules)
-            if self._first_for_release(f, target.vllm_version)
+            if (target.exact or holds_at_every_release(f, ctx.index))
+            and self._first_for_release(f, target.vllm_version)
         ]
         if self.use_suppressions:
             findings = self._suppress(invocation, findings, report)

@@ -75,6 +75,10 @@ class SkippedInput(msgspec.Struct, frozen=True, kw_only=True):
     # True when the file could not be read at all (undecodable, invalid YAML, shell syntax):
     # such a file may hide a server, so it fails the run like a finding would.
     problem: bool = False
+    # A chart template no renderer was here for (or that Helm could not render): what its
+    # text showed was audited, but not what the chart deploys. It fails the run unless
+    # --allow-unrendered.
+    unrendered: bool = False
     # True for a file of a kind kvtool never opens (documentation, media, archives).
     never_read: bool = False
 

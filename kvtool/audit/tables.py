@@ -48,7 +48,13 @@ def _target(requested: str | None, image: str | None, origin: str) -> Target:
     from kvtool.releases import resolve_target
 
     resolved = resolve_target(requested, image, origin=origin)
-    return Target(vllm_version=resolved.version, source=resolved.source, warning=resolved.warning)
+    return Target(
+        vllm_version=resolved.version,
+        source=resolved.source,
+        warning=resolved.warning,
+        origin=resolved.origin,
+        exact=resolved.exact,
+    )
 
 
 @cache

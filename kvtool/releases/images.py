@@ -145,21 +145,53 @@ def image_row(image: str) -> ImageRow | None:
 def vllm_version_of_image(image: str) -> str | None:
     """The vLLM release an image's tag names, or None when the tag names none.
 
-    Unknown images whose name says vLLM are read like vLLM's own (leading version);
-    other unknown images name no vLLM release.
+    Listed images are read as their row says. An unlisted image whose name says vLLM (a
+    mirror, a local build of vLLM's Dockerfile) is read like vLLM's own only when its
+    leading version could be a vLLM release (:func:`could_be_vllm_release`): a derived
+    project's own numbering (``opea/vllm-gaudi:1.22.0``) is not. Other unlisted images
+    name no vLLM release.
     """
     ref = parse_image(image)
     if ref.tag is None:
         return None
     row = image_row(image)
     if row is None:
-        how = "vllm" if "vllm" in ref.repository.rsplit("/", 1)[-1].lower() else "product"
-    else:
-        how = row.tag
-    if how == "product":
-        return row.bundled_vllm(ref.tag) if row is not None else None
-    match = (_LEADING if how == "vllm" else _ANYWHERE).search(ref.tag)
+        if "vllm" not in ref.repository.rsplit("/", 1)[-1].lower():
+            return None
+        match = _LEADING.search(ref.tag)
+        return match.group(1) if match and could_be_vllm_release(match.group(1)) else None
+    if row.tag == "product":
+        return row.bundled_vllm(ref.tag)
+    match = (_LEADING if row.tag == "vllm" else _ANYWHERE).search(ref.tag)
     return match.group(1) if match else None
+
+
+def could_be_vllm_release(version: str) -> bool:
+    """Whether ``version`` is in a release series kvtool has tables for, or newer than the
+    newest table within its major version (a release published after these tables)."""
+    from kvtool.releases.loader import available_versions
+
+    try:
+        wanted = Version(version)
+    except InvalidVersion:
+        return False
+    tabled = [Version(v) for v in available_versions()]
+    if any(v.release[:2] == wanted.release[:2] for v in tabled):
+        return True
+    return bool(tabled) and wanted > tabled[-1] and wanted.major == tabled[-1].major
+
+
+def names_other_release(image: str) -> bool:
+    """Whether ``image``'s tag is a version of another project that no row maps to vLLM
+    (``llm-d/llm-d-cuda:v0.2.0``, ``opea/vllm-gaudi:1.22.0``): the release inside is unknown."""
+    ref = parse_image(image)
+    if ref.tag is None or vllm_version_of_image(image) is not None:
+        return False
+    row = image_row(image)
+    named_for_vllm = "vllm" in ref.repository.rsplit("/", 1)[-1].lower()
+    if row is None and not named_for_vllm:
+        return False
+    return _PRODUCT.match(ref.tag) is not None
 
 
 def serve_entrypoint(image: str) -> tuple[str, ...] | None:

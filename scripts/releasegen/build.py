@@ -22,8 +22,9 @@ from releasegen.numbers import human_int_suffixes
 from releasegen.source import WheelSource, jsonable
 
 # Bump when the extraction logic changes what a table contains.
-# 7: the HMA decision (releasegen.hma); 8: offload extra-config keys; 9: the model registry
-GENERATOR_VERSION = 9
+# 7: the HMA decision (releasegen.hma); 8: offload extra-config keys; 9: the model registry;
+# 10: releases before `vllm serve` (the api_server's make_arg_parser, 0.4.0 on)
+GENERATOR_VERSION = 10
 
 _NO_VALUE_ACTIONS = {
     "store_true",

@@ -21,6 +21,9 @@ from releasegen.numbers import numeric_parser
 from releasegen.source import UNKNOWN, Module, ModuleRef, Resolved, WheelSource
 
 _MAX_CALL_DEPTH = 12
+_CLI_ARGS = "vllm.entrypoints.openai.cli_args"
+# Constructors whose result is a parser (argparse's, and vLLM's subclass of it).
+_PARSER_CLASSES = {"ArgumentParser", "FlexibleArgumentParser"}
 
 # Help text that declares the option itself deprecated (not merely mentioning the word,
 # as "--allow-deprecated-quantization" does).
@@ -84,17 +87,30 @@ class ServeParserBuilder:
     # -- entry ---------------------------------------------------------------------
 
     def build(self) -> list[RawOption]:
-        serve = self.source.module("vllm.entrypoints.cli.serve")
-        if serve is None:
-            raise RuntimeError("vllm/entrypoints/cli/serve.py not found in wheel")
+        """The options of the release's OpenAI server parser, from its newest entry point.
+
+        ``ServeSubcommand.subparser_init`` (``vllm serve``, 0.8.0 on) when the wheel has it;
+        before that, ``make_arg_parser`` of ``vllm/entrypoints/openai/cli_args.py``, which
+        both ``python -m vllm.entrypoints.openai.api_server`` and the first ``vllm serve``
+        (``vllm/scripts.py``) build their parser with.
+        """
         cls = self.source.find_class("vllm.entrypoints.cli.serve", "ServeSubcommand")
-        if cls is None:
-            raise RuntimeError("ServeSubcommand not found")
-        found = self.source.method(cls, "subparser_init")
-        if found is None:
-            raise RuntimeError("ServeSubcommand.subparser_init not found")
-        owner, func = found
-        self._call(owner.module, func, owner, None, {"self": None, "subparsers": Parser()})
+        found = self.source.method(cls, "subparser_init") if cls is not None else None
+        if found is not None:
+            owner, func = found
+            self._call(owner.module, func, owner, None, {"self": None, "subparsers": Parser()})
+            return self.options
+        maker = self.source.resolve_attr(_CLI_ARGS, "make_arg_parser")
+        if not (isinstance(maker, Resolved) and isinstance(maker.node, ast.FunctionDef)):
+            raise RuntimeError(
+                "neither ServeSubcommand.subparser_init nor "
+                f"{_CLI_ARGS}.make_arg_parser found in the wheel"
+            )
+        params = [a.arg for a in maker.node.args.posonlyargs + maker.node.args.args]
+        self.notes.append(
+            f"parser read from {_CLI_ARGS}.make_arg_parser (no ServeSubcommand in this release)"
+        )
+        self._call(maker.module, maker.node, None, None, {name: Parser() for name in params})
         return self.options
 
     # -- interpretation ------------------------------------------------------------
@@ -311,6 +327,8 @@ class ServeParserBuilder:
                     return UNKNOWN
             if attr in {"add_argument_group", "add_mutually_exclusive_group", "add_parser"}:
                 return Parser()
+            if attr in _PARSER_CLASSES:  # argparse.ArgumentParser(...)
+                return Parser()
             # kwargs["x"]["choices"].remove(v) / .append(v)
             if attr in {"remove", "append"} and isinstance(func.value, ast.Subscript):
                 holder = self._expr(frame, func.value.value)
@@ -335,6 +353,8 @@ class ServeParserBuilder:
                 if isinstance(owner, FieldKwargs) and call.args:
                     self._update_kwargs(frame, owner, call.args[0])
                     return UNKNOWN
+        if isinstance(func, ast.Name) and func.id in _PARSER_CLASSES:
+            return Parser()
         if isinstance(func, ast.Name) and func.id == "get_kwargs" and call.args:
             cls = self._class_of(frame, call.args[0])
             if cls is not None:

@@ -337,8 +337,12 @@ def _numeric_kwargs(
 
 
 def _literal_kwargs(kw: FieldKwargs, atoms: set[Atom]) -> None:
-    literal = next(a for a in atoms if a.kind == "literal")
-    options = list(literal.values)
+    # A Union of several Literals (0.8.5's guided_decoding_backend: V0's | V1's): vLLM's
+    # get_kwargs takes whichever its set of hints yields first, which changes with the
+    # hash seed; the union is what some run of the release accepts, and the same on
+    # every machine that derives the table.
+    literals = sorted((a for a in atoms if a.kind == "literal"), key=repr)
+    options = list(dict.fromkeys(v for a in literals for v in a.values))
     with contextlib.suppress(TypeError):
         options = sorted(options)
     if any(a.kind == "str" for a in atoms):

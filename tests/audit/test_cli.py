@@ -53,7 +53,7 @@ def test_findings_exit_1_and_text_report_names_code_location_and_rule(
     assert result.exit_code == 1
     assert f"{script}:4:3: VG002 error" in result.stdout
     assert "[removed-flag]" in result.stdout
-    assert "vLLM 0.32.0 (flag)" in result.stderr
+    assert "vLLM 0.32.0 (--vllm-version)" in result.stderr  # where the release was read
 
 
 def test_exit_zero_and_fail_on(kvtool_cli: Cli, script: Path) -> None:
@@ -117,7 +117,13 @@ def test_json_report_is_versioned_and_carries_every_documented_field(
     result = kvtool_cli("audit", str(script), "--vllm-version", "0.32.0", "--output-format", "json")
     report = json.loads(result.stdout)
     assert report["schema_version"] == 1
-    assert report["target"] == {"vllm_version": "0.32.0", "source": "flag", "warning": None}
+    assert report["target"] == {
+        "vllm_version": "0.32.0",
+        "source": "flag",
+        "warning": None,
+        "origin": "--vllm-version",
+        "exact": True,
+    }
     vg002 = next(f for f in report["findings"] if f["code"] == "VG002")
     assert vg002["name"] == "removed-flag" and vg002["severity"] == "error"
     assert vg002["flag"] == "--calculate-kv-scales"
@@ -320,7 +326,13 @@ def test_kubernetes_annotation_suppresses_the_whole_invocation(
         '      command: ["vllm", "serve", "m", "--calculate-kv-scales"]\n'
     )
     report = json.loads(kvtool_cli("audit", str(manifest), "--output-format", "json").stdout)
-    assert report["target"] == {"vllm_version": "0.32.0", "source": "image", "warning": None}
+    assert report["target"] == {
+        "vllm_version": "0.32.0",
+        "source": "image",
+        "warning": None,
+        "origin": "image tag vllm/vllm-openai:v0.32.0",
+        "exact": True,
+    }
     assert report["findings"] == [] and report["summary"]["suppressed"] == 1
 
 

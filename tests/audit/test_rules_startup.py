@@ -28,8 +28,12 @@ NIXL = ktc(kv_connector="NixlConnector", kv_role="kv_both")
 
 def _defaults_collide(version: str) -> bool:
     facts = constraints_at(version)
-    assert facts is not None and facts.kv_events_endpoint is not None
-    return facts.env_ports["VLLM_NIXL_SIDE_CHANNEL_PORT"] == urlsplit(facts.kv_events_endpoint).port
+    assert facts is not None
+    # Releases before KV events or before the NIXL side channel have nothing to collide.
+    nixl_port = facts.env_ports.get("VLLM_NIXL_SIDE_CHANNEL_PORT")
+    if facts.kv_events_endpoint is None or nixl_port is None:
+        return False
+    return nixl_port == urlsplit(facts.kv_events_endpoint).port
 
 
 def test_nixl_and_kv_events_collide_where_their_defaults_are_one_port() -> None:

@@ -56,14 +56,16 @@ def test_vg002_swap_space_is_gone_from_0_18_0_but_fine_before() -> None:
     assert codes(run(config("0.17.1", opt("--swap-space", "4")))) == []
 
 
-def test_vg002_flag_removed_before_the_oldest_table_is_removed_not_a_typo() -> None:
-    # --num-scheduler-steps went with multi-step scheduling (vllm-project/vllm#22138, #22779),
-    # before the oldest tabled release: a removal, not a misspelt --max-num-scheduled-tokens.
+def test_vg002_multi_step_flag_is_removed_not_a_typo() -> None:
+    # --num-scheduler-steps went with multi-step scheduling (vllm-project/vllm#22138, #22779);
+    # the tables (back to 0.4.0) show when: a removal, not a misspelt
+    # --max-num-scheduled-tokens, with the curated replacement.
     newest = release_index().versions[-1]
+    gate = release_index().flags["--num-scheduler-steps"]
     findings = run(config(newest, opt("--num-scheduler-steps", "8")))
     finding = only(findings, "VG002")
-    assert f"removed before vLLM {release_index().versions[0]}" in finding.message
-    assert "pull/22138" in finding.message
+    assert f"removed in vLLM {gate.gone_at}" in finding.message
+    assert "multi-step" in finding.message
     assert finding.fix is not None and finding.fix.applicability == "safe"
     assert "VG001" not in codes(findings)
     assert not any("max-num-scheduled-tokens" in f.message for f in findings)
@@ -132,9 +134,19 @@ def test_vg012_deprecated_env_var_on_0_29_0() -> None:
 
 
 def test_vg020_unknown_connector_suggests_the_registered_name() -> None:
-    findings = run(config("0.32.0", ktc(kv_connector="LMCacheConnector", kv_role="kv_both")))
+    findings = run(config("0.32.0", ktc(kv_connector="LMCacheConectorV1", kv_role="kv_both")))
     finding = only(findings, "VG020")
     assert "`LMCacheConnectorV1`" in finding.message
+
+
+def test_vg021_the_v0_lmcache_connector_is_removed_with_its_v1_replacement() -> None:
+    # v0.10.0's factory registers LMCacheConnector (V0) next to LMCacheConnectorV1; v0.10.1
+    # only the V1 one.
+    gate = release_index().connectors["LMCacheConnector"]
+    findings = run(config("0.32.0", ktc(kv_connector="LMCacheConnector", kv_role="kv_both")))
+    finding = only(findings, "VG021")
+    assert f"removed in vLLM {gate.gone_at}" in finding.message
+    assert "LMCacheConnectorV1" in finding.message
 
 
 def test_vg020_connector_from_a_later_release() -> None:
@@ -316,7 +328,7 @@ def test_vg020_unknown_connector_on_an_unknown_image_is_info_but_a_typo_stays_an
     assert only(run(_on_image(config("0.32.0", custom), image)), "VG020").severity.value == "info"
     # Without an image the release's own factory decides: still an error.
     assert only(run(config("0.32.0", custom)), "VG020").severity.value == "error"
-    typo = ktc(kv_connector="LMCacheConnector", kv_role="kv_both")
+    typo = ktc(kv_connector="LMCacheConectorV1", kv_role="kv_both")
     finding = only(run(_on_image(config("0.32.0", typo), image)), "VG020")
     assert finding.severity.value == "error" and "LMCacheConnectorV1" in finding.message
 

@@ -32,7 +32,7 @@ DOCUMENT = re.compile(r"(?<![\w/.-])([\w.-]+/)*[\w.-]+\.(?:md|txt)\b")
 SHIPPED_DATA = [*sorted((REPO_ROOT / "rules").rglob("*.toml")),
                 *sorted((REPO_ROOT / "recipes").glob("*.yaml")),
                 REPO_ROOT / "recipes" / "README.md", REPO_ROOT / "README.md",
-                REPO_ROOT / "docs" / "rules.md"]
+                *sorted((REPO_ROOT / "docs").glob("*.md"))]
 
 
 def problems(text: str, where: str) -> Iterator[str]:

@@ -348,3 +348,103 @@ def test_generator_rejects_a_bad_version_with_exit_2() -> None:
     assert proc.returncode == 2
     assert "not a release version: 'banana'" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+# Releases before `vllm serve` (0.4.x): the api_server builds its parser in
+# make_arg_parser() with argparse itself, and EngineArgs.add_cli_args registers each flag
+# by hand with the dataclass field as its default. Shapes of
+# https://github.com/vllm-project/vllm/blob/v0.4.0/vllm/entrypoints/openai/cli_args.py and
+# https://github.com/vllm-project/vllm/blob/v0.4.0/vllm/engine/arg_utils.py
+OLD_SOURCES = {
+    "vllm/__init__.py": "",
+    "vllm/entrypoints/openai/cli_args.py": """
+        import argparse
+        import json
+
+        from vllm.engine.arg_utils import AsyncEngineArgs
+
+        def make_arg_parser():
+            parser = argparse.ArgumentParser(description="OpenAI-compatible server.")
+            parser.add_argument("--host", type=str, default=None, help="host name")
+            parser.add_argument("--port", type=int, default=8000, help="port number")
+            parser.add_argument("--allowed-origins", type=json.loads, default=["*"])
+            parser = AsyncEngineArgs.add_cli_args(parser)
+            return parser
+    """,
+    "vllm/entrypoints/openai/api_server.py": """
+        from vllm.entrypoints.openai.cli_args import make_arg_parser
+
+        def parse_args():
+            parser = make_arg_parser()
+            return parser.parse_args()
+    """,
+    "vllm/engine/arg_utils.py": """
+        import argparse
+        from dataclasses import dataclass
+        from typing import Optional
+
+        @dataclass
+        class EngineArgs:
+            model: str
+            tokenizer_mode: str = 'auto'
+            swap_space: int = 4
+            kv_cache_dtype: str = 'auto'
+
+            @staticmethod
+            def add_cli_args(parser):
+                parser.add_argument('--model', type=str, default='facebook/opt-125m')
+                parser.add_argument('--tokenizer-mode', type=str,
+                                    default=EngineArgs.tokenizer_mode,
+                                    choices=['auto', 'slow'])
+                parser.add_argument('--swap-space', type=int, default=EngineArgs.swap_space)
+                parser.add_argument('--kv-cache-dtype', type=str,
+                                    choices=['auto', 'fp8_e5m2'],
+                                    default=EngineArgs.kv_cache_dtype)
+                parser.add_argument('--tensor-parallel-size', '-tp', type=int, default=1)
+                return parser
+
+        @dataclass
+        class AsyncEngineArgs(EngineArgs):
+            engine_use_ray: bool = False
+
+            @staticmethod
+            def add_cli_args(parser):
+                parser = EngineArgs.add_cli_args(parser)
+                parser.add_argument('--engine-use-ray', action='store_true')
+                parser.add_argument('--disable-log-requests', action='store_true')
+                return parser
+    """,
+}
+
+
+def test_a_release_before_vllm_serve_is_read_from_the_api_servers_parser(
+    tmp_path: Path,
+) -> None:
+    wheel = tmp_path / "vllm-0.4.0-cp311-cp311-manylinux1_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for member, text in OLD_SOURCES.items():
+            zf.writestr(member, textwrap.dedent(text))
+    facts = build_release("0.4.0", wheel, "0" * 64)
+    flags = {f.name: f for f in facts.flags}
+    assert list(flags) == [
+        "--host", "--port", "--allowed-origins", "--model", "--tokenizer-mode",
+        "--swap-space", "--kv-cache-dtype", "--tensor-parallel-size", "--engine-use-ray",
+        "--disable-log-requests",
+    ]  # fmt: skip
+    assert flags["--swap-space"].default == 4  # the dataclass field behind the default
+    assert flags["--tokenizer-mode"].choices == ("auto", "slow")
+    assert flags["--tensor-parallel-size"].aliases == ("-tp",)
+    assert flags["--engine-use-ray"].value == "none"
+    assert facts.wheel.distribution == "vllm" and facts.connectors == ()
+    assert any("make_arg_parser" in note for note in facts.notes)
+
+
+def test_a_wheel_with_neither_parser_entry_point_is_an_error(tmp_path: Path) -> None:
+    wheel = tmp_path / "vllm-0.1.0-cp311-cp311-manylinux1_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("vllm/__init__.py", "")
+        zf.writestr(
+            "vllm/engine/arg_utils.py", textwrap.dedent(OLD_SOURCES["vllm/engine/arg_utils.py"])
+        )
+    with pytest.raises(RuntimeError, match="make_arg_parser"):
+        build_release("0.1.0", wheel, "0" * 64)

@@ -128,18 +128,30 @@ def test_not_a_version_is_an_error(bad: str) -> None:
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("old", ["0.9.2", "0.10.1"])
+# vLLM releases older than the oldest table (0.4.0): 0.3.3 and 0.2.7 are on PyPI.
+@pytest.mark.parametrize("old", ["0.3.3", "0.2.7"])
 def test_older_than_oldest_uses_the_oldest_table_with_a_warning(old: str) -> None:
     oldest = available_versions()[0]
+    assert Version(old) < Version(oldest)
     target = resolve_target(old, None)
     assert target.version == oldest and target.source == "flag"
     assert target.warning is not None and "older than the oldest release table" in target.warning
+    # Only what holds at every release is checked against a stand-in table.
+    assert target.exact is False
 
 
 def test_an_old_image_tag_is_named_in_the_warning() -> None:
-    target = resolve_target(None, "vllm/vllm-openai:v0.9.2")
+    target = resolve_target(None, "vllm/vllm-openai:v0.3.3")
     assert target.version == available_versions()[0]
-    assert target.warning is not None and "vllm/vllm-openai:v0.9.2" in target.warning
+    assert target.warning is not None and "vllm/vllm-openai:v0.3.3" in target.warning
+    assert target.origin == "image tag vllm/vllm-openai:v0.3.3"
+
+
+def test_a_tabled_release_is_exact_and_says_where_it_was_read() -> None:
+    newest = available_versions()[-1]
+    target = resolve_target(None, f"vllm/vllm-openai:v{newest}")
+    assert (target.version, target.source, target.exact) == (newest, "image", True)
+    assert target.origin == f"image tag vllm/vllm-openai:v{newest}"
 
 
 @pytest.mark.parametrize("text", ["{not json", '{"flags": 5}', "[]"])

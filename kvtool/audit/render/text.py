@@ -85,6 +85,10 @@ def invocation_notes(report: AuditReport) -> list[str]:
     ]
 
 
+# Where each release was read, spelled out up to this many distinct (release, origin) pairs.
+_ORIGINS_SHOWN = 3
+
+
 def _fixable(report: AuditReport) -> dict[str, int]:
     """Findings ``--fix`` can edit away, by applicability (as ruff counts them): a token
     edit in an input kind that is rewritten in place."""
@@ -101,8 +105,12 @@ def _fixable(report: AuditReport) -> dict[str, int]:
 
 def summary(report: AuditReport) -> str:
     """One line: targets, counts per severity, suppressed count."""
-    targets = sorted({(i.target.vllm_version, i.target.source) for i in report.invocations})
-    where = ", ".join(f"vLLM {version} ({source})" for version, source in targets) or "nothing"
+    targets = sorted(
+        {(i.target.vllm_version, i.target.origin or i.target.source) for i in report.invocations}
+    )
+    if len(targets) > _ORIGINS_SHOWN:  # a tree of many files: the kinds of source only
+        targets = sorted({(i.target.vllm_version, i.target.source) for i in report.invocations})
+    where = ", ".join(f"vLLM {version} ({origin})" for version, origin in targets) or "nothing"
     counts = report.counts()
     parts = [f"{counts[s.value]} {_NOUNS[s][counts[s.value] != 1]}" for s in reversed(Severity)]
     readers = Counter(i.kind for i in report.invocations)
@@ -122,13 +130,18 @@ def summary(report: AuditReport) -> str:
         if fixable["unsafe"]:
             text += f" ({fixable['unsafe']} more with --fix --unsafe-fixes)"
     never_read = sum(1 for s in report.skipped if s.never_read)
-    passed_over = len(report.skipped) - len(report.unreadable) - never_read
+    passed_over = len(report.skipped) - len(report.unreadable) - never_read - len(report.unrendered)
     if passed_over:
         text += f"; {passed_over} file(s) skipped: no vLLM server (--verbose names them)"
     if never_read:
         text += (
             f"; {never_read} file(s) of kinds kvtool never reads (documentation, media, "
             "archives; --verbose names them)"
+        )
+    if report.unrendered:
+        text += (
+            f"; {len(report.unrendered)} chart template(s) not rendered: not audited "
+            "(--verbose says why)"
         )
     if report.unreadable:
         text += f"; {len(report.unreadable)} file(s) could not be read"

@@ -53,7 +53,7 @@ class UnknownConnector(ConfigRule):
 
     Example
     -------
-    `{"kv_connector": "LMCacheConnector"}` (registered name: `LMCacheConnectorV1`);
+    `{"kv_connector": "LMCacheConectorV1"}` (registered name: `LMCacheConnectorV1`);
     `HiSparseConnector` before 0.30.0.
 
     Fix
