@@ -509,8 +509,10 @@ def scenario_host_hit_loads_while_batch_is_full(model_dir: Path) -> dict[str, An
     taken, instead of first waiting for a slot."""
     if not scheduler_has_option("max_num_inflight_kv_loads"):
         raise NotOnThisRelease("SchedulerConfig has no max_num_inflight_kv_loads (vLLM < 0.34)")
-    sim = Sim(model_dir, extra={"kvtool.policy": "eager"}, num_blocks=48, max_seqs=2,
-              scheduler_options={"max_num_inflight_kv_loads": 2})
+    # Asynchronous loads are opt-in (kvtool.load_async defaults to false: a synchronous
+    # load keeps the request's place); this scenario is about the asynchronous path.
+    sim = Sim(model_dir, extra={"kvtool.policy": "eager", "kvtool.load_async": True},
+              num_blocks=48, max_seqs=2, scheduler_options={"max_num_inflight_kv_loads": 2})
     doc = tokens(7, 64)
     sim.add("a", [*doc, 3])
     sim.run()
