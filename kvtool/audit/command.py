@@ -265,7 +265,7 @@ def audit(
     from kvtool.audit.tables import ShippedTables
     from kvtool.output.kinds import emit
     from kvtool.output.streams import Output
-    from kvtool.termsafe import terminal_line, terminal_patch
+    from kvtool.termsafe import terminal_line
 
     out = Output(output_file=output_file, quiet=quiet, color=color)
 
@@ -353,7 +353,7 @@ def audit(
             f"kvtool: warning: {terminal_line(warning)}", markup=False, emoji=False, soft_wrap=True
         )
     if fix or diff:
-        from kvtool.audit.fix_plan import apply_fixes
+        from kvtool.audit.fix_plan import apply_fixes, show_fixes
 
         applicable = ("safe", "unsafe") if unsafe_fixes else ("safe",)
         run = apply_fixes(
@@ -364,17 +364,7 @@ def audit(
             argv=argv,
             stdin_name=stdin_filename,
         )
-        if diff:
-            sys.stdout.write(terminal_patch(run.diff))
-        elif run.diff:  # --fix: stdout keeps only the report, a machine format may follow
-            out.chatter.print(
-                terminal_patch(run.diff), markup=False, highlight=False, soft_wrap=True, end=""
-            )
-        out.chatter.print(terminal_line(run.summary), markup=False, soft_wrap=True)
-        for failure in run.failures:
-            out.warnings.print(
-                f"kvtool: error: {terminal_line(failure)}", markup=False, soft_wrap=True
-            )
+        show_fixes(out, diff=run.diff, summary=run.summary, failures=run.failures, preview=diff)
         if fix:
             report = without_fixed(report, run.fixed_codes)
         if run.failures:

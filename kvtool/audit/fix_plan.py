@@ -16,9 +16,11 @@ the write.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kvtool.audit.edits import (
     FixOutcome,
@@ -31,7 +33,10 @@ from kvtool.audit.engine import AuditReport
 from kvtool.audit.model import REWRITABLE, Finding, Fix, InputKind, Invocation
 from kvtool.errors import KvtoolError
 from kvtool.fsio import atomic_write, decode_text, read_input_bytes, reader_text
-from kvtool.termsafe import terminal_line
+from kvtool.termsafe import terminal_line, terminal_patch
+
+if TYPE_CHECKING:
+    from kvtool.output.streams import Output
 
 FixedKey = tuple[str, str | None, int | None]
 
@@ -250,3 +255,20 @@ def _fix_file(
     plan.edit(file, change)
     _record(run, chosen, outcomes[0])
     run.applied_by_file[file] = run.applied_by_file.get(file, 0) + outcomes[0].applied
+
+
+def show_fixes(
+    out: Output, *, diff: str, summary: str, failures: Sequence[str], preview: bool
+) -> None:
+    """What ``--diff`` (``preview``: the patch on stdout) or ``--fix`` (the patch written,
+    as chatter on stderr, so stdout keeps only the report) did, its summary, and one error
+    line per file that could not be written; the same for ``audit`` and ``upgrade``."""
+    if preview:
+        sys.stdout.write(terminal_patch(diff))
+    elif diff:
+        out.chatter.print(
+            terminal_patch(diff), markup=False, highlight=False, soft_wrap=True, end=""
+        )
+    out.chatter.print(terminal_line(summary), markup=False, soft_wrap=True)
+    for failure in failures:
+        out.warnings.print(f"kvtool: error: {terminal_line(failure)}", markup=False, soft_wrap=True)

@@ -5,7 +5,6 @@ invocation has an error at the target, whether the upgrade brought it or it was 
 before (after ``--fix`` too, while any is left), 2 bad input or usage.
 """
 
-import sys
 from enum import Enum
 from pathlib import Path
 from typing import Annotated
@@ -79,12 +78,13 @@ def upgrade(
     color: ColorOption = ColorMode.auto,
 ) -> None:
     """What changes for each serve invocation, release by release, on the way to --to."""
+    from kvtool.audit.fix_plan import show_fixes
     from kvtool.audit.inputs import read_argv, read_inputs
     from kvtool.audit.positionals import split_positionals
     from kvtool.audit.settings import load_settings
     from kvtool.output.kinds import emit
     from kvtool.output.streams import Output
-    from kvtool.termsafe import terminal_line, terminal_patch
+    from kvtool.termsafe import terminal_line
     from kvtool.upgrade.apply import apply_upgrade_fixes
     from kvtool.upgrade.plan import Planner
     from kvtool.upgrade.render import UPGRADE
@@ -106,17 +106,7 @@ def upgrade(
     broken = report.breaks
     if fix or diff:
         run = apply_upgrade_fixes(invocations, report, write=fix, argv=argv)
-        if diff:
-            sys.stdout.write(terminal_patch(run.diff))
-        elif run.diff:
-            out.chatter.print(
-                terminal_patch(run.diff), markup=False, highlight=False, soft_wrap=True, end=""
-            )
-        out.chatter.print(terminal_line(run.summary), markup=False, soft_wrap=True)
-        for failure in run.failures:
-            out.warnings.print(
-                f"kvtool: error: {terminal_line(failure)}", markup=False, soft_wrap=True
-            )
+        show_fixes(out, diff=run.diff, summary=run.summary, failures=run.failures, preview=diff)
         if run.failures:
             raise typer.Exit(2)
         if fix:

@@ -79,6 +79,7 @@ from prefix_repetition import (  # noqa: E402
     EngineProcess,
     bootstrap_median_interval,
     engine_env,
+    serve_protocol,
     stop_all,
     williams_orders,
 )
@@ -371,24 +372,8 @@ def serve_engine(model: Path, config: str) -> NoReturn:
     Commands: ``{"submit": {"seed": n, "requests": [trace line, ...]}}``, ``{"steps": n}``,
     ``{"finish": true}``. ``config`` is ``<configuration>[:quick]``.
     """
-    protocol = os.fdopen(os.dup(sys.stdout.fileno()), "w")
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # vLLM prints to stdout
     name, _, mode = config.partition(":")
-    engine = Engine(model, name, quick=mode == "quick")
-    protocol.write("ready\n")
-    protocol.flush()
-    for line in sys.stdin:
-        command = json.loads(line)
-        answer: dict[str, Any] = {}
-        if "submit" in command:
-            engine.submit(command["submit"])
-        elif "steps" in command:
-            answer = engine.steps(int(command["steps"]))
-        else:
-            answer = engine.finish()
-        protocol.write(json.dumps(answer) + "\n")
-        protocol.flush()
-    os._exit(0)  # nothing left to save: skip vLLM's exit handlers
+    serve_protocol(lambda: Engine(model, name, quick=mode == "quick"))
 
 
 # --------------------------------------------------------------------------- method

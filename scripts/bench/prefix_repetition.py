@@ -60,7 +60,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -247,15 +247,21 @@ def serve_engine(model: Path, config: str) -> NoReturn:
 
     Commands: ``{"submit": [prompt, ...]}``, ``{"steps": n}``, ``{"finish": true}``.
     """
+    serve_protocol(lambda: Engine(model, None if config in (BASELINE, CONTROL) else config))
+
+
+def serve_protocol(make_engine: Callable[[], Any]) -> NoReturn:
+    """Run the engine-process side of the protocol over ``make_engine()`` (anything with
+    ``submit``, ``steps`` and ``finish``): ``ready``, then one JSON answer per command."""
     # vLLM and its libraries print to stdout; the protocol keeps the real one.
     protocol = os.fdopen(os.dup(sys.stdout.fileno()), "w")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    engine = Engine(model, None if config in (BASELINE, CONTROL) else config)
+    engine = make_engine()
     protocol.write("ready\n")
     protocol.flush()
     for line in sys.stdin:
         command = json.loads(line)
-        answer: dict[str, float] = {}
+        answer: dict[str, Any] = {}
         if "submit" in command:
             engine.submit(command["submit"])
         elif "steps" in command:
