@@ -12,11 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from packaging.version import Version
 
 from kvtool.launch.recipe import Recipe
+
+if TYPE_CHECKING:
+    from kvtool.bugdb import BugRecord
 from kvtool.launch.template import PLACEHOLDER as _PLACEHOLDER
 from kvtool.releases.model import ReleaseFacts
 
@@ -148,31 +151,46 @@ def recipe_connectors(recipe: Recipe) -> set[str]:
     return names
 
 
-def known_bugs_of(recipe: Recipe, version: str) -> list[str]:
-    """Known vLLM bugs (``rules/bugs/``, range proven from the wheels) that break serving or
-    outputs for every model this recipe's connectors serve at ``version``: those whose
-    trigger is the connectors alone. kvtool's own audit reports each as an error, so such a
-    release does not support the recipe."""
-    from kvtool.bugdb import proof_of, records
+def breaks_every_model(bug: BugRecord) -> bool:
+    """A vLLM bug, proven from the wheels, that breaks serving or outputs whenever its
+    connectors are in use: its trigger names connectors and nothing else, and it needs
+    no run-time condition."""
+    from kvtool.bugdb import proof_of
 
+    trigger = bug.trigger
+    connectors_only = trigger == type(trigger)(
+        connectors=trigger.connectors, all_connectors=trigger.all_connectors
+    )
+    return (
+        bug.component == "vllm"
+        and bug.impact.severity.value == "error"
+        and connectors_only
+        and bool(trigger.connectors or trigger.all_connectors)
+        and bug.only_when is None
+        and proof_of(bug) is not None
+    )
+
+
+def uses_connectors_of(recipe: Recipe, bug: BugRecord) -> bool:
+    """The recipe's engines load the connectors ``bug``'s trigger names."""
     used = recipe_connectors(recipe)
-    found = []
-    for bug in records():
-        trigger = bug.trigger
-        connectors_only = trigger == type(trigger)(
-            connectors=trigger.connectors, all_connectors=trigger.all_connectors
-        )
-        if bug.component != "vllm" or bug.impact.severity.value != "error":
-            continue
-        if not connectors_only or not (trigger.connectors or trigger.all_connectors):
-            continue
-        if trigger.connectors and not used & set(trigger.connectors):
-            continue
-        if not set(trigger.all_connectors) <= used:
-            continue
-        if bug.only_when is None and bug.affects(version) and proof_of(bug) is not None:
-            found.append(f"known bug {bug.id} ({bug.upstream}) {bug.impact.words} here")
-    return found
+    trigger = bug.trigger
+    if trigger.connectors and not used & set(trigger.connectors):
+        return False
+    return set(trigger.all_connectors) <= used
+
+
+def known_bugs_of(recipe: Recipe, version: str) -> list[str]:
+    """Known bugs (``rules/bugs/``) that break this recipe at ``version`` whatever model it
+    serves (:func:`breaks_every_model`). kvtool's own audit reports each as an error, so
+    such a release does not support the recipe."""
+    from kvtool.bugdb import records
+
+    return [
+        f"known bug {bug.id} ({bug.upstream}) {bug.impact.words} here"
+        for bug in records()
+        if bug.affects(version) and breaks_every_model(bug) and uses_connectors_of(recipe, bug)
+    ]
 
 
 def unmet(recipe: Recipe, facts: ReleaseFacts, *, secure_only: bool = True) -> list[str]:
