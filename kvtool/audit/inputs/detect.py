@@ -14,7 +14,7 @@ from functools import cache
 SHELL_SUFFIXES = (".sh", ".bash", ".zsh", ".env", ".cmd", ".sbatch", ".slurm", ".pbs")
 YAML_SUFFIXES = (".yaml", ".yml")
 KUSTOMIZATION_NAMES = ("kustomization.yaml", "kustomization.yml")
-VLLM_COMMAND = re.compile(r"\bvllm\s+serve\b|vllm\.entrypoints\.openai\.api_server")
+VLLM_COMMAND = re.compile(r"\bvllm\s+serve\b|vllm\.entrypoints\.(?:openai\.)?api_server\b")
 
 _K8S_HEAD = re.compile(r"^apiVersion:\s*\S", re.MULTILINE)
 _K8S_KIND = re.compile(r"^kind:\s*([A-Za-z]+)", re.MULTILINE)
@@ -200,12 +200,12 @@ def may_start_vllm(text: str) -> bool:
 # and as quoted list items ("vllm", "serve" / "-m", "vllm.entrypoints..."): what the
 # generic finder (.finder) looks for in any text.
 SERVER_LINE = re.compile(
-    r"\bvllm\s+serve\b|\bvllm\.entrypoints\.(?:openai\.api_server|cli\.main)\b"
+    r"\bvllm\s+serve\b|\bvllm\.entrypoints\.(?:openai\.api_server|api_server|cli\.main)\b"
     r"|\b(?:docker|podman|nerdctl)\s+run\b"
 )
 SERVER_LIST = re.compile(
     r"""(["'])(?:[^"'\n]*/)?vllm\1\s*,\s*(["'])serve\2"""
-    r"""|(["'])-m\3\s*,\s*(["'])vllm\.entrypoints\.(?:openai\.api_server|cli\.main)\4"""
+    r"""|(["'])-m\3\s*,\s*(["'])vllm\.entrypoints\.(?:openai\.api_server|api_server|cli\.main)\4"""
 )
 
 
