@@ -76,6 +76,10 @@ def is_python(text: str, name: str) -> bool:
     return name.endswith(".py") or (text.startswith("#!") and "python" in text[: text.find("\n")])
 
 
+def is_notebook(text: str, name: str) -> bool:
+    return name.endswith(".ipynb")
+
+
 def is_make(text: str, name: str) -> bool:
     return is_makefile_name(name) or is_justfile_name(name)
 

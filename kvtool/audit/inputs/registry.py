@@ -64,6 +64,16 @@ _DOCUMENTS = (*detect.YAML_SUFFIXES, ".json")
 # Tried in this order; the first whose detector accepts a file reads it.
 READERS: tuple[InputReader, ...] = (
     InputReader(
+        "notebook",
+        "Jupyter notebooks: code cells' `!` shell lines, %%bash cells and Python "
+        "(read as one program, in order), with %env; outputs are not read",
+        detect.is_notebook,
+        "notebook",
+        (".ipynb",),
+        detect.may_start_vllm,
+        exhaustive=True,
+    ),
+    InputReader(
         "python",
         'Python launchers: literal argv lists (`["vllm", "serve", ...]`, '
         "`python -m vllm.entrypoints...`) and command strings, with the env they set "
@@ -240,7 +250,7 @@ _SUFFIXES = tuple({suffix for reader in READERS for suffix in reader.suffixes})
 # lock files, logs and compiled code. Nothing there starts a server as a deployment does
 # (a README's `vllm serve` is an example to read, not a deployment to audit).
 NEVER_READ_SUFFIXES: dict[str, tuple[str, ...]] = {
-    "documentation": (".md", ".markdown", ".rst", ".adoc", ".html", ".htm", ".ipynb", ".tex"),
+    "documentation": (".md", ".markdown", ".rst", ".adoc", ".html", ".htm", ".tex"),
     "media": (".png", ".jpg", ".jpeg", ".gif", ".svg", ".ico", ".webp", ".pdf", ".mp4", ".wav"),
     "archive": (".gz", ".tgz", ".zip", ".tar", ".bz2", ".xz", ".zst", ".whl", ".jar", ".7z"),
     "model or data": (
