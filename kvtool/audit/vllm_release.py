@@ -68,11 +68,13 @@ _REQUIREMENT = re.compile(
 )
 # A package list's item that is only a vLLM pin: a quoted string (Modal's
 # `.pip_install("vllm==0.7.2", ...)`, `.uv_pip_install("vllm==0.15.0")`, Ray's
-# `runtime_env={"pip": ["vllm==0.8.5"]}`) or a YAML list item (`- vllm==0.6.3` under a
-# Truss `requirements:`): the package the program's image or environment installs.
+# `runtime_env={"pip": ["vllm==0.8.5"]}`, pyproject's `dependencies = ["vllm==0.8.4"]`),
+# a YAML list item (`- vllm==0.6.3` under a Truss `requirements:`) or a line that is only
+# the pin after a key (tox's `deps = vllm==0.6.3`, and its continuation lines): the
+# package the program's image or environment installs.
 _LISTED_PIN = re.compile(
-    r"""(?:(["'])|^[ \t]*-[ \t]+["']?)(""" + _PACKAGE + r"[ \t]*==[ \t]*" + _RELEASE + r""")"""
-    r"""(?:\1|["']?[ \t]*(?:#.*)?$)""",
+    r"""(?:(["'])|^[ \t]*(?:-[ \t]+|[\w.-]+[ \t]*[=:][ \t]*)?["']?)"""
+    r"(" + _PACKAGE + r"[ \t]*==[ \t]*" + _RELEASE + r""")(?:\1|["']?[ \t]*(?:[;#].*)?$)""",
     re.IGNORECASE | re.MULTILINE | re.ASCII,
 )
 # `opendatahub.io/runtime-version: 'v0.9.1.0'`, `vllm-version: "0.6.3"` (annotations, labels).
@@ -117,11 +119,21 @@ def claims_in_text(text: str, file: str) -> tuple[ReleaseClaim, ...]:
     lines = _Lines(text)
     found: list[tuple[int, ReleaseClaim]] = []
     if is_requirements_name(file):
+        lines_taken: set[int] = set()
         for match in _REQUIREMENT.finditer(text):
             version = match.group(1)
             at = lines.line_of(match.start())
+            lines_taken.add(at)
             origin = f"requirement vllm=={version} at {file}:{at}"
             found.append((match.start(), ReleaseClaim(version, "requirement", origin, file)))
+        for match in _LISTED_PIN.finditer(text):  # `dependencies = ["vllm==0.9.2", ...]`
+            at = text.count("\n", 0, match.start()) + 1
+            if at in lines_taken:
+                continue
+            version = match.group(3)
+            origin = f"requirement vllm=={version} at {file}:{at}"
+            found.append((match.start(), ReleaseClaim(version, "requirement", origin, file)))
+        found.sort(key=lambda item: item[0])
         return tuple(claim for _, claim in found)
     joined = text.replace("\\\n", "  ")  # same length: offsets still give the line
     installs: list[int] = []

@@ -328,3 +328,27 @@ def test_compose_build_args_replace_the_dockerfiles_arg_default(
     # A literal build arg over the Dockerfile's default.
     literal = _built_service(tmp_path / "literal", gone, old)
     assert not _removed_reported(_audit(kvtool_cli, str(literal)))
+
+
+# Clarifai's vLLM runner (clarifai runners model.py): `PYTHON_EXEC = sys.executable`,
+# then `[PYTHON_EXEC, '-m', 'vllm.entrypoints.openai.api_server', ...]`.
+def test_a_constant_bound_to_the_interpreter_heads_the_list(tmp_path: Path) -> None:
+    text = (
+        "import sys\n\nPYTHON_EXEC = sys.executable\n\n\ndef serve(checkpoints):\n"
+        "    cmds = [\n        PYTHON_EXEC,\n        '-m',\n"
+        "        'vllm.entrypoints.openai.api_server',\n        '--model',\n"
+        f"        checkpoints,\n        '{F}',\n    ]\n    return cmds\n"
+    )
+    assert removed_in_text(tmp_path, "model.py", text) == [("model.py", line_of(text, F))]
+
+
+def test_pins_in_inline_lists_and_key_lines() -> None:
+    version = _still_has(REMOVED)
+    project = f'[project]\nname = "svc"\ndependencies = ["vllm=={version}", "fastapi"]\n'
+    assert [(c.version, c.source) for c in claims_in_text(project, "pyproject.toml")] == [
+        (version, "requirement")
+    ]
+    # tox's `deps =` (https://tox.wiki/en/latest/config.html#deps), one line or continued
+    one_line, continued = f"deps = vllm=={version}\n", f"deps =\n    vllm=={version}\n"
+    for tox in (f"[testenv]\n{one_line}", f"[testenv]\n{continued}"):
+        assert [c.version for c in claims_in_text(tox, "tox.ini")] == [version], tox
