@@ -337,6 +337,26 @@ def _compose_builds(file: str) -> dict[str, ComposeBuild]:
 _INTERPOLATION = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}|\$(\w+)")
 
 
+def _compose_image(invocation: Invocation) -> tuple[str, str]:
+    """A compose service's image with compose's interpolation applied (``image:
+    vllm/vllm-openai:${VLLM_TAG:-v0.9.1}``, the ``.env`` beside the file first), and how
+    it was; the image as written when it has no variable or one whose value is unknown."""
+    image = invocation.image or ""
+    if invocation.kind != "compose" or invocation.file is None or "$" not in image:
+        return image, ""
+    base = os.path.dirname(invocation.file) or "."
+    dotenv = _dotenv(os.path.join(base, ".env"))
+    interpolated = _interpolate(image, dotenv)
+    if interpolated is None or interpolated == image:
+        return image, ""
+    names = [m.group(1) or m.group(3) for m in _INTERPOLATION.finditer(image)]
+    sources = ", ".join(
+        f"{name} from {os.path.join(base, '.env')}" if name in dotenv else f"{name} default"
+        for name in names
+    )
+    return interpolated, f"written {image.strip()}: {sources}"
+
+
 def _build_args(written: object, base: str) -> BuildArgs:
     """A ``build: args:`` mapping or ``NAME=value`` list, each value interpolated from the
     ``.env`` file beside the compose file (compose's default), else its ``:-`` default; an
@@ -429,9 +449,11 @@ def resolve(
     if invocation.image:
         from kvtool.releases.images import vllm_version_of_image
 
-        tagged = vllm_version_of_image(invocation.image)
+        image, interpolated = _compose_image(invocation)
+        tagged = vllm_version_of_image(image)
         if tagged is not None:
-            return ReleaseClaim(tagged, "image", f"image tag {invocation.image.strip()}")
+            how = f" ({interpolated})" if interpolated else ""
+            return ReleaseClaim(tagged, "image", f"image tag {image.strip()}{how}")
     annotated = [c for c in own if c.source == "annotation" and _names_tabled(c.version, tabled)]
     if annotated:
         return _agreed(annotated)

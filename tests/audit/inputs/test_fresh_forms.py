@@ -352,3 +352,26 @@ def test_pins_in_inline_lists_and_key_lines() -> None:
     one_line, continued = f"deps = vllm=={version}\n", f"deps =\n    vllm=={version}\n"
     for tox in (f"[testenv]\n{one_line}", f"[testenv]\n{continued}"):
         assert [c.version for c in claims_in_text(tox, "tox.ini")] == [version], tox
+
+
+# Compose interpolates the image too: `image: vllm/vllm-openai:${VLLM_TAG:-v0.9.1}` with
+# the tag from the `.env` beside the file, else the default written after `:-`.
+def test_a_compose_image_tag_written_as_a_variable(tmp_path: Path, kvtool_cli: Any) -> None:
+    old, gone = _still_has(REMOVED), str(release_index().flags[REMOVED].gone_at)
+    compose = tmp_path / "docker-compose.yml"
+    compose.write_text(
+        "services:\n  vllm:\n    image: vllm/vllm-openai:${VLLM_TAG:-v" + gone + "}\n"
+        f"    command: --model org/model-7b {F}\n",
+        encoding="utf-8",
+    )
+    defaulted = _audit(kvtool_cli, str(compose))
+    target = defaulted["invocations"][0]["target"]
+    assert (target["vllm_version"], target["source"]) == (gone, "image")
+    assert "VLLM_TAG default" in target["origin"] and _removed_reported(defaulted)
+    other = tmp_path / "dotenv"
+    other.mkdir()
+    (other / "docker-compose.yml").write_text(compose.read_text(), encoding="utf-8")
+    (other / ".env").write_text(f"VLLM_TAG=v{old}\n", encoding="utf-8")
+    from_env = _audit(kvtool_cli, str(other / "docker-compose.yml"))
+    assert from_env["invocations"][0]["target"]["vllm_version"] == old
+    assert not _removed_reported(from_env)
