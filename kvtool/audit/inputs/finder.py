@@ -269,12 +269,12 @@ def _launcher_word(word: str) -> bool:
 def _read_script(
     script: str, locate: Callable[[int, int], Location], context: ShellContext
 ) -> list[Invocation]:
-    """A command found by the finder, read as shell (``{{ field }}`` of a template as a
-    runtime value); split on blanks where it does not lex as shell. Text that only
-    mentions a start (a message, a description) is none."""
+    """A command found by the finder, read as shell (a template's ``{{ field }}``, and a
+    word that is one ``{field}``, as a runtime value); split on blanks where it does not
+    lex as shell. Text that only mentions a start (a message, a description) is none."""
     if not _starts_like_a_command(script):
         return []
-    if "{{" in script:
+    if "{" in script:
         script, fields = literals.template_fields_as_runtime(script)
         written = locate
 

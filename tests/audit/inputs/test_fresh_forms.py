@@ -375,3 +375,24 @@ def test_a_compose_image_tag_written_as_a_variable(tmp_path: Path, kvtool_cli: A
     from_env = _audit(kvtool_cli, str(other / "docker-compose.yml"))
     assert from_env["invocations"][0]["target"]["vllm_version"] == old
     assert not _removed_reported(from_env)
+
+
+# https://github.com/Tandemn-Labs/tandemn-tuna/blob/main/tuna/templates/baseten_config.yaml.tpl:
+# a Truss config.yaml template whose start_command is Python-formatted (`{max_model_len}`).
+def test_a_format_field_is_a_runtime_value_not_a_bad_value(tmp_path: Path) -> None:
+    text = (
+        "model_name: {service_name}\nbase_image:\n  image: vllm/vllm-openai:v{vllm_version}\n"
+        'docker_server:\n  start_command: >-\n    bash -c "truss-transfer-cli &&\n'
+        "    vllm serve {model}\n    --max-model-len {max_model_len}\n"
+        f'    --tensor-parallel-size {{tp_size}}\n    {F}"\n  server_port: 8000\n'
+    )
+    path = tmp_path / "baseten_config.yaml.tpl"
+    path.write_text(text, encoding="utf-8")
+    found = read_input_set([path])
+    assert [line for _, line in removed_at(found)] == [line_of(text, F)]
+    (invocation,) = found.invocations
+    words = [t.text for t in invocation.tokens]
+    assert words[:3] == ["${model}", "--max-model-len", "${max_model_len}"]
+    # a shell variable and a brace expansion are not format fields
+    script = f"vllm serve m --served-model-name {{a,b}} --port ${{PORT}} {F}\n"
+    assert removed_in_text(tmp_path, "notes.txt", script) == [("notes.txt", 1)]
