@@ -38,6 +38,7 @@ from typing import Literal
 import msgspec
 from packaging.version import InvalidVersion, Version
 
+from kvtool.audit.inputs import compose_env
 from kvtool.audit.model import Finding, Invocation
 from kvtool.releases.model import ReleaseIndex
 
@@ -332,11 +333,6 @@ def _compose_builds(file: str) -> dict[str, ComposeBuild]:
     return builds
 
 
-# Compose interpolation: `${NAME}`, `${NAME:-default}`, `${NAME-default}`, `$NAME`
-# (https://docs.docker.com/reference/compose-file/interpolation/).
-_INTERPOLATION = re.compile(r"\$\{(\w+)(?::?-([^}]*))?\}|\$(\w+)")
-
-
 def _compose_image(invocation: Invocation) -> tuple[str, str]:
     """A compose service's image with compose's interpolation applied (``image:
     vllm/vllm-openai:${VLLM_TAG:-v0.9.1}``, the ``.env`` beside the file first), and how
@@ -345,14 +341,13 @@ def _compose_image(invocation: Invocation) -> tuple[str, str]:
     if invocation.kind != "compose" or invocation.file is None or "$" not in image:
         return image, ""
     base = os.path.dirname(invocation.file) or "."
-    dotenv = _dotenv(os.path.join(base, ".env"))
-    interpolated = _interpolate(image, dotenv)
+    dotenv = compose_env.dotenv(base)
+    interpolated = compose_env.interpolate(image, dotenv)
     if interpolated is None or interpolated == image:
         return image, ""
-    names = [m.group(1) or m.group(3) for m in _INTERPOLATION.finditer(image)]
     sources = ", ".join(
         f"{name} from {os.path.join(base, '.env')}" if name in dotenv else f"{name} default"
-        for name in names
+        for name in compose_env.names_in(image)
     )
     return interpolated, f"written {image.strip()}: {sources}"
 
@@ -366,48 +361,14 @@ def _build_args(written: object, base: str) -> BuildArgs:
         pairs = [(str(k), v) for k, v in written.items()]
     elif isinstance(written, list):
         pairs = [tuple(str(item).split("=", 1)) for item in written if "=" in str(item)]  # type: ignore[misc]
-    dotenv = _dotenv(os.path.join(base, ".env"))
     known: list[tuple[str, str]] = []
     for name, value in pairs:
         if value is None or isinstance(value, (dict, list)):
             continue
-        interpolated = _interpolate(str(value), dotenv)
+        interpolated = compose_env.interpolate(str(value), compose_env.dotenv(base))
         if interpolated:
             known.append((name, interpolated))
     return tuple(known)
-
-
-def _interpolate(value: str, dotenv: dict[str, str]) -> str | None:
-    unknown = False
-
-    def substitute(match: re.Match[str]) -> str:
-        nonlocal unknown
-        name = match.group(1) or match.group(3)
-        if name in dotenv:
-            return dotenv[name]
-        if match.group(2) is not None:
-            return match.group(2)
-        unknown = True
-        return ""
-
-    result = _INTERPOLATION.sub(substitute, value)
-    return None if unknown else result
-
-
-@lru_cache(maxsize=64)
-def _dotenv(path: str) -> dict[str, str]:
-    """``NAME=value`` lines of a compose ``.env`` file (quotes stripped); {} when absent."""
-    try:
-        with open(path, "rb") as handle:
-            text = handle.read(_DOCKERFILE_BYTES).decode("utf-8", errors="replace")
-    except OSError:
-        return {}
-    values: dict[str, str] = {}
-    for line in text.splitlines():
-        name, equals, value = line.strip().removeprefix("export ").partition("=")
-        if equals and name.isidentifier():
-            values[name] = value.strip().strip("\"'")
-    return values
 
 
 def sibling_dockerfile(file: str | None) -> str | None:

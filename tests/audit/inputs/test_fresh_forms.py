@@ -396,3 +396,24 @@ def test_a_format_field_is_a_runtime_value_not_a_bad_value(tmp_path: Path) -> No
     # a shell variable and a brace expansion are not format fields
     script = f"vllm serve m --served-model-name {{a,b}} --port ${{PORT}} {F}\n"
     assert removed_in_text(tmp_path, "notes.txt", script) == [("notes.txt", 1)]
+
+
+# A compose command that takes its values from the project's `.env`
+# (`command: --model ${MODEL} --swap-space ${SWAP}`): compose substitutes them before the
+# container starts, so the flag's value is checked, at the line it is written.
+def test_compose_command_variables_from_the_project_env(tmp_path: Path) -> None:
+    text = (
+        "services:\n  vllm:\n    image: vllm/vllm-openai:latest\n"
+        "    command: --model ${MODEL} --max-model-len ${MAX_LEN:-4096}\n"
+        f"      {F} ${{KV_SCALES}}\n"
+    )
+    (tmp_path / ".env").write_text("MODEL=org/model-7b\nKV_SCALES=true\n", encoding="utf-8")
+    path = tmp_path / "docker-compose.yml"
+    path.write_text(text, encoding="utf-8")
+    found = read_input_set([path])
+    (invocation,) = found.invocations
+    assert [t.text for t in invocation.tokens] == [
+        "--model", "org/model-7b", "--max-model-len", "4096", F, "true"
+    ]  # fmt: skip
+    assert [line for _, line in removed_at(found)] == [line_of(text, F)]
+    assert any(".env: KV_SCALES, MODEL" in note for note in invocation.notes)
