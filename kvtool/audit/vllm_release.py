@@ -38,7 +38,6 @@ from typing import Literal
 import msgspec
 from packaging.version import InvalidVersion, Version
 
-from kvtool.audit.inputs import compose_env
 from kvtool.audit.model import Finding, Invocation
 from kvtool.releases.model import ReleaseIndex
 
@@ -340,6 +339,9 @@ def _compose_image(invocation: Invocation) -> tuple[str, str]:
     image = invocation.image or ""
     if invocation.kind != "compose" or invocation.file is None or "$" not in image:
         return image, ""
+    # imported here: kvtool.audit.inputs imports this module
+    from kvtool.audit.inputs import compose_env
+
     base = os.path.dirname(invocation.file) or "."
     dotenv = compose_env.dotenv(base)
     interpolated = compose_env.interpolate(image, dotenv)
@@ -356,6 +358,8 @@ def _build_args(written: object, base: str) -> BuildArgs:
     """A ``build: args:`` mapping or ``NAME=value`` list, each value interpolated from the
     ``.env`` file beside the compose file (compose's default), else its ``:-`` default; an
     arg whose value is unknown is left out (the Dockerfile's default stands)."""
+    from kvtool.audit.inputs import compose_env
+
     pairs: list[tuple[str, object]] = []
     if isinstance(written, dict):
         pairs = [(str(k), v) for k, v in written.items()]
