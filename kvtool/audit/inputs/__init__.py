@@ -337,11 +337,19 @@ def _read_template(item: _Pending, configmaps: ConfigMaps, result: InputSet) -> 
                 result.vllm_claims.extend(claims_in_text(text, name))
                 _read_one(_Pending(header + text, name, item.base_dir), configmaps, None, result)
             return
+    from kvtool.audit.inputs import template_ranges
+
     defaults = helm_render.default_values(Path(item.name))
-    fallback, values = helm_render.unrendered_text(item.text, defaults)
+    expanded, template_lines = template_ranges.expand(item.text, defaults)
+    fallback, values = helm_render.unrendered_text(expanded, defaults)
     found_before, skipped_before = len(result.invocations), len(result.skipped)
     _read_one(_Pending(fallback, item.name, item.base_dir), configmaps, None, result)
     del result.skipped[skipped_before:]  # this template's one line is the one below
+    if expanded != item.text:  # loops written out: lines back to the template's
+        for at in range(found_before, len(result.invocations)):
+            result.invocations[at] = template_ranges.with_template_lines(
+                result.invocations[at], template_lines
+            )
     unapplied = ", ".join(values) if values else "none"
     note = (
         "read from the chart template's text with the chart's default values, not rendered "

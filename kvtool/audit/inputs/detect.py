@@ -11,7 +11,7 @@ import re
 from functools import cache
 
 KUSTOMIZATION_NAMES = ("kustomization.yaml", "kustomization.yml")
-VLLM_COMMAND = re.compile(r"\bvllm\s+serve\b|vllm\.entrypoints\.openai\.api_server")
+VLLM_COMMAND = re.compile(r"\bvllm\s+serve\b|vllm\.entrypoints\.(?:openai\.)?api_server\b")
 # Go template actions as Helm charts write them; a `{{ var }}` inside a string value (a
 # chat template) is not one.
 _TEMPLATE_ACTION = re.compile(
@@ -68,12 +68,12 @@ def may_start_vllm(text: str) -> bool:
 # and as quoted list items ("vllm", "serve" / "-m", "vllm.entrypoints..."): what the
 # generic finder (.finder) looks for in any text.
 SERVER_LINE = re.compile(
-    r"\bvllm\s+serve\b|\bvllm\.entrypoints\.(?:openai\.api_server|cli\.main)\b"
+    r"\bvllm\s+serve\b|\bvllm\.entrypoints\.(?:openai\.api_server|api_server|cli\.main)\b"
     r"|\b(?:docker|podman|nerdctl)\s+run\b"
 )
 SERVER_LIST = re.compile(
     r"""(["'])(?:[^"'\n]*/)?vllm\1\s*,\s*(["'])serve\2"""
-    r"""|(["'])-m\3\s*,\s*(["'])vllm\.entrypoints\.(?:openai\.api_server|cli\.main)\4"""
+    r"""|(["'])-m\3\s*,\s*(["'])vllm\.entrypoints\.(?:openai\.api_server|api_server|cli\.main)\4"""
 )
 
 

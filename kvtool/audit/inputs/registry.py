@@ -122,6 +122,16 @@ _MAKE_NAMES = r"^(?:makefile|gnumakefile|justfile|\.justfile)$|\.(?:mk|just)$"
 # Tried in this order; the first whose claims accept a file reads it.
 READERS: tuple[InputReader, ...] = (
     InputReader(
+        "notebook",
+        "Jupyter notebooks: code cells' `!` shell lines, %%bash cells and Python "
+        "(read as one program, in order), with %env; outputs are not read",
+        (Claim(name=r"\.ipynb$"),),
+        "notebook",
+        (".ipynb",),
+        detect.may_start_vllm,
+        exhaustive=True,
+    ),
+    InputReader(
         "python",
         'Python launchers: literal argv lists (`["vllm", "serve", ...]`, '
         "`python -m vllm.entrypoints...`) and command strings, with the env they set "
@@ -331,7 +341,7 @@ _SUFFIXES = tuple({suffix for reader in READERS for suffix in reader.suffixes})
 # lock files, logs and compiled code. Nothing there starts a server as a deployment does
 # (a README's `vllm serve` is an example to read, not a deployment to audit).
 NEVER_READ_SUFFIXES: dict[str, tuple[str, ...]] = {
-    "documentation": (".md", ".markdown", ".rst", ".adoc", ".html", ".htm", ".ipynb", ".tex"),
+    "documentation": (".md", ".markdown", ".rst", ".adoc", ".html", ".htm", ".tex"),
     "media": (".png", ".jpg", ".jpeg", ".gif", ".svg", ".ico", ".webp", ".pdf", ".mp4", ".wav"),
     "archive": (".gz", ".tgz", ".zip", ".tar", ".bz2", ".xz", ".zst", ".whl", ".jar", ".7z"),
     "model or data": (
