@@ -139,6 +139,8 @@ class PodContainer(msgspec.Struct, frozen=True, kw_only=True):
     # Whether the container is given GPUs: a ``*/gpu`` resource above 0 or a visible-devices
     # env var; False when it states neither, None when a DRA claim may give it some.
     gpus: bool | None = None
+    # The ``ports[].containerPort`` values it declares: where it listens, by convention.
+    ports: tuple[int, ...] = ()
 
 
 class Invocation(msgspec.Struct, kw_only=True):
