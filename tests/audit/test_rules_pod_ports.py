@@ -1,0 +1,106 @@
+"""Listeners that share one pod's network namespace (CN060) and a routing sidecar that
+forwards to a port its engine does not serve (CN064).
+
+Manifest shapes follow llm-d decode pods: the routing sidecar as a native sidecar (an
+init container with ``restartPolicy: Always``) in front of the decode vLLM container, the
+sidecar on ``--port=8000`` forwarding to ``--vllm-port=8200`` and vLLM on ``--port 8200``
+(llm-d-incubation/llm-d-modelservice ``routingProxy`` template,
+https://github.com/llm-d-incubation/llm-d-modelservice/blob/main/charts/llm-d-modelservice/templates/_helpers.tpl).
+The sidecar's defaults (``-port`` 8000, ``-vllm-port`` 8001) are llm-d's
+(https://github.com/llm-d/llm-d-inference-scheduler/blob/10df70b25e8339f5dc31bb97483ed63773c49750/cmd/pd-sidecar/main.go);
+``vllm serve --port``'s default is read per release from the wheels
+(rules/audit/listen_ports.json), so the tests derive it instead of naming it.
+"""
+
+from __future__ import annotations
+
+import json
+
+from kvtool.audit.engine import Auditor
+from kvtool.audit.inputs import read_text
+from kvtool.audit.model import Finding
+from kvtool.audit.normalize import normalize
+from kvtool.audit.rules._constraints import api_server_port_at
+from kvtool.audit.settings import AuditSettings
+from kvtool.releases import release_index
+from tests.audit.test_engine import FixedTables
+
+NEWEST = release_index().versions[-1]
+SIDECAR_IMAGE = "ghcr.io/llm-d/llm-d-routing-sidecar:v0.3.0"
+
+
+def pod(sidecar: dict[str, object], engine_args: list[str]) -> str:
+    return f"""\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: decode}}
+spec:
+  template:
+    spec:
+      initContainers:
+        - {json.dumps(sidecar)}
+      containers:
+        - name: vllm
+          image: vllm/vllm-openai:v{NEWEST}
+          command: [vllm, serve, Qwen/Qwen3-0.6B]
+          args: {json.dumps(engine_args)}
+"""
+
+
+def sidecar(*args: str) -> dict[str, object]:
+    return {
+        "name": "routing-proxy",
+        "image": SIDECAR_IMAGE,
+        "args": list(args),
+        "restartPolicy": "Always",
+    }
+
+
+def findings(text: str, code: str) -> list[Finding]:
+    invocations = read_text(text, "decode.yaml")
+    auditor = Auditor(FixedTables(NEWEST), normalize, AuditSettings(vllm_version=NEWEST))
+    return [f for f in auditor.run(invocations).findings if f.code == code]
+
+
+def test_engine_left_on_its_default_port_collides_with_the_sidecar() -> None:
+    default = api_server_port_at(NEWEST)
+    assert default is not None
+    text = pod(sidecar(f"--port={default}", "--vllm-port=8200"), [])
+    [finding] = findings(text, "CN060")
+    assert f"port {default}" in finding.message and "routing-proxy" in finding.message
+    assert finding.severity.value == "error"
+    # The documented layout: the engine moved to the port the sidecar forwards to.
+    moved = pod(sidecar(f"--port={default}", "--vllm-port=8200"), ["--port", "8200"])
+    assert findings(moved, "CN060") == []
+
+
+def test_sidecar_defaults_collide_with_an_engine_on_its_listening_port() -> None:
+    # No --port on the sidecar: it listens on its default 8000 (llm-d's main.go).
+    assert findings(pod(sidecar("--vllm-port=8000"), ["--port", "8000"]), "CN060")
+    assert findings(pod(sidecar("--vllm-port=8200"), ["--port", "8200"]), "CN060") == []
+
+
+def test_a_declared_container_port_is_a_listener() -> None:
+    # A metrics exporter declaring `ports: [{containerPort: 9400}]` (Pod API: Container.ports,
+    # https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/pod-v1/#ports).
+    exporter = {"name": "metrics", "image": "exporter:1", "ports": [{"containerPort": 9400}]}
+    assert findings(pod(exporter, ["--port", "9400"]), "CN060")
+    assert findings(pod(exporter, ["--port", "8200"]), "CN060") == []
+
+
+def test_sidecar_forwarding_to_a_port_the_engine_does_not_serve() -> None:
+    [finding] = findings(pod(sidecar("--port=8000"), ["--port", "8200"]), "CN064")
+    assert "8001" in finding.message and "8200" in finding.message
+    assert finding.severity.value == "error"
+    assert findings(pod(sidecar("--port=8000", "--vllm-port=8200"), ["--port", "8200"]), "CN064") == []
+    # The engine on vllm serve's own default while the sidecar forwards there.
+    default = api_server_port_at(NEWEST)
+    matched = pod(sidecar("--port=9000", f"--vllm-port={default}"), [])
+    assert findings(matched, "CN064") == []
+    assert findings(pod(sidecar("--port=9000"), []), "CN064")
+
+
+def test_every_tabled_release_has_a_server_port_default() -> None:
+    # The generator read `--port` from every wheel (an argparse default up to 0.10, a
+    # dataclass field after): a release without one would quiet both rules there.
+    assert all(api_server_port_at(v) for v in release_index().versions)
