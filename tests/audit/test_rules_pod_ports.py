@@ -92,7 +92,8 @@ def test_sidecar_forwarding_to_a_port_the_engine_does_not_serve() -> None:
     [finding] = findings(pod(sidecar("--port=8000"), ["--port", "8200"]), "CN064")
     assert "8001" in finding.message and "8200" in finding.message
     assert finding.severity.value == "error"
-    assert findings(pod(sidecar("--port=8000", "--vllm-port=8200"), ["--port", "8200"]), "CN064") == []
+    paired = pod(sidecar("--port=8000", "--vllm-port=8200"), ["--port", "8200"])
+    assert findings(paired, "CN064") == []
     # The engine on vllm serve's own default while the sidecar forwards there.
     default = api_server_port_at(NEWEST)
     matched = pod(sidecar("--port=9000", f"--vllm-port={default}"), [])

@@ -91,6 +91,9 @@ class HostTier:
     in_dev_shm: bool
     native: bool = False  # the OffloadingConnector tier (vLLM checks /dev/shm before mapping)
     rounding: str = ""  # how ``gib`` exceeds the nominal size, when it does
+    nominal_gib: float | None = None  # the size as written, where rounding makes ``gib`` more
+    # Set per rank (a budget every TP x PP worker allocates again), not for the engine.
+    per_rank: bool = False
 
 
 def number_value(value: Any) -> float | None:
@@ -139,6 +142,7 @@ def _vllm_cpu_tier(ctx: RuleContext) -> HostTier | None:
     connector, total, what, flag, location = setting
     native = connector == NATIVE
     resident, rounding = total, ""
+    per_rank_setting = flag == PER_RANK_BYTES
     if native and premise(PINNED, ctx.version).holds:
         per_rank = total / ctx.world
         rounded = 2.0 ** math.ceil(math.log2(per_rank))
@@ -153,6 +157,8 @@ def _vllm_cpu_tier(ctx: RuleContext) -> HostTier | None:
         in_dev_shm=native and premise(SHM_REGION, ctx.version).holds,
         native=native,
         rounding=rounding,
+        nominal_gib=total if rounding else None,
+        per_rank=per_rank_setting,
     )
 
 
@@ -195,7 +201,7 @@ def _lmcache_tiers(ctx: RuleContext) -> list[HostTier]:
             tiers.append(
                 HostTier(
                     f"{cpu[1]}={per_rank:g} per rank x {ctx.world}", cpu[1],
-                    per_rank * ctx.world, cpu[2], in_dev_shm=False,
+                    per_rank * ctx.world, cpu[2], in_dev_shm=False, per_rank=True,
                 )
             )
     disk = lmcache_setting(ctx, "local_disk")
@@ -212,6 +218,7 @@ def _lmcache_tiers(ctx: RuleContext) -> list[HostTier]:
                 f"{disk[1]}={disk[0]} with {disk_size[1]}={disk_per_rank:g} per rank x "
                 f"{ctx.world}",
                 disk_size[1], disk_per_rank * ctx.world, disk_size[2], in_dev_shm=True,
+                per_rank=True,
             )
         )
     return tiers
