@@ -1,6 +1,6 @@
-"""CN050-CN051, CN064: the parts of a prefill/decode deployment must agree: the engines of a
+"""CN050-CN051, CN064-CN065: the parts of a prefill/decode deployment must agree: the engines of a
 pair defined in one input file, and a routing sidecar with the engine in its pod (the
-protocol it speaks, the port it forwards to)."""
+protocol it speaks, the port it forwards to), and NIXL engines that must be told apart."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from kvtool.audit.model import Finding, Fix, Location, PodContainer, Severity
 from kvtool.audit.references import Reference, vllm_source
 from kvtool.audit.registry import ConfigRule, register
 from kvtool.audit.rules._constraints import api_server_port_at
+from kvtool.audit.rules._premises import capped, premise
 
 PD_ROLES = ("kv_producer", "kv_consumer")
 _OPPOSITE = {"kv_producer": "kv_consumer", "kv_consumer": "kv_producer"}
@@ -333,3 +334,87 @@ class RoutingSidecarTargetPort(ConfigRule):
                 engine_port=engine_port,
             )
             return
+
+
+ENGINE_ID_PREMISE = "nixl.remote_agents_keyed_by_engine_id"
+
+
+def _explicit_engine_id(ctx: RuleContext) -> str | None:
+    if not any(n.startswith("Nixl") for n in ctx.connector_names):
+        return None
+    value = ctx.kv_transfer_config.get("engine_id")
+    return value if isinstance(value, str) and value else None
+
+
+@register
+class NixlEngineIdShared(ConfigRule):
+    """Reports NIXL engines of one deployment that are given the same `engine_id`.
+
+    What
+    ----
+    This engine loads NixlConnector with an explicit `engine_id` in
+    `--kv-transfer-config`, and another engine in the same input file (the other half of
+    a prefill/decode pair, another prefill) is given the same one.
+
+    Why
+    ---
+    A decode engine keeps one NIXL peer per remote `engine_id`, and hands shake only with
+    an id it has not registered yet. The second engine with that id is taken for the
+    first: the decode reads the second's block ids out of the first engine's memory
+    (wrong KV served without an error) or its transfers fail. vLLM gives every engine a
+    fresh UUID when `engine_id` is not set.
+
+    Example
+    -------
+    Two prefill Deployments in one file, both with
+    `{"kv_connector":"NixlConnector","kv_role":"kv_producer","engine_id":"prefill"}`.
+
+    Fix
+    ---
+    Drop `engine_id` from `--kv-transfer-config` (vLLM generates a unique one), or give
+    each engine its own.
+
+    Releases
+    --------
+    The premise `nixl.remote_agents_keyed_by_engine_id` (0.9.0 on, proven from the
+    wheels: `rules/audit/premises.json`).
+    """
+
+    code = "CN065"
+    name = "nixl-engine-id-shared"
+    default_severity = Severity.error
+    summary = "two NIXL engines of one deployment share an explicit engine_id"
+    fix_applicability = "display"
+    references = (
+        vllm_source(
+            "0.32.0",
+            "vllm/distributed/kv_transfer/kv_connector/v1/nixl/pull_worker.py",
+            "a handshake only for a remote engine_id not in _remote_agents",
+        ),
+        vllm_source(
+            "0.32.0", "vllm/config/kv_transfer.py", "engine_id defaults to a fresh uuid4"
+        ),
+    )
+    since = "0.3.0"
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        engine_id = _explicit_engine_id(ctx)
+        if engine_id is None:
+            return
+        verdict = premise(ENGINE_ID_PREMISE, ctx.version)
+        if not verdict.holds:
+            return
+        same = [s for s in ctx.siblings if _explicit_engine_id(s) == engine_id]
+        if not same:
+            return
+        labels = ", ".join(s.config.invocation.label for s in same)
+        yield self.finding(
+            f"`engine_id` `{engine_id}` is also given to {labels}: a decode engine takes "
+            "both for one NIXL peer and reads one engine's blocks from the other's memory "
+            "(wrong KV, no error) or fails the transfer." + verdict.note,
+            flag=KV_TRANSFER_CONFIG,
+            location=ctx.connector_location,
+            severity=capped(self.default_severity, verdict),
+            fix=Fix(applicability="display", description="remove engine_id (vLLM picks a UUID)"),
+            engine_id=engine_id,
+        )
