@@ -32,6 +32,15 @@ class NixlPipeline(msgspec.Struct, frozen=True):
     refusals: tuple[PpRefusal, ...]
 
 
+class ParallelRefusal(msgspec.Struct, frozen=True):
+    """A ``raise`` in a NIXL class under conditions naming context/data/expert parallelism."""
+
+    file: str
+    cls: str  # the class whose method raises it
+    conditions: tuple[str, ...]
+    message: str
+
+
 class ReleaseConstraints(msgspec.Struct, frozen=True):
     wheel: str
     sha256: str
@@ -42,6 +51,7 @@ class ReleaseConstraints(msgspec.Struct, frozen=True):
     kv_events_zmq_by_default: bool
     nixl_side_channel: str | None  # "per_tp_rank" or "per_dp_rank"
     nixl_pp: NixlPipeline
+    nixl_refusals: tuple[ParallelRefusal, ...]
 
 
 class _ConstraintsFile(msgspec.Struct, frozen=True):

@@ -10,8 +10,17 @@ from kvtool.audit.rules.connectors import (
     hma,
     kv_cache,
     offload_flags,
+    parallel_refusals,
     runtime,
     startup,
 )
 
-__all__ = ["hashseed", "hma", "kv_cache", "offload_flags", "runtime", "startup"]
+__all__ = [
+    "hashseed",
+    "hma",
+    "kv_cache",
+    "offload_flags",
+    "parallel_refusals",
+    "runtime",
+    "startup",
+]
