@@ -119,6 +119,8 @@ class ContainerResources(msgspec.Struct, frozen=True, kw_only=True):
     memory_request: Quantity | None = None
     mounts: tuple[VolumeMount, ...] = ()
     host_ipc: Location | None = None  # where ``hostIPC: true`` / ``ipc: host`` was written
+    # Where ``hostNetwork: true`` was written: the pod listens in the node's namespace.
+    host_network: Location | None = None
     shm_size: Quantity | None = None  # Docker/Compose ``shm_size``: the /dev/shm tmpfs size
 
     def mount_at(self, path: str) -> VolumeMount | None:

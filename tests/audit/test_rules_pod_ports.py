@@ -1,5 +1,6 @@
-"""Listeners that share one pod's network namespace (CN060) and a routing sidecar that
-forwards to a port its engine does not serve (CN064).
+"""Listeners that share one pod's network namespace (CN060), or a node's (CN067, pods with
+hostNetwork), and a routing sidecar that forwards to a port its engine does not serve
+(CN064).
 
 Manifest shapes follow llm-d decode pods: the routing sidecar as a native sidecar (an
 init container with ``restartPolicy: Always``) in front of the decode vLLM container, the
@@ -105,3 +106,46 @@ def test_every_tabled_release_has_a_server_port_default() -> None:
     # The generator read `--port` from every wheel (an argparse default up to 0.10, a
     # dataclass field after): a release without one would quiet both rules there.
     assert all(api_server_port_at(v) for v in release_index().versions)
+
+
+def engine_deployment(name: str, host_network: bool, *args: str) -> str:
+    # PodSpec.hostNetwork (Pod API "Hostname and Name resolution" / "Hosts namespaces":
+    # https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/pod-v1/).
+    nixl = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
+    return f"""\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {name}}}
+spec:
+  template:
+    spec:
+      hostNetwork: {str(host_network).lower()}
+      containers:
+        - name: vllm
+          image: vllm/vllm-openai:v{NEWEST}
+          command: [vllm, serve, m, --kv-transfer-config, '{nixl}', {", ".join(args)}]
+"""
+
+
+def test_two_host_network_engines_on_default_ports_may_collide() -> None:
+    both = engine_deployment("prefill", True) + "---\n" + engine_deployment("decode", True)
+    found = findings(both, "CN067")
+    assert len(found) == 2 and all(f.severity.value == "warning" for f in found)
+    assert "hostNetwork" in found[0].message
+    # One of them in its own network namespace: nothing shared.
+    mixed = engine_deployment("prefill", True) + "---\n" + engine_deployment("decode", False)
+    assert findings(mixed, "CN067") == []
+
+
+def test_host_network_engines_with_their_own_ports_are_quiet() -> None:
+    # Both the API port and the NIXL side channel moved for the decode engine.
+    env = "          env: [{name: VLLM_NIXL_SIDE_CHANNEL_PORT, value: '7600'}]\n"
+    decode = engine_deployment("decode", True, "--port", "8100").replace(
+        "        - name: vllm\n", "        - name: vllm\n" + env
+    )
+    both = engine_deployment("prefill", True) + "---\n" + decode
+    assert findings(both, "CN067") == []
+    # Only the API port moved: the side channels still meet.
+    moved = engine_deployment("decode", True, "--port", "8100")
+    half = engine_deployment("prefill", True) + "---\n" + moved
+    assert "side channel" in findings(half, "CN067")[0].message

@@ -104,7 +104,7 @@ def _engine_listeners(ctx: RuleContext, facts: ReleaseConstraints) -> Iterator[L
     if api_port is not None:
         how = f"`{API_PORT_FLAG} {api_port}`" if api is not None else f"default port {api_port}"
         yield Listener(
-            f"this engine's API server ({how})", (api_port,), API_PORT_FLAG,
+            f"the API server ({how})", (api_port,), API_PORT_FLAG,
             api.location if api is not None else None, engine=True,
         )
     names = set(ctx.connector_names)
@@ -441,3 +441,91 @@ class NixlSideChannelHostLoopback(ConfigRule):
                 description=f"set {NIXL_HOST_ENV} to the pod IP (fieldRef: status.podIP)",
             ),
         )
+
+
+def _host_network_location(ctx: RuleContext) -> Location | None:
+    resources = ctx.config.invocation.resources
+    return resources.host_network if resources is not None else None
+
+
+def _host_network(ctx: RuleContext) -> bool:
+    return _host_network_location(ctx) is not None
+
+
+@register
+class HostNetworkPortCollision(ConfigRule):
+    """Reports engines of one file, all on the node's network, that listen on one port.
+
+    What
+    ----
+    This engine's pod sets `hostNetwork: true`, and another engine in the same input file
+    does too, and one of this engine's listeners (its API server `--port`, the NIXL side
+    channel, Mooncake's bootstrap server, the p2p side channel, the KV events publisher,
+    with each release's defaults and per-rank offsets) is on a port one of the other's
+    is on.
+
+    Why
+    ---
+    With host networking every pod on a node shares the node's ports: when the scheduler
+    puts both engines on one node (a prefill and a decode on an 8-GPU node, two replicas),
+    the second one's bind fails (`Address already in use`) and it does not start. It
+    depends on placement, so a warning.
+
+    Example
+    -------
+    A prefill and a decode Deployment in one file, both `hostNetwork: true`, both
+    `vllm serve m --kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'`
+    with the default `--port` and `VLLM_NIXL_SIDE_CHANNEL_PORT`.
+
+    Fix
+    ---
+    Give each engine its own `--port` and `VLLM_NIXL_SIDE_CHANNEL_PORT` range (and the
+    other listeners' ports), or drop `hostNetwork`.
+
+    Releases
+    --------
+    Defaults as CN060 reads them from the wheels (`rules/audit/constraints.json`,
+    `rules/audit/listen_ports.json`).
+    """
+
+    code = "CN067"
+    name = "host-network-port-collision"
+    default_severity = Severity.warning
+    summary = "two hostNetwork engines of one file listen on the same port of their node"
+    fix_applicability = "display"
+    references = (
+        Reference(
+            "https://kubernetes.io/docs/concepts/security/pod-security-standards/",
+            "Kubernetes: hostNetwork shares the node's network namespace (and its ports)",
+        ),
+        vllm_source("0.32.0", "vllm/envs.py", "VLLM_NIXL_SIDE_CHANNEL_PORT's default"),
+    )
+    since = "0.3.0"
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        facts = constraints_at(ctx.version)
+        if facts is None or not _host_network(ctx):
+            return
+        mine = list(_engine_listeners(ctx, facts))
+        for other in ctx.siblings:
+            other_facts = constraints_at(other.version)
+            if other_facts is None or not _host_network(other):
+                continue
+            listeners = _engine_listeners(other, other_facts)
+            theirs = {port: owned for owned in listeners for port in owned.ports}
+            for listener in mine:
+                shared = sorted(set(listener.ports) & set(theirs))
+                if not shared:
+                    continue
+                yield self.finding(
+                    f"{listener.owner} here and {theirs[shared[0]].owner} of "
+                    f"{other.config.invocation.label} both bind port {shared[0]} with "
+                    "`hostNetwork: true`: on one node the second fails to start "
+                    "(`Address already in use`).",
+                    flag=listener.flag,
+                    location=listener.location or _host_network_location(ctx),
+                    fix=Fix(applicability="display", description="give each engine its own ports"),
+                    port=shared[0],
+                    other=other.config.invocation.label,
+                )
+                return
