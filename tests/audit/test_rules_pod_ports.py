@@ -16,6 +16,10 @@ The sidecar's defaults (``-port`` 8000, ``-vllm-port`` 8001) are llm-d's
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+
+import pytest
 
 from kvtool.audit.engine import Auditor
 from kvtool.audit.inputs import read_text
@@ -25,6 +29,8 @@ from kvtool.audit.rules._constraints import api_server_port_at
 from kvtool.audit.settings import AuditSettings
 from kvtool.releases import release_index
 from tests.audit.test_engine import FixedTables
+from tests.conftest import REPO_ROOT
+from tests.releases.wheelcache import pypi_reachable
 
 NEWEST = release_index().versions[-1]
 SIDECAR_IMAGE = "ghcr.io/llm-d/llm-d-routing-sidecar:v0.3.0"
@@ -149,3 +155,27 @@ def test_host_network_engines_with_their_own_ports_are_quiet() -> None:
     moved = engine_deployment("decode", True, "--port", "8100")
     half = engine_deployment("prefill", True) + "---\n" + moved
     assert "side channel" in findings(half, "CN067")[0].message
+
+
+@pytest.mark.network
+@pytest.mark.timeout(900)
+def test_listen_ports_match_the_wheels_at_the_oldest_and_newest_release() -> None:
+    """scripts/gen_listen_ports.py --check re-reads two releases' wheels (cached or fetched)."""
+    versions = release_index().versions
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO_ROOT / "scripts" / "gen_listen_ports.py"),
+            "--check",
+            "--versions",
+            versions[0],
+            versions[-1],
+        ],
+        capture_output=True,
+        text=True,
+        timeout=840,
+    )
+    if proc.returncode != 0 and "pip download" in proc.stderr and not pypi_reachable():
+        pytest.skip("a wheel is not cached and pypi.org:443 is unreachable")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "no drift" in proc.stderr
