@@ -11,6 +11,10 @@ server's argument definitions (``vllm/entrypoints/openai/cli_args.py`` up to 0.3
 default of ``--port`` (an ``add_argument("--port", default=...)`` call on early releases,
 the ``port: int = ...`` field of the frontend arguments' dataclass later).
 
+Per LMCache release (its own wheels), from ``lmcache/v1/config.py``'s option table:
+``internal_api_server_port_start``, the first port of LMCache's internal API servers (the
+scheduler's, then one per worker).
+
 The other listeners' defaults (the NIXL side channel, Mooncake's bootstrap server, the p2p
 tier, the KV events publisher) are read by ``scripts/gen_constraints.py`` from the same
 wheels; CN060 puts both tables together. Wheels come from ``releasegen.prover`` (its cache
@@ -70,6 +74,36 @@ def api_server_port(source: str) -> int | None:
     return None
 
 
+LMCACHE_CONFIG = "lmcache/v1/config.py"
+LMCACHE_PORT_OPTIONS = ("internal_api_server_port_start",)
+
+
+def lmcache_option_defaults(source: str) -> dict[str, int | None]:
+    """Each of ``LMCACHE_PORT_OPTIONS`` -> its ``"default"`` in the option table (a dict
+    literal ``"name": {"type": int, "default": 6999, ...}``), None where it is absent."""
+    found: dict[str, int | None] = dict.fromkeys(LMCACHE_PORT_OPTIONS)
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Dict):
+            continue
+        for key, value in zip(node.keys, node.values, strict=True):
+            named = isinstance(key, ast.Constant) and key.value in LMCACHE_PORT_OPTIONS
+            if not named or not isinstance(value, ast.Dict):
+                continue
+            for inner_key, inner in zip(value.keys, value.values, strict=True):
+                if isinstance(inner_key, ast.Constant) and inner_key.value == "default":
+                    found[str(key.value)] = _int(inner)  # type: ignore[union-attr]
+    return found
+
+
+def read_lmcache_release(prover: Prover, version: str) -> dict[str, Any]:
+    wheel = prover.wheel("lmcache", version)
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        source = archive.read(LMCACHE_CONFIG).decode() if LMCACHE_CONFIG in names else ""
+    defaults = lmcache_option_defaults(source) if source else dict.fromkeys(LMCACHE_PORT_OPTIONS)
+    return {"wheel": wheel.name, "sha256": prover.digest(wheel), **defaults}
+
+
 def read_release(prover: Prover, version: str) -> dict[str, Any]:
     wheel = prover.wheel("vllm", version)
     sha256 = prover.digest(wheel)
@@ -92,13 +126,23 @@ def derive(prover: Prover, versions: list[str] | None = None) -> str:
     """The file's text: every tabled release, or ``versions`` re-read into the committed
     file (so a check of two releases compares exactly what a full run would write)."""
     releases: dict[str, Any] = {}
+    lmcache: dict[str, Any] = {}
     if versions and OUTPUT.is_file():
-        releases = json.loads(OUTPUT.read_text())["releases"]
+        committed = json.loads(OUTPUT.read_text())
+        releases, lmcache = committed["releases"], committed["lmcache"]
     for version in versions or prover.releases("vllm"):
         print(f"reading vLLM {version}", file=sys.stderr)
         releases[version] = read_release(prover, version)
-    ordered = dict(sorted(releases.items(), key=lambda item: Version(item[0])))
-    data = {"generated_by": COMMAND, "releases": ordered}
+    lmcache_versions = prover.releases("lmcache")
+    # A check of a few releases re-reads LMCache's oldest and newest wheels.
+    for version in [lmcache_versions[0], lmcache_versions[-1]] if versions else lmcache_versions:
+        print(f"reading LMCache {version}", file=sys.stderr)
+        lmcache[version] = read_lmcache_release(prover, version)
+    data = {
+        "generated_by": COMMAND,
+        "releases": dict(sorted(releases.items(), key=lambda item: Version(item[0]))),
+        "lmcache": dict(sorted(lmcache.items(), key=lambda item: Version(item[0]))),
+    }
     return json.dumps(data, indent=1, ensure_ascii=False) + "\n"
 
 

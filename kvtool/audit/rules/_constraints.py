@@ -65,8 +65,15 @@ class ReleaseListenPorts(msgspec.Struct, frozen=True):
     read_from: tuple[str, ...]
 
 
+class LmcacheListenPorts(msgspec.Struct, frozen=True):
+    wheel: str
+    sha256: str
+    internal_api_server_port_start: int | None  # scheduler's port; worker i: + 1 + i
+
+
 class _ListenPortsFile(msgspec.Struct, frozen=True):
     releases: dict[str, ReleaseListenPorts]
+    lmcache: dict[str, LmcacheListenPorts]
 
 
 def _load(name: str, kind: type[_T]) -> _T:
@@ -84,8 +91,12 @@ def _all() -> dict[str, ReleaseConstraints]:
 
 
 @cache
+def _listen_ports_file() -> _ListenPortsFile:
+    return _load(LISTEN_PORTS_FILE, _ListenPortsFile)
+
+
 def _listen_ports() -> dict[str, ReleaseListenPorts]:
-    return _load(LISTEN_PORTS_FILE, _ListenPortsFile).releases
+    return _listen_ports_file().releases
 
 
 def constraints_at(version: str) -> ReleaseConstraints | None:
@@ -97,3 +108,14 @@ def api_server_port_at(version: str) -> int | None:
     """The default ``--port`` of ``vllm serve`` at ``version`` (None: not read)."""
     ports = _listen_ports().get(version)
     return ports.api_server_port if ports is not None else None
+
+
+def lmcache_api_port_start_at(version: str | None) -> int | None:
+    """The default first port of LMCache's internal API servers at LMCache ``version``;
+    with no version, the default every release that has one agrees on (else None)."""
+    table = _listen_ports_file().lmcache
+    if version is not None:
+        row = table.get(version)
+        return row.internal_api_server_port_start if row is not None else None
+    found = {r.internal_api_server_port_start for r in table.values()} - {None}
+    return found.pop() if len(found) == 1 else None

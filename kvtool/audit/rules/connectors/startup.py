@@ -22,6 +22,7 @@ from kvtool.audit.rules._constraints import (
     ReleaseConstraints,
     api_server_port_at,
     constraints_at,
+    lmcache_api_port_start_at,
 )
 from kvtool.audit.rules.disagg import (
     SIDECAR_LISTEN_DEFAULT,
@@ -30,12 +31,14 @@ from kvtool.audit.rules.disagg import (
     flag_value,
     is_routing_sidecar,
 )
+from kvtool.audit.rules.podmem import LMCACHE_IN_PROCESS, lmcache_setting
 
 KV_EVENTS_CONFIG = "--kv-events-config"
 NIXL_PORT_ENV = "VLLM_NIXL_SIDE_CHANNEL_PORT"
 MOONCAKE_PORT_ENV = "VLLM_MOONCAKE_BOOTSTRAP_PORT"
 P2P_PORT_ENV = "VLLM_P2P_SIDE_CHANNEL_PORT"
 API_PORT_FLAG = "--port"
+_TRUE = frozenset({"1", "true", "yes", "on"})
 # Connectors and tiers that bind a port from an environment variable's default.
 _PORT_OWNERS = {
     "VLLM_NIXL_SIDE_CHANNEL_PORT": "NixlConnector's side channel",
@@ -129,6 +132,9 @@ def _engine_listeners(ctx: RuleContext, facts: ReleaseConstraints) -> Iterator[L
         port = _env_port(ctx, P2P_PORT_ENV, facts)
         if port is not None:
             yield Listener(_PORT_OWNERS[P2P_PORT_ENV], (port,), P2P_PORT_ENV, where, True)
+    lmcache = _lmcache_api_servers(ctx)
+    if lmcache is not None:
+        yield lmcache
     events = _kv_events(ctx)
     publisher = events.get("publisher") or ("zmq" if facts.kv_events_zmq_by_default else "null")
     if events.get("enable_kv_cache_events") is True and publisher == "zmq":
@@ -140,6 +146,27 @@ def _engine_listeners(ctx: RuleContext, facts: ReleaseConstraints) -> Iterator[L
                     f"the KV events publisher's {key}", tuple(port + r for r in range(dp)),
                     KV_EVENTS_CONFIG, ctx.location_of(KV_EVENTS_CONFIG), True,
                 )
+
+
+def _lmcache_api_servers(ctx: RuleContext) -> Listener | None:
+    """In-process LMCache's internal API servers, when enabled: the scheduler's on the
+    start port and one per TP x PP worker after it (LMCache internal_api_server)."""
+    if LMCACHE_IN_PROCESS not in ctx.connector_names:
+        return None
+    enabled = lmcache_setting(ctx, "internal_api_server_enabled")
+    if enabled is None or str(enabled[0]).strip().lower() not in _TRUE:
+        return None
+    given = lmcache_setting(ctx, "internal_api_server_port_start")
+    start = (
+        _port(str(given[0])) if given is not None
+        else lmcache_api_port_start_at(ctx.lmcache_version)
+    )
+    if start is None:
+        return None
+    return Listener(
+        "LMCache's internal API servers", tuple(start + i for i in range(ctx.world + 1)),
+        (given or enabled)[1], (given or enabled)[2], True,
+    )
 
 
 def _runs_vllm_server(container: PodContainer) -> bool:
@@ -179,8 +206,9 @@ class DefaultPortCollision(ConfigRule):
     The engine's listeners - its API server (`--port`, or the release's default),
     NixlConnector's side channel (`VLLM_NIXL_SIDE_CHANNEL_PORT`, offset per DP rank and, on
     early releases, per TP rank), MooncakeConnector's bootstrap server, the p2p tier's side
-    channel and the ZMQ KV events publisher (`--kv-events-config` `endpoint`, offset per
-    DP rank) - and the pod's other containers (a routing sidecar's `-port`, another vLLM
+    channel, the ZMQ KV events publisher (`--kv-events-config` `endpoint`, offset per
+    DP rank), in-process LMCache's internal API servers (when enabled: the start port and
+    one per worker) - and the pod's other containers (a routing sidecar's `-port`, another vLLM
     server's `--port`, any container's explicit `--port` or declared `containerPort`, a
     metrics exporter's among them) share one network namespace, and two of them, one of
     them the engine's, land on the same port.
@@ -207,7 +235,8 @@ class DefaultPortCollision(ConfigRule):
     Defaults and offsets read from each release's wheel: `scripts/gen_constraints.py`
     (`rules/audit/constraints.json`: `env_ports`, `kv_events_endpoint`,
     `nixl_side_channel`) and `scripts/gen_listen_ports.py` (`rules/audit/listen_ports.json`:
-    the `--port` default). The routing sidecar's default port is llm-d's (pd-sidecar
+    the `--port` default per vLLM release, LMCache's internal API start port per LMCache
+    release). The routing sidecar's default port is llm-d's (pd-sidecar
     `main.go`). Not checked for a release that was not read.
     """
 
