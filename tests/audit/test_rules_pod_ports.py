@@ -179,3 +179,36 @@ def test_listen_ports_match_the_wheels_at_the_oldest_and_newest_release() -> Non
         pytest.skip("a wheel is not cached and pypi.org:443 is unreachable")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "no drift" in proc.stderr
+
+
+def prefill_with_host(host_env: str) -> str:
+    # llm-d's prefill pods set the side-channel host from the downward API
+    # (https://github.com/llm-d/llm-d/tree/main/guides/pd-disaggregation); here the
+    # variable as operators also write it, with a literal value.
+    nixl = '{"kv_connector":"NixlConnector","kv_role":"kv_producer"}'
+    return f"""\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: prefill}}
+spec:
+  template:
+    spec:
+      containers:
+        - name: vllm
+          image: vllm/vllm-openai:v{NEWEST}
+          command: [vllm, serve, m, --kv-transfer-config, '{nixl}']
+          env: [{host_env}]
+"""
+
+
+def test_an_explicit_wildcard_or_loopback_side_channel_host_is_advertised_too() -> None:
+    for host in ("0.0.0.0", "127.0.0.1"):
+        text = prefill_with_host(f'{{name: VLLM_NIXL_SIDE_CHANNEL_HOST, value: "{host}"}}')
+        [finding] = findings(text, "CN063")
+        assert f"VLLM_NIXL_SIDE_CHANNEL_HOST={host}" in finding.message
+    pod_ip = (
+        "{name: VLLM_NIXL_SIDE_CHANNEL_HOST, valueFrom: {fieldRef: {fieldPath: status.podIP}}}"
+    )
+    assert findings(prefill_with_host(pod_ip), "CN063") == []
+    routable = '{name: VLLM_NIXL_SIDE_CHANNEL_HOST, value: "prefill-0.prefill.svc"}'
+    assert findings(prefill_with_host(routable), "CN063") == []

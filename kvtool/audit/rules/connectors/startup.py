@@ -1,9 +1,10 @@
-"""CN060, CN061, CN063: start-up constraints of the connectors read from the wheels (ports
-that collide in one pod, NixlConnector with pipeline parallelism, a side-channel host nobody else
-can reach).
+"""CN060, CN061, CN063, CN067: start-up constraints of the connectors read from the wheels
+(listeners that collide in one pod or, with hostNetwork, on one node; NixlConnector with
+pipeline parallelism; a side-channel host nobody else can reach).
 
 The facts per release come from :mod:`kvtool.audit.rules._constraints`
-(``scripts/gen_constraints.py``); the rules only place this invocation's workers on them.
+(``scripts/gen_constraints.py``, ``scripts/gen_listen_ports.py``); the rules only place
+this invocation's workers on them.
 """
 
 from __future__ import annotations
@@ -388,6 +389,7 @@ class NixlPipelineParallel(ConfigRule):
 
 NIXL_HOST_ENV = "VLLM_NIXL_SIDE_CHANNEL_HOST"
 _LOOPBACK = ("localhost", "127.0.0.1", "::1")
+_WILDCARDS = ("0.0.0.0", "::", "*")
 # Inputs where the engine runs in a pod or a compose service, not on a host it shares.
 _POD_INPUTS = ("kubernetes", "kaito", "compose")
 # Roles whose kv_transfer_params another instance reads (kv_both: llm-d's P/D pods).
@@ -402,14 +404,17 @@ class NixlSideChannelHostLoopback(ConfigRule):
     ----
     A containerised engine (Kubernetes, KAITO or Compose input) loads NixlConnector with
     `kv_role` `kv_producer` or `kv_both`, and `VLLM_NIXL_SIDE_CHANNEL_HOST` is not set, so
-    it keeps the release's default, `localhost`.
+    it keeps the release's default, `localhost`, or is set to a loopback or wildcard
+    address (`127.0.0.1`, `0.0.0.0`, `::`).
 
     Why
     ---
     NixlConnector hands its side-channel host to the router in `kv_transfer_params`
     (`remote_host`), and the decode engine connects there for the NIXL handshake. From
-    another pod `localhost` is the decode pod itself: the handshake times out and every
-    request falls back to a full prefill, or fails. llm-d's pods set the variable to the
+    another pod `localhost` is the decode pod itself, and a wildcard such as `0.0.0.0`
+    (set as if it were only the listener's bind address: NixlConnector binds there too)
+    is no address to connect to: the handshake times out and every request falls back to
+    a full prefill, or fails. llm-d's pods set the variable to the
     pod's IP (`fieldRef: status.podIP`).
 
     Example
@@ -433,7 +438,7 @@ class NixlSideChannelHostLoopback(ConfigRule):
     code = "CN063"
     name = "nixl-side-channel-host-loopback"
     default_severity = Severity.warning
-    summary = "a NIXL prefill pod advertises localhost as its side-channel host"
+    summary = "a NIXL prefill pod advertises a loopback or wildcard side-channel host"
     fix_applicability = "display"
     references = (
         vllm_source("0.32.0", "vllm/envs.py", "VLLM_NIXL_SIDE_CHANNEL_HOST defaults to localhost"),
@@ -446,7 +451,7 @@ class NixlSideChannelHostLoopback(ConfigRule):
     since = "0.3.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
-        if ctx.config.invocation.kind not in _POD_INPUTS or ctx.env(NIXL_HOST_ENV) is not None:
+        if ctx.config.invocation.kind not in _POD_INPUTS:
             return
         if not any(n.startswith("Nixl") for n in ctx.connector_names):
             return
@@ -455,16 +460,28 @@ class NixlSideChannelHostLoopback(ConfigRule):
         facts = constraints_at(ctx.version)
         if facts is None or not facts.nixl_advertises_side_channel_host:
             return
-        default = facts.env_hosts.get(NIXL_HOST_ENV)
-        if default not in _LOOPBACK:
+        given = ctx.env(NIXL_HOST_ENV)
+        if given is not None and given.value is None:
+            return  # valueFrom (the downward API's pod IP) or another variable
+        host = given.value if given is not None else facts.env_hosts.get(NIXL_HOST_ENV)
+        if host is None or host.strip().strip("[]") not in (*_LOOPBACK, *_WILDCARDS):
             return
+        how = (
+            f"`{NIXL_HOST_ENV}={host}`"
+            if given is not None
+            else f"`{host}` (the default of `{NIXL_HOST_ENV}` in vLLM {ctx.version})"
+        )
+        what = (
+            "a wildcard is a bind address, not one a peer can connect to"
+            if host.strip().strip("[]") in _WILDCARDS
+            else "from another pod that is the decode pod itself"
+        )
         yield self.finding(
-            f"NixlConnector advertises its side channel as `{default}` (the default of "
-            f"`{NIXL_HOST_ENV}` in vLLM {ctx.version}): a decode engine in another pod "
-            "connects to itself and the NIXL handshake fails, unless the router rewrites "
-            "`remote_host`.",
+            f"NixlConnector binds its side channel on and advertises {how} as `remote_host`: "
+            f"{what}, so the decode engine's NIXL handshake fails, unless the router "
+            "rewrites `remote_host`.",
             flag=NIXL_HOST_ENV,
-            location=ctx.connector_location,
+            location=given.location if given is not None else ctx.connector_location,
             fix=Fix(
                 applicability="display",
                 description=f"set {NIXL_HOST_ENV} to the pod IP (fieldRef: status.podIP)",
