@@ -11,5 +11,6 @@ from kvtool.audit.rules.connectors import hashseed as hashseed
 from kvtool.audit.rules.connectors import hma as hma
 from kvtool.audit.rules.connectors import kv_cache as kv_cache
 from kvtool.audit.rules.connectors import offload_flags as offload_flags
+from kvtool.audit.rules.connectors import parallel_refusals as parallel_refusals
 from kvtool.audit.rules.connectors import runtime as runtime
 from kvtool.audit.rules.connectors import startup as startup
