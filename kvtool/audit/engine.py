@@ -236,6 +236,13 @@ class Auditor:
         self.component_pins = tuple(component_pins)
         self.installed: Mapping[str, str] = installed or {}
         self.component_from_cli = component_from_cli
+        unknown = sorted(set(settings.component_versions) - set(components()))
+        if unknown:
+            where = f"{settings.source}: " if settings.source else ""
+            raise KvtoolError(
+                f"{where}component-versions: unknown component {unknown[0]!r}"
+                f" (choose from {', '.join(components())})"
+            )
         self.tables = tables
         self.normalizer = normalizer
         self.settings = settings

@@ -162,3 +162,39 @@ def test_a_bad_component_version_is_one_line(kvtool_cli: Any, tmp_path: Path) ->
         result = kvtool_cli("audit", str(script), "--component-version", value)
         assert result.exit_code == 2 and words in result.stderr
         assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_an_inspect_image_report_gives_the_release(kvtool_cli: Any, tmp_path: Path) -> None:
+    """`kvtool audit --image-verdicts REPORT`: the NIXL build the probe found installed
+    (`nixl-cu12`, as the probe names distributions) decides the record."""
+    from kvtool.image.model import InspectionReport, ProbeReport, StepOutcome
+
+    old = _before(_fixed_nixl())
+    report = InspectionReport(
+        build_flag_step=StepOutcome(status="ran"),
+        runtime_step=StepOutcome(status="ran"),
+        probe=ProbeReport(python="3.12.3", imports={}, distributions={"nixl-cu12": old}),
+        verdicts=[],
+        exit_code=0,
+    )
+    verdicts = tmp_path / "image.json"
+    verdicts.write_text(report.model_dump_json())
+    script = tmp_path / "serve.sh"
+    script.write_text(f"#!/bin/sh\nvllm serve Qwen/Qwen3-8B --kv-transfer-config '{NIXL}'\n")
+    (finding,) = _audit(kvtool_cli, script, "--image-verdicts", str(verdicts))
+    assert f"nixl-cu12 {old} installed in the image" in finding["message"]
+
+
+def test_the_settings_file_names_releases_too(
+    kvtool_cli: Any, tmp_path: Path, monkeypatch: Any
+) -> None:
+    script = tmp_path / "serve.sh"
+    script.write_text(f"#!/bin/sh\nvllm serve Qwen/Qwen3-8B --kv-transfer-config '{NIXL}'\n")
+    monkeypatch.chdir(tmp_path)
+    settings = tmp_path / "kvtool.toml"
+    settings.write_text(f'component-versions = {{ nixl = "{_before(_fixed_nixl())}" }}\n')
+    (finding,) = _audit(kvtool_cli, script)
+    assert "kvtool.toml: component-versions" in finding["message"]
+    settings.write_text('component-versions = { flux = "1.0.0" }\n')
+    result = kvtool_cli("audit", str(script))
+    assert result.exit_code == 2 and "unknown component 'flux'" in result.stderr
