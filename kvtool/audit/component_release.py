@@ -17,7 +17,10 @@ way for each. In order:
    (``nvcr.io/nvidia/ai-dynamo/vllm-runtime:0.6.1``, or a named part of the tag,
    ``aibrix/vllm-openai:...-nixl-v0.4.1-...``);
 5. pins the rest of the input set agrees on (a ``requirements*.txt`` line, a
-   ``pip install`` in another file); pins that disagree leave the release unknown.
+   ``pip install`` in another file, the chart version of a component's Helm chart that
+   ``rules/curated/component_charts.toml`` cites, read from a ``Chart.yaml`` or a
+   ``helm install ... CHART --version X`` line); pins that disagree leave the release
+   unknown.
 
 Each answer names where it was read, so a finding can say what it rests on.
 """
@@ -38,6 +41,7 @@ from kvtool.releases.images import parse_image
 from kvtool.resources import read_table, rules_dir
 
 TAGS_FILE = "images/component_tags.toml"
+CHARTS_FILE = "curated/component_charts.toml"
 # Components this module resolves: vLLM and LMCache have their own resolvers.
 OWN_RESOLVER = frozenset({"vllm", "lmcache"})
 _RELEASE = r"v?(\d{1,9}\.\d{1,9}\.\d{1,9}(?:(?:\.post|rc|\.dev)\d{1,9})?)"
@@ -83,6 +87,18 @@ class ComponentTagRow(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
         return found.group("release").removeprefix("v") if found else None
 
 
+class ComponentChartRow(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A Helm chart whose version is a component's release."""
+
+    chart: Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9][a-z0-9-]*$")]
+    component: str
+    source: Annotated[str, msgspec.Meta(min_length=3)]
+
+    def __post_init__(self) -> None:
+        if self.component not in PACKAGE or self.component in OWN_RESOLVER:
+            raise ValueError(f"component {self.component!r}: not one this table resolves")
+
+
 def components() -> tuple[str, ...]:
     """The components this module resolves, in the database's order."""
     return tuple(name for name in PACKAGE if name not in OWN_RESOLVER)
@@ -96,6 +112,62 @@ def tag_rows() -> tuple[ComponentTagRow, ...]:
         return msgspec.convert(rows, type=tuple[ComponentTagRow, ...])
     except (msgspec.ValidationError, ValueError) as exc:
         raise KvtoolError(f"image table {path}: {exc}") from exc
+
+
+@cache
+def chart_rows() -> tuple[ComponentChartRow, ...]:
+    path = rules_dir() / CHARTS_FILE
+    try:
+        rows = read_table(path).get("rows", [])
+        return msgspec.convert(rows, type=tuple[ComponentChartRow, ...])
+    except (msgspec.ValidationError, ValueError) as exc:
+        raise KvtoolError(f"chart table {path}: {exc}") from exc
+
+
+@cache
+def _chart_patterns() -> tuple[tuple[str, str, re.Pattern[str], re.Pattern[str]], ...]:
+    """Per cited chart: (component, chart, its version in a Chart.yaml — the chart's own
+    ``name``/``version`` or a ``dependencies`` item —, a ``helm install`` line's)."""
+    out = []
+    for row in chart_rows():
+        name = re.escape(row.chart)
+        # `name: CHART` then, within the same mapping (lines indented at least as far, no
+        # new list item), `version: X`; the other key order too. `[ \t]` keeps a match
+        # on its lines.
+        item = (
+            r"(?:^|\n)(?P<indent>[ \t]*(?:-[ \t]+)?)name:[ \t]*[\"']?" + name + r"[\"']?[ \t]*"
+            r"(?:\n(?P=indent)?[ \t]*(?!-)(?!name:)[\w-]+:.*)*?"
+            r"\n[ \t]*version:[ \t]*[\"']?" + _RELEASE + r"[\"']?[ \t]*(?:#.*)?(?=\n|$)"
+        )
+        install = (
+            r"\bhelm[ \t]+(?:upgrade|install|template)\b[^\n;&|]*?(?:^|[ \t/])"
+            + name
+            + r"\b[^\n;&|]*?--version[= \t]+[\"']?"
+            + _RELEASE
+            + r"\b"
+        )
+        out.append(
+            (row.component, row.chart, re.compile(item, re.ASCII), re.compile(install, re.ASCII))
+        )
+    return tuple(out)
+
+
+def _chart_pins(text: str, file: str) -> list[tuple[int, str, str, str]]:
+    """(offset, component, release, how) of each cited chart's version in one file."""
+    found = []
+    chart_file = file.replace("\\", "/").rsplit("/", 1)[-1] in ("Chart.yaml", "Chart.yml")
+    for component, chart, item, install in _chart_patterns():
+        if chart not in text:
+            continue
+        if chart_file:
+            found += [
+                (m.start(), component, m.group(2), f"chart {chart}") for m in item.finditer(text)
+            ]
+        found += [
+            (m.start(), component, m.group(1), f"helm chart {chart} --version")
+            for m in install.finditer(text)
+        ]
+    return found
 
 
 @lru_cache(maxsize=1024)
@@ -136,10 +208,12 @@ def _pin_patterns() -> tuple[tuple[str, re.Pattern[str], re.Pattern[str]], ...]:
 
 
 def pins_in_text(text: str, file: str) -> tuple[ComponentRelease, ...]:
-    """Every literal pin of a component's distribution in one file, with its file and line."""
+    """Every literal pin of a component's distribution (or cited chart) in one file, with
+    its file and line."""
     lowered = text.lower()
     wanted = [row for row in _pin_patterns() if (PACKAGE[row[0]] or "").split("-")[0] in lowered]
-    if not wanted:
+    charts = _chart_pins(text, file)
+    if not wanted and not charts:
         return ()
     requirements = is_requirements_name(file)
     joined = text.replace("\\\n", "  ")  # same length: offsets still give the line
@@ -154,14 +228,18 @@ def pins_in_text(text: str, file: str) -> tuple[ComponentRelease, ...]:
             found += [
                 (at, component, v, "pip install") for at, v in _pip_pins(joined, after_install)
             ]
-    found.sort()
     out = []
-    for at, component, version, how in found:
+    for at, component, version, how in sorted(found):
         line = text.count("\n", 0, at) + 1
-        package = PACKAGE[component]
-        origin = f"{how} {package}=={version} at {file}:{line}"
-        out.append(ComponentRelease(component, version, origin, file))
-    return tuple(out)
+        origin = f"{how} {PACKAGE[component]}=={version} at {file}:{line}"
+        out.append((at, ComponentRelease(component, version, origin, file)))
+    for at, component, version, how in charts:
+        at += text[at] == "\n" if at < len(text) else 0  # a Chart.yaml match starts at its newline
+        line = text.count("\n", 0, at) + 1
+        out.append(
+            (at, ComponentRelease(component, version, f"{how} {version} at {file}:{line}", file))
+        )
+    return tuple(release for _, release in sorted(out, key=lambda pair: pair[0]))
 
 
 def _pip_pins(text: str, pin: re.Pattern[str]) -> Iterable[tuple[int, str]]:

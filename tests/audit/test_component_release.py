@@ -8,6 +8,9 @@ image tag carries its release (`nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.1.0rc1-c
 https://github.com/ai-dynamo/nixl/issues/1614); AIBrix's image tag names the NIXL it
 bundles (`aibrix/vllm-openai:v0.9.2-cu128-nixl-v0.4.1-lmcache-0.3.1.post1`,
 https://github.com/vllm-project/aibrix/blob/41821a1a6f95ad4eaf7bc56828b9120eb629692b/samples/disaggregation/vllm/1p1d.yaml).
+production-stack's chart is `vllm-stack` with its release as chart version
+(https://github.com/vllm-project/production-stack/blob/0149b191b99884ded6c37b1d13a8c7a6a4f678b6/helm/Chart.yaml),
+installed as `helm install vllm vllm/vllm-stack`.
 The NIXL facts are KB-NIXL-57201's (rules/bugs/nixl.toml), whose fixed release the test
 reads from the record rather than restating it.
 """
@@ -61,6 +64,51 @@ def test_requirements_lines_and_several_components() -> None:
 
 def test_a_name_that_only_starts_like_the_package_is_no_pin() -> None:
     assert pins_in_text("RUN pip install nixlbench==0.4.1\n", "Dockerfile") == ()
+
+
+CHART = (
+    "apiVersion: v2\nname: vllm-stack\ndescription: The stack\ntype: application\nversion: 0.1.9\n"
+)
+UMBRELLA = (
+    "apiVersion: v2\nname: platform\nversion: 1.0.0\ndependencies:\n"
+    "  - name: redis\n    version: 17.0.0\n"
+    "  - name: vllm-stack\n    repository: https://vllm-project.github.io/production-stack\n"
+    '    version: "0.1.7"\n'
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "file", "version", "line"),
+    [
+        (CHART, "helm/Chart.yaml", "0.1.9", 2),
+        (UMBRELLA, "Chart.yaml", "0.1.7", 7),
+        (
+            "helm upgrade --install vllm vllm/vllm-stack --version 0.1.8 -f v.yaml\n",
+            "up.sh",
+            "0.1.8",
+            1,
+        ),
+    ],
+)
+def test_a_cited_chart_version_names_the_release(
+    text: str, file: str, version: str, line: int
+) -> None:
+    (pin,) = pins_in_text(text, file)
+    assert (pin.component, pin.version) == ("production-stack", version)
+    assert pin.origin.endswith(f"{version} at {file}:{line}")
+
+
+@pytest.mark.parametrize(
+    ("text", "file"),
+    [
+        ("helm install vllm vllm/vllm-stack -f values.yaml\n", "up.sh"),  # no version
+        (UMBRELLA.replace('"0.1.7"', '">=0.1.0"'), "Chart.yaml"),  # a range, not a release
+        (CHART, "values.yaml"),  # the same keys outside a Chart.yaml
+        (UMBRELLA.replace("vllm-stack", "vllm-stack-extras"), "Chart.yaml"),
+    ],
+)
+def test_other_chart_text_names_no_release(text: str, file: str) -> None:
+    assert pins_in_text(text, file) == ()
 
 
 @pytest.mark.parametrize(
