@@ -124,50 +124,75 @@ def chart_rows() -> tuple[ComponentChartRow, ...]:
         raise KvtoolError(f"chart table {path}: {exc}") from exc
 
 
-@cache
-def _chart_patterns() -> tuple[tuple[str, str, re.Pattern[str], re.Pattern[str]], ...]:
-    """Per cited chart: (component, chart, its version in a Chart.yaml — the chart's own
-    ``name``/``version`` or a ``dependencies`` item —, a ``helm install`` line's)."""
-    out = []
-    for row in chart_rows():
-        name = re.escape(row.chart)
-        # `name: CHART` then, within the same mapping (lines indented at least as far, no
-        # new list item), `version: X`; the other key order too. `[ \t]` keeps a match
-        # on its lines.
-        item = (
-            r"(?:^|\n)(?P<indent>[ \t]*(?:-[ \t]+)?)name:[ \t]*[\"']?" + name + r"[\"']?[ \t]*"
-            r"(?:\n(?P=indent)?[ \t]*(?!-)(?!name:)[\w-]+:.*)*?"
-            r"\n[ \t]*version:[ \t]*[\"']?" + _RELEASE + r"[\"']?[ \t]*(?:#.*)?(?=\n|$)"
-        )
-        install = (
-            r"\bhelm[ \t]+(?:upgrade|install|template)\b[^\n;&|]*?(?:^|[ \t/])"
-            + name
-            + r"\b[^\n;&|]*?--version[= \t]+[\"']?"
-            + _RELEASE
-            + r"\b"
-        )
-        out.append(
-            (row.component, row.chart, re.compile(item, re.ASCII), re.compile(install, re.ASCII))
-        )
-    return tuple(out)
+# A Chart.yaml line `name: X` (top level, or the first key of a `- name: X` list item),
+# and a `version: X` line; group `key` is where the mapping's keys start.
+_CHART_NAME = re.compile(
+    r"^(?P<key>[ \t]*(?:-[ \t]+)?)name:[ \t]*[\"']?(?P<name>[\w.-]+)[\"']?[ \t]*(?:#.*)?$"
+)
+_CHART_VERSION = re.compile(
+    r"^(?P<key>[ \t]*)version:[ \t]*[\"']?" + _RELEASE + r"[\"']?[ \t]*(?:#.*)?$", re.ASCII
+)
+_HELM_INSTALL = re.compile(r"\bhelm[ \t]+(?:upgrade|install|template)\b")
+_VERSION_OPTION = re.compile(r"--version(?:=|[ \t]+)[\"']?" + _RELEASE + r"(?![\w.])", re.ASCII)
+
+
+def _chart_component(name: str) -> str | None:
+    return next((row.component for row in chart_rows() if row.chart == name), None)
+
+
+def _chart_yaml_pins(text: str) -> list[tuple[int, str, str, str]]:
+    """(offset, component, release, how) of each cited chart in a Chart.yaml: the chart
+    itself or a ``dependencies`` item, as ``name`` and ``version`` keys of one mapping.
+    One pass over the lines: a mapping ends at a line indented less than its keys, at
+    the next list item or at the next ``name`` key."""
+    found = []
+    current: tuple[str, int, str] | None = None  # (component, key column, chart)
+    offset = 0
+    for line in text.split("\n"):
+        named = _CHART_NAME.match(line)
+        if named is not None:
+            component = _chart_component(named["name"])
+            key = len(named["key"])
+            current = (component, key, named["name"]) if component is not None else None
+        elif current is not None and line.strip() and not line.lstrip().startswith("#"):
+            indent = len(line) - len(line.lstrip(" \t"))
+            versioned = _CHART_VERSION.match(line)
+            if versioned is not None and len(versioned["key"]) == current[1]:
+                found.append((offset, current[0], versioned.group(2), f"chart {current[2]}"))
+                current = None
+            elif indent < current[1] or line.lstrip().startswith("-"):
+                current = None
+        offset += len(line) + 1
+    return found
+
+
+def _helm_install_pins(text: str) -> list[tuple[int, str, str, str]]:
+    """(offset, component, release, how) of ``helm install ... CHART --version X``,
+    within one command (words up to a shell separator), as the shell runs it."""
+    found = []
+    for command in _COMMAND.finditer(text):
+        install = _HELM_INSTALL.search(text, command.start(), command.end())
+        if install is None:
+            continue
+        words = [w.rsplit("/", 1)[-1] for w in text[install.end() : command.end()].split()]
+        chart = next((w for w in words if _chart_component(w) is not None), None)
+        version = _VERSION_OPTION.search(text, install.end(), command.end())
+        if chart is not None and version is not None:
+            component = _chart_component(chart)
+            assert component is not None
+            found.append(
+                (install.start(), component, version.group(1), f"helm chart {chart} --version")
+            )
+    return found
 
 
 def _chart_pins(text: str, file: str) -> list[tuple[int, str, str, str]]:
     """(offset, component, release, how) of each cited chart's version in one file."""
-    found = []
+    if not any(row.chart in text for row in chart_rows()):
+        return []
     chart_file = file.replace("\\", "/").rsplit("/", 1)[-1] in ("Chart.yaml", "Chart.yml")
-    for component, chart, item, install in _chart_patterns():
-        if chart not in text:
-            continue
-        if chart_file:
-            found += [
-                (m.start(), component, m.group(2), f"chart {chart}") for m in item.finditer(text)
-            ]
-        found += [
-            (m.start(), component, m.group(1), f"helm chart {chart} --version")
-            for m in install.finditer(text)
-        ]
-    return found
+    joined = text.replace("\\\n", "  ")  # same length: offsets still give the line
+    return (_chart_yaml_pins(text) if chart_file else []) + _helm_install_pins(joined)
 
 
 @lru_cache(maxsize=1024)
@@ -228,18 +253,17 @@ def pins_in_text(text: str, file: str) -> tuple[ComponentRelease, ...]:
             found += [
                 (at, component, v, "pip install") for at, v in _pip_pins(joined, after_install)
             ]
-    out = []
-    for at, component, version, how in sorted(found):
-        line = text.count("\n", 0, at) + 1
-        origin = f"{how} {PACKAGE[component]}=={version} at {file}:{line}"
-        out.append((at, ComponentRelease(component, version, origin, file)))
-    for at, component, version, how in charts:
-        at += text[at] == "\n" if at < len(text) else 0  # a Chart.yaml match starts at its newline
-        line = text.count("\n", 0, at) + 1
-        out.append(
-            (at, ComponentRelease(component, version, f"{how} {version} at {file}:{line}", file))
-        )
-    return tuple(release for _, release in sorted(out, key=lambda pair: pair[0]))
+    pins = [
+        (at, component, version, f"{how} {PACKAGE[component]}=={version}")
+        for at, component, version, how in found
+    ]
+    pins += [(at, component, version, f"{how} {version}") for at, component, version, how in charts]
+    out, line, counted = [], 1, 0
+    for at, component, version, what in sorted(pins):
+        line += text.count("\n", counted, at)  # offsets ascend: each newline counted once
+        counted = at
+        out.append(ComponentRelease(component, version, f"{what} at {file}:{line}", file))
+    return tuple(out)
 
 
 def _pip_pins(text: str, pin: re.Pattern[str]) -> Iterable[tuple[int, str]]:

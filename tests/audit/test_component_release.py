@@ -80,8 +80,8 @@ UMBRELLA = (
 @pytest.mark.parametrize(
     ("text", "file", "version", "line"),
     [
-        (CHART, "helm/Chart.yaml", "0.1.9", 2),
-        (UMBRELLA, "Chart.yaml", "0.1.7", 7),
+        (CHART, "helm/Chart.yaml", "0.1.9", 5),
+        (UMBRELLA, "Chart.yaml", "0.1.7", 9),
         (
             "helm upgrade --install vllm vllm/vllm-stack --version 0.1.8 -f v.yaml\n",
             "up.sh",
