@@ -21,6 +21,8 @@ from pathlib import Path
 
 import msgspec
 
+from kvtool.audit.component_release import ComponentRelease
+from kvtool.audit.component_release import pins_in_text as component_pins_in_text
 from kvtool.audit.inputs.argv import read_argv
 from kvtool.audit.inputs.detect import is_template, may_find_server
 from kvtool.audit.inputs.discover import candidate_paths
@@ -81,6 +83,8 @@ class InputSet:
     lmcache_pins: list[LmcacheRelease] = field(default_factory=list)
     # vLLM releases the files state (pip pins, requirement pins, runtime annotations).
     vllm_claims: list[ReleaseClaim] = field(default_factory=list)
+    # Literal pins of the stack's other components (nixl==X, ai-dynamo==X, ...).
+    component_pins: list[ComponentRelease] = field(default_factory=list)
 
 
 @dataclass
@@ -143,6 +147,7 @@ def read_input_set(
     for item in pending:
         result.lmcache_pins.extend(pins_in_text(item.text, item.name))
         result.vllm_claims.extend(claims_in_text(item.text, item.name))
+        result.component_pins.extend(component_pins_in_text(item.text, item.name))
         _read_one(item, configmaps, input_format, result)
     _drop_configs_read_through_commands(result)
     _drop_values_read_through_templates(result)
