@@ -57,6 +57,11 @@ class ConnectorStats:
     ``dropped_hash_changed_at_release`` and the ``dropped_prefix_broken`` behind
     them. Only a deferring policy can lose a block this way (EAGER releases in the
     step that buffers it), so each is a block EAGER would have stored."""
+    rescued: int = 0
+    """Admitted blocks the engine recycled before the policy released them, stored
+    anyway by a copy ahead of the next loads and forward (``released_by_recycled``):
+    each is a block the policy deferred too long, at the price of a copy on the
+    forward's path instead of after it, and no hit lost."""
     skipped_duplicate: int = 0
     rejected_unhashed: int = 0
     skipped_outside_window: int = 0

@@ -34,8 +34,13 @@ Figures per workload, store and policy:
 - ``bytes_stored``: bytes the connector wrote to the host store by the time the
   last request finished (blocks still buffered then are on the GPU, not written);
 - ``lost_to_recycling``: buffered blocks vLLM recycled before they were released
-  (the connector's ``lost_to_recycling`` counter; eager never defers, so each
-  is a block eager would have stored);
+  and that could not be stored (the connector's ``lost_to_recycling`` counter;
+  eager never defers, so each is a block eager would have stored);
+- ``rescued``: buffered blocks vLLM recycled before the policy released them,
+  stored anyway by a copy ahead of the forward that overwrites them (the
+  connector's ``rescued``: the policy deferred them too long, no hit lost);
+- ``dropped``: admitted blocks not stored, by the connector's reason
+  (``dropped_<reason>``: ``evicted``, ``store_full``, ``prefix_broken``, ...);
 - ``preemptions``: vLLM's preemption counter;
 - ``ttft_hit_vs_recompute``: the requests with a host hit, their time to first
   token counted from the step that first scheduled them (an asynchronous load's
@@ -379,8 +384,11 @@ def serve_engine(model: Path, config: str) -> NoReturn:
 # --------------------------------------------------------------------------- method
 
 
-def configurations(quick: bool) -> list[str]:
-    stores = ["small"] if quick else list(STORE_BLOCKS)
+def configurations(quick: bool, stores: Sequence[str] | None = None) -> list[str]:
+    """No connector, then every policy on each store (``stores``; default: the small
+    one with ``--quick``, both otherwise)."""
+    if stores is None:
+        stores = ["small"] if quick else list(STORE_BLOCKS)
     policies = list(POLICY_EXTRA) + ([] if quick else [ASYNC_VARIANT])
     return [BASELINE] + [f"{policy}@{store}" for store in stores for policy in policies]
 
@@ -490,6 +498,10 @@ def figures(records: list[dict[str, Any]], config: str) -> dict[str, Any]:
         "gpu_hit_pct": 100.0 * gpu / prompt,
         "bytes_stored": connector.get("stored_bytes", 0) / trials,
         "lost_to_recycling": connector.get("lost_to_recycling", 0) / trials,
+        "rescued": connector.get("rescued", 0) / trials,
+        "dropped": {key.removeprefix("dropped_"): value / trials
+                    for key, value in sorted(connector.items())
+                    if key.startswith("dropped_") and value},
         "preemptions": preemptions / trials,
         "host_hit_requests": hit_requests / trials,
         "ttft_hit_vs_recompute": _ratio(hit_s, hit_base_s),
@@ -525,8 +537,8 @@ def print_table(summary: dict[str, dict[str, dict[str, dict[str, Any]]]], pool: 
           + " blocks; ratios against no connector (throughput: median of paired slices "
           "[95% interval])")
     header = (f"{'workload':<9}{'store':<6}{'policy':<22}{'host%':>7}{'gpu%':>7}{'bytes':>10}"
-              f"{'lost':>6}{'preempt':>8}{'hits':>6}{'TTFT':>7}{'steps':>7}{'queued':>7}{'tput':>7}"
-              f"{'interval':>14}{'equal':>7}")
+              f"{'lost':>6}{'rescued':>8}{'preempt':>8}{'hits':>6}{'TTFT':>7}{'steps':>7}"
+              f"{'queued':>7}{'tput':>7}{'interval':>14}{'equal':>7}  dropped")
     print(header)
     for workload, stores in summary.items():
         for store, policies in stores.items():
@@ -534,13 +546,15 @@ def print_table(summary: dict[str, dict[str, dict[str, dict[str, Any]]]], pool: 
                 interval = "-".join(num(x, ".3f") for x in f["throughput_ratio_ci"])
                 print(f"{workload:<9}{store:<6}{policy:<22}{f['host_hit_pct']:>7.2f}"
                       f"{f['gpu_hit_pct']:>7.2f}{f['bytes_stored']:>10.0f}"
-                      f"{f['lost_to_recycling']:>6.0f}{f['preemptions']:>8.1f}"
+                      f"{f['lost_to_recycling']:>6.0f}{f['rescued']:>8.0f}"
+                      f"{f['preemptions']:>8.1f}"
                       f"{f['host_hit_requests']:>6.1f}"
                       f"{num(f['ttft_hit_vs_recompute'], '.3f'):>7}"
                       f"{num(f['ttft_steps_hit_vs_recompute'], '.3f'):>7}"
                       f"{num(f['ttft_queued_steps_hit_vs_recompute'], '.3f'):>7}"
                       f"{num(f['throughput_ratio'], '.3f'):>7}"
-                      f"{interval:>14}{'yes' if f['outputs_equal'] else 'NO':>7}")
+                      f"{interval:>14}{'yes' if f['outputs_equal'] else 'NO':>7}  "
+                      + (" ".join(f"{k}={v:g}" for k, v in f["dropped"].items()) or "-"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -552,6 +566,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="also print one JSON object as the last line")
     parser.add_argument("--dump", type=Path, help="write traces and per-run counters here")
     parser.add_argument("--trials", type=int, help="trials (default 1 with --quick, else 2)")
+    parser.add_argument("--store", action="append", choices=list(STORE_BLOCKS),
+                        help="host store size to run (repeatable; default: small with "
+                             "--quick, both otherwise)")
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "kvtool" / "bench",
                         help="where the tiny model is built once and vLLM keeps its cache "
                              "(default %(default)s)")
@@ -565,7 +582,7 @@ def main(argv: list[str] | None = None) -> int:
 
     console = Console(stderr=True)
     trials = args.trials if args.trials is not None else (1 if args.quick else 2)
-    configs = configurations(args.quick)
+    configs = configurations(args.quick, args.store)
     model = build_tiny_model(args.cache / "tiny-model")
     os.environ.setdefault("VLLM_CACHE_ROOT", str(args.cache / "vllm-cache"))
     with tempfile.TemporaryDirectory(prefix="kvtool-pressure-") as tmp:

@@ -91,6 +91,17 @@ class VllmBlockPoolView:
 
     def __init__(self, pool: Any) -> None:
         self._pool = pool
+        self._hash_map = pool.cached_block_hash_to_block
+
+    def prefix_cache_was_reset(self) -> bool:
+        """Whether vLLM cleared every hash since the last call: its
+        ``BlockPool.reset_prefix_cache`` replaces the hash-to-block map, which
+        nothing else does (vllm/v1/core/block_pool.py at v0.32.0). O(1)."""
+        current = self._pool.cached_block_hash_to_block
+        if current is self._hash_map:
+            return False
+        self._hash_map = current
+        return True
 
     def block_hash(self, block_id: int) -> BlockHash | None:
         with_group: bytes | None = self._pool.blocks[block_id].block_hash
@@ -251,9 +262,16 @@ class KvtoolConnectorScheduler:
         local = pool.cached_prefix_blocks(hashes)
         return manager.lookup(hashes[local:local + 1]) > 0
 
+    def _notice_prefix_cache_reset(self) -> None:
+        """Before anything this pass allocated is checked: buffered blocks whose hash a
+        reset cleared are dropped, never taken for recycled ones (and rescued)."""
+        if self._pool_view is not None and self._pool_view.prefix_cache_was_reset():
+            self._manager().on_prefix_cache_reset()
+
     def update_state_after_alloc(
         self, request: Any, blocks: Any, num_external_tokens: int
     ) -> None:
+        self._notice_prefix_cache_reset()
         lookup = self._lookups.pop(request.request_id, None)
         if num_external_tokens <= 0 or lookup is None:
             return
@@ -271,6 +289,7 @@ class KvtoolConnectorScheduler:
 
     def build_connector_meta(self, scheduler_output: Any) -> KvtoolConnectorMetadata:
         manager = self._manager()
+        self._notice_prefix_cache_reset()
         for request_id in scheduler_output.preempted_req_ids or ():
             manager.on_request_preempted(request_id)
             tracked = self._tracked.get(request_id)
