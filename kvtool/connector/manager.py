@@ -36,7 +36,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-import math
 import time
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
@@ -103,12 +102,6 @@ class StepInput(NamedTuple):
     allocated_block_ids: Sequence[int] = ()
     """Block ids handed out this step (new requests' blocks and running requests'
     new blocks). A buffered block among them was possibly recycled."""
-    taken_blocks: int | None = None
-    """How many of them the pass took from the free queue's head (not prefix-cache
-    hits, which it only takes out of the queue); None: all of them."""
-    running_demand: int | None = None
-    """Most blocks the requests running now may need in the next pass
-    (:attr:`~kvtool.connector.policies.StepSignals.running_demand`); None: unknown."""
 
 
 class StepResult(NamedTuple):
@@ -154,17 +147,6 @@ class _InFlight:
     ok: bool = True
 
 
-def max_blocks_per_pass(max_batched_tokens: int, block_size: int, max_num_seqs: int) -> int:
-    """Most blocks one scheduling pass can allocate for computed tokens: the step's
-    token budget in blocks, plus one partly filled block for each request it schedules.
-
-    Host loads come on top (they use no token budget): the manager adds the
-    largest load it planned, and never assumes less than the most one pass
-    allocated so far (:meth:`LazyOffloadManager.pass_bound`).
-    """
-    return math.ceil(max_batched_tokens / block_size) + max_num_seqs
-
-
 class LazyOffloadManager:
     """Scheduler-side state of the reference connector (see module docstring).
 
@@ -194,7 +176,6 @@ class LazyOffloadManager:
         group_tokens_per_block: Sequence[int] = (16,),
         clock: Callable[[], float] = time.monotonic,
         policy: DrainPolicy | None = None,
-        max_step_blocks: int = 0,
         null_block_id: int | None = None,
     ) -> None:
         if world_size < 1:
@@ -205,16 +186,10 @@ class LazyOffloadManager:
         self.pool = pool
         self.store = store
         self.world_size = world_size
-        self.max_step_blocks = max_step_blocks
-        """Most blocks one scheduling pass can allocate for computed tokens (0 =
-        unknown); :meth:`pass_bound` adds what the manager saw."""
         self.null_block_id = null_block_id
         """The engine's placeholder block (vLLM's null block, id 0): a sliding-window
         group's block table holds it for blocks outside the window. It is neither
         stored (nothing there) nor a break in the request's chain, and never loaded into."""
-        self._largest_load = 0  # most blocks one scheduling pass planned to load
-        self._pass_load = 0  # blocks this pass planned to load so far
-        self._largest_pass = 0
         # Groups with 0 tokens per block (scratch groups) consume no blocks per token.
         self._tokens_per_block = [tpb for tpb in group_tokens_per_block if tpb > 0]
         self._clock = clock
@@ -326,25 +301,10 @@ class LazyOffloadManager:
 
     # ------------------------------------------------------------------ steps
 
-    def pass_bound(self) -> int:
-        """Most blocks the next scheduling pass may take from the free queue: the
-        token bound (``max_step_blocks``) plus the most one pass planned to load so
-        far (every admitted request's host hit), and never less than the most one
-        pass allocated so far. 0 while unknown. A pass that loads more than any
-        before it can still recycle a buffered block: ``lost_to_recycling`` counts it."""
-        static = self.max_step_blocks
-        if not static:
-            return self._largest_pass
-        return max(static + self._largest_load, self._largest_pass)
-
     def step(self, step: StepInput) -> StepResult:
         """One scheduler step: find recycled blocks, ask the policy, carry out its releases."""
         now = self._clock()
-        tokens, allocated, taken, running_demand = step
-        self._pass_load = 0  # the next pass's loads are planned after this step
-        taken = len(allocated) if taken is None else taken
-        if taken > self._largest_pass:
-            self._largest_pass = taken
+        tokens, allocated = step
         where = self._where
         if where:  # else nothing is buffered that could have been recycled
             for block_id in allocated:
@@ -364,8 +324,7 @@ class LazyOffloadManager:
         est_blocks = (-(-tokens // tpbs[0]) if len(tpbs) == 1  # ceil, one KV cache group
                       else sum(-(-tokens // tpb) for tpb in tpbs))
         signals = StepSignals(now, tokens, len(allocated), est_blocks, self._idle_steps,
-                              idle_seconds, self.pool.num_free, self.pass_bound(),
-                              running_demand)
+                              idle_seconds)
         releases = self.policy.decide(signals, self._view, self.pool)
         if releases and any(r.reason is ReleaseReason.IDLE for r in releases):
             self.stats.idle_drains += 1
@@ -478,10 +437,6 @@ class LazyOffloadManager:
         for block_id in block_ids:
             if block_id in where:  # recycled by this pass: rescued before the load lands
                 self._check_block(block_id)
-        # A pass admits several requests: their loads add up (the step resets it).
-        self._pass_load += len(block_ids)
-        if self._pass_load > self._largest_load:
-            self._largest_load = self._pass_load
         null = self.null_block_id
         if null is not None and null in block_ids:
             # Outside a sliding window: the engine reads nothing there, so nothing is copied.
@@ -777,13 +732,6 @@ class _View:
         for key, buffer in self._m._buffers.items():
             if buffer.blocks:
                 yield key
-
-    def running_newest_first(self) -> list[RequestKey]:
-        buffers = self._m._buffers
-        running = [key for key in self._m._live.values()
-                   if (buffer := buffers.get(key)) is not None and buffer.blocks]
-        running.sort(key=lambda key: buffers[key].order, reverse=True)
-        return running
 
     def iter_fronts_older_than(self, cutoff: float) -> Generator[RequestKey, None, None]:
         kept: list[tuple[float, int, int, RequestKey]] = []

@@ -358,21 +358,3 @@ def test_null_blocks_outside_a_sliding_window_are_skipped_not_a_broken_chain() -
     load = rig.manager.plan_load([0, 0, *new], [object(), object(), *hashes])
     assert load.block_ids == tuple(new), "a load never copies into the null block"
     assert stats.skipped_outside_window == 4
-
-
-def test_the_pass_bound_adds_up_the_loads_one_pass_plans() -> None:
-    # Host loads use no token budget: one pass that admits two requests with host hits
-    # takes both loads' blocks from the free queue on top of its token bound.
-    rig = Rig.with_config(EAGER, max_step_blocks=12)
-    blocks = rig.compute("a", ["a0", "a1", "a2", "a3"])
-    jobs = rig.step()
-    rig.complete(jobs)
-    hashes = [rig.pool.block_hash(b) for b in blocks]
-    assert rig.manager.pass_bound() == 12
-    for half in (hashes[:2], hashes[2:]):  # two requests' hits, planned in one pass
-        rig.complete([rig.manager.plan_load(rig.pool.allocate(2), half)])
-    rig.step()
-    assert rig.manager.pass_bound() == 12 + 4
-    rig.complete([rig.manager.plan_load(rig.pool.allocate(2), hashes[:2])])
-    rig.step()
-    assert rig.manager.pass_bound() == 12 + 4, "the most one pass loaded, not the last"

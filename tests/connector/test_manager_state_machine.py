@@ -43,9 +43,8 @@ class ManagerMachine(RuleBasedStateMachine):
         world_size=st.integers(1, 3),
         capacity=st.integers(2, 24),
         cap=st.integers(1, 8),
-        max_step=st.integers(0, 12),
     )
-    def start(self, policy: str, world_size: int, capacity: int, cap: int, max_step: int) -> None:
+    def start(self, policy: str, world_size: int, capacity: int, cap: int) -> None:
         extra = {
             "kvtool.policy": policy,
             "kvtool.fifo.threshold": 2,
@@ -55,8 +54,7 @@ class ManagerMachine(RuleBasedStateMachine):
             "kvtool.idle_drain_steps": 2,
         }
         self.rig = Rig.with_config(extra, num_blocks=24, capacity_blocks=capacity,
-                                   world_size=world_size,
-                                   max_step_blocks=max_step)
+                                   world_size=world_size)
         assert isinstance(self.rig.pool, InMemoryBlockPool)
         self.pool = self.rig.pool
         self.world_size = world_size

@@ -31,7 +31,6 @@ class ReleaseReason(str, Enum):
     EAGER = "eager"
     THRESHOLD = "threshold"
     EVICTION_WINDOW = "eviction_window"
-    PREEMPTION_RISK = "preemption_risk"
     DEADLINE = "deadline"
     IDLE = "idle"
     SHUTDOWN = "shutdown"
@@ -66,18 +65,6 @@ class StepSignals(NamedTuple):
     """Consecutive steps, this one included, that scheduled no token (0 on a token step)."""
     idle_seconds: float
     """Seconds since the last step that scheduled a token (0 on a token step)."""
-    num_free: int = 0
-    """Blocks in the engine's free queue now."""
-    pass_bound: int = 0
-    """Most blocks the next scheduling pass may take from the free queue's head before
-    the next decision (0 = unknown): its token budget in blocks, a partly filled block
-    per request, host loads (which use no token budget), and the most any pass took so
-    far. A block nearer the head than this may be recycled before the next step."""
-    running_demand: int | None = None
-    """Most blocks the running requests themselves may need in the next pass (one per
-    request, plus the token budget in blocks while one is still prefilling): vLLM
-    preempts only when those do not fit in the free queue (a waiting request that does
-    not fit just waits). None: unknown, ``pass_bound`` is used."""
 
 
 class PendingView(Protocol):
@@ -107,10 +94,6 @@ class PendingView(Protocol):
 
     def iter_requests(self) -> Iterator[RequestKey]:
         """Requests that buffer blocks, oldest admission first; lazy, O(1) per item."""
-
-    def running_newest_first(self) -> list[RequestKey]:
-        """Running (not finished, not preempted) requests that buffer blocks, newest
-        admission first. O(running requests): vLLM runs at most ``max_num_seqs``."""
 
     def iter_fronts_older_than(self, cutoff: float) -> Generator[RequestKey, None, None]:
         """Requests whose oldest buffered block was admitted at or before ``cutoff``,
