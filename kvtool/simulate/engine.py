@@ -53,7 +53,6 @@ from kvtool.connector.manager import (
     JobReport,
     LazyOffloadManager,
     StepInput,
-    max_blocks_per_pass,
 )
 from kvtool.connector.store import StoreIndex
 from kvtool.errors import KvtoolError
@@ -204,12 +203,8 @@ class Simulation:
             self.config, self.pool, self.store,
             group_tokens_per_block=(settings.block_size,),
             clock=lambda: self.step_index * settings.step_seconds,
-            max_step_blocks=max_blocks_per_pass(
-                settings.max_batched_tokens, settings.block_size, settings.max_num_seqs),
             null_block_id=null_block,
         )
-        self._budget_blocks = -(-settings.max_batched_tokens // settings.block_size)
-        self._loading: dict[int, int] = {}  # id(request) -> host blocks planned this pass
         self.counters = _Counters()
         self.running: list[_Req] = []
         self.waiting: deque[_Req] = deque()
@@ -368,7 +363,6 @@ class Simulation:
                     job = manager.plan_load(run.blocks[start:start + external],
                                             run.hashes[start:start + external])
                     self._load_jobs.append(job.job_id)
-                    self._loading[id(run)] = external
             run.computed = computed
             if load_async:
                 run.status = _LOADING
@@ -410,26 +404,16 @@ class Simulation:
             manager.on_request_preempted(run.request.id)
             run.buffered = 0
         fresh = set(map(id, new))
-        size = self.settings.block_size
-        loading, self._loading = self._loading, {}
-        # As the adapter reports them: prefix-cache hits are handed out but not taken
-        # from the free queue's head; the next pass may need a block per scheduled
-        # request, plus the whole budget while one of them still prefills its prompt.
-        cached_hits = 0
+        # As the adapter reports them: a new or resumed request's whole block table.
         for run in new:
-            allocated += run.blocks  # a new or resumed request's whole block table
+            allocated += run.blocks
             manager.on_request_arrived(run.request.id)
-            cached_hits += max(0, run.computed // size - loading.get(id(run), 0))
         total = 0
-        prefilling = False
         for run, tokens in scheduled:
             total += tokens
-            if run.computed + tokens < run.prompt_len:
-                prefilling = True
             if id(run) in fresh or run.buffered < run.prompt_blocks or self.config.store_decode:
                 self._buffer(run, run.computed + tokens)
-        demand = len(scheduled) + (self._budget_blocks if prefilling else 0)
-        result = manager.step(StepInput(total, allocated, len(allocated) - cached_hits, demand))
+        result = manager.step(StepInput(total, allocated))
         jobs = self._load_jobs
         jobs += [job.job_id for job in result.store_jobs]
         if jobs:
