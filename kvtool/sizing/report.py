@@ -11,13 +11,16 @@ import math
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
+import msgspec
+
 from kvtool.errors import KvtoolError
 from kvtool.releases import load_release, resolve_target
 from kvtool.sizing import arithmetic as ar
+from kvtool.sizing.backends import gpu_capability
 from kvtool.sizing.capacity import CapacityFormula, capacity_formula, logged_tokens
 from kvtool.sizing.deployment import Deployment
 from kvtool.sizing.dtypes import model_dtype_bytes
-from kvtool.sizing.facts import SizingFacts, sizing_facts
+from kvtool.sizing.facts import SizingFacts, prefill_checkpoint_blocks, sizing_facts
 from kvtool.sizing.hma import decide_hma
 from kvtool.sizing.kv_groups import KvGroup
 from kvtool.sizing.kv_plan import KvPlan, plan_kv_cache
@@ -604,6 +607,12 @@ def compute(spec: ModelSpec, dep: Deployment, facts: SizingFacts | None = None) 
     _check_parallelism(spec, dep)
     t = _Trace(assumptions=list(spec.assumptions))
     release = load_release(dep.vllm_version or resolve_target(None, None).version)
+    facts = msgspec.structs.replace(
+        facts,
+        state_prefill_checkpoint_blocks=prefill_checkpoint_blocks(
+            facts, release.version, gpu_capability(dep.gpu)
+        ),
+    )
     formula = capacity_formula(release.version)
     hma = decide_hma(spec, dep, release, facts, formula)
     sched = resolve_scheduling(dep, facts)

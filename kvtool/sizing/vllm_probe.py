@@ -98,8 +98,10 @@ def _install_stubs(major: int) -> None:
         except AttributeError:
             if name in CAPABILITY_QUERIES:
                 return lambda *a, **k: CAPABILITY_QUERIES[name](_Stubs.major)
-            if not _Stubs.building:
-                raise  # import-time hasattr() guards must see the op missing
+            if not _Stubs.building or sys._getframe(1).f_code.co_name == "<module>":
+                # import-time hasattr() guards must see the op missing, also where a
+                # model file is first imported while a model is being built
+                raise
 
             return _Kernel(name)
 
@@ -220,6 +222,7 @@ def _emulate_gpu(gpu: str) -> Any:
     _install_stubs(capability[0])
     _stub_absent_package("torchvision")
     _stub_absent_package("cutlass")
+    _stub_absent_package("quack")  # CuTe DSL kernels (GPU only), imported by model files
     _stub_absent_package("cuda")
     import vllm.utils.deep_gemm as deep_gemm
     import vllm.utils.import_utils as import_utils

@@ -1,6 +1,6 @@
 """Every figure ``kvtool size`` prints equals what vLLM computes when it starts, end to end.
 
-For each real config.json in ``configs/e2e`` (40, each cited in its README) at TP 1 and 8,
+For each config.json in ``configs/e2e`` (each cited in its README) at TP 1 and 8,
 one subprocess per vLLM environment runs ``kvtool/sizing/vllm_probe.py``: vLLM's own
 ``EngineArgs`` -> ``VllmConfig`` (its HMA decision, scheduler defaults for an H200, the
 offload connector), the model class built on the meta device on an emulated H200 (so the
