@@ -252,6 +252,28 @@ def _state_blocks_per_sequence(spec: ModelSpec, plan: KvPlan, facts: SizingFacts
     return 2 + max(facts.state_prefill_checkpoint_blocks.get(s.kind, 0) for s in spec.states)
 
 
+def _engine_block_size(plan: KvPlan) -> int:
+    """The block size vLLM keeps once its KV cache groups are built.
+
+    ``EngineCore._initialize_kv_caches`` sets ``cache_config.block_size`` to the smallest
+    block of the groups that take part in prefix caching (every group kvtool models
+    does): the chosen block, unless groups of their own block sizes (DeepSeek-V4's
+    compressor states) go below it.
+    """
+    return min([g.block_size for g in plan.pool.groups] or [plan.block.block_size])
+
+
+def _engine_block_reason(plan: KvPlan) -> str:
+    engine = _engine_block_size(plan)
+    if engine == plan.block.block_size:
+        return plan.block.reason
+    return (
+        f"{engine}, the smallest KV cache group block (vLLM keeps the smallest group's block "
+        f"once the groups are built; the attention block is {plan.block.block_size}: "
+        f"{plan.block.reason})"
+    )
+
+
 def _group_row(group: KvGroup) -> KvCacheGroupRow:
     return KvCacheGroupRow(
         kind=group.kind,
@@ -298,8 +320,12 @@ def _stored_copies(spec: ModelSpec, dep: Deployment) -> int:
     holds the same pages (MLA, TP only, one node); otherwise each of the world's workers
     stores its own block (``CPUOffloadingSpec``).
     """
-    # every TP rank holds the same pages only for pure MLA (a sharded state breaks it)
-    mla_only = spec.is_mla and not spec.states and all(g.is_replicated for g in spec.attention)
+    # every TP rank holds the same pages only for pure MLA (a sharded state breaks it);
+    # DeepSeek-V4's caches (latents, their sliding windows, compressor states, indexer
+    # keys) are all one vector per token on every rank (kv_tp_replicas = TP)
+    mla_only = spec.compressed_mla is not None or (
+        spec.is_mla and not spec.states and all(g.is_replicated for g in spec.attention)
+    )
     if mla_only and dep.mla_dedup and dep.tp > 1 and dep.pp == 1 and dep.dcp == 1:
         return 1
     return dep.tp * dep.pp
@@ -688,8 +714,8 @@ def compute(spec: ModelSpec, dep: Deployment, facts: SizingFacts | None = None) 
         model_dtype=model_dtype,
         gpu=dep.gpu,
         attention_backend=plan.backend.name,
-        block_size=block,
-        block_size_reason=plan.block.reason,
+        block_size=_engine_block_size(plan),
+        block_size_reason=_engine_block_reason(plan),
         kv_cache_groups=tuple(_group_row(g) for g in plan.pool.groups),
         pool_block_bytes=plan.pool.pool_block_bytes,
         state_page_bytes=plan.block.state_page_bytes or _state_page(plan),

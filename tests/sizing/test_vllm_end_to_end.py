@@ -44,6 +44,9 @@ SPEC_KINDS = {
     "MLAAttentionSpec": {"mla", "indexer"},
     "MambaSpec": {"state"},
 }
+# vLLM spec classes that are another's subclass for what kvtool reports: a sliding window
+# over MLA latents (DeepSeek-V4) is a sliding-window group whose page is the latent's.
+SPEC_ALIASES = {"SlidingWindowMLASpec": "SlidingWindowSpec"}
 
 
 def _run_probe(env: VllmEnvironment, root: Path) -> dict[str, Any]:
@@ -88,7 +91,8 @@ def figures(ours: SizingReport, theirs: dict[str, Any]) -> dict[str, tuple[Any, 
     """Each figure kvtool prints next to vLLM's, keyed by the report field."""
     offload = theirs["offload"]
     their_groups = sorted(
-        (g["spec"], g["layers"], g["block_size"], g["page_bytes"]) for g in theirs["groups"]
+        (SPEC_ALIASES.get(g["spec"], g["spec"]), g["layers"], g["block_size"], g["page_bytes"])
+        for g in theirs["groups"]
     )
     our_groups = sorted(
         (
