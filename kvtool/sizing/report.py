@@ -18,7 +18,7 @@ from kvtool.releases import load_release, resolve_target
 from kvtool.sizing import arithmetic as ar
 from kvtool.sizing.backends import gpu_capability
 from kvtool.sizing.capacity import CapacityFormula, capacity_formula, logged_tokens
-from kvtool.sizing.deployment import Deployment
+from kvtool.sizing.deployment import NATIVE_CONNECTOR, Deployment
 from kvtool.sizing.dtypes import model_dtype_bytes
 from kvtool.sizing.facts import SizingFacts, prefill_checkpoint_blocks, sizing_facts
 from kvtool.sizing.hma import decide_hma
@@ -311,6 +311,29 @@ class _CpuTier:
     tokens_per_chunk: tuple[int, ...]  # per offloaded KV cache group
     tokens: int | None
     sessions: int | None
+
+
+def _check_native_offload_blocks(
+    spec: ModelSpec, dep: Deployment, plan: KvPlan, context: int | None
+) -> None:
+    """Refuse what vLLM's native offloading refuses at start-up: a state hybrid without
+    prefix caching.
+
+    Without prefix caching a state group's block is the whole ``max_model_len``, and the
+    hash block of several groups is the LCM of their blocks; ``build_offloading_config``
+    asserts that every offloaded group's block is a multiple of it, which an attention
+    block holds only when ``max_model_len`` divides it.
+    """
+    if dep.kv_connector != NATIVE_CONNECTOR or dep.prefix_caching or context is None:
+        return
+    block = plan.block.block_size
+    if spec.states and spec.attention and block % context:
+        raise KvtoolError(
+            f"vLLM's native offloading ({NATIVE_CONNECTOR}) needs prefix caching for "
+            f"{spec.name}: without it a state group's block is max_model_len ({context}) "
+            f"tokens, which the {block}-token attention block is not a multiple of "
+            "(build_offloading_config asserts it); serve it with --enable-prefix-caching"
+        )
 
 
 def _stored_copies(spec: ModelSpec, dep: Deployment) -> int:
@@ -658,6 +681,7 @@ def compute(spec: ModelSpec, dep: Deployment, facts: SizingFacts | None = None) 
     )
     t.explain("block size", plan.block.reason, block)
     context = dep.context_len or spec.max_position_embeddings
+    _check_native_offload_blocks(spec, dep, plan, context)
     if dep.context_len is None and context is not None:
         t.assumptions.append(f"context length {context} = max_position_embeddings (--context-len)")
 

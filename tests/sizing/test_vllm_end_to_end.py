@@ -74,7 +74,12 @@ def vllm_sized(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
     return _run_probe(env, tmp_path_factory.mktemp(f"e2e-{request.param}"))
 
 
+# vLLM's EngineArgs names that kvtool's Deployment spells otherwise.
+DEPLOYMENT_NAMES = {"enable_prefix_caching": "prefix_caching"}
+
+
 def _kvtool(case: dict[str, Any], release: str) -> SizingReport:
+    options = {DEPLOYMENT_NAMES.get(k, k): v for k, v in case.get("options", {}).items()}
     return compute(
         load_model_spec(case["model_dir"], release=release),
         make_deployment(
@@ -83,6 +88,7 @@ def _kvtool(case: dict[str, Any], release: str) -> SizingReport:
             gpu_kv_gib=KV_MEMORY_GIB,
             cpu_tier_gib=CPU_TIER_GIB,
             vllm_version=release,
+            **options,
         ),
     )
 
