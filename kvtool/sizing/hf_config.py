@@ -881,12 +881,22 @@ def parser_for(model_type: str) -> _Parser | None:
 
 
 def has_layout(raw: Mapping[str, Any]) -> bool:
-    """Whether a config.json's model_type (its text part's when it has one) has a layout row."""
+    """Whether kvtool knows a config.json's cache layout: its model_type (its text part's
+    when it has one) has a layout row, or its fields name only attention heads
+    (:func:`inferred_layout`), which is all vLLM's Transformers backend builds its
+    ``Attention`` layers from (the model's head size and KV heads, ``sliding_window``
+    on the layers ``layer_types`` calls sliding)."""
     text = raw.get("text_config")
-    model_type = (text.get("model_type") if isinstance(text, Mapping) else None) or raw.get(
-        "model_type"
-    )
-    return isinstance(model_type, str) and model_type in layout_rows()
+    text_map = text if isinstance(text, Mapping) else raw
+    model_type = text_map.get("model_type") or raw.get("model_type")
+    if not isinstance(model_type, str):
+        return False
+    if model_type in layout_rows():
+        return True
+    declared = raw.get("architectures") or text_map.get("architectures") or []
+    return model_type not in unmodelled_rows() and inferred_layout(
+        text_map, declared if isinstance(declared, list) else []
+    ) is not None
 
 
 def supported_model_types() -> tuple[str, ...]:
