@@ -108,6 +108,13 @@ VARIANTS: tuple[tuple[str, int, dict[str, Any]], ...] = (
     ("granite-4.0-h-tiny", 4, {"block_size": 64}),
     ("lfm2-1.2b", 2, {"kv_cache_dtype": "fp8"}),
     ("mixtral-8x7b", 2, {"kv_cache_dtype": "fp8_e5m2"}),
+    ("qwen3-14b", 2, {"block_size": 16}),
+    ("gemma-3-12b", 2, {"block_size": 16, "kv_cache_dtype": "fp8"}),
+    ("glm-5", 4, {"block_size": 64}),
+    ("qwen3.5-9b", 2, {"kv_cache_dtype": "fp8"}),
+    ("exaone4-32b", 4, {"kv_cache_dtype": "fp8", "block_size": 32}),
+    ("glm-4.7-flash", 4, {"kv_cache_dtype": "fp8"}),
+    ("nemotron-3-nano-30b-a3b", 2, {"block_size": 32}),
 )
 
 
