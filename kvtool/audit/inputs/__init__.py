@@ -178,6 +178,11 @@ def _drop_values_read_through_templates(result: InputSet) -> None:
     """A chart's own ``values.yaml`` is audited through the chart's templates, which show
     what the values become, when a template of that chart yielded a server; read alone it
     would count the same engine twice."""
+    if not any(
+        invocation.file is not None and "templates" in Path(invocation.file).parts[:-1]
+        for invocation in result.invocations
+    ):
+        return  # only a file under a templates/ directory is a chart's: no Helm module
     from kvtool.audit.inputs import helm_render
 
     charts: set[Path] = set()

@@ -120,3 +120,6 @@ class EvictionAwarePolicy(DrainPolicy):
                 overdue.close()
             out += late
         return out
+
+
+POLICY = EvictionAwarePolicy  # what the registry (policies/__init__.py) registers from this module

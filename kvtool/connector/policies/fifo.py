@@ -58,3 +58,6 @@ class FifoPolicy(DrainPolicy):
         chosen = pending.oldest_ready(self.config.fifo_select_count)
         return out + take_fronts(pending, ((r, None) for r in chosen if r not in named), budget,
                                  ReleaseReason.THRESHOLD)[0]
+
+
+POLICY = FifoPolicy  # what the registry (policies/__init__.py) registers from this module
