@@ -37,6 +37,8 @@ of first admissions, as vLLM records them).
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import hashlib
 import heapq
 import math
@@ -442,6 +444,10 @@ class Simulation:
     # ------------------------------------------------------------------ the loop
 
     def run(self, trace: Iterable[Request]) -> SimResult:
+        with _without_cycle_collection():
+            return self._run(trace)
+
+    def _run(self, trace: Iterable[Request]) -> SimResult:
         s = self.settings
         intake = self._intake = _Intake(iter(trace), s.block_size, s.num_gpu_blocks)
         while True:
@@ -531,6 +537,21 @@ class Simulation:
             peak_requests_held=c.peak_held,
             stats=stats.as_dict(),
         )
+
+
+@contextlib.contextmanager
+def _without_cycle_collection() -> Iterator[None]:
+    """Pause Python's cycle collector for a run: the simulation makes no reference
+    cycles per request or step (a test holds it to that), so its garbage is freed by
+    reference counting alone, while the collector's passes over the many live buffered
+    blocks cost a third of a lazy policy's run at a million requests."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class _Intake:
