@@ -39,11 +39,10 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import hashlib
 import heapq
 import math
 from collections import deque
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +58,7 @@ from kvtool.connector.manager import (
 )
 from kvtool.connector.store import StoreIndex
 from kvtool.errors import KvtoolError
+from kvtool.simulate.blockhash import BlockHasher
 from kvtool.simulate.budget import REQUEST_WORK, WorkMeter
 from kvtool.simulate.trace import Request
 
@@ -127,9 +127,9 @@ class _Req:
                  "num_tokens", "preempted", "prompt_blocks", "prompt_len", "ready_at",
                  "request", "status")
 
-    def __init__(self, request: Request, block_size: int) -> None:
+    def __init__(self, request: Request, block_size: int, hasher: BlockHasher) -> None:
         self.request = request
-        self.hashes = block_hashes(request, block_size)
+        self.hashes = hasher.hashes(request)
         self.prompt_len = request.prompt_tokens
         self.prompt_blocks = self.prompt_len // block_size
         self.num_tokens = self.prompt_len  # prompt plus tokens generated so far
@@ -141,35 +141,6 @@ class _Req:
         self.status = _WAITING
         self.preempted = False
         self.ready_at = -1  # step an async load finished
-
-
-def block_hashes(request: Request, block_size: int) -> list[Hashable]:
-    """Prefix-chain hash of each full block of the request's prompt plus output.
-
-    A block's hash stands for every token up to its end, as vLLM's chained block
-    hash does: the chain of segments (key and length) so far, and the end offset.
-    The output is one more segment, keyed by ``output_key`` when later prompts
-    continue it, else private to the request. The chain is a BLAKE2 digest, not
-    Python's ``hash`` of the key (randomised per process), so every run and every
-    ``--jobs`` process gives the same hashes and the same results.
-    """
-    segments: list[tuple[str, int]] = list(request.segments)
-    segments.append((request.output_key if request.output_key is not None
-                     else f"{request.id}\x00output", request.output_tokens))
-    total = request.prompt_tokens + request.output_tokens
-    out: list[Hashable] = []
-    chain = 0
-    start = 0
-    end = block_size
-    for key, tokens in segments:
-        digest = hashlib.blake2b(f"{chain}\x00{tokens}\x00{key}".encode(), digest_size=8)
-        chain = int.from_bytes(digest.digest(), "little")
-        stop = start + tokens
-        while end <= stop and end <= total:
-            out.append(hash((chain, end)))
-            end += block_size
-        start = stop
-    return out
 
 
 @dataclass
@@ -217,6 +188,7 @@ class Simulation:
         self.waiting: deque[_Req] = deque()
         self.holding: deque[_Req] = deque()  # async-loaded requests, drained first
         self._load_jobs: list[int] = []
+        self._hasher = BlockHasher(settings.block_size)
         self._intake = _Intake(iter(()), settings.block_size, settings.num_gpu_blocks)
 
     # ------------------------------------------------------------------ blocks
@@ -484,7 +456,7 @@ class Simulation:
         request = self._intake.pop_due(self.step_index)
         if request is None:
             return False
-        run = _Req(request, self.settings.block_size)
+        run = _Req(request, self.settings.block_size, self._hasher)
         self.waiting.append(run)
         c = self.counters
         c.requests += 1

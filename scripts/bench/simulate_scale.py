@@ -26,7 +26,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from kvtool.simulate.engine import EngineSettings, block_hashes
+from kvtool.simulate.blockhash import BlockHasher
+from kvtool.simulate.engine import EngineSettings
 from kvtool.simulate.sweep import POLICY_NAMES, WorkloadSource, run_setting
 from kvtool.simulate.trace import workload_params
 
@@ -40,8 +41,9 @@ TARGET_S = 60.0
 
 def _baseline(source: WorkloadSource) -> float:
     start = time.perf_counter()
+    hasher = BlockHasher(ENGINE.block_size)
     for request in source.open():
-        block_hashes(request, ENGINE.block_size)
+        hasher.hashes(request)
     return time.perf_counter() - start
 
 

@@ -1,0 +1,96 @@
+"""Prefix-chain hashes of a request's blocks, each shared segment hashed once.
+
+A block's hash stands for every token up to its end, as vLLM's chained block hash
+does: the chain of segments (key and length) so far, and the end offset. The
+output is one more segment, keyed by ``output_key`` when later prompts continue it,
+else private to the request. The chain is a BLAKE2 digest, not Python's ``hash``
+of the key (randomised per process), so every run and every ``--jobs`` process
+gives the same hashes and the same results.
+
+Traces share prefixes at several levels (a system prompt, a document, a
+conversation's earlier turns), so most segments of a request were hashed for an
+earlier one: a segment's chain and the hashes of the blocks ending in it depend
+only on the chain before it, where it starts, its key and its length, and are
+kept for reuse (least recently used first out, bounded in blocks), which halves
+what hashing a million requests costs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Hashable
+
+from kvtool.simulate.trace import Request
+
+CACHED_BLOCKS = 1 << 18
+"""Most block hashes the segment cache keeps (about 12 MiB of ints): every hot
+system prompt and document of a large workload, a bounded share of the rest."""
+
+_SegmentKey = tuple[int, int, str, int]  # chain before, start offset, key, tokens
+_SegmentHashes = tuple[int, tuple[Hashable, ...]]  # chain after, hashes of blocks ending in it
+
+
+class BlockHasher:
+    """Hashes of every full block of a request's prompt plus output (module docstring)."""
+
+    def __init__(self, block_size: int, cached_blocks: int = CACHED_BLOCKS) -> None:
+        if block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {block_size}")
+        self.block_size = block_size
+        self._limit = cached_blocks
+        self._held = 0  # block hashes the cache holds
+        self._segments: OrderedDict[_SegmentKey, _SegmentHashes] = OrderedDict()
+
+    def hashes(self, request: Request) -> list[Hashable]:
+        out: list[Hashable] = []
+        chain = start = 0
+        segments = self._segments
+        for key, tokens in request.segments:
+            entry = (chain, start, key, tokens)
+            found = segments.get(entry)
+            if found is None:
+                found = self._segment(chain, start, key, tokens)
+                self._keep(entry, found)
+            else:
+                segments.move_to_end(entry)
+            chain = found[0]
+            out += found[1]
+            start += tokens
+        # The output is private to the request unless a later prompt continues it.
+        output_key = request.output_key
+        if output_key is None:
+            out += self._segment(chain, start, f"{request.id}\x00output",
+                                 request.output_tokens)[1]
+        else:
+            out += self._cached(chain, start, output_key, request.output_tokens)[1]
+        return out
+
+    def _cached(self, chain: int, start: int, key: str, tokens: int) -> _SegmentHashes:
+        """One segment, from the cache when it was hashed before (the loop above inlines it)."""
+        entry = (chain, start, key, tokens)
+        found = self._segments.get(entry)
+        if found is None:
+            found = self._segment(chain, start, key, tokens)
+            self._keep(entry, found)
+        else:
+            self._segments.move_to_end(entry)
+        return found
+
+    def _segment(self, chain: int, start: int, key: str, tokens: int) -> _SegmentHashes:
+        digest = hashlib.blake2b(f"{chain}\x00{tokens}\x00{key}".encode(), digest_size=8)
+        chain = int.from_bytes(digest.digest(), "little")
+        size = self.block_size
+        first_end = (start // size + 1) * size
+        return chain, tuple([hash((chain, end)) for end in range(first_end, start + tokens + 1,
+                                                                  size)])
+
+    def _keep(self, entry: _SegmentKey, found: _SegmentHashes) -> None:
+        blocks = len(found[1])
+        if blocks > self._limit:
+            return
+        segments = self._segments
+        segments[entry] = found
+        self._held += blocks
+        while self._held > self._limit:
+            self._held -= len(segments.popitem(last=False)[1][1])
