@@ -124,8 +124,8 @@ class _Req:
     """One request inside the engine (slots: a million of these pass through)."""
 
     __slots__ = ("blocks", "buffered", "cached", "computed", "generated", "hashes",
-                 "num_tokens", "preempted", "prompt_blocks", "prompt_len", "ready_at",
-                 "request", "status")
+                 "num_tokens", "output_tokens", "preempted", "prompt_blocks", "prompt_len",
+                 "ready_at", "request", "status")
 
     def __init__(self, request: Request, block_size: int, hasher: BlockHasher) -> None:
         self.request = request
@@ -133,6 +133,7 @@ class _Req:
         self.prompt_len = request.prompt_tokens
         self.prompt_blocks = self.prompt_len // block_size
         self.num_tokens = self.prompt_len  # prompt plus tokens generated so far
+        self.output_tokens = request.output_tokens
         self.generated = 0
         self.computed = 0
         self.blocks: list[int] = []
@@ -181,6 +182,7 @@ class Simulation:
                 settings.max_batched_tokens, settings.block_size, settings.max_num_seqs),
             null_block_id=null_block,
         )
+        self._block_size = settings.block_size
         self._budget_blocks = -(-settings.max_batched_tokens // settings.block_size)
         self._loading: dict[int, int] = {}  # id(request) -> host blocks planned this pass
         self.counters = _Counters()
@@ -194,15 +196,14 @@ class Simulation:
     # ------------------------------------------------------------------ blocks
 
     def _blocks_needed(self, run: _Req, tokens: int) -> int:
-        return -(-tokens // self.settings.block_size) - len(run.blocks)
+        return -(-tokens // self._block_size) - len(run.blocks)
 
     def _cache_full_blocks(self, run: _Req, upto_tokens: int) -> None:
         """Hash the blocks that ``upto_tokens`` fills (vLLM caches them when scheduled)."""
-        full = min(upto_tokens // self.settings.block_size, len(run.blocks), len(run.hashes))
-        if full > run.cached:
-            set_hash, blocks, hashes = self.pool.set_hash, run.blocks, run.hashes
-            for i in range(run.cached, full):
-                set_hash(blocks[i], hashes[i])
+        full = min(upto_tokens // self._block_size, len(run.blocks), len(run.hashes))
+        cached = run.cached
+        if full > cached:
+            self.pool.set_hashes(run.blocks[cached:full], run.hashes[cached:full])
             run.cached = full
 
     def _free(self, run: _Req) -> None:
@@ -215,28 +216,33 @@ class Simulation:
     def _schedule_running(self, scheduled: list[tuple[_Req, int]], allocated: list[int],
                           preempted: list[_Req]) -> int:
         budget = self.settings.max_batched_tokens
-        running = self.running
+        running, pool, size = self.running, self.pool, self._block_size
         index = 0
+        # Inlined helpers: this loop visits every running request on every step.
         while index < len(running) and budget > 0:
             run = running[index]
-            tokens = min(run.num_tokens - run.computed, budget)
+            tokens = run.num_tokens - run.computed
+            if tokens > budget:
+                tokens = budget
             if tokens <= 0:
                 index += 1
                 continue
-            need = self._blocks_needed(run, run.computed + tokens)
-            while need > self.pool.num_free:
-                victim = running.pop()
-                self._preempt(victim)
-                preempted.append(victim)
-                if victim is run:
-                    break
-            if run.status != _RUNNING:
-                break
+            upto = run.computed + tokens
+            need = -(-upto // size) - len(run.blocks)
             if need > 0:
-                fresh = self.pool.allocate(need)
+                while need > pool.num_free:
+                    victim = running.pop()
+                    self._preempt(victim)
+                    preempted.append(victim)
+                    if victim is run:
+                        break
+                if run.status != _RUNNING:
+                    break
+                fresh = pool.allocate(need)
                 run.blocks += fresh
                 allocated += fresh
-            self._cache_full_blocks(run, run.computed + tokens)
+            if upto // size > run.cached:
+                self._cache_full_blocks(run, upto)
             scheduled.append((run, tokens))
             budget -= tokens
             index += 1
@@ -300,17 +306,12 @@ class Simulation:
                     run.computed = run.num_tokens - 1
                 self.counters.load_wait_steps += self.step_index - run.ready_at
                 run.status = _PREEMPTED if run.preempted else _WAITING
-            local: list[int] = []
+            local: list[int] = []  # the prefix-cache hit
             external = 0
             load_async = False
             if run.computed == 0:
                 cap = (run.num_tokens - 1) // size
-                cached_block = pool.cached_block
-                for block_hash in run.hashes[:cap]:
-                    block_id = cached_block(block_hash)
-                    if block_id is None:
-                        break
-                    local.append(block_id)
+                local = pool.cached_prefix(run.hashes[:cap])
                 if len(local) < cap:
                     external = manager.lookup(run.hashes[len(local):cap])
                 load_async = self.config.load_async and external > 0
@@ -318,7 +319,7 @@ class Simulation:
             else:
                 computed = run.computed
             tokens = 0 if load_async else min(run.num_tokens - computed, budget)
-            evictable = sum(1 for b in local if pool.ref_cnt(b) == 0)
+            evictable = pool.free_among(local) if local else 0
             # The whole sequence must fit (scheduler_reserve_full_isl), then this chunk,
             # leaving an async load the blocks in-flight prefills still need.
             whole = -(-run.num_tokens // size) - len(local) - len(run.blocks) + evictable
@@ -372,7 +373,7 @@ class Simulation:
             computed_after_step = min(computed_after_step, run.prompt_len)
             if run.buffered >= run.prompt_blocks:
                 return
-        full = min(computed_after_step // self.settings.block_size, len(run.blocks))
+        full = min(computed_after_step // self._block_size, len(run.blocks))
         if full > run.buffered:
             self.manager.buffer_blocks(run.request.id, run.blocks[run.buffered:full])
             run.buffered = full
@@ -383,8 +384,7 @@ class Simulation:
         for run in preempted:
             manager.on_request_preempted(run.request.id)
             run.buffered = 0
-        fresh = set(map(id, new))
-        size = self.settings.block_size
+        size = self._block_size
         loading, self._loading = self._loading, {}
         # As the adapter reports them: prefix-cache hits are handed out but not taken
         # from the free queue's head; the next pass may need a block per scheduled
@@ -396,11 +396,13 @@ class Simulation:
             cached_hits += max(0, run.computed // size - loading.get(id(run), 0))
         total = 0
         prefilling = False
+        store_decode = self.config.store_decode
         for run, tokens in scheduled:
             total += tokens
             if run.computed + tokens < run.prompt_len:
                 prefilling = True
-            if id(run) in fresh or run.buffered < run.prompt_blocks or self.config.store_decode:
+            # A request that buffered its whole prompt has nothing more to buffer.
+            if run.buffered < run.prompt_blocks or store_decode:
                 self._buffer(run, run.computed + tokens)
         demand = len(scheduled) + (self._budget_blocks if prefilling else 0)
         result = manager.step(StepInput(total, allocated, len(allocated) - cached_hits, demand))
@@ -477,7 +479,7 @@ class Simulation:
             if run.computed >= run.num_tokens:
                 run.generated += 1
                 run.num_tokens += 1
-                if run.generated >= run.request.output_tokens:
+                if run.generated >= run.output_tokens:
                     finished.append(run)
         if finished:
             done = set(map(id, finished))
