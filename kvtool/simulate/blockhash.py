@@ -11,8 +11,8 @@ Traces share prefixes at several levels (a system prompt, a document, a
 conversation's earlier turns), so most segments of a request were hashed for an
 earlier one: a segment's chain and the hashes of the blocks ending in it depend
 only on the chain before it, where it starts, its key and its length, and are
-kept for reuse (least recently used first out, bounded in blocks), which halves
-what hashing a million requests costs.
+kept for reuse (least recently used first out, bounded), which halves what
+hashing a million requests costs.
 """
 
 from __future__ import annotations
@@ -23,9 +23,11 @@ from collections.abc import Hashable
 
 from kvtool.simulate.trace import Request
 
-CACHED_BLOCKS = 1 << 18
-"""Most block hashes the segment cache keeps (about 12 MiB of ints): every hot
-system prompt and document of a large workload, a bounded share of the rest."""
+CACHE_UNITS = 1 << 17
+"""The segment cache's bound: a segment costs one unit plus one per block hash it
+keeps, so the cache holds at most 128 Ki segments (about 32 MiB, one-block
+segments) or 128 Ki block hashes: every hot system prompt and document of a large
+workload, and a bounded share of the rest."""
 
 _SegmentKey = tuple[int, int, str, int]  # chain before, start offset, key, tokens
 _SegmentHashes = tuple[int, tuple[Hashable, ...]]  # chain after, hashes of blocks ending in it
@@ -34,12 +36,12 @@ _SegmentHashes = tuple[int, tuple[Hashable, ...]]  # chain after, hashes of bloc
 class BlockHasher:
     """Hashes of every full block of a request's prompt plus output (module docstring)."""
 
-    def __init__(self, block_size: int, cached_blocks: int = CACHED_BLOCKS) -> None:
+    def __init__(self, block_size: int, cache_units: int = CACHE_UNITS) -> None:
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
         self.block_size = block_size
-        self._limit = cached_blocks
-        self._held = 0  # block hashes the cache holds
+        self._limit = cache_units
+        self._held = 0  # units the cache holds
         self._segments: OrderedDict[_SegmentKey, _SegmentHashes] = OrderedDict()
 
     def hashes(self, request: Request) -> list[Hashable]:
@@ -86,11 +88,11 @@ class BlockHasher:
                                                                   size)])
 
     def _keep(self, entry: _SegmentKey, found: _SegmentHashes) -> None:
-        blocks = len(found[1])
-        if blocks > self._limit:
+        units = len(found[1]) + 1
+        if units > self._limit:
             return
         segments = self._segments
         segments[entry] = found
-        self._held += blocks
+        self._held += units
         while self._held > self._limit:
-            self._held -= len(segments.popitem(last=False)[1][1])
+            self._held -= len(segments.popitem(last=False)[1][1]) + 1

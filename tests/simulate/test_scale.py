@@ -34,16 +34,16 @@ def _chain_per_block(request: Request, block_size: int) -> list[Hashable]:
 
 
 @pytest.mark.parametrize("workload", list(WORKLOADS))
-@pytest.mark.parametrize(("block_size", "cached_blocks"), [(16, 1 << 18), (7, 24), (1, 3)])
+@pytest.mark.parametrize(("block_size", "cache_units"), [(16, 1 << 17), (7, 24), (1, 3)])
 def test_segment_cached_hashes_equal_the_per_block_chain(workload: str, block_size: int,
-                                                         cached_blocks: int) -> None:
+                                                         cache_units: int) -> None:
     # Small caches evict in the middle of the workload, block sizes that do not divide
     # the segments put block ends inside every segment, and a shuffled order reaches
     # cached segments from other requests than the one that filled them.
     params = {"num_requests": 150, "output_tokens": 5}
     requests = list(generate(workload, workload_params(workload, params), 4))
     random.Random(0).shuffle(requests)
-    hasher = BlockHasher(block_size, cached_blocks)
+    hasher = BlockHasher(block_size, cache_units)
     for request in requests:
         assert hasher.hashes(request) == _chain_per_block(request, block_size), request.id
 
