@@ -11,26 +11,27 @@ Traces share prefixes at several levels (a system prompt, a document, a
 conversation's earlier turns), so most segments of a request were hashed for an
 earlier one: a segment's chain and the hashes of the blocks ending in it depend
 only on the chain before it, where it starts, its key and its length, and are
-kept for reuse (least recently used first out, bounded), which halves what
-hashing a million requests costs.
+kept for reuse (bounded: :data:`CACHE_UNITS`), which halves what hashing a
+million requests costs.
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections import OrderedDict
 from collections.abc import Hashable
+from hashlib import blake2b
 
 from kvtool.simulate.trace import Request
 
 CACHE_UNITS = 1 << 17
 """The segment cache's bound: a segment costs one unit plus one per block hash it
 keeps, so the cache holds at most 128 Ki segments (about 32 MiB, one-block
-segments) or 128 Ki block hashes: every hot system prompt and document of a large
-workload, and a bounded share of the rest."""
+segments) or 128 Ki block hashes. A full cache is emptied, not pruned entry by
+entry: a hot system prompt or document is hashed again once per refill (once in
+tens of thousands of requests), and no hit pays for keeping an eviction order."""
 
 _SegmentKey = tuple[int, int, str, int]  # chain before, start offset, key, tokens
 _SegmentHashes = tuple[int, tuple[Hashable, ...]]  # chain after, hashes of blocks ending in it
+_from_bytes = int.from_bytes
 
 
 class BlockHasher:
@@ -42,57 +43,47 @@ class BlockHasher:
         self.block_size = block_size
         self._limit = cache_units
         self._held = 0  # units the cache holds
-        self._segments: OrderedDict[_SegmentKey, _SegmentHashes] = OrderedDict()
+        self._segments: dict[_SegmentKey, _SegmentHashes] = {}
 
     def hashes(self, request: Request) -> list[Hashable]:
         out: list[Hashable] = []
         chain = start = 0
-        segments = self._segments
+        cached = self._segments.get
         for key, tokens in request.segments:
             entry = (chain, start, key, tokens)
-            found = segments.get(entry)
+            found = cached(entry)
             if found is None:
                 found = self._segment(chain, start, key, tokens)
                 self._keep(entry, found)
-            else:
-                segments.move_to_end(entry)
-            chain = found[0]
-            out += found[1]
+            chain, blocks = found
+            out += blocks
             start += tokens
         # The output is private to the request unless a later prompt continues it.
-        output_key = request.output_key
+        output_key, tokens = request.output_key, request.output_tokens
         if output_key is None:
-            out += self._segment(chain, start, f"{request.id}\x00output",
-                                 request.output_tokens)[1]
-        else:
-            out += self._cached(chain, start, output_key, request.output_tokens)[1]
+            out += self._segment(chain, start, f"{request.id}\x00output", tokens)[1]
+            return out
+        entry = (chain, start, output_key, tokens)
+        found = cached(entry)
+        if found is None:
+            found = self._segment(chain, start, output_key, tokens)
+            self._keep(entry, found)
+        out += found[1]
         return out
 
-    def _cached(self, chain: int, start: int, key: str, tokens: int) -> _SegmentHashes:
-        """One segment, from the cache when it was hashed before (the loop above inlines it)."""
-        entry = (chain, start, key, tokens)
-        found = self._segments.get(entry)
-        if found is None:
-            found = self._segment(chain, start, key, tokens)
-            self._keep(entry, found)
-        else:
-            self._segments.move_to_end(entry)
-        return found
-
     def _segment(self, chain: int, start: int, key: str, tokens: int) -> _SegmentHashes:
-        digest = hashlib.blake2b(f"{chain}\x00{tokens}\x00{key}".encode(), digest_size=8)
-        chain = int.from_bytes(digest.digest(), "little")
+        text = f"{chain}\x00{tokens}\x00{key}".encode()
+        chain = _from_bytes(blake2b(text, digest_size=8).digest(), "little")
         size = self.block_size
-        first_end = (start // size + 1) * size
-        return chain, tuple([hash((chain, end)) for end in range(first_end, start + tokens + 1,
-                                                                  size)])
+        ends = range((start // size + 1) * size, start + tokens + 1, size)
+        return chain, tuple([hash((chain, end)) for end in ends])
 
     def _keep(self, entry: _SegmentKey, found: _SegmentHashes) -> None:
         units = len(found[1]) + 1
         if units > self._limit:
             return
-        segments = self._segments
-        segments[entry] = found
+        if self._held + units > self._limit:
+            self._segments.clear()
+            self._held = 0
+        self._segments[entry] = found
         self._held += units
-        while self._held > self._limit:
-            self._held -= len(segments.popitem(last=False)[1][1]) + 1
