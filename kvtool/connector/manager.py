@@ -283,7 +283,7 @@ class LazyOffloadManager:
         now = self._clock()
         admitted = duplicates = 0
         where, claimed, read_hash = self._where, self._claimed, self.pool.block_hash
-        known = self.store.known
+        known, buffers = self.store.known, self._buffers
         null = self.null_block_id
         for block_id in block_ids:
             if block_id == null:
@@ -299,8 +299,11 @@ class LazyOffloadManager:
                     buffer = self._new_buffer(key)
                 buffer.broken = True
                 continue
-            if block_id in where:  # a stale entry for a recycled block goes first
-                self._check_block(block_id)
+            indexed = where.get(block_id)
+            if indexed is not None:  # a stale entry for a recycled block goes first
+                owner, ordinal = buffers[indexed[0]], indexed[1]
+                if block_hash != owner.blocks[ordinal - owner.front].block_hash:
+                    self._recycled(owner, ordinal)
             if block_hash in claimed or known(block_hash):
                 duplicates += 1
                 continue
@@ -346,8 +349,12 @@ class LazyOffloadManager:
         if where:  # else nothing is buffered that could have been recycled
             # Most allocated blocks were never buffered: the filter runs in C. It tests
             # each block when reached, so one dropped by an earlier check is skipped.
+            buffers, read_hash = self._buffers, self.pool.block_hash
             for block_id in filter(where.__contains__, allocated):
-                self._check_block(block_id)
+                key, ordinal = where[block_id]
+                owner = buffers[key]  # a buffer stays indexed while it holds blocks
+                if read_hash(block_id) != owner.blocks[ordinal - owner.front].block_hash:
+                    self._recycled(owner, ordinal)
         if tokens > 0:
             self._idle_steps = 0
             self._last_token_step = now
@@ -516,15 +523,11 @@ class LazyOffloadManager:
         else:
             del self._buffers[key]
 
-    def _check_block(self, block_id: int) -> None:
-        """A block was allocated: drop the buffered suffix if its content changed."""
-        where = self._where.get(block_id)
-        if where is None:
-            return
-        key, ordinal = where
-        buffer = self._buffers[key]  # a buffer stays indexed while it holds blocks
-        if self.pool.block_hash(block_id) != buffer.blocks[ordinal - buffer.front].block_hash:
-            self.stats.lost_to_recycling += self._lose_from(buffer, ordinal, DropReason.EVICTED)
+    def _recycled(self, buffer: _RequestBuffer, ordinal: int) -> None:
+        """The engine recycled the block buffered at ``ordinal`` (found allocated with
+        another hash than buffered: the callers compare inline, once per allocated
+        buffered block): drop it and the buffered suffix behind it."""
+        self.stats.lost_to_recycling += self._lose_from(buffer, ordinal, DropReason.EVICTED)
 
     def _lose_from(
         self,
