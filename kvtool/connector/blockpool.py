@@ -19,7 +19,7 @@ reproduces vLLM's free-queue behaviour (FreeKVCacheBlockQueue, https://github.co
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from typing import Protocol, cast, runtime_checkable
 
 BlockHash = Hashable
@@ -70,11 +70,11 @@ class InMemoryBlockPool:
         # OrderedDict as an O(1) doubly linked list: first key = eviction head.
         self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
         self._by_hash: dict[BlockHash, int] = {}
+        # BlockPoolView.block_hash is the list's own item lookup, a call into C: the
+        # manager reads a hash for every block it buffers, checks and stores.
+        self.block_hash: Callable[[int], BlockHash | None] = self._hash.__getitem__
 
     # --- BlockPoolView -------------------------------------------------------
-
-    def block_hash(self, block_id: int) -> BlockHash | None:
-        return self._hash[block_id]
 
     def iter_eviction_order(self) -> Iterator[int]:
         return iter(self._free)
@@ -169,6 +169,6 @@ class InMemoryBlockPool:
         """Clear every hash, as vLLM does; refused (False) while any block is referenced."""
         if any(self._ref_cnt):
             return False
-        self._hash = [None] * len(self._hash)
+        self._hash[:] = [None] * len(self._hash)  # in place: block_hash reads this list
         self._by_hash.clear()
         return True
