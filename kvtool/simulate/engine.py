@@ -144,6 +144,25 @@ class _Req:
         self.ready_at = -1  # step an async load finished
 
 
+class _Pass:
+    """One scheduling pass: what it scheduled and allocated, as the adapter reports it."""
+
+    __slots__ = ("allocated", "new", "preempted", "prefilling", "scheduled", "to_buffer",
+                 "tokens")
+
+    def __init__(self) -> None:
+        self.scheduled: list[tuple[_Req, int]] = []  # (request, tokens), in order
+        self.allocated: list[int] = []
+        self.preempted: list[_Req] = []
+        self.new: list[_Req] = []  # admitted or resumed from the waiting queues
+        # (request, tokens computed after the step) of the scheduled requests that may
+        # have blocks to buffer (set while scheduling: the others, most of them, are
+        # decoding past a prompt already buffered and cost the adapter nothing).
+        self.to_buffer: list[tuple[_Req, int]] = []
+        self.tokens = 0
+        self.prefilling = False  # a scheduled request still prefills its prompt
+
+
 @dataclass
 class _Counters:
     gpu_hit_tokens: int = 0
@@ -213,10 +232,12 @@ class Simulation:
 
     # ------------------------------------------------------------------ scheduling
 
-    def _schedule_running(self, scheduled: list[tuple[_Req, int]], allocated: list[int],
-                          preempted: list[_Req]) -> int:
+    def _schedule_running(self, step: _Pass) -> int:
         budget = self.settings.max_batched_tokens
         running, pool, size = self.running, self.pool, self._block_size
+        scheduled, allocated, preempted, to_buffer = (step.scheduled, step.allocated,
+                                                      step.preempted, step.to_buffer)
+        store_decode = self.config.store_decode
         index = 0
         # Inlined helpers: this loop visits every running request on every step.
         while index < len(running) and budget > 0:
@@ -244,6 +265,10 @@ class Simulation:
             if upto // size > run.cached:
                 self._cache_full_blocks(run, upto)
             scheduled.append((run, tokens))
+            if run.buffered < run.prompt_blocks or store_decode:
+                to_buffer.append((run, upto))
+            if upto < run.prompt_len:
+                step.prefilling = True
             budget -= tokens
             index += 1
         return budget
@@ -260,7 +285,7 @@ class Simulation:
         """Nothing runs, every load finished, and the head still cannot be admitted."""
         return bool(self.holding) and all(run.ready_at >= 0 for run in self.holding)
 
-    def _release_newest_load(self, preempted: list[_Req]) -> None:
+    def _release_newest_load(self, step: _Pass) -> None:
         """Loaded requests hold every block and none fits: free the newest one's blocks
         and recompute it later, as a preemption would (vLLM's reservations for async
         loads are meant to keep this from happening; the model must not stall)."""
@@ -272,7 +297,7 @@ class Simulation:
         run.ready_at = -1
         self.counters.preemptions += 1
         self.waiting.appendleft(run)
-        preempted.append(run)
+        step.preempted.append(run)
 
     def _inflight_reserved(self) -> int:
         """Blocks that in-flight prefills still need for their whole sequence."""
@@ -284,8 +309,7 @@ class Simulation:
                 reserved += max(0, self._blocks_needed(run, run.num_tokens))
         return reserved
 
-    def _schedule_waiting(self, budget: int, scheduled: list[tuple[_Req, int]],
-                          new: list[_Req]) -> None:
+    def _schedule_waiting(self, budget: int, step: _Pass) -> int:
         s = self.settings
         size = s.block_size
         pool, manager = self.pool, self.manager
@@ -350,14 +374,20 @@ class Simulation:
                 self.counters.async_loads += 1
                 skipped_holding.append(run)
                 continue
-            self._cache_full_blocks(run, computed + tokens)
+            upto = computed + tokens
+            self._cache_full_blocks(run, upto)
             run.status = _RUNNING
             self.running.append(run)
-            new.append(run)
-            scheduled.append((run, tokens))
+            step.new.append(run)
+            step.scheduled.append((run, tokens))
+            if run.buffered < run.prompt_blocks or self.config.store_decode:
+                step.to_buffer.append((run, upto))
+            if upto < run.prompt_len:
+                step.prefilling = True
             budget -= tokens
         if skipped_holding:
             self.holding.extendleft(reversed(skipped_holding))
+        return budget
 
     def _record_admission(self, run: _Req, local_tokens: int, external_tokens: int) -> None:
         if run.preempted:
@@ -378,10 +408,10 @@ class Simulation:
             self.manager.buffer_blocks(run.request.id, run.blocks[run.buffered:full])
             run.buffered = full
 
-    def _connector_step(self, scheduled: list[tuple[_Req, int]], new: list[_Req],
-                        allocated: list[int], preempted: list[_Req]) -> None:
+    def _connector_step(self, step: _Pass) -> None:
         manager = self.manager
-        for run in preempted:
+        allocated = step.allocated
+        for run in step.preempted:
             manager.on_request_preempted(run.request.id)
             run.buffered = 0
         size = self._block_size
@@ -390,22 +420,15 @@ class Simulation:
         # from the free queue's head; the next pass may need a block per scheduled
         # request, plus the whole budget while one of them still prefills its prompt.
         cached_hits = 0
-        for run in new:
+        for run in step.new:
             allocated += run.blocks  # a new or resumed request's whole block table
             manager.on_request_arrived(run.request.id)
             cached_hits += max(0, run.computed // size - loading.get(id(run), 0))
-        total = 0
-        prefilling = False
-        store_decode = self.config.store_decode
-        for run, tokens in scheduled:
-            total += tokens
-            if run.computed + tokens < run.prompt_len:
-                prefilling = True
-            # A request that buffered its whole prompt has nothing more to buffer.
-            if run.buffered < run.prompt_blocks or store_decode:
-                self._buffer(run, run.computed + tokens)
-        demand = len(scheduled) + (self._budget_blocks if prefilling else 0)
-        result = manager.step(StepInput(total, allocated, len(allocated) - cached_hits, demand))
+        for run, computed_after_step in step.to_buffer:
+            self._buffer(run, computed_after_step)
+        demand = len(step.scheduled) + (self._budget_blocks if step.prefilling else 0)
+        result = manager.step(StepInput(step.tokens, allocated, len(allocated) - cached_hits,
+                                        demand))
         jobs = self._load_jobs
         jobs += [job.job_id for job in result.store_jobs]
         if jobs:
@@ -435,16 +458,15 @@ class Simulation:
                     break
                 self.step_index = next_step
                 continue
-            scheduled: list[tuple[_Req, int]] = []
-            allocated: list[int] = []
-            preempted: list[_Req] = []
-            new: list[_Req] = []
-            budget = self._schedule_running(scheduled, allocated, preempted)
-            if not preempted:
-                self._schedule_waiting(budget, scheduled, new)
-                if not scheduled and not self.running and self._loaded_holding_all():
-                    self._release_newest_load(preempted)
-            self._connector_step(scheduled, new, allocated, preempted)
+            step = _Pass()
+            budget = self._schedule_running(step)
+            if not step.preempted:
+                budget = self._schedule_waiting(budget, step)
+                if not step.scheduled and not self.running and self._loaded_holding_all():
+                    self._release_newest_load(step)
+            step.tokens = s.max_batched_tokens - budget
+            self._connector_step(step)
+            scheduled = step.scheduled
             self.meter.charge(1 + len(scheduled), "the scheduler steps")
             held = len(self.running) + len(self.waiting) + len(self.holding)
             if held > self.counters.peak_held:
@@ -469,7 +491,7 @@ class Simulation:
     def _idle_step(self) -> None:
         self.counters.idle_steps += 1
         self.meter.charge(1, "the idle drain")
-        self._connector_step([], [], [], [])
+        self._connector_step(_Pass())
         self.step_index += 1
 
     def _update_from_output(self, scheduled: list[tuple[_Req, int]], intake: _Intake) -> None:
