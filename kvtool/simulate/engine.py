@@ -441,7 +441,7 @@ class Simulation:
     # ------------------------------------------------------------------ the loop
 
     def run(self, trace: Iterable[Request]) -> SimResult:
-        with _without_cycle_collection():
+        with without_cycle_collection():
             return self._run(trace)
 
     def _run(self, trace: Iterable[Request]) -> SimResult:
@@ -536,7 +536,7 @@ class Simulation:
 
 
 @contextlib.contextmanager
-def _without_cycle_collection() -> Iterator[None]:
+def without_cycle_collection() -> Iterator[None]:
     """Pause Python's cycle collector for a run: the simulation makes no reference
     cycles per request or step (a test holds it to that), so its garbage is freed by
     reference counting alone, while the collector's passes over the many live buffered

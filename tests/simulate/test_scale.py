@@ -91,3 +91,38 @@ def test_the_cycle_collector_is_restored_after_a_run() -> None:
     with quiet_connector():
         Simulation(settings, {"kvtool.policy": "eager"}).run(trace)
     assert gc.isenabled()
+
+
+def test_the_scale_benchmark_quick_form_reports_simulates_figures() -> None:
+    # scripts/bench/simulate_scale.py --quick: 20,000 requests under every policy, one
+    # JSON object last; its figures are simulate's own (the eager run is replayed here).
+    import importlib.util
+    import json
+    import subprocess
+    import sys
+
+    from kvtool.connector.policies import POLICY_NAMES
+    from kvtool.simulate.sweep import WorkloadSource, run_setting
+    from tests.conftest import REPO_ROOT
+
+    bench = REPO_ROOT / "scripts" / "bench" / "simulate_scale.py"
+    done = subprocess.run([sys.executable, str(bench), "--quick", "--json"], check=True,
+                          capture_output=True, text=True, timeout=600)
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["requests"] == 20_000
+    runs = {run["policy"]: run for run in report["runs"]}
+    assert list(runs) == list(POLICY_NAMES)
+    assert all(run["cpu_s"] > 0 and run["peak_rss_mib"] > 0 for run in runs.values())
+    assert report["wall_s"] > 0 and report["baseline_s"] > 0 and report["ratio_vs_baseline"] > 0
+
+    spec = importlib.util.spec_from_file_location("simulate_scale_bench", bench)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    kind, params = module.WORKLOAD
+    source = WorkloadSource(kind, generator=kind,
+                            params=workload_params(kind, {**params, "num_requests": 20_000}))
+    eager = run_setting(source, module.ENGINE, {"kvtool.policy": "eager"}, float("inf"))
+    assert runs["eager"]["steps"] == eager.steps
+    assert runs["eager"]["bytes_stored"] == eager.bytes_stored
+    assert runs["eager"]["host_hit_rate"] == eager.external_hit_rate
