@@ -7,4 +7,4 @@ without markup, so they carry no escape codes whatever the terminal.
 
 from rich.console import Console
 
-stderr = Console(stderr=True, highlight=False)
+stderr = Console(stderr=True, highlight=False, emoji=False)

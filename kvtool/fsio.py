@@ -21,7 +21,6 @@ import fcntl
 import os
 import stat
 import sys
-import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -253,6 +252,8 @@ def atomic_write(
     elif expected is not None:
         raise ChangedOnDisk(f"{path}: was removed since kvtool read it; not written")
     directory = target.parent
+    import tempfile  # only a run that writes pays for it (a cold audit never does)
+
     try:
         descriptor, name = tempfile.mkstemp(
             dir=directory, prefix=f".{target.name[:100]}.", suffix=".kvtool-tmp"

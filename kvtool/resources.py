@@ -12,9 +12,8 @@ is unchanged; a cache that cannot be read or written is passed over, never an er
 
 from __future__ import annotations
 
-import hashlib
 import os
-import tomllib
+import zlib
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -52,13 +51,17 @@ def read_table(path: Path) -> dict[str, Any]:
         raise KvtoolError(f"data table {path} is missing from this installation") from exc
     except OSError as exc:
         raise KvtoolError(f"data table {path} cannot be read: {exc}") from exc
-    cached = _cache_entry(path, stat)
+    key = _cache_key(path, stat)
+    cached = _cache_entry(key)
     if cached is not None:
         try:
-            table: dict[str, Any] = msgspec.json.decode(cached.read_bytes())
-            return table
-        except (OSError, msgspec.DecodeError):
-            pass  # a missing or damaged entry is a miss
+            entry = msgspec.json.decode(cached.read_bytes(), type=_Entry)
+            if entry.key == key:
+                return entry.table
+        except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+            pass  # a missing or damaged entry, or another table's, is a miss
+    import tomllib  # only on a miss: a warm cache never parses TOML
+
     try:
         with path.open("rb") as handle:
             table = tomllib.load(handle)
@@ -67,28 +70,42 @@ def read_table(path: Path) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         raise KvtoolError(f"data table {path} is not valid TOML: {exc}") from exc
     if cached is not None:
-        _store(cached, table)
+        _store(cached, key, table)
     return table
 
 
-def _cache_entry(path: Path, stat: os.stat_result) -> Path | None:
-    """Where the parsed form of the table at ``path``, as it is now, is kept; None with
-    caching off (``KVTOOL_TABLE_CACHE=0``)."""
+class _Entry(msgspec.Struct, frozen=True):
+    """A cached table with the key it was stored under (a name clash reads as a miss)."""
+
+    key: str
+    table: dict[str, Any]
+
+
+def _cache_key(path: Path, stat: os.stat_result) -> str:
+    """The table at ``path`` as it is now, in this kvtool release."""
+    resolved = str(path.resolve()).encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return f"{resolved}\0{stat.st_size}\0{stat.st_mtime_ns}\0{__version__}"
+
+
+def _cache_entry(key: str) -> Path | None:
+    """Where the parsed form of the table of ``key`` is kept; None with caching off
+    (``KVTOOL_TABLE_CACHE=0``). The name needs no cryptographic hash (the entry records
+    its key, checked on every read), so the cold start does not load OpenSSL for it."""
     if os.environ.get("KVTOOL_TABLE_CACHE") == "0":
         return None
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    key = f"{path.resolve()}\0{stat.st_size}\0{stat.st_mtime_ns}\0{__version__}"
-    name = hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+    data = key.encode("utf-8")
+    name = f"{zlib.crc32(data):08x}{zlib.adler32(data):08x}"
     return Path(base) / "kvtool" / "tables" / f"{name}.json"
 
 
-def _store(entry: Path, table: dict[str, Any]) -> None:
+def _store(entry: Path, key: str, table: dict[str, Any]) -> None:
     """Keep ``table`` at ``entry`` (atomically: a reader never sees half of it)."""
     try:
-        data = msgspec.json.encode(table)
+        data = msgspec.json.encode(_Entry(key, table))
     except (TypeError, msgspec.EncodeError):
         return  # a TOML date or time has no JSON form: such a table is always parsed
-    if msgspec.json.decode(data) != table:
+    if msgspec.json.decode(data, type=_Entry).table != table:
         return
     try:
         entry.parent.mkdir(parents=True, exist_ok=True)

@@ -21,6 +21,8 @@ Per release, parsed as source with ``ast`` (vLLM is never imported):
 * ``nixl_pp``: whether NixlConnector's code knows pipeline parallelism at all, and the
   start-up refusals it raises for ``pipeline_parallel_size > 1`` with the conditions they
   are raised under.
+* ``nixl_refusals``: the refusals it raises for context, data or expert parallelism, with
+  their conditions and the class that raises them.
 
 Wheels come from ``releasegen.prover`` (its cache and sha256 check, the one the bug
 database uses); each release records the wheel's file name and sha256.
@@ -58,6 +60,11 @@ HOST_ENV = re.compile(r"^VLLM_\w*HOST$")
 # NixlConnector puts its side-channel host into the kv_transfer_params it hands the router.
 NIXL_ADVERTISES_HOST = "remote_host=self.side_channel_host"
 PP_WORDS = ("pp_size", "pipeline_parallel_size")
+# The other parallelism a start-up refusal can name (context, data and expert parallel).
+PARALLEL_WORDS = (
+    "pcp_size", "prefill_context_parallel_size", "dcp_size", "decode_context_parallel_size",
+    "data_parallel_size", "dp_size", "enable_expert_parallel",
+)
 ZMQ_DEFAULT = re.compile(r'publisher = "zmq" if self\.enable_kv_cache_events')
 
 
@@ -147,22 +154,44 @@ def _raise_message(node: ast.Raise) -> str | None:
 
 
 def _guarded_raises(
-    text: str, body: list[ast.stmt], conditions: tuple[str, ...]
+    text: str,
+    body: list[ast.stmt],
+    conditions: tuple[str, ...],
+    words: tuple[str, ...] = PP_WORDS,
 ) -> list[dict[str, Any]]:
+    """Each ``raise`` under ``if`` tests of which one names one of ``words``."""
     found: list[dict[str, Any]] = []
     for stmt in body:
         if isinstance(stmt, ast.If):
             test = ast.get_source_segment(text, stmt.test) or ""
-            found += _guarded_raises(text, stmt.body, (*conditions, test))
-            found += _guarded_raises(text, stmt.orelse, conditions)
-        elif isinstance(stmt, ast.Raise) and any(w in c for c in conditions for w in PP_WORDS):
+            found += _guarded_raises(text, stmt.body, (*conditions, test), words)
+            found += _guarded_raises(text, stmt.orelse, conditions, words)
+        elif isinstance(stmt, ast.Raise) and any(w in c for c in conditions for w in words):
             message = _raise_message(stmt)
             if message:
                 found.append({"conditions": list(conditions), "message": message})
         elif isinstance(stmt, ast.With | ast.For | ast.While | ast.Try):
             for inner in ("body", "orelse", "finalbody"):
-                found += _guarded_raises(text, getattr(stmt, inner, []), conditions)
+                found += _guarded_raises(text, getattr(stmt, inner, []), conditions, words)
     return found
+
+
+def nixl_parallel_refusals(sources: dict[str, str]) -> list[dict[str, Any]]:
+    """NIXL's refusals for context, data or expert parallelism (PP ones are ``nixl_pp``'s),
+    each with the class whose method raises it (a push-only class refuses only there)."""
+    refusals: list[dict[str, Any]] = []
+    for path, text in sources.items():
+        for cls in ast.walk(ast.parse(text)):
+            if not isinstance(cls, ast.ClassDef):
+                continue
+            for item in cls.body:
+                if not isinstance(item, ast.FunctionDef):
+                    continue
+                for refusal in _guarded_raises(text, item.body, (), PARALLEL_WORDS):
+                    if any(w in c for c in refusal["conditions"] for w in PP_WORDS):
+                        continue
+                    refusals.append({"file": path, "cls": cls.name, **refusal})
+    return refusals
 
 
 def nixl_pp(sources: dict[str, str]) -> dict[str, Any]:
@@ -203,6 +232,7 @@ def read_release(prover: Prover, version: str) -> dict[str, Any]:
         "kv_events_zmq_by_default": any(ZMQ_DEFAULT.search(t) for t in events.values()),
         "nixl_side_channel": nixl_side_channel(nixl),
         "nixl_pp": nixl_pp(nixl),
+        "nixl_refusals": nixl_parallel_refusals(nixl),
     }
 
 

@@ -109,6 +109,15 @@ def audit(
             "requirements pin in the input, then an lmcache/vllm-openai image tag).",
         ),
     ] = None,
+    component_version: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--component-version",
+            help="NAME=RELEASE of another stack component next to vLLM (nixl, mooncake, "
+            "dynamo, llm-d, kserve, kaito, production-stack, aibrix); repeatable (default: "
+            "a pip pin in the input, the image's installed packages, an image tag).",
+        ),
+    ] = None,
     input_format: Annotated[
         str | None,
         typer.Option(
@@ -276,6 +285,7 @@ def audit(
         load_settings(Path.cwd()),
         vllm_version=vllm_version or (live.version if live else None),
         lmcache_version=lmcache_version,
+        component_versions=_component_versions(component_version or []),
         select=select,
         ignore=ignore,
         fail_on=Severity(fail_on.value) if fail_on else None,
@@ -310,11 +320,13 @@ def audit(
     if output_file is not None:
         refuse_overwriting_inputs(output_file, {i.file for i in invocations if i.file}, "-o")
     extras = {}
+    installed: dict[str, str] = {}
     if image_verdicts is not None:
         from kvtool.audit.rules.image import IMAGE_VERDICTS
-        from kvtool.image import load_image_verdicts
+        from kvtool.image import load_image_distributions, load_image_verdicts
 
         extras[IMAGE_VERDICTS] = load_image_verdicts(image_verdicts)
+        installed = load_image_distributions(image_verdicts)
     auditor = Auditor(
         ShippedTables(),
         normalize,
@@ -325,6 +337,9 @@ def audit(
         lmcache_from_cli=lmcache_version is not None,
         lmcache_pins=inputs.lmcache_pins,
         vllm_claims=inputs.vllm_claims,
+        component_pins=inputs.component_pins,
+        installed=installed,
+        component_from_cli=frozenset(_component_versions(component_version or [])),
     )
     report = auditor.run(invocations)
     report.skipped = list(inputs.skipped)
@@ -417,6 +432,26 @@ def _refuse_when_nothing_was_read(inputs: "InputSet") -> None:
     first = inputs.skipped[0].describe()
     more = len(inputs.skipped) - 1
     raise KvtoolError(first + (f" (and {more} more input(s) not read)" if more else ""))
+
+
+def _component_versions(given: list[str]) -> dict[str, str]:
+    """``--component-version nixl=0.7.1`` values by component (a bad one: exit 2)."""
+    from kvtool.audit.component_release import components
+    from kvtool.errors import KvtoolError
+
+    found = {}
+    for value in given:
+        name, sep, release = value.partition("=")
+        name = name.strip().lower()
+        if not sep or not release.strip():
+            raise KvtoolError(f"--component-version: {value!r}: write NAME=RELEASE")
+        if name not in components():
+            raise KvtoolError(
+                f"--component-version: unknown component {name!r}"
+                f" (choose from {', '.join(components())})"
+            )
+        found[name] = release.strip()
+    return found
 
 
 def _baseline_path(given: Path | None, settings: "AuditSettings", updating: bool) -> Path | None:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import MappingProxyType
-from typing import Any, Literal, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 import msgspec
 
@@ -34,6 +34,9 @@ from kvtool.releases.model import (
     ReleaseFacts,
     ReleaseIndex,
 )
+
+if TYPE_CHECKING:
+    from kvtool.audit.component_release import ComponentRelease
 
 _T = TypeVar("_T")
 
@@ -231,6 +234,9 @@ class RuleContext:
     # (kvtool.audit.lmcache_release), and where it was read ("image tag ...").
     lmcache_version: str | None = None
     lmcache_origin: str | None = None
+    # The releases of the stack's other components the input shows, by component
+    # (kvtool.audit.component_release); a component missing here is not known.
+    component_releases: Mapping[str, ComponentRelease] = field(default_factory=dict)
     known_model: ModelFacts | None = None
     # Looks the served model up (sizing catalog, local config.json) only when a rule asks:
     # most configs never need it, and reading the catalog is the slowest part of a run.

@@ -14,6 +14,8 @@ from typing import Any, Protocol
 import msgspec
 
 from kvtool.audit import rules as _rules  # noqa: F401  (registers every rule)
+from kvtool.audit.component_release import ComponentRelease, components
+from kvtool.audit.component_release import resolve as resolve_component_release
 from kvtool.audit.context import ModelFacts, RuleContext, Semantics
 from kvtool.audit.lmcache_release import LmcacheRelease
 from kvtool.audit.lmcache_release import resolve as resolve_lmcache_release
@@ -218,6 +220,9 @@ class Auditor:
         lmcache_from_cli: bool = False,
         lmcache_pins: Sequence[LmcacheRelease] = (),
         vllm_claims: Sequence[ReleaseClaim] = (),
+        component_pins: Sequence[ComponentRelease] = (),
+        installed: Mapping[str, str] | None = None,
+        component_from_cli: frozenset[str] = frozenset(),
     ) -> None:
         self.extras: Mapping[str, Any] = extras or {}
         # vLLM releases the input set's files state (pip pins, requirements, annotations).
@@ -226,6 +231,18 @@ class Auditor:
         self.lmcache_from_cli = lmcache_from_cli
         # LMCache pins read from the input set's files (requirements, pip install lines).
         self.lmcache_pins = tuple(lmcache_pins)
+        # Other components' pins in the input set, the distributions an inspect-image
+        # report found in the image, and the components --component-version named.
+        self.component_pins = tuple(component_pins)
+        self.installed: Mapping[str, str] = installed or {}
+        self.component_from_cli = component_from_cli
+        unknown = sorted(set(settings.component_versions) - set(components()))
+        if unknown:
+            where = f"{settings.source}: " if settings.source else ""
+            raise KvtoolError(
+                f"{where}component-versions: unknown component {unknown[0]!r}"
+                f" (choose from {', '.join(components())})"
+            )
         self.tables = tables
         self.normalizer = normalizer
         self.settings = settings
@@ -290,6 +307,7 @@ class Auditor:
             host_ram_gib=self.settings.host_ram_gib,
             lmcache_version=lmcache_release.version if lmcache_release else None,
             lmcache_origin=lmcache_release.origin if lmcache_release else None,
+            component_releases=self.component_releases_for(invocation),
             model_lookup=self._model_lookup,
             extras=self.extras,
         )
@@ -303,11 +321,36 @@ class Auditor:
             if from_file:
                 origin = f"{self.settings.source}: lmcache-version"
             explicit = LmcacheRelease(
-                _lmcache_version(self.settings.lmcache_version, origin), origin
+                _checked_release(self.settings.lmcache_version, origin), origin
             )
         return resolve_lmcache_release(
             explicit=explicit, file=invocation.file, image=invocation.image, pins=self.lmcache_pins
         )
+
+    def component_releases_for(self, invocation: Invocation) -> dict[str, ComponentRelease]:
+        """The release of each other stack component next to this engine, where known."""
+        images = [invocation.image] if invocation.image else []
+        images += [c.image for c in invocation.pod_containers if c.image]
+        found = {}
+        for component in components():
+            explicit = self.settings.component_versions.get(component)
+            origin = "--component-version"
+            if component not in self.component_from_cli and self.settings.source is not None:
+                origin = f"{self.settings.source}: component-versions"
+            if explicit is not None:
+                _checked_release(explicit, origin, f"a {component}")
+            release = resolve_component_release(
+                component,
+                explicit=explicit,
+                explicit_origin=origin,
+                file=invocation.file,
+                images=images,
+                installed=self.installed,
+                pins=self.component_pins,
+            )
+            if release is not None:
+                found[component] = release
+        return found
 
     def _model_lookup(self, name: str) -> ModelFacts | None:
         """The served model's facts: from ``model-config`` when the settings give one."""
@@ -460,7 +503,7 @@ def _sort_key(finding: Finding) -> tuple[str, int, int, str]:
     )
 
 
-def _lmcache_version(value: str, origin: str) -> str:
+def _checked_release(value: str, origin: str, what: str = "an LMCache") -> str:
     """``value`` when it reads as a release (``0.3.9``, ``v0.5.6``); else one line naming
     where it was given, before any rule compares it with a range."""
     from packaging.version import Version
@@ -468,5 +511,5 @@ def _lmcache_version(value: str, origin: str) -> str:
     try:
         Version(value.removeprefix("v"))
     except ValueError:  # InvalidVersion, or digits past the int_digits limit
-        raise KvtoolError(f"{origin}: {value!r} is not an LMCache version") from None
+        raise KvtoolError(f"{origin}: {value!r} is not {what} version") from None
     return value

@@ -119,6 +119,8 @@ class ContainerResources(msgspec.Struct, frozen=True, kw_only=True):
     memory_request: Quantity | None = None
     mounts: tuple[VolumeMount, ...] = ()
     host_ipc: Location | None = None  # where ``hostIPC: true`` / ``ipc: host`` was written
+    # Where ``hostNetwork: true`` was written: the pod listens in the node's namespace.
+    host_network: Location | None = None
     shm_size: Quantity | None = None  # Docker/Compose ``shm_size``: the /dev/shm tmpfs size
 
     def mount_at(self, path: str) -> VolumeMount | None:
@@ -139,6 +141,8 @@ class PodContainer(msgspec.Struct, frozen=True, kw_only=True):
     # Whether the container is given GPUs: a ``*/gpu`` resource above 0 or a visible-devices
     # env var; False when it states neither, None when a DRA claim may give it some.
     gpus: bool | None = None
+    # The ``ports[].containerPort`` values it declares: where it listens, by convention.
+    ports: tuple[int, ...] = ()
 
 
 class Invocation(msgspec.Struct, kw_only=True):

@@ -40,6 +40,9 @@ class AuditSettings(
     # The LMCache release installed next to vLLM. The serve config cannot say; without
     # this, the audit reads it from the input where it can (kvtool.audit.lmcache_release).
     lmcache_version: str | None = None
+    # The releases of the stack's other components (nixl = "0.7.1", dynamo = "0.6.1"),
+    # over what the input shows (kvtool.audit.component_release).
+    component_versions: dict[str, str] = msgspec.field(default_factory=dict)
     select: tuple[str, ...] = ("ALL",)
     extend_select: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()
@@ -164,6 +167,7 @@ def apply_cli(
     *,
     vllm_version: str | None = None,
     lmcache_version: str | None = None,
+    component_versions: dict[str, str] | None = None,
     select: list[str] | None = None,
     ignore: list[str] | None = None,
     fail_on: Severity | None = None,
@@ -190,6 +194,8 @@ def apply_cli(
         update["vllm_version"] = vllm_version
     if lmcache_version is not None:
         update["lmcache_version"] = lmcache_version
+    if component_versions:
+        update["component_versions"] = {**settings.component_versions, **component_versions}
     if select:
         update["select"] = tuple(select)
         update["extend_select"] = ()

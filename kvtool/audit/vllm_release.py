@@ -5,11 +5,14 @@ docs/audit.md say the same):
 
 1. ``--vllm-version`` or the ``vllm-version`` setting (the engine, not this module);
 2. a ``pip install vllm==X`` / ``uv pip install vllm==X`` in the file the engine is read
-   from (a script, a container's ``sh -c``, a Dockerfile ``RUN``): it replaces whatever
-   the image holds;
-3. the Dockerfile a compose service is built from (``build:`` context and dockerfile),
-   or, for a Dockerfile's own ENTRYPOINT/CMD, that Dockerfile: its pip pin, else its
-   ``FROM`` image's tag (ARG defaults applied);
+   from (a script, a container's ``sh -c``, a Dockerfile ``RUN``), or a ``vllm==X`` item
+   of a package list there (Modal's ``.pip_install("vllm==0.7.2")``, a YAML
+   ``- vllm==0.6.3`` under ``requirements:``/``pip:``): it replaces whatever the image
+   holds;
+3. the Dockerfile a compose service is built from (``build:`` context and dockerfile,
+   its ``args:`` replacing the Dockerfile's ARG defaults), or, for a Dockerfile's own
+   ENTRYPOINT/CMD, that Dockerfile: its pip pin, else its ``FROM`` image's tag (ARG
+   defaults applied);
 4. the engine's image tag: vLLM's own images, and derived images only through the
    curated table ``rules/images/entrypoints.toml`` (a tag of another project is never
    read as a vLLM release);
@@ -63,6 +66,17 @@ _REQUIREMENT = re.compile(
     + r"[\"']?[ \t]*,?[ \t]*(?:[;#].*)?$",
     re.IGNORECASE | re.MULTILINE | re.ASCII,
 )
+# A package list's item that is only a vLLM pin: a quoted string (Modal's
+# `.pip_install("vllm==0.7.2", ...)`, `.uv_pip_install("vllm==0.15.0")`, Ray's
+# `runtime_env={"pip": ["vllm==0.8.5"]}`, pyproject's `dependencies = ["vllm==0.8.4"]`),
+# a YAML list item (`- vllm==0.6.3` under a Truss `requirements:`) or a line that is only
+# the pin after a key (tox's `deps = vllm==0.6.3`, and its continuation lines): the
+# package the program's image or environment installs.
+_LISTED_PIN = re.compile(
+    r"""(?:(["'])|^[ \t]*(?:-[ \t]+|[\w.-]+[ \t]*[=:][ \t]*)?["']?)"""
+    r"(" + _PACKAGE + r"[ \t]*==[ \t]*" + _RELEASE + r""")(?:\1|["']?[ \t]*(?:[;#].*)?$)""",
+    re.IGNORECASE | re.MULTILINE | re.ASCII,
+)
 # `opendatahub.io/runtime-version: 'v0.9.1.0'`, `vllm-version: "0.6.3"` (annotations, labels).
 _ANNOTATION = re.compile(
     r"^[ \t]*[\"']?((?:[\w.-]+/)?(?:runtime-version|vllm[-_.]version))[\"']?[ \t]*:[ \t]*"
@@ -105,16 +119,34 @@ def claims_in_text(text: str, file: str) -> tuple[ReleaseClaim, ...]:
     lines = _Lines(text)
     found: list[tuple[int, ReleaseClaim]] = []
     if is_requirements_name(file):
+        lines_taken: set[int] = set()
         for match in _REQUIREMENT.finditer(text):
             version = match.group(1)
             at = lines.line_of(match.start())
+            lines_taken.add(at)
             origin = f"requirement vllm=={version} at {file}:{at}"
             found.append((match.start(), ReleaseClaim(version, "requirement", origin, file)))
+        for match in _LISTED_PIN.finditer(text):  # `dependencies = ["vllm==0.9.2", ...]`
+            at = text.count("\n", 0, match.start()) + 1
+            if at in lines_taken:
+                continue
+            version = match.group(3)
+            origin = f"requirement vllm=={version} at {file}:{at}"
+            found.append((match.start(), ReleaseClaim(version, "requirement", origin, file)))
+        found.sort(key=lambda item: item[0])
         return tuple(claim for _, claim in found)
     joined = text.replace("\\\n", "  ")  # same length: offsets still give the line
+    installs: list[int] = []
     for at, version, spelled in _pip_pins(joined):
         origin = f"pip install {spelled} at {file}:{lines.line_of(at)}"
         found.append((at, ReleaseClaim(version, "pip", origin, file)))
+        installs.append(at)
+    for match in _LISTED_PIN.finditer(text):
+        if _inside_install(joined, match.start(), installs):
+            continue  # the `pip install "vllm==X"` already read above
+        version = match.group(3)
+        origin = f"package list {match.group(2)} at {file}:{lines.line_of(match.start())}"
+        found.append((match.start(), ReleaseClaim(version, "pip", origin, file)))
     for match in _ANNOTATION.finditer(text):
         key, version = match.group(1), match.group(2)
         origin = f"{key}: {version} at {file}:{lines.line_of(match.start())}"
@@ -140,6 +172,12 @@ def _pip_pins(text: str) -> Iterable[tuple[int, str, str]]:
             if version is not None:
                 yield install.start(), version, f"vllm=={version}"
             position = pin.end()
+
+
+def _inside_install(text: str, offset: int, installs: list[int]) -> bool:
+    """Whether ``offset`` is in the same command as one of the ``pip install`` offsets."""
+    line_start = max(text.rfind(stop, 0, offset) for stop in (";", "&", "|", "\n")) + 1
+    return any(line_start <= at < offset for at in installs)
 
 
 def _assigned(text: str, name: str | None, before: int) -> str | None:
@@ -168,20 +206,28 @@ class _Lines:
 # -- Dockerfiles an engine is built from ---------------------------------------------------
 
 
+BuildArgs = tuple[tuple[str, str], ...]
+
+
 @lru_cache(maxsize=256)
 def dockerfile_claim(
-    path: str, how: Literal["build", "dockerfile"], why: str = ""
+    path: str, how: Literal["build", "dockerfile"], why: str = "", build_args: BuildArgs = ()
 ) -> ReleaseClaim | None:
     """What the Dockerfile at ``path`` says: its pip pin of vLLM, else its FROM image's tag.
 
-    ``why`` says in the origin how the engine relates to the Dockerfile."""
-    suffix = f" ({why})" if why else ""
+    ``why`` says in the origin how the engine relates to the Dockerfile; ``build_args``
+    (a compose ``build: args:``) replace the defaults of the ARGs they name, as
+    ``docker build --build-arg`` does."""
     try:
         with open(path, "rb") as handle:
             data = handle.read(_DOCKERFILE_BYTES)
         text = data.decode("utf-8", errors="replace")
     except OSError:
         return None
+    text, applied = _with_build_args(text, build_args)
+    if applied:
+        why = f"{why}, build arg {', '.join(applied)}" if why else f"build arg {', '.join(applied)}"
+    suffix = f" ({why})" if why else ""
     pins = [c for c in claims_in_text(text, path) if c.source == "pip"]
     if pins:
         last = pins[-1]
@@ -195,6 +241,27 @@ def dockerfile_claim(
             origin = f"FROM {image} in {path}{suffix}"
             return ReleaseClaim(version, how, origin, path)
     return None
+
+
+_ARG_LINE = re.compile(r"^([ \t]*ARG[ \t]+)(\w+)(?:=[^\n]*)?$", re.IGNORECASE | re.MULTILINE)
+
+
+def _with_build_args(text: str, build_args: BuildArgs) -> tuple[str, list[str]]:
+    """``text`` with each ``ARG NAME[=default]`` a build arg names given its value (one line
+    for one line, so line numbers stay), and the ``NAME=value`` pairs that were used."""
+    if not build_args:
+        return text, []
+    given = dict(build_args)
+    applied: list[str] = []
+
+    def replace(match: re.Match[str]) -> str:
+        name = match.group(2)
+        if name not in given:
+            return match.group(0)
+        applied.append(f"{name}={given[name]}")
+        return f"{match.group(1)}{name}={given[name]}"
+
+    return _ARG_LINE.sub(replace, text), sorted(set(applied))
 
 
 def _with_defaults(word: str, text: str, before: int) -> str:
@@ -214,7 +281,12 @@ def _with_defaults(word: str, text: str, before: int) -> str:
     return _VARIABLE.sub(default, word)
 
 
-def compose_build_dockerfile(invocation: Invocation) -> str | None:
+class ComposeBuild(msgspec.Struct, frozen=True):
+    dockerfile: str  # its path
+    args: BuildArgs = ()  # the ``build: args:`` given to it, interpolated
+
+
+def compose_build_dockerfile(invocation: Invocation) -> ComposeBuild | None:
     """The Dockerfile a compose service is built from (``build:`` context / dockerfile)."""
     if invocation.kind != "compose" or invocation.file is None:
         return None
@@ -223,8 +295,9 @@ def compose_build_dockerfile(invocation: Invocation) -> str | None:
 
 
 @lru_cache(maxsize=64)
-def _compose_builds(file: str) -> dict[str, str]:
-    """service -> the Dockerfile path its ``build:`` names (relative to the compose file)."""
+def _compose_builds(file: str) -> dict[str, ComposeBuild]:
+    """service -> the Dockerfile its ``build:`` names (relative to the compose file) and the
+    build args it passes."""
     import yaml
 
     from kvtool.yamlio import safe_loader
@@ -236,13 +309,14 @@ def _compose_builds(file: str) -> dict[str, str]:
     except (OSError, yaml.YAMLError, RecursionError):
         return {}
     base = os.path.dirname(file) or "."
-    builds: dict[str, str] = {}
+    builds: dict[str, ComposeBuild] = {}
     for document in documents:
         services = document.get("services") if isinstance(document, dict) else None
         if not isinstance(services, dict):
             continue
         for name, service in services.items():
             build = service.get("build") if isinstance(service, dict) else None
+            args: BuildArgs = ()
             if isinstance(build, str):
                 context, dockerfile = build, "Dockerfile"
             elif isinstance(build, dict) and isinstance(build.get("context", "."), str):
@@ -250,10 +324,55 @@ def _compose_builds(file: str) -> dict[str, str]:
                 dockerfile = build.get("dockerfile", "Dockerfile")
                 if not isinstance(dockerfile, str):
                     continue
+                args = _build_args(build.get("args"), base)
             else:
                 continue
-            builds[str(name)] = os.path.normpath(os.path.join(base, context, dockerfile))
+            path = os.path.normpath(os.path.join(base, context, dockerfile))
+            builds[str(name)] = ComposeBuild(path, args)
     return builds
+
+
+def _compose_image(invocation: Invocation) -> tuple[str, str]:
+    """A compose service's image with compose's interpolation applied (``image:
+    vllm/vllm-openai:${VLLM_TAG:-v0.9.1}``, the ``.env`` beside the file first), and how
+    it was; the image as written when it has no variable or one whose value is unknown."""
+    image = invocation.image or ""
+    if invocation.kind != "compose" or invocation.file is None or "$" not in image:
+        return image, ""
+    # imported here: kvtool.audit.inputs imports this module
+    from kvtool.audit.inputs import compose_env
+
+    base = os.path.dirname(invocation.file) or "."
+    dotenv = compose_env.dotenv(base)
+    interpolated = compose_env.interpolate(image, dotenv)
+    if interpolated is None or interpolated == image:
+        return image, ""
+    sources = ", ".join(
+        f"{name} from {os.path.join(base, '.env')}" if name in dotenv else f"{name} default"
+        for name in compose_env.names_in(image)
+    )
+    return interpolated, f"written {image.strip()}: {sources}"
+
+
+def _build_args(written: object, base: str) -> BuildArgs:
+    """A ``build: args:`` mapping or ``NAME=value`` list, each value interpolated from the
+    ``.env`` file beside the compose file (compose's default), else its ``:-`` default; an
+    arg whose value is unknown is left out (the Dockerfile's default stands)."""
+    from kvtool.audit.inputs import compose_env
+
+    pairs: list[tuple[str, object]] = []
+    if isinstance(written, dict):
+        pairs = [(str(k), v) for k, v in written.items()]
+    elif isinstance(written, list):
+        pairs = [tuple(str(item).split("=", 1)) for item in written if "=" in str(item)]  # type: ignore[misc]
+    known: list[tuple[str, str]] = []
+    for name, value in pairs:
+        if value is None or isinstance(value, (dict, list)):
+            continue
+        interpolated = compose_env.interpolate(str(value), compose_env.dotenv(base))
+        if interpolated:
+            known.append((name, interpolated))
+    return tuple(known)
 
 
 def sibling_dockerfile(file: str | None) -> str | None:
@@ -283,7 +402,9 @@ def resolve(
         return pinned[-1]  # a later install replaces an earlier one
     build = compose_build_dockerfile(invocation)
     built = "the compose service is built from it"
-    if build is not None and (claim := dockerfile_claim(build, "build", built)) is not None:
+    if build is not None and (
+        claim := dockerfile_claim(build.dockerfile, "build", built, build.args)
+    ):
         return claim
     # A Dockerfile's own ENTRYPOINT/CMD: its FROM names the base image (ARG defaults
     # applied, which the image the reader saw may still spell as ${VAR}).
@@ -293,9 +414,11 @@ def resolve(
     if invocation.image:
         from kvtool.releases.images import vllm_version_of_image
 
-        tagged = vllm_version_of_image(invocation.image)
+        image, interpolated = _compose_image(invocation)
+        tagged = vllm_version_of_image(image)
         if tagged is not None:
-            return ReleaseClaim(tagged, "image", f"image tag {invocation.image.strip()}")
+            how = f" ({interpolated})" if interpolated else ""
+            return ReleaseClaim(tagged, "image", f"image tag {image.strip()}{how}")
     annotated = [c for c in own if c.source == "annotation" and _names_tabled(c.version, tabled)]
     if annotated:
         return _agreed(annotated)

@@ -13,7 +13,7 @@ import re
 from packaging.specifiers import SpecifierSet
 
 from kvtool.audit.context import RuleContext
-from kvtool.bugdb.model import Trigger
+from kvtool.bugdb.model import PodMate, Trigger
 
 # Pseudo-traits a trigger may name besides kvtool.models.TRAITS.
 _DERIVED_TRAITS = ("hybrid", "state")
@@ -33,6 +33,9 @@ def trigger_holds(ctx: RuleContext, trigger: Trigger) -> bool:
         and _model_holds(ctx, trigger)
         and _parallel_holds(ctx, trigger)
         and _image_holds(ctx, trigger)
+        and (not trigger.inputs or ctx.config.invocation.kind in trigger.inputs)
+        and (trigger.pod_mate is None or _pod_mate_in(ctx, trigger.pod_mate))
+        and (trigger.no_pod_mate is None or not _pod_mate_in(ctx, trigger.no_pod_mate))
         and (trigger.vllm is None or SpecifierSet(trigger.vllm).contains(ctx.version))
     )
 
@@ -117,6 +120,20 @@ def _image_holds(ctx: RuleContext, trigger: Trigger) -> bool:
         return True
     image = ctx.config.invocation.image
     return image is not None and re.search(trigger.image, image) is not None
+
+
+def _pod_mate_in(ctx: RuleContext, wanted: PodMate) -> bool:
+    """Another container of the engine's pod has everything ``wanted`` names."""
+    for container in ctx.config.invocation.pod_containers:
+        if wanted.image is not None and not re.search(wanted.image, container.image or ""):
+            continue
+        argv = " ".join(token.text for token in container.argv)
+        if wanted.argv is not None and not re.search(wanted.argv, argv):
+            continue
+        if wanted.gpus is not None and container.gpus is not wanted.gpus:
+            continue
+        return True
+    return False
 
 
 def _matches(pattern: str, values: list[object]) -> bool:

@@ -50,6 +50,19 @@ ID_PREFIX: dict[str, str] = {
     "production-stack": "PRODSTACK",
     "aibrix": "AIBRIX",
 }
+# How messages name each component.
+DISPLAY: dict[str, str] = {
+    "vllm": "vLLM",
+    "lmcache": "LMCache",
+    "nixl": "NIXL",
+    "mooncake": "Mooncake",
+    "dynamo": "Dynamo",
+    "llm-d": "llm-d",
+    "kserve": "KServe",
+    "kaito": "KAITO",
+    "production-stack": "production-stack",
+    "aibrix": "AIBrix",
+}
 # The PyPI distribution whose wheels prove a component's ranges (None: not on PyPI).
 PACKAGE: dict[str, str | None] = {
     "vllm": "vllm",
@@ -100,6 +113,20 @@ class _Strict(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     pass
 
 
+class PodMate(_Strict, frozen=True, kw_only=True):
+    """Another container of the engine's pod, as a trigger condition: every field set
+    must hold for one container. ``image``: regex searched in its image; ``argv``: regex
+    searched in its command and arguments joined by spaces; ``gpus``: whether it is given
+    GPUs (a container whose GPUs a DRA claim may give is never matched on ``gpus``)."""
+
+    image: str | None = None
+    argv: str | None = None
+    gpus: bool | None = None
+
+    def patterns(self) -> list[str]:
+        return [p for p in (self.image, self.argv) if p is not None]
+
+
 class Trigger(_Strict, frozen=True, kw_only=True):
     """The configuration that triggers a bug: every condition that is set must hold.
 
@@ -118,7 +145,10 @@ class Trigger(_Strict, frozen=True, kw_only=True):
     ``min_tp``/``min_pp``/``min_dp``: parallel sizes at least these;
     ``expert_parallel``: ``--enable-expert-parallel`` is on; ``image``: regex searched
     in the container image; ``vllm``: the target vLLM release is in this PEP 440
-    specifier set (for another component's bug that only some vLLM releases expose).
+    specifier set (for another component's bug that only some vLLM releases expose);
+    ``inputs``: the engine was read from one of these input kinds (``kaito``,
+    ``kubernetes``, ``helm-values``, ...); ``pod_mate``: another container of the pod
+    matches (:class:`PodMate`); ``no_pod_mate``: no other container matches.
     """
 
     connectors: tuple[str, ...] = ()
@@ -139,10 +169,15 @@ class Trigger(_Strict, frozen=True, kw_only=True):
     expert_parallel: bool = False
     image: str | None = None
     vllm: str | None = None  # PEP 440 specifier on the vLLM release (another component's bug)
+    inputs: tuple[str, ...] = ()
+    pod_mate: PodMate | None = None
+    no_pod_mate: PodMate | None = None
 
     def patterns(self) -> list[str]:
         found = [*self.values.values(), *self.extra.values()]
         found += [*self.env.values(), *self.unless_env.values()]
+        for mate in (self.pod_mate, self.no_pod_mate):
+            found += mate.patterns() if mate is not None else []
         return found + [p for p in (self.model, self.image) if p is not None]
 
     @property
@@ -169,14 +204,31 @@ class Marker(_Strict, frozen=True, kw_only=True):
     introduced_regex: bool = False
 
 
+class ExampleContainer(_Strict, frozen=True, kw_only=True):
+    """Another container of the example's pod (a cache server sidecar, a router)."""
+
+    name: str
+    image: str
+    command: str = ""  # a shell line, split into the container's command
+    gpus: int = 0  # nvidia.com/gpu it is given
+
+
 class Example(_Strict, frozen=True, kw_only=True):
-    """An invocation the tests audit: ``command`` as a shell line (``vllm serve ...``)."""
+    """An invocation the tests audit: ``command`` as a shell line (``vllm serve ...``).
+
+    With ``image`` or ``pod_mates`` the tests write it as a Kubernetes Deployment whose
+    engine container runs ``command`` in ``image`` next to the pod mates.
+    """
 
     fires: bool
     version: str  # the vLLM release the audit targets
     command: str
     env: dict[str, str] = msgspec.field(default_factory=dict)
     lmcache: str | None = None  # the LMCache release, for LMCache records
+    # Other components' releases (component -> release), given as --component-version.
+    releases: dict[str, str] = msgspec.field(default_factory=dict)
+    image: str | None = None
+    pod_mates: tuple[ExampleContainer, ...] = ()
     note: str = ""  # what this example shows (the avoidance applied, a neighbour)
 
 
@@ -233,6 +285,13 @@ class BugRecord(_Strict, frozen=True, kw_only=True):
                 re.compile(pattern)
             except re.error as exc:
                 raise ValueError(f"not a regular expression: {pattern!r}") from exc
+        for example in self.examples:
+            named = set(example.releases)
+            if named - set(PACKAGE) or named & {"vllm", "lmcache"}:
+                raise ValueError(
+                    f"examples: releases {sorted(named)}: name components other than vLLM"
+                    " (version) and LMCache (lmcache)"
+                )
         if not any(e.fires for e in self.examples) or all(e.fires for e in self.examples):
             raise ValueError("examples: at least one that fires and one that does not")
 

@@ -11,11 +11,19 @@ worker reports -> the manager commits (stored) or aborts (failed) the slot.
 Any other path ends in a counted drop (:class:`~kvtool.connector.stats.DropReason`).
 
 No engine block is ever referenced by the manager. A store job is built in the
-step whose scheduling pass already ran (so a block that pass recycled shows a
-changed hash and is dropped), and every worker copies the block after that
-step's forward and before the next forward may overwrite it (the worker fences
-its next step on the copy). The engine's own cache resets and preemptions
-therefore never find a block the connector holds.
+step whose scheduling pass already ran, and every worker copies the block after
+that step's forward and before the next forward may overwrite it (the worker
+fences its next step on the copy). The engine's own cache resets and
+preemptions therefore never find a block the connector holds.
+
+A buffered block the pass handed to another request (recycled before the policy
+released it) still holds its KV: only a forward that schedules its new owner or
+a load planned into it writes a block, and the manager sees both first (the
+step's allocations, :meth:`LazyOffloadManager.plan_load`). So it is *rescued*,
+not lost: its request's front through it is stored by a job the workers run
+before this step's loads and forward (``StoreJob.before_forward``). A deferring
+policy therefore never loses a block EAGER would have stored; what it defers
+wrongly costs a copy ahead of the forward instead of after it (``rescued``).
 
 Per-step cost is proportional to the blocks allocated this step (checked
 against the buffer index to find recycled blocks early), the blocks the
@@ -28,7 +36,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-import math
 import time
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
@@ -66,6 +73,10 @@ class StoreJob(NamedTuple):
     block_ids: tuple[int, ...]
     slots: tuple[int, ...]
     keys: tuple[BlockKey, ...]
+    before_forward: bool = False
+    """A rescue (:meth:`LazyOffloadManager.step`): this step's scheduling pass handed
+    the blocks to another request, so workers copy them before this step's loads and
+    forward write into them, not after the forward."""
 
 
 class LoadJob(NamedTuple):
@@ -91,12 +102,6 @@ class StepInput(NamedTuple):
     allocated_block_ids: Sequence[int] = ()
     """Block ids handed out this step (new requests' blocks and running requests'
     new blocks). A buffered block among them was possibly recycled."""
-    taken_blocks: int | None = None
-    """How many of them the pass took from the free queue's head (not prefix-cache
-    hits, which it only takes out of the queue); None: all of them."""
-    running_demand: int | None = None
-    """Most blocks the requests running now may need in the next pass
-    (:attr:`~kvtool.connector.policies.StepSignals.running_demand`); None: unknown."""
 
 
 class StepResult(NamedTuple):
@@ -142,17 +147,6 @@ class _InFlight:
     ok: bool = True
 
 
-def max_blocks_per_pass(max_batched_tokens: int, block_size: int, max_num_seqs: int) -> int:
-    """Most blocks one scheduling pass can allocate for computed tokens: the step's
-    token budget in blocks, plus one partly filled block for each request it schedules.
-
-    Host loads come on top (they use no token budget): the manager adds the
-    largest load it planned, and never assumes less than the most one pass
-    allocated so far (:meth:`LazyOffloadManager.pass_bound`).
-    """
-    return math.ceil(max_batched_tokens / block_size) + max_num_seqs
-
-
 class LazyOffloadManager:
     """Scheduler-side state of the reference connector (see module docstring).
 
@@ -161,7 +155,8 @@ class LazyOffloadManager:
     - a buffered block's hash was read from the pool when it was buffered and
       is compared again in the step that ships its store job, after that
       step's scheduling pass; a block is stored only if both agree (None never
-      agrees), so KV of a recycled block is never stored;
+      agrees), or if this step's pass recycled it (a rescue, copied before
+      anything writes the block), so another request's KV is never stored;
     - no engine block is referenced (see the module docstring); a host entry
       becomes servable only after all ``world_size`` workers reported its
       store, and a failed load or :meth:`reset` forgets the entries involved;
@@ -181,7 +176,6 @@ class LazyOffloadManager:
         group_tokens_per_block: Sequence[int] = (16,),
         clock: Callable[[], float] = time.monotonic,
         policy: DrainPolicy | None = None,
-        max_step_blocks: int = 0,
         null_block_id: int | None = None,
     ) -> None:
         if world_size < 1:
@@ -192,16 +186,10 @@ class LazyOffloadManager:
         self.pool = pool
         self.store = store
         self.world_size = world_size
-        self.max_step_blocks = max_step_blocks
-        """Most blocks one scheduling pass can allocate for computed tokens (0 =
-        unknown); :meth:`pass_bound` adds what the manager saw."""
         self.null_block_id = null_block_id
         """The engine's placeholder block (vLLM's null block, id 0): a sliding-window
         group's block table holds it for blocks outside the window. It is neither
         stored (nothing there) nor a break in the request's chain, and never loaded into."""
-        self._largest_load = 0  # most blocks one scheduling pass planned to load
-        self._pass_load = 0  # blocks this pass planned to load so far
-        self._largest_pass = 0
         # Groups with 0 tokens per block (scratch groups) consume no blocks per token.
         self._tokens_per_block = [tpb for tpb in group_tokens_per_block if tpb > 0]
         self._clock = clock
@@ -221,9 +209,10 @@ class LazyOffloadManager:
         # Deadline index, lazily pruned: (front block admitted_at, order, front ordinal, key).
         self._fronts: list[tuple[float, int, int, RequestKey]] = []
         self._jobs: dict[int, _InFlight] = {}
-        # Jobs released at a request's finish, shipped with the next step; their
-        # blocks count against that step's release cap.
-        self._early_releases: list[Release] = []
+        # Fronts rescued because this pass recycled one of their blocks, found while it
+        # is planned (loads, buffering) and in the step's allocations; shipped first
+        # with the step, still counted as pending until then.
+        self._rescues: list[tuple[_RequestBuffer, list[_Buffered]]] = []
         self._idle_steps = 0
         self._last_token_step: float | None = None
         self._logged: tuple[float, dict[str, int]] | None = None
@@ -246,16 +235,9 @@ class LazyOffloadManager:
         key = self._live.pop(request_id, None)
         if key is None:
             return
+        # The next pass may recycle its blocks before any decision could release
+        # them: those are rescued in that step (_check_block), the rest wait for the policy.
         self._retire(key)
-        if key not in self._ready:
-            return
-        # The policy may release them now, before the next pass could recycle them;
-        # they are re-checked and shipped first in the next step (nothing is held
-        # meanwhile, so a block that pass recycles is dropped, counted).
-        release = self.policy.release_at_finish(key, self._view, self.pool.num_free,
-                                                self.pass_bound())
-        if release is not None:
-            self._early_releases.append(release)
 
     def on_request_preempted(self, request_id: str) -> None:
         """The engine freed the request's blocks and will recompute it.
@@ -283,7 +265,7 @@ class LazyOffloadManager:
         now = self._clock()
         admitted = duplicates = 0
         where, claimed, read_hash = self._where, self._claimed, self.pool.block_hash
-        known, buffers = self.store.known, self._buffers
+        known = self.store.known
         null = self.null_block_id
         for block_id in block_ids:
             if block_id == null:
@@ -299,11 +281,8 @@ class LazyOffloadManager:
                     buffer = self._new_buffer(key)
                 buffer.broken = True
                 continue
-            indexed = where.get(block_id)
-            if indexed is not None:  # a stale entry for a recycled block goes first
-                owner, ordinal = buffers[indexed[0]], indexed[1]
-                if block_hash != owner.blocks[ordinal - owner.front].block_hash:
-                    self._recycled(owner, ordinal)
+            if block_id in where:  # a stale entry for a recycled block goes first
+                self._check_block(block_id)
             if block_hash in claimed or known(block_hash):
                 duplicates += 1
                 continue
@@ -326,35 +305,16 @@ class LazyOffloadManager:
 
     # ------------------------------------------------------------------ steps
 
-    def pass_bound(self) -> int:
-        """Most blocks the next scheduling pass may take from the free queue: the
-        token bound (``max_step_blocks``) plus the most one pass planned to load so
-        far (every admitted request's host hit), and never less than the most one
-        pass allocated so far. 0 while unknown. A pass that loads more than any
-        before it can still recycle a buffered block: ``lost_to_recycling`` counts it."""
-        static = self.max_step_blocks
-        if not static:
-            return self._largest_pass
-        return max(static + self._largest_load, self._largest_pass)
-
     def step(self, step: StepInput) -> StepResult:
         """One scheduler step: find recycled blocks, ask the policy, carry out its releases."""
         now = self._clock()
-        tokens, allocated, taken, running_demand = step
-        self._pass_load = 0  # the next pass's loads are planned after this step
-        taken = len(allocated) if taken is None else taken
-        if taken > self._largest_pass:
-            self._largest_pass = taken
+        tokens, allocated = step
         where = self._where
         if where:  # else nothing is buffered that could have been recycled
             # Most allocated blocks were never buffered: the filter runs in C. It tests
-            # each block when reached, so one dropped by an earlier check is skipped.
-            buffers, read_hash = self._buffers, self.pool.block_hash
+            # each block when reached, so one taken by an earlier check is skipped.
             for block_id in filter(where.__contains__, allocated):
-                key, ordinal = where[block_id]
-                owner = buffers[key]  # a buffer stays indexed while it holds blocks
-                if read_hash(block_id) != owner.blocks[ordinal - owner.front].block_hash:
-                    self._recycled(owner, ordinal)
+                self._check_block(block_id)
         if tokens > 0:
             self._idle_steps = 0
             self._last_token_step = now
@@ -369,17 +329,15 @@ class LazyOffloadManager:
         est_blocks = (-(-tokens // tpbs[0]) if len(tpbs) == 1  # ceil, one KV cache group
                       else sum(-(-tokens // tpb) for tpb in tpbs))
         signals = StepSignals(now, tokens, len(allocated), est_blocks, self._idle_steps,
-                              idle_seconds, self.pool.num_free, self.pass_bound(),
-                              running_demand)
+                              idle_seconds)
         releases = self.policy.decide(signals, self._view, self.pool)
         if releases and any(r.reason is ReleaseReason.IDLE for r in releases):
             self.stats.idle_drains += 1
             self.stats.revision += 1
-        if self._early_releases:  # released at finishes: first, within this step's cap
-            releases = [*self._early_releases, *releases]
-            self._early_releases = []
         jobs = (self._carry_out(releases, self.config.max_release_blocks_per_step)
                 if releases else ())
+        if self._rescues:  # not capped: the pass already took the blocks
+            jobs = (*self._ship_rescues(), *jobs)
         logged = self._logged
         if logged is None or now - logged[0] >= STATS_LOG_INTERVAL_S:
             self._maybe_log_stats(now)
@@ -426,8 +384,8 @@ class LazyOffloadManager:
 
         Jobs still in flight afterwards stay counted as ``in_flight``.
         """
-        self._early_releases = []  # their blocks are still buffered: handled below
         if (mode or self.config.shutdown) is ShutdownMode.DROP:
+            self._drop_rescues(DropReason.SHUTDOWN)
             for buffer in list(self._buffers.values()):
                 if buffer.blocks:
                     self._lose_from(buffer, buffer.front, DropReason.SHUTDOWN, DropReason.SHUTDOWN)
@@ -436,7 +394,7 @@ class LazyOffloadManager:
         releases = [
             Release(key, view.span(key)[1], ReleaseReason.SHUTDOWN) for key in view.iter_requests()
         ]
-        return StepResult(self._carry_out(releases, budget=None))
+        return StepResult((*self._ship_rescues(), *self._carry_out(releases, budget=None)))
 
     def reset(self) -> bool:
         """vLLM's ``reset_cache`` (weights changed, or the operator cleared caches).
@@ -446,17 +404,26 @@ class LazyOffloadManager:
         complete into nothing. Always succeeds: no engine block is held, so
         there is nothing to wait for.
         """
-        self._early_releases = []
-        for buffer in list(self._buffers.values()):
-            if buffer.blocks:
-                self._lose_from(buffer, buffer.front, DropReason.RESET, DropReason.RESET)
-            buffer.broken = False  # the next generation may buffer again
-        self._claimed = {h for job in self._jobs.values() if job.is_store for h in job.hashes}
+        self.on_prefix_cache_reset()
         self.store.reset()
         self.stats.resets += 1
         self.stats.revision += 1
         logger.info("kvtool lazy offload: host store reset (epoch %d)", self.store.epoch)
         return True
+
+    def on_prefix_cache_reset(self) -> None:
+        """The engine cleared every block hash (vLLM's ``reset_prefix_cache``, with or
+        without the connector's reset): what is buffered is dropped, counted as
+        ``reset``. A cleared hash is not a recycled block, so it must never be rescued
+        (weights may have changed), and nothing the engine computes from now on
+        chains to it."""
+        self._drop_rescues(DropReason.RESET)
+        for buffer in list(self._buffers.values()):
+            if buffer.blocks:
+                self._lose_from(buffer, buffer.front, DropReason.RESET, DropReason.RESET)
+            buffer.broken = False  # the next generation may buffer again
+        self._claimed = {h for job in self._jobs.values() if job.is_store for h in job.hashes}
+        self.stats.revision += 1
 
     # ------------------------------------------------------------------ host hits
 
@@ -471,10 +438,10 @@ class LazyOffloadManager:
         """
         if len(block_ids) != len(block_hashes):
             raise ValueError("block_ids and block_hashes differ in length")
-        # A pass admits several requests: their loads add up (the step resets it).
-        self._pass_load += len(block_ids)
-        if self._pass_load > self._largest_load:
-            self._largest_load = self._pass_load
+        where = self._where
+        for block_id in block_ids:
+            if block_id in where:  # recycled by this pass: rescued before the load lands
+                self._check_block(block_id)
         null = self.null_block_id
         if null is not None and null in block_ids:
             # Outside a sliding window: the engine reads nothing there, so nothing is copied.
@@ -489,7 +456,8 @@ class LazyOffloadManager:
         self.stats.host_lookups += 1
         self.stats.host_hits += len(block_ids)
         self.stats.revision += 1
-        return LoadJob(job_id, tuple(block_ids), tuple(slots), self.store.keys(block_hashes))
+        return LoadJob(job_id, tuple(block_ids), tuple(slots),
+                       self.store.keys(block_hashes))
 
     # ------------------------------------------------------------------ internals
 
@@ -523,11 +491,26 @@ class LazyOffloadManager:
         else:
             del self._buffers[key]
 
-    def _recycled(self, buffer: _RequestBuffer, ordinal: int) -> None:
-        """The engine recycled the block buffered at ``ordinal`` (found allocated with
-        another hash than buffered: the callers compare inline, once per allocated
-        buffered block): drop it and the buffered suffix behind it."""
-        self.stats.lost_to_recycling += self._lose_from(buffer, ordinal, DropReason.EVICTED)
+    def _check_block(self, block_id: int) -> None:
+        """A block was allocated by this step's pass (or is a load target it planned):
+        if it was recycled, rescue its request's front through it.
+
+        Its KV is intact: nothing wrote it since it was freed (the forward and the
+        loads that will are this step's, and the rescue is copied before both).
+        Every earlier pass's allocations were checked in their own step, so a
+        changed hash here means this pass (or one that allocated it to a request
+        not scheduled since, whose blocks nothing wrote either) recycled it.
+        """
+        where = self._where.get(block_id)
+        if where is None:
+            return
+        key, ordinal = where
+        buffer = self._buffers[key]  # a buffer stays indexed while it holds blocks
+        if self.pool.block_hash(block_id) != buffer.blocks[ordinal - buffer.front].block_hash:
+            # Out of the index now (the block's new owner may buffer it next); stored
+            # with the step (_ship_rescues), first among its jobs.
+            self._rescues.append((buffer, self._take_front(buffer, ordinal)))
+            self._forget_if_empty(buffer)
 
     def _lose_from(
         self,
@@ -559,7 +542,9 @@ class LazyOffloadManager:
         if buffer.finished:
             self._buffers.pop(buffer.key, None)
 
-    def _carry_out(self, releases: Sequence[Release], budget: int | None) -> tuple[StoreJob, ...]:
+    def _carry_out(
+        self, releases: Sequence[Release], budget: int | None, before_forward: bool = False
+    ) -> tuple[StoreJob, ...]:
         jobs = []
         for release in releases:
             if budget is not None and budget <= 0:
@@ -572,33 +557,66 @@ class LazyOffloadManager:
                 through = min(through, buffer.front + budget - 1)
             if through < buffer.front:
                 continue  # nothing of that request left to release
-            taken = [buffer.blocks.popleft() for _ in range(through - buffer.front + 1)]
-            buffer.front = through + 1
-            for block in taken:
-                del self._where[block.block_id]
-            if buffer.blocks:
-                self._push_front(buffer, buffer.blocks[0].admitted_at)
-            self.stats.pending -= len(taken)
-            self.stats.released += len(taken)
-            self.stats.released_by[release.reason.value] += len(taken)
-            self.stats.revision += 1  # also for what _submit counts below
+            taken = self._take_front(buffer, through)
             if budget is not None:
                 budget -= len(taken)
-            job = self._submit(buffer, taken)
+            job = self._release(buffer, taken, release.reason, before_forward)
             self._forget_if_empty(buffer)
             if job is not None:
                 jobs.append(job)
         return tuple(jobs)
 
-    def _submit(self, buffer: _RequestBuffer, taken: list[_Buffered]) -> StoreJob | None:
-        """Re-check, reserve slots; everything not submitted is dropped, counted."""
-        block_ids = [block.block_id for block in taken]
-        hashes = [block.block_hash for block in taken]
-        now = list(map(self.pool.block_hash, block_ids))
+    def _take_front(self, buffer: _RequestBuffer, through: int) -> list[_Buffered]:
+        """Pop the buffer's blocks through ordinal ``through`` out of the index (they
+        stay counted as pending until :meth:`_release`)."""
+        taken = [buffer.blocks.popleft() for _ in range(through - buffer.front + 1)]
+        buffer.front = through + 1
+        for block in taken:
+            del self._where[block.block_id]
+        if buffer.blocks:
+            self._push_front(buffer, buffer.blocks[0].admitted_at)
+        return taken
+
+    def _release(
+        self, buffer: _RequestBuffer, taken: list[_Buffered], reason: ReleaseReason,
+        before_forward: bool = False,
+    ) -> StoreJob | None:
+        self.stats.pending -= len(taken)
+        self.stats.released += len(taken)
+        self.stats.released_by[reason.value] += len(taken)
+        self.stats.revision += 1  # also for what _submit counts below
+        return self._submit(buffer, taken, before_forward)
+
+    def _ship_rescues(self) -> tuple[StoreJob, ...]:
+        jobs = []
+        for buffer, taken in self._rescues:
+            job = self._release(buffer, taken, ReleaseReason.RECYCLED, before_forward=True)
+            if job is not None:
+                jobs.append(job)
+        self._rescues = []
+        return tuple(jobs)
+
+    def _drop_rescues(self, reason: DropReason) -> None:
+        for _, taken in self._rescues:
+            for block in taken:
+                self._claimed.discard(block.block_hash)
+            self.stats.pending -= len(taken)
+            self.stats.drop(reason, len(taken))
+        self._rescues = []
+
+    def _submit(
+        self, buffer: _RequestBuffer, taken: list[_Buffered], before_forward: bool = False
+    ) -> StoreJob | None:
+        """Re-check (a rescue's blocks were recycled by this pass, their KV intact:
+        see :meth:`_check_block`), reserve slots; everything not submitted is
+        dropped, counted."""
         valid = len(taken)
-        if now != hashes:  # compared in C; the loop only finds where they part
-            valid = next(i for i, (a, b) in enumerate(zip(now, hashes, strict=True)) if a != b)
-        slots = self.store.reserve_run(hashes[:valid])
+        read_hash = self.pool.block_hash
+        for i, block in enumerate(taken):
+            if not before_forward and read_hash(block.block_id) != block.block_hash:
+                valid = i
+                break
+        slots = self.store.reserve_run([block.block_hash for block in taken[:valid]])
         stored = len(slots)
         self.stats.store_evictions = self.store.evictions
         rejected = taken[stored:]
@@ -619,13 +637,16 @@ class LazyOffloadManager:
             )
         if not stored:
             return None
+        kept = taken[:stored]
         job_id = next(self._jobs_ids)
-        kept_ids, kept_hashes, kept_slots = (tuple(block_ids[:stored]), tuple(hashes[:stored]),
-                                             tuple(slots))
-        self._jobs[job_id] = _InFlight(buffer.key, kept_ids, kept_hashes, kept_slots,
-                                       is_store=True)
+        block_ids = tuple([b.block_id for b in kept])
+        hashes = tuple([b.block_hash for b in kept])
+        kept_slots = tuple(slots)
+        self._jobs[job_id] = _InFlight(buffer.key, block_ids, hashes, kept_slots, is_store=True)
         self.stats.in_flight += stored
-        return StoreJob(job_id, kept_ids, kept_slots, self.store.keys(kept_hashes))
+        if before_forward:
+            self.stats.rescued += stored
+        return StoreJob(job_id, block_ids, kept_slots, self.store.keys(hashes), before_forward)
 
     def _complete(self, job: _InFlight) -> None:
         self.stats.revision += 1  # every outcome below counts
@@ -707,13 +728,6 @@ class _View:
         for key, buffer in self._m._buffers.items():
             if buffer.blocks:
                 yield key
-
-    def running_newest_first(self) -> list[RequestKey]:
-        buffers = self._m._buffers
-        running = [key for key in self._m._live.values()
-                   if (buffer := buffers.get(key)) is not None and buffer.blocks]
-        running.sort(key=lambda key: buffers[key].order, reverse=True)
-        return running
 
     def iter_fronts_older_than(self, cutoff: float) -> Generator[RequestKey, None, None]:
         kept: list[tuple[float, int, int, RequestKey]] = []

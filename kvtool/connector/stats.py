@@ -21,8 +21,6 @@ from operator import attrgetter
 class DropReason(str, Enum):
     """Why an admitted block was not stored."""
 
-    EVICTED = "evicted"
-    """Its hash changed (the engine recycled the block) before it was released."""
     HASH_CHANGED_AT_RELEASE = "hash_changed_at_release"
     """The re-check after protecting found a changed hash."""
     PREFIX_BROKEN = "prefix_broken"
@@ -52,11 +50,16 @@ class ConnectorStats:
     in_flight: int = 0
     dropped: Counter[str] = field(default_factory=Counter)
     lost_to_recycling: int = 0
-    """Admitted blocks lost because the engine recycled one of them (or an earlier
-    block of the same request) before it was released: ``dropped_evicted``,
-    ``dropped_hash_changed_at_release`` and the ``dropped_prefix_broken`` behind
-    them. Only a deferring policy can lose a block this way (EAGER releases in the
-    step that buffers it), so each is a block EAGER would have stored."""
+    """Admitted blocks lost because one of them (or an earlier block of the same
+    request) was found changed only when released, not among any step's allocations
+    (which would have rescued it): ``dropped_hash_changed_at_release`` and the
+    ``dropped_prefix_broken`` behind it. Only a deferring policy can lose a block
+    this way (EAGER releases in the step that buffers it)."""
+    rescued: int = 0
+    """Admitted blocks the engine recycled before the policy released them, stored
+    anyway by a copy ahead of the next loads and forward (``released_by_recycled``):
+    each is a block the policy deferred too long, at the price of a copy on the
+    forward's path instead of after it, and no hit lost."""
     skipped_duplicate: int = 0
     rejected_unhashed: int = 0
     skipped_outside_window: int = 0

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from kvtool.image.model import ConnectorVerdict
 
-__all__ = ["load_image_verdicts"]
+__all__ = ["load_image_distributions", "load_image_verdicts"]
 
 
 def load_image_verdicts(path: Path) -> dict[str, ConnectorVerdict]:
@@ -38,3 +38,13 @@ def load_image_verdicts(path: Path) -> dict[str, ConnectorVerdict]:
             f"{path}: not an inspect-image JSON report ({where}: {first['msg']})"
         ) from None
     return {v.connector.value: v for v in report.verdicts}
+
+
+def load_image_distributions(path: Path) -> dict[str, str]:
+    """The installed distributions (name -> version) an inspect-image report's probe found;
+    empty when the probe did not run."""
+    from kvtool.fsio import read_input_bytes
+    from kvtool.image.model import InspectionReport
+
+    report = InspectionReport.model_validate_json(read_input_bytes(path))
+    return dict(report.probe.distributions) if report.probe is not None else {}

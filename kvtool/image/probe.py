@@ -28,8 +28,9 @@ MP_ADAPTER_MODULE = "lmcache.integration.vllm.vllm_multi_process_adapter"
 MP_ADAPTER_SYMBOLS = ("LMCacheMPSchedulerAdapter", "LMCacheMPWorkerAdapter", "ParallelStrategy")
 FACTORY_MODULE = "vllm.distributed.kv_transfer.kv_connector.factory"
 # Installed distributions worth reporting: their names carry the CUDA major a wheel
-# was built for (nixl-cu12, mooncake-transfer-engine-cuda13).
-DISTRIBUTION_PREFIXES = ("lmcache", "nixl", "mooncake", "cupy", "torch")
+# was built for (nixl-cu12, mooncake-transfer-engine-cuda13), and their versions are
+# the releases the known-bug database checks (kvtool.audit.component_release).
+DISTRIBUTION_PREFIXES = ("lmcache", "nixl", "mooncake", "cupy", "torch", "ai-dynamo", "aibrix")
 
 
 def _failure(exc):

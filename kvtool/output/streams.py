@@ -56,7 +56,9 @@ def make_console(
     """A console on ``stream`` (None: the live sys.stdout or sys.stderr) under ``mode``."""
     live = stream if stream is not None else (sys.stderr if stderr else sys.stdout)
     color = wants_color(mode, live)
-    kwargs: dict[str, Any] = {"highlight": False, "quiet": quiet}
+    # No :name: emoji codes: a file or flag name holding one is shown as written (and
+    # their table would cost every run's start-up).
+    kwargs: dict[str, Any] = {"highlight": False, "quiet": quiet, "emoji": False}
     if color is False:
         kwargs["color_system"] = None
     elif color is True:

@@ -54,7 +54,6 @@ from kvtool.connector.manager import (
     JobReport,
     LazyOffloadManager,
     StepInput,
-    max_blocks_per_pass,
 )
 from kvtool.connector.store import StoreIndex
 from kvtool.errors import KvtoolError
@@ -147,8 +146,7 @@ class _Req:
 class _Pass:
     """One scheduling pass: what it scheduled and allocated, as the adapter reports it."""
 
-    __slots__ = ("allocated", "new", "preempted", "prefilling", "scheduled", "to_buffer",
-                 "tokens")
+    __slots__ = ("allocated", "new", "preempted", "scheduled", "to_buffer", "tokens")
 
     def __init__(self) -> None:
         self.scheduled: list[tuple[_Req, int]] = []  # (request, tokens), in order
@@ -160,7 +158,6 @@ class _Pass:
         # decoding past a prompt already buffered and cost the adapter nothing).
         self.to_buffer: list[tuple[_Req, int]] = []
         self.tokens = 0
-        self.prefilling = False  # a scheduled request still prefills its prompt
 
 
 @dataclass
@@ -197,13 +194,9 @@ class Simulation:
             self.config, self.pool, self.store,
             group_tokens_per_block=(settings.block_size,),
             clock=lambda: self.step_index * settings.step_seconds,
-            max_step_blocks=max_blocks_per_pass(
-                settings.max_batched_tokens, settings.block_size, settings.max_num_seqs),
             null_block_id=null_block,
         )
         self._block_size = settings.block_size
-        self._budget_blocks = -(-settings.max_batched_tokens // settings.block_size)
-        self._loading: dict[int, int] = {}  # id(request) -> host blocks planned this pass
         self.counters = _Counters()
         self.running: list[_Req] = []
         self.waiting: deque[_Req] = deque()
@@ -267,8 +260,6 @@ class Simulation:
             scheduled.append((run, tokens))
             if run.buffered < run.prompt_blocks or store_decode:
                 to_buffer.append((run, upto))
-            if upto < run.prompt_len:
-                step.prefilling = True
             budget -= tokens
             index += 1
         return budget
@@ -367,7 +358,6 @@ class Simulation:
                     job = manager.plan_load(run.blocks[start:start + external],
                                             run.hashes[start:start + external])
                     self._load_jobs.append(job.job_id)
-                    self._loading[id(run)] = external
             run.computed = computed
             if load_async:
                 run.status = _LOADING
@@ -382,8 +372,6 @@ class Simulation:
             step.scheduled.append((run, tokens))
             if run.buffered < run.prompt_blocks or self.config.store_decode:
                 step.to_buffer.append((run, upto))
-            if upto < run.prompt_len:
-                step.prefilling = True
             budget -= tokens
         if skipped_holding:
             self.holding.extendleft(reversed(skipped_holding))
@@ -414,21 +402,13 @@ class Simulation:
         for run in step.preempted:
             manager.on_request_preempted(run.request.id)
             run.buffered = 0
-        size = self._block_size
-        loading, self._loading = self._loading, {}
-        # As the adapter reports them: prefix-cache hits are handed out but not taken
-        # from the free queue's head; the next pass may need a block per scheduled
-        # request, plus the whole budget while one of them still prefills its prompt.
-        cached_hits = 0
+        # As the adapter reports them: a new or resumed request's whole block table.
         for run in step.new:
-            allocated += run.blocks  # a new or resumed request's whole block table
+            allocated += run.blocks
             manager.on_request_arrived(run.request.id)
-            cached_hits += max(0, run.computed // size - loading.get(id(run), 0))
         for run, computed_after_step in step.to_buffer:
             self._buffer(run, computed_after_step)
-        demand = len(step.scheduled) + (self._budget_blocks if step.prefilling else 0)
-        result = manager.step(StepInput(step.tokens, allocated, len(allocated) - cached_hits,
-                                        demand))
+        result = manager.step(StepInput(step.tokens, allocated))
         jobs = self._load_jobs
         jobs += [job.job_id for job in result.store_jobs]
         if jobs:

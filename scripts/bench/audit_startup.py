@@ -13,11 +13,15 @@ normalising them (the part of the audit that is not rules).
     python scripts/bench/audit_startup.py [--quick] [--json]
 
 Targets (issue 2): cold start <= 250 ms median (both inputs); >= 200 files/s in one process.
+Issue 26: cold start <= 1.2 x the dependency floor. kvtool's modules are byte-compiled
+first, as an installed wheel's are: under PYTHONDONTWRITEBYTECODE a module edited since
+its last .pyc would otherwise be compiled from source by every measured process.
 """
 
 from __future__ import annotations
 
 import argparse
+import compileall
 import json
 import resource
 import shutil
@@ -33,6 +37,7 @@ EXAMPLE = REPO / "examples" / "lmcache-tp4.sh"
 YAML_EXAMPLE = REPO / "examples" / "k8s-deployment.yaml"
 BATCH_SOURCES = ("lmcache-tp4.sh", "native-offload-clean.sh", "compose.yaml", "k8s-deployment.yaml")
 COLD_TARGET_MS = 250.0
+FLOOR_RATIO_TARGET = 1.2  # cold start over the dependency floor, in CPU time (issue 26)
 THROUGHPUT_TARGET = 200.0
 DEPENDENCY_IMPORTS = "import typer, rich.console, msgspec"
 
@@ -96,6 +101,8 @@ def cold_start(runs: int) -> dict[str, float]:
         "baseline_python_start_cpu_median_ms": round(baseline_cpu, 1),
         "dependency_floor_cpu_median_ms": round(floor_cpu, 1),
         "cold_start_cpu_over_dependency_floor_cpu_ms": round(audit_cpu - floor_cpu, 1),
+        # CPU time does not count waiting for a core: the ratio a shared machine moves least.
+        "cold_start_cpu_over_dependency_floor_cpu_ratio": round(audit_cpu / floor_cpu, 2),
         "cold_start_yaml_median_ms": round(audit_yaml, 1),
         "cold_start_yaml_over_baseline_ratio": round(audit_yaml / baseline, 2),
         "cold_start_target_ms": COLD_TARGET_MS,
@@ -152,6 +159,7 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     runs, files = (5, 100) if args.quick else (21, 1000)
+    compileall.compile_dir(REPO / "kvtool", quiet=1)
     from rich.console import Console
 
     console = Console(stderr=True)
@@ -162,6 +170,9 @@ def main() -> int:
         results |= throughput(files)
     results["cold_start_meets_target"] = float(
         max(results["cold_start_median_ms"], results["cold_start_yaml_median_ms"]) <= COLD_TARGET_MS
+    )
+    results["cold_start_meets_floor_ratio_target"] = float(
+        results["cold_start_cpu_over_dependency_floor_cpu_ratio"] <= FLOOR_RATIO_TARGET
     )
     results["throughput_meets_target"] = float(
         results["audit_files_per_second"] >= THROUGHPUT_TARGET

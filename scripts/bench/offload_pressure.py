@@ -34,15 +34,24 @@ Figures per workload, store and policy:
 - ``bytes_stored``: bytes the connector wrote to the host store by the time the
   last request finished (blocks still buffered then are on the GPU, not written);
 - ``lost_to_recycling``: buffered blocks vLLM recycled before they were released
-  (the connector's ``lost_to_recycling`` counter; eager never defers, so each
-  is a block eager would have stored);
+  and that could not be stored (the connector's ``lost_to_recycling`` counter;
+  eager never defers, so each is a block eager would have stored);
+- ``rescued``: buffered blocks vLLM recycled before the policy released them,
+  stored anyway by a copy ahead of the forward that overwrites them (the
+  connector's ``rescued``: the policy deferred them too long, no hit lost);
+- ``dropped``: admitted blocks not stored, by the connector's reason
+  (``dropped_<reason>``: ``store_full``, ``prefix_broken``, ``reset``, ...);
 - ``preemptions``: vLLM's preemption counter;
 - ``ttft_hit_vs_recompute``: the requests with a host hit, their time to first
   token counted from the step that first scheduled them (an asynchronous load's
   wait included, the queue before it not) over the same requests' time without
-  connector, ratio of sums of engine-step times; ``ttft_steps_hit_vs_recompute``
-  is the same in engine steps (no machine load disturbs it), and
-  ``ttft_queued_steps_hit_vs_recompute`` counts from arrival instead;
+  connector, ratio of sums of engine-step times, each step's time the CPU time
+  the engine process spent in it (the engine runs in that process, its threads
+  bound to one CPU: on a machine other work shares, a step's wall time mostly
+  measures how long the neighbours held the CPU);
+  ``ttft_wall_hit_vs_recompute`` is the same in wall time,
+  ``ttft_steps_hit_vs_recompute`` in engine steps (no machine load disturbs it),
+  and ``ttft_queued_steps_hit_vs_recompute`` counts steps from arrival instead;
 - ``throughput_ratio`` [``throughput_ratio_ci``]: median over paired slices of
   steps per second against the no-connector engine, with a bootstrap 95% interval;
 - ``outputs_equal``: every request's output tokens equal no connector's.
@@ -245,6 +254,7 @@ class Engine:
                 self.followers.setdefault(request.after, []).append(rid)
         self.step_index = 0
         self.step_walls: list[float] = []
+        self.step_cpus: list[float] = []
         self.arrived: dict[str, int] = {}
         self.first_token: dict[str, int] = {}
         self.first_scheduled: dict[str, int] = {}
@@ -291,7 +301,7 @@ class Engine:
             done = 0
             while done < limit and (self.due or engine.has_unfinished_requests()):
                 self._add_due()
-                began = time.perf_counter()
+                began, cpu_began = time.perf_counter(), time.process_time()
                 for output in engine.step() if engine.has_unfinished_requests() else ():
                     rid = output.request_id
                     if output.outputs and output.outputs[0].token_ids:
@@ -300,6 +310,7 @@ class Engine:
                         self.cached[rid] = int(output.num_cached_tokens or 0)
                         self._finished(rid, list(output.outputs[0].token_ids))
                 self.step_walls.append(time.perf_counter() - began)
+                self.step_cpus.append(time.process_time() - cpu_began)
                 self._note_scheduled()
                 self.step_index += 1
                 done += 1
@@ -340,7 +351,8 @@ class Engine:
                 "first_scheduled_step": began,
                 "queued_ttft_steps": first - arrived + 1,
                 "ttft_steps": first - began + 1,
-                "ttft_s": sum(self.step_walls[began:first + 1]),
+                "ttft_cpu_s": sum(self.step_cpus[began:first + 1]),
+                "ttft_wall_s": sum(self.step_walls[began:first + 1]),
                 "host_tokens": host_tokens.get(rid, 0),
                 "gpu_tokens": self.cached[rid] - host_tokens.get(rid, 0),
             }
@@ -379,8 +391,11 @@ def serve_engine(model: Path, config: str) -> NoReturn:
 # --------------------------------------------------------------------------- method
 
 
-def configurations(quick: bool) -> list[str]:
-    stores = ["small"] if quick else list(STORE_BLOCKS)
+def configurations(quick: bool, stores: Sequence[str] | None = None) -> list[str]:
+    """No connector, then every policy on each store (``stores``; default: the small
+    one with ``--quick``, both otherwise)."""
+    if stores is None:
+        stores = ["small"] if quick else list(STORE_BLOCKS)
     policies = list(POLICY_EXTRA) + ([] if quick else [ASYNC_VARIANT])
     return [BASELINE] + [f"{policy}@{store}" for store in stores for policy in policies]
 
@@ -450,7 +465,8 @@ def _ratio(num: float, den: float) -> float | None:
 def figures(records: list[dict[str, Any]], config: str) -> dict[str, Any]:
     """One configuration's figures on one workload, over all its trials."""
     prompt = host = gpu = 0
-    hit_s = hit_base_s = hit_steps = hit_base_steps = queued = queued_base = 0.0
+    hit_s = hit_base_s = hit_wall = hit_base_wall = 0.0
+    hit_steps = hit_base_steps = queued = queued_base = 0.0
     hit_requests = 0
     equal = True
     paired: list[float] = []
@@ -468,8 +484,10 @@ def figures(records: list[dict[str, Any]], config: str) -> dict[str, Any]:
             tokens += req["prompt_tokens"] + len(req["output"])
             if req["host_tokens"] > 0:
                 hit_requests += 1
-                hit_s += req["ttft_s"]
-                hit_base_s += ref["ttft_s"]
+                hit_s += req["ttft_cpu_s"]
+                hit_base_s += ref["ttft_cpu_s"]
+                hit_wall += req["ttft_wall_s"]
+                hit_base_wall += ref["ttft_wall_s"]
                 hit_steps += req["ttft_steps"]
                 hit_base_steps += ref["ttft_steps"]
                 queued += req["queued_ttft_steps"]
@@ -490,9 +508,14 @@ def figures(records: list[dict[str, Any]], config: str) -> dict[str, Any]:
         "gpu_hit_pct": 100.0 * gpu / prompt,
         "bytes_stored": connector.get("stored_bytes", 0) / trials,
         "lost_to_recycling": connector.get("lost_to_recycling", 0) / trials,
+        "rescued": connector.get("rescued", 0) / trials,
+        "dropped": {key.removeprefix("dropped_"): value / trials
+                    for key, value in sorted(connector.items())
+                    if key.startswith("dropped_") and value},
         "preemptions": preemptions / trials,
         "host_hit_requests": hit_requests / trials,
         "ttft_hit_vs_recompute": _ratio(hit_s, hit_base_s),
+        "ttft_wall_hit_vs_recompute": _ratio(hit_wall, hit_base_wall),
         "ttft_steps_hit_vs_recompute": _ratio(hit_steps, hit_base_steps),
         "ttft_queued_steps_hit_vs_recompute": _ratio(queued, queued_base),
         "throughput_ratio": statistics.median(paired) if paired else None,
@@ -525,8 +548,8 @@ def print_table(summary: dict[str, dict[str, dict[str, dict[str, Any]]]], pool: 
           + " blocks; ratios against no connector (throughput: median of paired slices "
           "[95% interval])")
     header = (f"{'workload':<9}{'store':<6}{'policy':<22}{'host%':>7}{'gpu%':>7}{'bytes':>10}"
-              f"{'lost':>6}{'preempt':>8}{'hits':>6}{'TTFT':>7}{'steps':>7}{'queued':>7}{'tput':>7}"
-              f"{'interval':>14}{'equal':>7}")
+              f"{'lost':>6}{'rescued':>8}{'preempt':>8}{'hits':>6}{'TTFT':>7}{'wall':>7}{'steps':>7}"
+              f"{'queued':>7}{'tput':>7}{'interval':>14}{'equal':>7}  dropped")
     print(header)
     for workload, stores in summary.items():
         for store, policies in stores.items():
@@ -534,13 +557,16 @@ def print_table(summary: dict[str, dict[str, dict[str, dict[str, Any]]]], pool: 
                 interval = "-".join(num(x, ".3f") for x in f["throughput_ratio_ci"])
                 print(f"{workload:<9}{store:<6}{policy:<22}{f['host_hit_pct']:>7.2f}"
                       f"{f['gpu_hit_pct']:>7.2f}{f['bytes_stored']:>10.0f}"
-                      f"{f['lost_to_recycling']:>6.0f}{f['preemptions']:>8.1f}"
+                      f"{f['lost_to_recycling']:>6.0f}{f['rescued']:>8.0f}"
+                      f"{f['preemptions']:>8.1f}"
                       f"{f['host_hit_requests']:>6.1f}"
                       f"{num(f['ttft_hit_vs_recompute'], '.3f'):>7}"
+                      f"{num(f['ttft_wall_hit_vs_recompute'], '.3f'):>7}"
                       f"{num(f['ttft_steps_hit_vs_recompute'], '.3f'):>7}"
                       f"{num(f['ttft_queued_steps_hit_vs_recompute'], '.3f'):>7}"
                       f"{num(f['throughput_ratio'], '.3f'):>7}"
-                      f"{interval:>14}{'yes' if f['outputs_equal'] else 'NO':>7}")
+                      f"{interval:>14}{'yes' if f['outputs_equal'] else 'NO':>7}  "
+                      + (" ".join(f"{k}={v:g}" for k, v in f["dropped"].items()) or "-"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -552,6 +578,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="also print one JSON object as the last line")
     parser.add_argument("--dump", type=Path, help="write traces and per-run counters here")
     parser.add_argument("--trials", type=int, help="trials (default 1 with --quick, else 2)")
+    parser.add_argument("--store", action="append", choices=list(STORE_BLOCKS),
+                        help="host store size to run (repeatable; default: small with "
+                             "--quick, both otherwise)")
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "kvtool" / "bench",
                         help="where the tiny model is built once and vLLM keeps its cache "
                              "(default %(default)s)")
@@ -565,7 +594,7 @@ def main(argv: list[str] | None = None) -> int:
 
     console = Console(stderr=True)
     trials = args.trials if args.trials is not None else (1 if args.quick else 2)
-    configs = configurations(args.quick)
+    configs = configurations(args.quick, args.store)
     model = build_tiny_model(args.cache / "tiny-model")
     os.environ.setdefault("VLLM_CACHE_ROOT", str(args.cache / "vllm-cache"))
     with tempfile.TemporaryDirectory(prefix="kvtool-pressure-") as tmp:

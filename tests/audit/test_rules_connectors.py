@@ -7,7 +7,11 @@ shared/reference/version-gates.md (vg) or the field guide (shared/seeds/004).
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from kvtool.audit.context import ModelFacts
+from kvtool.audit.model import Severity
 from tests.audit.rulekit import codes, config, context, ktc, only, opt, run
 
 DISABLE = opt("--disable-hybrid-kv-cache-manager")
@@ -255,3 +259,48 @@ def test_cn035_fastsafetensors_without_gds_under_tp() -> None:
     fst = opt("--load-format", "fastsafetensors")
     assert "CN035" in codes(run(config("0.32.0", fst, opt("--tensor-parallel-size", "8"))))
     assert "CN035" not in codes(run(config("0.32.0", fst)))
+
+
+def _checkpoint(tmp_path: Path, quantization: dict[str, object] | None) -> str:
+    """A local checkpoint directory whose config.json is a Llama-3.1-8B one
+    (https://huggingface.co/meta-llama/Llama-3.1-8B/blob/main/config.json), with
+    ``quantization`` as its quantization_config when given."""
+    raw: dict[str, object] = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "max_position_embeddings": 131072,
+        "torch_dtype": "bfloat16",
+    }
+    if quantization is not None:
+        raw["quantization_config"] = quantization
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    return str(tmp_path)
+
+
+def test_cn031_is_an_error_when_the_local_checkpoint_declares_no_kv_scales(
+    tmp_path: Path,
+) -> None:
+    # Impact: wrong outputs without an error (the issue's thread); certain when the
+    # checkpoint's own config declares no quantized KV cache.
+    plain = _checkpoint(tmp_path, None)
+    fp8 = opt("--kv-cache-dtype", "fp8")
+    finding = only(run(config("0.32.0", fp8, model=plain)), "CN031")
+    assert finding.severity is Severity.error and "declares no quantized KV" in finding.message
+    # A hub name kvtool cannot open: it may ship scales, so a warning.
+    assert only(run(config("0.32.0", fp8)), "CN031").severity is Severity.warning
+
+
+def test_cn031_is_quiet_for_a_checkpoint_calibrated_with_kv_scales(tmp_path: Path) -> None:
+    # neuralmagic/Meta-Llama-3-8B-Instruct-FP8-KV config.json: compressed-tensors with a
+    # kv_cache_scheme (static per-tensor k/v scales in the weights).
+    scheme = {
+        "quant_method": "compressed-tensors",
+        "kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": "tensor"},
+    }
+    calibrated = _checkpoint(tmp_path, scheme)
+    fp8 = opt("--kv-cache-dtype", "fp8")
+    assert "CN031" not in codes(run(config("0.32.0", fp8, model=calibrated)))

@@ -1,4 +1,5 @@
-"""The host tier against the pod: memory limit (SZ012), /dev/shm (SZ013, SZ014).
+"""The host tier against the pod: memory limit (SZ012), /dev/shm (SZ013, SZ014), the
+memory request of a pod without a limit (SZ015).
 
 Facts: vLLM 0.32 maps the native CPU tier as /dev/shm/vllm_offload_{engine_id}.mmap and
 checks /dev/shm's free space first
@@ -17,6 +18,8 @@ from pathlib import Path
 
 import msgspec
 
+from kvtool.audit.engine import Auditor
+from kvtool.audit.inputs import read_text
 from kvtool.audit.inputs.quantity import parse_bytes, parse_docker_bytes
 from kvtool.audit.model import (
     ContainerResources,
@@ -27,10 +30,13 @@ from kvtool.audit.model import (
     ServeOption,
     VolumeMount,
 )
+from kvtool.audit.normalize import normalize
 from kvtool.audit.rules._premises import premise_records
+from kvtool.audit.settings import AuditSettings
 from kvtool.connector.config import ConnectorConfig
 from kvtool.releases import release_index
 from tests.audit.rulekit import FILE, codes, config, ktc, only, opt, run
+from tests.audit.test_engine import FixedTables
 from tests.conftest import CliResult
 
 TP2 = opt("--tensor-parallel-size", "2")
@@ -315,3 +321,39 @@ def test_kvtool_connector_host_store_counts_against_the_memory_limit_not_dev_shm
     # A value the connector refuses is LZ009's, not a size guess here.
     refused = kvtool(**{"kvtool.host_capacity_bytes": "lots"})
     assert "SZ012" not in codes(run(_pod("0.32.0", refused, limit="1Gi", shm="1Gi")))
+
+
+def _requesting_pod(request: str, *, limit: str | None = None) -> str:
+    # A Deployment with a memory request and no limit, the shape of the Kubernetes docs'
+    # examples (https://kubernetes.io/docs/concepts/configuration/manage-resources-containers/).
+    limits = f"\n            limits: {{memory: {limit}}}" if limit else ""
+    return f"""\
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: vllm}}
+spec:
+  template:
+    spec:
+      hostIPC: true
+      containers:
+        - name: vllm
+          image: vllm/vllm-openai:v0.32.0
+          command: [vllm, serve, m, --kv-offloading-size, "200"]
+          resources:
+            requests: {{memory: {request}}}{limits}
+"""
+
+
+def _sz015(text: str) -> list[str]:
+    auditor = Auditor(FixedTables("0.32.0"), normalize, AuditSettings(vllm_version="0.32.0"))
+    report = auditor.run(read_text(text, "deploy.yaml"))
+    return [f.message for f in report.findings if f.code == "SZ015"]
+
+
+def test_tiers_over_the_request_of_a_pod_without_a_limit_are_a_warning() -> None:
+    [message] = _sz015(_requesting_pod("64Gi"))
+    # 200 GiB of tier + 3 GiB for the one worker (vLLM PR #48436's measured overhead).
+    assert "203 GiB" in message and "64Gi" in message
+    assert _sz015(_requesting_pod("256Gi")) == []
+    # With a limit the memory limit decides (SZ012), not the request.
+    assert _sz015(_requesting_pod("64Gi", limit="256Gi")) == []

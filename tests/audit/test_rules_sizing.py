@@ -80,3 +80,63 @@ def test_sz010_cpu_offload_gb_is_weight_offload() -> None:
     finding = only(run(config("0.32.0", opt("--cpu-offload-gb", "64"))), "SZ010")
     assert "weights" in finding.message
     assert finding.fix is not None and finding.fix.applicability == "display"
+
+
+def test_sz004_cpu_bytes_to_use_in_the_extra_config_is_weighed_against_host_ram() -> None:
+    # The case: `cpu_bytes_to_use` never compared with host RAM. Shape of vLLM's
+    # OffloadingConnector config (vllm v0.32.0 vllm/v1/kv_offload/cpu/spec.py reads
+    # kv_connector_extra_config["cpu_bytes_to_use"], a total over the ranks).
+    two_tib = 2 * 1024**4
+    native = ktc(
+        kv_connector="OffloadingConnector",
+        kv_role="kv_both",
+        kv_connector_extra_config={"cpu_bytes_to_use": two_tib},
+    )
+    cfg = config("0.32.0", opt("--tensor-parallel-size", "8"), native)
+    finding = only(run(cfg, host_ram_gib=1536), "SZ004")
+    assert "2048 GiB" in finding.message and "cpu_bytes_to_use" in finding.message
+    assert "SZ004" not in codes(run(cfg, host_ram_gib=4096))
+    assert "SZ004" not in codes(run(cfg))  # host RAM unknown
+
+
+def test_sz004_adds_a_multiconnector_childs_tier_to_lmcache() -> None:
+    # A MultiConnector with two host tiers (shape: vLLM's MultiConnector docs,
+    # https://github.com/vllm-project/vllm/blob/v0.32.0/vllm/distributed/kv_transfer/kv_connector/v1/multi_connector.py):
+    # 600 GiB native + 8 x 100 GiB LMCache = 1400 GiB, each alone under the 1 TiB host.
+    multi = ktc(
+        kv_connector="MultiConnector",
+        kv_role="kv_both",
+        kv_connector_extra_config={
+            "connectors": [
+                {
+                    "kv_connector": "OffloadingConnector",
+                    "kv_role": "kv_both",
+                    "kv_connector_extra_config": {"cpu_bytes_to_use": 600 * 1024**3},
+                },
+                {
+                    "kv_connector": "LMCacheConnectorV1",
+                    "kv_role": "kv_both",
+                    "kv_connector_extra_config": {"lmcache.max_local_cpu_size": 100},
+                },
+            ]
+        },
+    )
+    cfg = config("0.32.0", opt("--tensor-parallel-size", "8"), multi, env={"PYTHONHASHSEED": "0"})
+    found = run(cfg, host_ram_gib=1024)
+    assert "1400 GiB" in only(found, "SZ004").message
+    assert "SZ002" not in codes(found)  # no per-rank tier alone exceeds the host
+    assert "SZ004" not in codes(run(cfg, host_ram_gib=1500))
+
+
+def test_sz002_reads_the_lmcache_extra_config_key_and_sz004_stays_quiet() -> None:
+    # `lmcache.max_local_cpu_size` in kv_connector_extra_config wins over the env var
+    # (LMCache v0.5.6 lmcache/integration/vllm/utils.py) and is per rank like it.
+    lmcache = ktc(
+        kv_connector="LMCacheConnectorV1",
+        kv_role="kv_both",
+        kv_connector_extra_config={"lmcache.max_local_cpu_size": 200},
+    )
+    cfg = config("0.32.0", opt("--tensor-parallel-size", "8"), lmcache, env={"PYTHONHASHSEED": "0"})
+    found = run(cfg, host_ram_gib=1024)
+    assert "1600 GiB" in only(found, "SZ002").message
+    assert "SZ004" not in codes(found)  # one finding for one mistake

@@ -13,7 +13,11 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from kvtool.audit.rules._constraints import constraints_at
+from kvtool.audit.rules._constraints import (
+    api_server_port_at,
+    constraints_at,
+    lmcache_api_port_start_at,
+)
 from kvtool.releases import release_index
 from tests.audit.rulekit import codes, config, ktc, only, opt, run
 from tests.conftest import REPO_ROOT
@@ -140,3 +144,23 @@ def test_mooncake_bootstrap_port_against_a_publisher_moved_onto_it() -> None:
     assert str(bootstrap) in finding.message and "Mooncake" in finding.message
     moved = config(newest, mooncake, onto, env={"VLLM_MOONCAKE_BOOTSTRAP_PORT": "9100"})
     assert "CN060" not in codes(run(moved))
+
+
+def test_lmcache_internal_api_servers_against_the_api_server_port() -> None:
+    # LMCache's internal API servers (LMCache v0.5.6 lmcache/v1/config.py
+    # internal_api_server_enabled / internal_api_server_port_start; the scheduler on the
+    # start port, worker i on start + 1 + i: lmcache/v1/internal_api_server/api_server.py).
+    newest = RELEASES[-1]
+    api = api_server_port_at(newest)
+    start = lmcache_api_port_start_at(None)
+    assert api is not None and start is not None
+    lmcache = ktc(kv_connector="LMCacheConnectorV1", kv_role="kv_both")
+    env = {"LMCACHE_INTERNAL_API_SERVER_ENABLED": "True", "PYTHONHASHSEED": "0"}
+    # Worker 1 of TP 2 lands on the API server's port.
+    onto = {**env, "LMCACHE_INTERNAL_API_SERVER_PORT_START": str(api - 2)}
+    tp2 = opt("--tensor-parallel-size", "2")
+    finding = only(run(config(newest, lmcache, tp2, env=onto)), "CN060")
+    assert "LMCache" in finding.message and str(api) in finding.message
+    # TP 1: the servers stop one port short of it; and the default start is clear of it.
+    assert "CN060" not in codes(run(config(newest, lmcache, env=onto)))
+    assert "CN060" not in codes(run(config(newest, lmcache, tp2, env=env)))

@@ -31,7 +31,6 @@ class Rig:
     capacity_blocks: int = 1000
     world_size: int = 1
     tokens_per_block: Sequence[int] = (16,)
-    max_step_blocks: int = 0
     null_block_id: int | None = None
     clock: FakeClock = field(default_factory=FakeClock)
     pool_class: type[InMemoryBlockPool] = InMemoryBlockPool
@@ -42,7 +41,7 @@ class Rig:
         self.manager = LazyOffloadManager(
             self.config, self.pool, self.store, world_size=self.world_size,
             group_tokens_per_block=self.tokens_per_block, clock=self.clock,
-            max_step_blocks=self.max_step_blocks, null_block_id=self.null_block_id,
+            null_block_id=self.null_block_id,
         )
         self.held: dict[str, list[int]] = {}
         self.chains: dict[str, list[Any]] = {}
@@ -86,9 +85,9 @@ class Rig:
         self.pool.free(list(reversed(self.held.pop(rid, []))))
         self.chains.pop(rid, None)
 
-    def step(self, tokens: int = 16, running_demand: int | None = None) -> list[StoreJob]:
+    def step(self, tokens: int = 16) -> list[StoreJob]:
         allocated, self.allocated = self.allocated, []
-        step = StepInput(tokens, allocated, running_demand=running_demand)
+        step = StepInput(tokens, allocated)
         return list(self.manager.step(step).store_jobs)
 
     def complete(self, jobs: Iterable[StoreJob], ok: bool = True) -> None:

@@ -70,6 +70,7 @@ from vllm.v1.structured_output import StructuredOutputManager
 from kvtool.connector.manager import LazyOffloadManager
 from kvtool.connector.transfer import TransferEngine, TransferResult
 from kvtool.connector.vllm import KvtoolConnector
+from kvtool.connector.vllm.worker import KvtoolConnectorWorker
 
 BLOCK_SIZE = 16
 NUM_KV_HEADS = 2
@@ -477,6 +478,27 @@ def scenario_store_evict_load(model_dir: Path, policy: str, load_async: bool = T
     return stats
 
 
+def scenario_rescue(model_dir: Path) -> dict[str, Any]:
+    """FIFO at threshold 100 never releases on its own: every block it stores is one a
+    scheduling pass recycled first, copied before that step's loads and forward. The
+    host hits afterwards read them back, every slot checked."""
+    extra = {"kvtool.policy": "fifo", "kvtool.fifo.threshold": 100, "kvtool.load_async": False}
+    sim = Sim(model_dir, extra=extra, num_blocks=40)
+    sim.add("a", tokens(1, 96))
+    sim.add("b", tokens(2, 96))
+    for i in range(6):  # queued behind a and b: no idle step drains them first
+        sim.add(f"fill{i}", tokens(100 + i, 80))
+    sim.run()
+    sim.add("a-again", tokens(1, 96))
+    sim.add("b-again", tokens(2, 96))
+    sim.run()
+    stats = sim.stats()
+    assert stats["rescued"] > 0 and stats["loaded"] > 0, stats
+    assert stats["load_failed"] == 0 and sim.load_errors == 0, stats
+    assert stats["lost_to_recycling"] == 0, stats
+    return stats
+
+
 def scenario_host_hit_does_not_stall(model_dir: Path, load_async: bool) -> dict[str, Any]:
     sim = Sim(model_dir, extra={"kvtool.policy": "eager", "kvtool.load_async": load_async},
               num_blocks=48)
@@ -840,6 +862,7 @@ SCENARIOS: dict[str, Callable[[Path], dict[str, Any]]] = {
     "host_hit_loads_while_batch_is_full": scenario_host_hit_loads_while_batch_is_full,
     "chunked_prefill_partial_overlap": scenario_chunked_prefill_partial_overlap,
     "preemption": scenario_preemption,
+    "rescue": scenario_rescue,
     "sliding_window": scenario_sliding_window,
     "aborts": scenario_aborts,
     "tp2_slow_worker": scenario_tp2_slow_worker,
@@ -884,9 +907,24 @@ def _mutant_load_into_wrong_block() -> None:
     TransferEngine.submit_load = submit_load  # type: ignore[method-assign]
 
 
+def _mutant_rescue_after_the_forward() -> None:
+    """Workers copy rescued blocks after the forward, with the other stores: by then
+    the forward wrote the block's new owner's KV into it."""
+    KvtoolConnectorWorker.start_rescues = lambda self, meta: None  # type: ignore[method-assign]
+    original = KvtoolConnectorWorker.start_store
+
+    def start_store(self: KvtoolConnectorWorker, meta: Any) -> None:
+        jobs = [job._replace(before_forward=False) for job in meta.store_jobs]
+        original(self, type(meta)(load_jobs=meta.load_jobs, store_jobs=jobs,
+                                  load_requests=meta.load_requests))
+
+    KvtoolConnectorWorker.start_store = start_store  # type: ignore[method-assign]
+
+
 MUTANTS: dict[str, Callable[[], None]] = {
     "release_after_one_report": _mutant_release_after_one_report,
     "load_into_wrong_block": _mutant_load_into_wrong_block,
+    "rescue_after_the_forward": _mutant_rescue_after_the_forward,
 }
 
 

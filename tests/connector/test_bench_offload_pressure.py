@@ -37,7 +37,8 @@ def bench() -> ModuleType:
 
 
 def _request(host: int, ttft_s: float, output: list[int]) -> dict[str, Any]:
-    return {"prompt_tokens": 100, "output": output, "ttft_steps": 2, "ttft_s": ttft_s,
+    return {"prompt_tokens": 100, "output": output, "ttft_steps": 2, "ttft_cpu_s": ttft_s,
+            "ttft_wall_s": 3 * ttft_s,
             "queued_ttft_steps": 5,
             "host_tokens": host, "gpu_tokens": 0}
 
@@ -46,7 +47,9 @@ def _record(config: str, mine: dict[str, Any], base: dict[str, Any]) -> dict[str
     one = [{"wall_s": 1.0, "cpu_s": 1.0, "steps": 50.0}]
     return {"slices": {config: one, "none": one},
             "outcome": {config: {"requests": mine, "vllm_metrics": {"vllm:num_preemptions": 1.0},
-                                 "connector": {"stored_bytes": 4096, "lost_to_recycling": 0}},
+                                 "connector": {"stored_bytes": 4096, "lost_to_recycling": 0,
+                                               "rescued": 3, "dropped_store_full": 2,
+                                               "dropped_reset": 0}},
                         "none": {"requests": base, "vllm_metrics": {}, "connector": {}}}}
 
 
@@ -57,6 +60,7 @@ def test_ttft_ratio_is_over_the_host_hit_requests_only(bench: ModuleType) -> Non
     base = {"r0": _request(0, 0.02, [1, 2]), "r1": _request(0, 0.05, [3])}
     f = bench.figures([_record("eager@small", mine, base)], "eager@small")
     assert f["ttft_hit_vs_recompute"] == pytest.approx(0.5)
+    assert f["ttft_wall_hit_vs_recompute"] == pytest.approx(0.5)
     assert f["host_hit_pct"] == pytest.approx(32.0)  # 64 of 200 prompt tokens
     assert f["outputs_equal"] is True and f["preemptions"] == 1.0
 
@@ -66,6 +70,15 @@ def test_an_output_that_differs_from_no_connector_is_reported(bench: ModuleType)
     base = {"r0": _request(0, 0.01, [1, 2])}
     f = bench.figures([_record("fifo@large", mine, base)], "fifo@large")
     assert f["outputs_equal"] is False and f["ttft_hit_vs_recompute"] is None
+
+
+def test_rescues_and_drops_by_reason_are_reported_per_trial(bench: ModuleType) -> None:
+    mine = {"r0": _request(0, 0.01, [1])}
+    records = [_record("eviction_aware@small", mine, mine)] * 2
+    f = bench.figures(records, "eviction_aware@small")
+    # Two trials of 3 rescued and 2 dropped (the host store was full): per trial, and
+    # a reason that never happened is left out.
+    assert f["rescued"] == 3 and f["dropped"] == {"store_full": 2}
 
 
 def test_the_traces_overflow_the_pool_and_share_multi_level_prefixes(bench: ModuleType) -> None:

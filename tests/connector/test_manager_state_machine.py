@@ -5,7 +5,9 @@ manager never holds an engine block (only requests do); every admitted block
 ends in exactly one outcome; nothing is lost silently; a load reads only slots
 holding its key, also across resets. Simulated workers copy a block in the step
 that ships its job (the worker fences its next forward on the copy), so a
-stale store shows up there as a hash that differs from the job's key.
+stale store shows up there as a hash that differs from the job's key; a rescue
+(``before_forward``) is copied before that step's forward, so it must match what
+the block held before it (the KV of the last forward that wrote it).
 """
 
 from __future__ import annotations
@@ -41,9 +43,8 @@ class ManagerMachine(RuleBasedStateMachine):
         world_size=st.integers(1, 3),
         capacity=st.integers(2, 24),
         cap=st.integers(1, 8),
-        max_step=st.integers(0, 12),
     )
-    def start(self, policy: str, world_size: int, capacity: int, cap: int, max_step: int) -> None:
+    def start(self, policy: str, world_size: int, capacity: int, cap: int) -> None:
         extra = {
             "kvtool.policy": policy,
             "kvtool.fifo.threshold": 2,
@@ -53,8 +54,7 @@ class ManagerMachine(RuleBasedStateMachine):
             "kvtool.idle_drain_steps": 2,
         }
         self.rig = Rig.with_config(extra, num_blocks=24, capacity_blocks=capacity,
-                                   world_size=world_size,
-                                   max_step_blocks=max_step)
+                                   world_size=world_size)
         assert isinstance(self.rig.pool, InMemoryBlockPool)
         self.pool = self.rig.pool
         self.world_size = world_size
@@ -66,6 +66,7 @@ class ManagerMachine(RuleBasedStateMachine):
         self.arena: dict[int, BlockKey] = {}  # what the simulated workers wrote per slot
         self.stored_ok = 0
         self.chains: list[list[BlockHash]] = []
+        self.content: dict[int, BlockHash | None] = {}  # block -> KV its last forward wrote
 
     # ------------------------------------------------------------------ engine
 
@@ -83,16 +84,20 @@ class ManagerMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.rig.held))
     @rule(data=st.data())
     def finish_or_abort(self, data: st.DataObject) -> None:
+        self._forward_first()
         self.rig.finish(data.draw(st.sampled_from(sorted(self.rig.held))))
 
     @precondition(lambda self: bool(self.rig.held))
     @rule(data=st.data())
     def preempt(self, data: st.DataObject) -> None:
+        self._forward_first()
         self.rig.preempt(data.draw(st.sampled_from(sorted(self.rig.held))))
 
     @rule()
     def reset_prefix_cache(self) -> None:
-        self.pool.reset_prefix_cache()
+        if self.pool.reset_prefix_cache():
+            # As the vLLM adapter does when it sees the engine's hash map replaced.
+            self.rig.manager.on_prefix_cache_reset()
 
     @rule()
     def reset_connector(self) -> None:
@@ -104,8 +109,21 @@ class ManagerMachine(RuleBasedStateMachine):
     @rule(tokens=st.sampled_from([0, 0, 16, 64]), seconds=st.sampled_from([0.0, 1.0, 6.0]))
     def step(self, tokens: int, seconds: float) -> None:
         self.rig.clock.now += seconds
+        self._step(tokens)
+
+    def _forward_first(self) -> None:
+        """vLLM frees a request's blocks only after the forward of the pass that
+        buffered them (a preemption frees what earlier forwards computed), so the
+        blocks computed since the last step get their step first."""
+        if self.rig.allocated:
+            self._step(16)
+
+    def _step(self, tokens: int) -> None:
+        written = list(self.rig.allocated)  # this step's forward writes them
         for job in self.rig.step(tokens):
             self._emit(job)
+        for block in written:
+            self.content[block] = self.pool.block_hash(block)
 
     # ------------------------------------------------------------------ workers
 
@@ -183,8 +201,10 @@ class ManagerMachine(RuleBasedStateMachine):
 
     def _emit(self, job: StoreJob) -> None:
         for block, key in zip(job.block_ids, job.keys, strict=True):
-            # Every worker copies in this step: the block must still hold the admitted KV.
-            assert self.pool.block_hash(block) == key.block_hash, "stale KV stored"
+            # Every worker copies in this step: the block must still hold the admitted KV
+            # (a rescue: what it held before this step's forward).
+            held = self.content.get(block) if job.before_forward else self.pool.block_hash(block)
+            assert held == key.block_hash, "stale KV stored"
         for slot, key in zip(job.slots, job.keys, strict=True):
             self.arena[slot] = key
         self.jobs[job.job_id] = (job, set(range(self.world_size)))

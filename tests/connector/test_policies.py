@@ -4,11 +4,11 @@ under a scripted free queue, idle tail drain, scratch KV groups, per-step cost."
 from __future__ import annotations
 
 from collections.abc import Iterator
-from unittest.mock import patch
 
 import pytest
 
 from kvtool.connector.blockpool import InMemoryBlockPool
+from kvtool.connector.manager import StoreJob
 from kvtool.connector.policies import POLICY_NAMES
 from tests.connector.harness import Rig, released_blocks
 
@@ -252,153 +252,95 @@ def test_block_pool_reproduces_vllm_free_queue_order() -> None:
 def _pool_nearly_full(rig: Rig) -> list[int]:
     """Request "a" holds 4 buffered blocks, others hold all but 3 of the rest, and
     a decode phase (no allocations) decays the consumption estimate to a 2-block
-    window, so only the bound on one scheduling pass sees what a burst can take.
-
-    The pass bound is hidden meanwhile (else the preemption-risk rule releases the
-    running requests' blocks first: see test_a_full_pool_releases_running_buffers...),
-    so what follows exercises the release at a finish alone."""
+    window, which a burst of admissions outruns."""
     a = rig.compute("a", ["a0", "a1", "a2", "a3"])
     rig.compute("others", [f"o{i}" for i in range(rig.pool.num_free - 3)])
-    with patch.object(rig.manager, "pass_bound", return_value=0):
-        for _ in range(12):  # EWMA 21 blocks, then x0.7 per step: 0.42 x horizon 2.5 -> 2
-            rig.step(tokens=1)
+    for _ in range(12):  # EWMA 21 blocks, then x0.7 per step: 0.42 x horizon 2.5 -> 2
+        rig.step(tokens=1)
     return a
 
 
-def test_a_full_pool_releases_running_buffers_before_a_pass_can_preempt_them() -> None:
-    # With 3 free blocks and a pass that may take 12, the next pass may preempt a
-    # running request and hand its blocks out at once, before any step could see them.
-    rig = Rig.with_config({"kvtool.policy": "eviction_aware"}, num_blocks=24, max_step_blocks=12)
-    a = rig.compute("a", ["a0", "a1", "a2", "a3"])
-    rig.compute("others", [f"o{i}" for i in range(rig.pool.num_free - 3)])
-    jobs = rig.step(tokens=1)
-    assert set(a) <= set(released_blocks(jobs))
-    assert rig.manager.stats.released_by["preemption_risk"] == 21
-    rig.complete(jobs)
+def _rescued(jobs: list[StoreJob]) -> list[int]:
+    return [block for job in jobs if job.before_forward for block in job.block_ids]
+
+
+def test_a_preempting_pass_rescues_the_running_buffers_it_hands_out() -> None:
+    # 3 free blocks: the next pass may preempt a running request and hand its blocks
+    # out at once. Nothing is released for that in advance (running buffers stay
+    # buffered); the step of that pass copies them before its forward instead.
+    rig = Rig.with_config({"kvtool.policy": "eviction_aware"}, num_blocks=24)
+    a = _pool_nearly_full(rig)
+    assert rig.manager.stats.released == 0
     rig.preempt("a")
     rig.allocated += rig.pool.allocate(7)  # the pass that preempted a recycles its blocks
-    rig.step()
+    jobs = rig.step()
+    assert _rescued(jobs) == a
+    rig.complete(jobs)
     stats = rig.manager.stats
-    assert stats.stored == 21 and stats.lost_to_recycling == 0 and stats.ledger_balanced()
-
-
-def test_decoding_requests_that_fit_the_free_queue_keep_their_buffers() -> None:
-    # The same full pool, but the running requests only decode (one block each at
-    # most): vLLM preempts only when they do not fit, so nothing is at risk yet.
-    rig = Rig.with_config({"kvtool.policy": "eviction_aware"}, num_blocks=24, max_step_blocks=12)
-    rig.compute("a", ["a0", "a1", "a2", "a3"])
-    rig.compute("others", [f"o{i}" for i in range(rig.pool.num_free - 3)])
-    assert rig.step(tokens=2, running_demand=2) == []
-    assert rig.step(tokens=2, running_demand=4) != []  # 4 > 3 free: a pass may preempt
+    assert (stats.stored, stats.rescued, stats.lost_to_recycling) == (4, 4, 0)
+    assert stats.pending == 17 and stats.ledger_balanced()  # the others stay lazy
 
 
 def test_a_roomy_pool_leaves_running_buffers_alone() -> None:
-    rig = Rig.with_config({"kvtool.policy": "eviction_aware"}, num_blocks=64, max_step_blocks=12)
+    rig = Rig.with_config({"kvtool.policy": "eviction_aware"}, num_blocks=64)
     rig.compute("a", ["a0", "a1", "a2", "a3"])
     assert rig.step(tokens=1) == [] and rig.manager.stats.pending == 4
 
 
-def _churn(policy: str) -> tuple[int, int]:
+def _churn(policy: str) -> tuple[int, int, int]:
     """A pool with 3 usable blocks, every request's blocks recycled by the next one:
-    (blocks stored, lost to recycling)."""
+    (blocks stored, still buffered at the end, lost to recycling)."""
     rig = Rig.with_config({"kvtool.policy": policy, "kvtool.fifo.threshold": 100},
-                          num_blocks=3, max_step_blocks=2)
+                          num_blocks=3)
     for i in range(16):
         rig.compute(f"r{i}", [f"r{i}.0", f"r{i}.1"])
         rig.complete(rig.step())
         rig.finish(f"r{i}")
     rig.complete(rig.step())
-    return rig.manager.stats.stored, rig.manager.stats.lost_to_recycling
+    stats = rig.manager.stats
+    return stats.stored, stats.pending, stats.lost_to_recycling
 
 
 @pytest.mark.parametrize("policy", POLICY_NAMES)
 def test_a_churning_pool_loses_nothing_eager_would_store(policy: str) -> None:
     # Issue 25: with 3 usable blocks eviction_aware stored 3 of 32 blocks, eager 16 of 16.
-    assert _churn(policy) == _churn("eager") == (32, 0)
+    # Now every recycled block is rescued; only the last request's, which the engine
+    # still holds, may be left buffered (not written: the lazy saving).
+    stored, pending, lost = _churn(policy)
+    assert _churn("eager") == (32, 0, 0)
+    assert (stored + pending, lost) == (32, 0)
+    assert pending <= 2
 
 
-def test_eviction_aware_releases_at_finish_what_the_next_pass_could_recycle() -> None:
-    # The e2e eviction run (24-block pool) lost blocks this way: a request finishes,
-    # its blocks join a 3-block free queue, and the next scheduling pass admits a
-    # prefill before any step decides. The release at finish ships them first in the
-    # next step; nothing is held meanwhile, so only what that pass recycles is lost.
-    rig = Rig.with_config({"kvtool.policy": "eviction_aware"}, num_blocks=24, max_step_blocks=12)
+def test_a_pass_that_recycles_finished_blocks_before_the_step_rescues_their_front() -> None:
+    # a finishes into a 3-block queue; the next pass admits a 5-block prefill before any
+    # step decides and recycles a3 and a2 (freed last-first, nearest the head). The
+    # front through a3 is copied before that step's forward: nothing is lost.
+    rig = Rig.with_config({"kvtool.policy": "eviction_aware"}, num_blocks=24)
     a = _pool_nearly_full(rig)
-    rig.finish("a")
-    assert rig.pool.num_free == 7, "the engine got all of a's blocks back"
-    rig.allocated += rig.pool.allocate(3)  # a pass that takes only the older free blocks
+    rig.finish("a")  # queue: 3 others, a3, a2, a1, a0
+    rig.allocated += rig.pool.allocate(5)
     jobs = rig.step()
-    assert released_blocks(jobs)[:4] == a  # first; then the running others' (preemption risk)
-    assert rig.manager.stats.released_by["eviction_window"] == 4
-    rig.complete(jobs)
-    assert rig.manager.stats.stored == rig.manager.stats.admitted
-
-
-def test_a_pass_that_recycles_finished_blocks_before_the_step_loses_only_those() -> None:
-    rig = Rig.with_config({"kvtool.policy": "eviction_aware"}, num_blocks=24, max_step_blocks=12)
-    a = _pool_nearly_full(rig)
-    rig.finish("a")
-    rig.allocated += rig.pool.allocate(5)  # a's last two blocks are recycled
-    jobs = rig.step()
-    assert released_blocks(jobs)[:2] == a[:2]
-    assert not set(a[2:]) & set(released_blocks(jobs))
+    assert _rescued(jobs) == a
     stats = rig.manager.stats
-    assert stats.dropped["evicted"] + stats.dropped["hash_changed_at_release"] == 2
+    assert (stats.rescued, stats.lost_to_recycling, sum(stats.dropped.values())) == (4, 0, 0)
     assert stats.ledger_balanced()
 
 
-def test_without_the_pass_bound_the_same_burst_recycles_unreleased_blocks() -> None:
-    # The control for the test above: the smoothed rate alone (a 2-block window) leaves a's
-    # blocks in the queue, and a 5-block burst recycles the last two first.
-    rig = Rig.with_config({"kvtool.policy": "eviction_aware"}, num_blocks=24)
+def test_rescues_are_not_capped_by_the_step_release_cap() -> None:
+    # The pass already took the blocks: a cap would lose them.
+    rig = Rig.with_config({"kvtool.policy": "eviction_aware",
+                           "kvtool.max_release_blocks_per_step": 1}, num_blocks=24)
     a = _pool_nearly_full(rig)
-    with patch.object(rig.manager, "pass_bound", return_value=0):
-        rig.finish("a")  # queue: 3 others, a3, a2, a1, a0
-        rig.allocated += rig.pool.allocate(5)
-        jobs = rig.step()
-    assert rig.manager.stats.lost_to_recycling == 2
-    assert rig.manager.stats.dropped["evicted"] == 2  # a3 and a2 were recycled
-    assert released_blocks(jobs) == a[:2]  # only the front was still in the queue
+    rig.finish("a")
+    rig.allocated += rig.pool.allocate(7)
+    assert _rescued(rig.step()) == a
 
 
 def test_eviction_aware_stays_lazy_when_the_queue_ahead_outlasts_the_next_pass() -> None:
-    rig = Rig.with_config({"kvtool.policy": "eviction_aware"}, num_blocks=64, max_step_blocks=12)
+    rig = Rig.with_config({"kvtool.policy": "eviction_aware"}, num_blocks=64)
     rig.step()
     rig.compute("a", ["a0", "a1"])
     rig.finish("a")  # 62 free blocks ahead of a's: no pass can reach them
+    assert rig.step(tokens=1) == []
     assert rig.manager.stats.released == 0 and rig.pool.num_free == 64
-
-
-def test_releases_at_finish_count_against_the_next_steps_cap() -> None:
-    rig = Rig.with_config({"kvtool.policy": "eviction_aware",
-                           "kvtool.max_release_blocks_per_step": 5},
-                          num_blocks=24, max_step_blocks=12)
-    a = _pool_nearly_full(rig)
-    rig.finish("a")  # 4 of the step's 5 released at finish
-    rig.clock.now += 1
-    rig.compute("b", ["b0", "b1"])
-    rig.finish("b")  # 1 left in the cap: b0 only
-    jobs = rig.step(tokens=0)
-    assert released_blocks(jobs)[:4] == a
-    assert len(released_blocks(jobs)) == 5
-
-
-def test_shutdown_ships_or_cancels_blocks_released_at_a_finish() -> None:
-    from kvtool.connector.config import ShutdownMode
-
-    for mode in ShutdownMode:
-        rig = Rig.with_config({"kvtool.policy": "eviction_aware"}, num_blocks=24,
-                              max_step_blocks=12)
-        a = _pool_nearly_full(rig)
-        rig.finish("a")
-        shipped = rig.manager.shutdown(mode).store_jobs
-        stats = rig.manager.stats
-        if mode is ShutdownMode.DRAIN:  # a's job first, then the still-running others'
-            assert released_blocks(shipped)[:4] == a
-            rig.complete(shipped)
-            assert stats.stored == stats.admitted
-        else:  # no worker ever saw a's job: the protect is undone, the slots freed
-            assert shipped == () and stats.dropped["shutdown"] == stats.admitted
-            assert len(rig.store) == 0
-        assert rig.pool.num_free == 7, "a's 4 blocks are back in the free queue"
-        assert stats.in_flight == 0 and stats.ledger_balanced()

@@ -29,7 +29,7 @@ SCENARIOS = [
     "store_evict_load_eager", "store_evict_load_fifo", "store_evict_load_eviction_aware",
     "async_scheduling", "host_hit_does_not_stall", "sync_load_joins_the_batch",
     "store_evict_load_sync", "host_hit_loads_while_batch_is_full",
-    "chunked_prefill_partial_overlap", "preemption", "sliding_window", "aborts",
+    "chunked_prefill_partial_overlap", "preemption", "rescue", "sliding_window", "aborts",
     "tp2_slow_worker", "load_failure_fail", "load_failure_recompute", "connector_reset",
     "pause_with_stores_in_flight", "pause_with_stores_in_flight_async", "uneven_pp", "store_decode",
     "shutdown_drain", "shutdown_drop", "kv_events",
@@ -38,6 +38,7 @@ SCENARIOS = [
 MUTANTS = {
     "release_after_one_report": "tp2_slow_worker",
     "load_into_wrong_block": "store_evict_load_eager",
+    "rescue_after_the_forward": "rescue",
 }
 
 

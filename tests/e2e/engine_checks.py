@@ -107,7 +107,8 @@ class Engine:
             args["kv_transfer_config"] = kv_transfer_config(extra)
         self.llm = LLM(**args)
         self.core = self.llm.llm_engine.engine_core.engine_core
-        self.store_checks = {"stores_checked": 0, "stored_with_changed_hash": 0}
+        self.store_checks = {"stores_checked": 0, "stored_with_changed_hash": 0,
+                             "rescues_checked": 0}
         if extra is not None and watch_stores:
             self._watch_stores()
 
@@ -116,7 +117,11 @@ class Engine:
         return self.core.scheduler.connector
 
     def _watch_stores(self) -> None:
-        """Check every store job at copy time against the scheduler's block pool."""
+        """Check every store job at copy time against the scheduler's block pool. A
+        rescue (``before_forward``) is of blocks the pass already handed out, so their
+        hash changed by design; that their KV is the buffered one is what the
+        scheduler harness's fingerprinting model checks (scenario ``rescue``), and the
+        host hits' outputs here."""
         from vllm.distributed.kv_transfer import get_kv_transfer_group
 
         worker = get_kv_transfer_group()
@@ -128,7 +133,9 @@ class Engine:
             for block_id, key in zip(job.block_ids, job.keys, strict=True):
                 current = pool.blocks[block_id].block_hash
                 checks["stores_checked"] += 1
-                if current is None or current[:-4] != key.block_hash:
+                if job.before_forward:
+                    checks["rescues_checked"] += 1
+                elif current is None or current[:-4] != key.block_hash:
                     checks["stored_with_changed_hash"] += 1
             submit(job)
 

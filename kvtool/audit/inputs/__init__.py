@@ -21,6 +21,8 @@ from pathlib import Path
 
 import msgspec
 
+from kvtool.audit.component_release import ComponentRelease
+from kvtool.audit.component_release import pins_in_text as component_pins_in_text
 from kvtool.audit.inputs.argv import read_argv
 from kvtool.audit.inputs.detect import is_template, may_find_server
 from kvtool.audit.inputs.discover import candidate_paths
@@ -81,6 +83,8 @@ class InputSet:
     lmcache_pins: list[LmcacheRelease] = field(default_factory=list)
     # vLLM releases the files state (pip pins, requirement pins, runtime annotations).
     vllm_claims: list[ReleaseClaim] = field(default_factory=list)
+    # Literal pins of the stack's other components (nixl==X, ai-dynamo==X, ...).
+    component_pins: list[ComponentRelease] = field(default_factory=list)
 
 
 @dataclass
@@ -143,6 +147,7 @@ def read_input_set(
     for item in pending:
         result.lmcache_pins.extend(pins_in_text(item.text, item.name))
         result.vllm_claims.extend(claims_in_text(item.text, item.name))
+        result.component_pins.extend(component_pins_in_text(item.text, item.name))
         _read_one(item, configmaps, input_format, result)
     _drop_configs_read_through_commands(result)
     _drop_values_read_through_templates(result)
@@ -178,6 +183,11 @@ def _drop_values_read_through_templates(result: InputSet) -> None:
     """A chart's own ``values.yaml`` is audited through the chart's templates, which show
     what the values become, when a template of that chart yielded a server; read alone it
     would count the same engine twice."""
+    if not any(
+        invocation.file is not None and "templates" in Path(invocation.file).parts[:-1]
+        for invocation in result.invocations
+    ):
+        return  # only a file under a templates/ directory is a chart's: no Helm module
     from kvtool.audit.inputs import helm_render
 
     charts: set[Path] = set()
@@ -332,11 +342,19 @@ def _read_template(item: _Pending, configmaps: ConfigMaps, result: InputSet) -> 
                 result.vllm_claims.extend(claims_in_text(text, name))
                 _read_one(_Pending(header + text, name, item.base_dir), configmaps, None, result)
             return
+    from kvtool.audit.inputs import template_ranges
+
     defaults = helm_render.default_values(Path(item.name))
-    fallback, values = helm_render.unrendered_text(item.text, defaults)
+    expanded, template_lines = template_ranges.expand(item.text, defaults)
+    fallback, values = helm_render.unrendered_text(expanded, defaults)
     found_before, skipped_before = len(result.invocations), len(result.skipped)
     _read_one(_Pending(fallback, item.name, item.base_dir), configmaps, None, result)
     del result.skipped[skipped_before:]  # this template's one line is the one below
+    if expanded != item.text:  # loops written out: lines back to the template's
+        for at in range(found_before, len(result.invocations)):
+            result.invocations[at] = template_ranges.with_template_lines(
+                result.invocations[at], template_lines
+            )
     unapplied = ", ".join(values) if values else "none"
     note = (
         "read from the chart template's text with the chart's default values, not rendered "

@@ -37,6 +37,15 @@ _CONTAINER_CLIS = frozenset({"docker", "podman", "nerdctl"})
 _MENTIONING = frozenset({"echo", "printf", "logger", "grep", "pgrep", "pkill", "ps", "which"})
 # The OpenAI server module: serve arguments follow it directly (no "serve" word).
 API_SERVER_MODULE = "vllm.entrypoints.openai.api_server"
+# vLLM's demo HTTP server (POST /generate), which older deployments and KServe's vLLM
+# example start (https://github.com/vllm-project/vllm/blob/v0.6.3/vllm/entrypoints/api_server.py:
+# --host/--port/--ssl-*/--root-path/--log-level, then AsyncEngineArgs.add_cli_args).
+LEGACY_API_SERVER_MODULE = "vllm.entrypoints.api_server"
+LEGACY_API_SERVER_NOTE = (
+    "vllm.entrypoints.api_server (vLLM's demo server) reads the engine's arguments and a few "
+    "of its own; they are checked against the OpenAI server's flags, which are more: an "
+    "OpenAI-server-only flag (--api-key, --chat-template) is not reported"
+)
 CLI_MAIN_MODULE = "vllm.entrypoints.cli.main"
 # NVIDIA Dynamo's vLLM worker (see .dynamo; named here so detection needs no table).
 DYNAMO_WORKER_MODULE = "dynamo.vllm"
@@ -137,18 +146,23 @@ def _match_at(words: list[str], index: int) -> ServeMatch | None:
     following = words[index + 1] if index + 1 < len(words) else None
     if word == "vllm" and following == "serve":
         return ServeMatch("serve", index + 2, index)
-    if _PYTHON.fullmatch(word) and following == "-m" and index + 2 < len(words):
-        module = words[index + 2]
+    module_at = _module_option(words, index) if _PYTHON.fullmatch(word) else None
+    if module_at is not None:
+        module = words[module_at]
         if module == API_SERVER_MODULE:
-            return ServeMatch("api_server", index + 3, index)
+            return ServeMatch("api_server", module_at + 1, index)
+        if module == LEGACY_API_SERVER_MODULE:
+            return ServeMatch("api_server", module_at + 1, index, note=LEGACY_API_SERVER_NOTE)
         if module == DYNAMO_WORKER_MODULE:
             from kvtool.audit.inputs.dynamo import ENGINE_NOTE
 
-            return ServeMatch("api_server", index + 3, index, dynamo_worker=True, note=ENGINE_NOTE)
+            return ServeMatch(
+                "api_server", module_at + 1, index, dynamo_worker=True, note=ENGINE_NOTE
+            )
         if module == HUGGINGFACE_SERVER_MODULE:
-            return ServeMatch("api_server", index + 3, index, huggingface_server=True)
-        if module == CLI_MAIN_MODULE and index + 3 < len(words) and words[index + 3] == "serve":
-            return ServeMatch("serve", index + 4, index)
+            return ServeMatch("api_server", module_at + 1, index, huggingface_server=True)
+        if module == CLI_MAIN_MODULE and words[module_at + 1 : module_at + 2] == ["serve"]:
+            return ServeMatch("serve", module_at + 2, index)
     if _PYTHON.fullmatch(word) and following is not None and _is_kaito_server(following):
         return ServeMatch("api_server", index + 2, index, wrapper_option_prefix=KAITO_OPTION_PREFIX)
     if word in _SHELLS:
@@ -160,6 +174,28 @@ def _match_at(words: list[str], index: int) -> ServeMatch | None:
                 return ServeMatch("shell", script_index + 1, index)
     if word in _CONTAINER_CLIS and following == "run":
         return _match_container_run(words, index)
+    return None
+
+
+# The interpreter's own options that may stand before `-m MODULE` (`python -u -m ...`,
+# https://docs.python.org/3/using/cmdline.html): switches, and the two that take a value.
+_PYTHON_SWITCHES = re.compile(r"-[bBdEhiIOPqsSuvx]+")
+_PYTHON_VALUE_OPTIONS = frozenset({"-X", "-W"})
+
+
+def _module_option(words: list[str], index: int) -> int | None:
+    """The index of the module that ``python [options] -m MODULE`` at ``index`` runs."""
+    position = index + 1
+    while position + 1 < len(words):
+        option = words[position]
+        if option == "-m":
+            return position + 1
+        if option in _PYTHON_VALUE_OPTIONS:
+            position += 2
+        elif _PYTHON_SWITCHES.fullmatch(option):
+            position += 1
+        else:
+            return None
     return None
 
 

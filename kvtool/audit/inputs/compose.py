@@ -8,13 +8,16 @@ receives the command as its arguments.
 
 from __future__ import annotations
 
+import dataclasses
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
 import yaml
 
-from kvtool.audit.inputs import yaml_tree
+from kvtool.audit.inputs import compose_env, yaml_tree
+from kvtool.audit.inputs.command_line import ArgvWord
 from kvtool.audit.inputs.container import container_invocations, words_from_node
 from kvtool.audit.inputs.container_resources import service_resources
 from kvtool.audit.inputs.shell import ShellContext
@@ -28,8 +31,13 @@ def read(text: str, source: ReadSource) -> list[Invocation]:
     return read_compose(text, source.file, source.base_dir)
 
 
+DOTENV_NOTE = "compose variables taken from {dotenv}: {names}"
+
+
 def read_compose(text: str, file: str | None, base_dir: Path | None) -> list[Invocation]:
     comments = tuple(yaml_comment_suppressions(text, file))
+    project = os.path.dirname(file) or "." if file and not file.startswith("<") else None
+    dotenv = compose_env.dotenv(project) if project is not None else {}
     found: list[Invocation] = []
     for document in yaml_tree.compose_documents(text, file):
         duplicates = tuple(yaml_tree.duplicate_keys(document, file))
@@ -41,6 +49,7 @@ def read_compose(text: str, file: str | None, base_dir: Path | None) -> list[Inv
             words = words_from_node(entrypoint_node, text, file) + words_from_node(
                 yaml_tree.get(service, "command"), text, file
             )
+            words, taken = _interpolated(words, dotenv)
             context = ShellContext(
                 file=file,
                 kind="compose",
@@ -53,6 +62,9 @@ def read_compose(text: str, file: str | None, base_dir: Path | None) -> list[Inv
                 ),
             )
             notes: list[str] = []
+            if taken:
+                where = os.path.join(project or ".", ".env")
+                notes.append(DOTENV_NOTE.format(dotenv=where, names=", ".join(sorted(taken))))
             resources = service_resources(service, file, notes)
             found.extend(
                 msgspec.structs.replace(
@@ -68,6 +80,25 @@ def read_compose(text: str, file: str | None, base_dir: Path | None) -> list[Inv
                 )
             )
     return found
+
+
+def _interpolated(words: list[ArgvWord], dotenv: dict[str, str]) -> tuple[list[ArgvWord], set[str]]:
+    """The words with each ``${NAME}`` the project's ``.env`` gives replaced, as compose
+    does before the container starts (their positions stay where the variable is written),
+    and the names used; a word with a variable ``.env`` does not give stays as written."""
+    if not dotenv:
+        return words, set()
+    taken: set[str] = set()
+    out: list[ArgvWord] = []
+    for word in words:
+        names = compose_env.names_in(word.text) if "$" in word.text else []
+        value = compose_env.interpolate(word.text, dotenv) if names else None
+        if value is None:
+            out.append(word)
+            continue
+        taken.update(n for n in names if n in dotenv)
+        out.append(dataclasses.replace(word, text=value))
+    return out, taken
 
 
 def _environment(node: yaml.Node | None, file: str | None) -> Iterator[EnvAssignment]:

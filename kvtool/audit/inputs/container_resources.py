@@ -66,6 +66,7 @@ def read_resources(
     """The container's memory and mounts; what cannot be read is explained in ``notes``."""
     resources = yaml_tree.get(container, "resources")
     host_ipc = yaml_tree.get(pod, "hostIPC")
+    host_network = yaml_tree.get(pod, "hostNetwork")
     return ContainerResources(
         memory_limit=_quantity(yaml_tree.get_path(resources, "limits", "memory"), file, notes),
         memory_request=_quantity(
@@ -75,6 +76,12 @@ def read_resources(
         host_ipc=(
             yaml_tree.location(host_ipc, file)
             if host_ipc is not None and (yaml_tree.scalar(host_ipc) or "").lower() == "true"
+            else None
+        ),
+        host_network=(
+            yaml_tree.location(host_network, file)
+            if host_network is not None
+            and (yaml_tree.scalar(host_network) or "").lower() == "true"
             else None
         ),
     )

@@ -22,10 +22,11 @@ _Ignores = list[tuple[str, "pathspec.GitIgnoreSpec"]]  # (directory, its .gitign
 _SKIPPED_DIRS = frozenset({"node_modules", "__pycache__", "site-packages", "venv"})
 # Hidden directories that hold deployment files: CI pipelines that start vLLM (GitHub,
 # GitLab, CircleCI, Buildkite: vllm-project/vllm's own .buildkite pipelines run
-# `vllm serve`), dev containers, dstack configurations. Other hidden directories
-# (.git, .venv, caches) are not entered.
+# `vllm serve`), dev containers, dstack configurations, VS Code's launch.json and
+# tasks.json (a debug or task configuration that runs vLLM's server). Other hidden
+# directories (.git, .venv, caches) are not entered.
 _HIDDEN_READ = frozenset(
-    {".github", ".gitlab", ".circleci", ".buildkite", ".devcontainer", ".dstack"}
+    {".github", ".gitlab", ".circleci", ".buildkite", ".devcontainer", ".dstack", ".vscode"}
 )
 _GITIGNORE = ".gitignore"
 

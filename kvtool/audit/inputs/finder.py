@@ -76,9 +76,34 @@ def _yaml_documents(text: str, source: ReadSource) -> list[yaml.Node]:
     try:
         documents = yaml_tree.compose_documents(text, source.file)
     except (KvtoolError, RecursionError):
-        return []
+        documents = _json_with_comments(text, source)
     structured = (yaml.MappingNode, yaml.SequenceNode)
     return documents if any(isinstance(d, structured) for d in documents) else []
+
+
+def _json_with_comments(text: str, source: ReadSource) -> list[yaml.Node]:
+    """JSON with comments (JSONC: VS Code's launch.json and tasks.json, devcontainer.json)
+    read as JSON, the comments blanked in place so every offset stays where it was
+    written (trailing commas are valid YAML flow already); [] when it still is not."""
+    if not text.lstrip().startswith(("{", "[")) or "/" not in text:
+        return []
+    try:
+        return yaml_tree.compose_documents(_blank_comments(text), source.file)
+    except (KvtoolError, RecursionError):
+        return []
+
+
+_JSON_COMMENT_OR_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"|//[^\n]*|/\*.*?\*/', re.DOTALL)
+
+
+def _blank_comments(text: str) -> str:
+    def blank(match: re.Match[str]) -> str:
+        written = match.group(0)
+        if written.startswith('"'):
+            return written
+        return re.sub(r"[^\n]", " ", written)
+
+    return _JSON_COMMENT_OR_STRING.sub(blank, text)
 
 
 def _noted(found: list[Invocation]) -> list[Invocation]:
@@ -244,12 +269,12 @@ def _launcher_word(word: str) -> bool:
 def _read_script(
     script: str, locate: Callable[[int, int], Location], context: ShellContext
 ) -> list[Invocation]:
-    """A command found by the finder, read as shell (``{{ field }}`` of a template as a
-    runtime value); split on blanks where it does not lex as shell. Text that only
-    mentions a start (a message, a description) is none."""
+    """A command found by the finder, read as shell (a template's ``{{ field }}``, and a
+    word that is one ``{field}``, as a runtime value); split on blanks where it does not
+    lex as shell. Text that only mentions a start (a message, a description) is none."""
     if not _starts_like_a_command(script):
         return []
-    if "{{" in script:
+    if "{" in script:
         script, fields = literals.template_fields_as_runtime(script)
         written = locate
 

@@ -39,13 +39,17 @@ def runtime_word(expression: str) -> str:
 
 
 # A template field (Jinja, Ansible, Go templates: `{{ model }}`) in a command: its
-# value is only known when the template is rendered.
-_TEMPLATE_FIELD = re.compile(r"\{\{-?\s*(.*?)\s*-?\}\}")
+# value is only known when the template is rendered. So is a whole word that is one
+# str.format field (`--max-model-len {max_model_len}` in a Python-formatted .tpl, as
+# Tandemn-Labs/tandemn-tuna's baseten_config.yaml.tpl writes its start_command), never
+# `${VAR}` (shell's) or `{a,b}` (a brace expansion).
+_TEMPLATE_FIELD = re.compile(r"\{\{-?\s*(.*?)\s*-?\}\}|(?<![\w${}])\{([A-Za-z_]\w*)\}(?![\w{}])")
 
 
 def template_fields_as_runtime(script: str) -> tuple[str, OffsetMap]:
-    """``script`` with each ``{{ expr }}`` a runtime word, and a map from the new
-    script's offsets back to ``script``'s (a runtime word points at its field)."""
+    """``script`` with each ``{{ expr }}`` (and whole-word ``{name}``) a runtime word, and
+    a map from the new script's offsets back to ``script``'s (a runtime word points at its
+    field)."""
     parts: list[str] = []
     anchors: list[tuple[int, int]] = []
     length = 0
@@ -53,7 +57,7 @@ def template_fields_as_runtime(script: str) -> tuple[str, OffsetMap]:
     for match in _TEMPLATE_FIELD.finditer(script):
         for chunk, source in (
             (script[position : match.start()], position),
-            (runtime_word(match.group(1)), match.start()),
+            (runtime_word(match.group(1) or match.group(2)), match.start()),
         ):
             anchors.append((length, source))
             parts.append(chunk)

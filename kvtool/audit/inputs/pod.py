@@ -26,7 +26,16 @@ def describe(container: yaml.Node, text: str, file: str | None) -> PodContainer:
         argv=tuple(SourceToken(text=w.text, location=w.location) for w in words),
         location=yaml_tree.location(container, file),
         gpus=_gpus(container),
+        ports=_container_ports(container),
     )
+
+
+def _container_ports(container: yaml.Node) -> tuple[int, ...]:
+    numbers = (
+        yaml_tree.scalar(yaml_tree.get(entry, "containerPort"))
+        for entry in yaml_tree.sequence(yaml_tree.get(container, "ports"))
+    )
+    return tuple(int(n) for n in numbers if n is not None and n.strip().isdigit())
 
 
 # Device plugins name GPUs `<vendor>/gpu` (nvidia.com/gpu, amd.com/gpu); the NVIDIA

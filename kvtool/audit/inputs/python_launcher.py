@@ -217,6 +217,15 @@ class _Reader:
                 and not isinstance(statement.value.value, bool)
             ):
                 self.constants[statement.targets[0].id] = str(statement.value.value)
+            elif (
+                isinstance(statement, ast.Assign)
+                and len(statement.targets) == 1
+                and isinstance(statement.targets[0], ast.Name)
+                and ast.unparse(statement.value) == "sys.executable"
+            ):
+                # `PYTHON_EXEC = sys.executable`, then `[PYTHON_EXEC, "-m", "vllm..."]`
+                # (Clarifai's vLLM runner model.py): the interpreter, as sys.executable is.
+                self.constants[statement.targets[0].id] = "python"
 
     def span(self, node: ast.AST) -> tuple[int, int]:
         start = self.index.offset(node.lineno, node.col_offset + 1)  # type: ignore[attr-defined]

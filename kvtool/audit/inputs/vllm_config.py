@@ -8,6 +8,7 @@ it was written.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,22 @@ from kvtool.audit.model import Invocation, Location, SourceToken
 from kvtool.errors import KvtoolError
 
 ConfigItems = tuple[tuple[str, Any, Location | None], ...]
+
+# A YAML mapping is read as a vLLM --config file when at least this share of its
+# top-level keys are vLLM flags: real config files are all flags, and one or two
+# misspelt or removed ones must still be reported; Helm values and CI files have few.
+CONFIG_FLAG_SHARE = 0.5
+_TOP_LEVEL_KEY = re.compile(r"^([A-Za-z_][A-Za-z0-9_.-]*):(?:\s|$)", re.MULTILINE)
+
+
+def is_config(text: str) -> bool:
+    """Whether a YAML text reads as a --config file (the registry's detection asks)."""
+    from kvtool.audit.inputs.detect import known_flag_spellings
+
+    keys = _TOP_LEVEL_KEY.findall(text)
+    flags = known_flag_spellings()
+    hits = sum(1 for key in keys if "--" + key.replace("_", "-") in flags)
+    return hits > 0 and hits >= CONFIG_FLAG_SHARE * len(keys)
 
 
 @dataclass(frozen=True)

@@ -4,42 +4,22 @@ Importing this package registers all rules in :data:`kvtool.audit.registry.regis
 A new family module is added to the import list below; nothing is discovered implicitly.
 """
 
-from kvtool.audit.rules import (
-    connectors,
-    deployment,
-    disagg,
-    disktier,
-    extra_config,
-    geometry,
-    hostmem,
-    image,
-    jsonflags,
-    known_bugs,
-    lazy,
-    lmcache,
-    meta,
-    models,
-    podmem,
-    sizing,
-    versiongates,
-)
-
-FAMILY_MODULES = (
-    versiongates,
-    jsonflags,
-    connectors,
-    models,
-    sizing,
-    hostmem,
-    podmem,
-    disktier,
-    geometry,
-    lazy,
-    lmcache,
-    extra_config,
-    disagg,
-    deployment,
-    known_bugs,
-    image,
-    meta,
-)
+# One line per module: importing it registers its rules ("X as X" marks the import as
+# the package's own, so it needs no second list).
+from kvtool.audit.rules import connectors as connectors
+from kvtool.audit.rules import deployment as deployment
+from kvtool.audit.rules import disagg as disagg
+from kvtool.audit.rules import disktier as disktier
+from kvtool.audit.rules import extra_config as extra_config
+from kvtool.audit.rules import geometry as geometry
+from kvtool.audit.rules import hostmem as hostmem
+from kvtool.audit.rules import image as image
+from kvtool.audit.rules import jsonflags as jsonflags
+from kvtool.audit.rules import known_bugs as known_bugs
+from kvtool.audit.rules import lazy as lazy
+from kvtool.audit.rules import lmcache as lmcache
+from kvtool.audit.rules import meta as meta
+from kvtool.audit.rules import models as models
+from kvtool.audit.rules import podmem as podmem
+from kvtool.audit.rules import sizing as sizing
+from kvtool.audit.rules import versiongates as versiongates

@@ -1,5 +1,6 @@
-"""CN050-CN051: the parts of a prefill/decode deployment must agree: the engines of a pair
-defined in one input file, and a routing sidecar with the engine in its pod."""
+"""CN050-CN051, CN064-CN065: the parts of a prefill/decode deployment must agree: the engines of a
+pair defined in one input file, and a routing sidecar with the engine in its pod (the
+protocol it speaks, the port it forwards to), and NIXL engines that must be told apart."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ from collections.abc import Iterable
 import msgspec
 
 from kvtool.audit.context import KV_TRANSFER_CONFIG, RuleContext
-from kvtool.audit.model import Finding, Location, PodContainer, Severity
+from kvtool.audit.model import Finding, Fix, Location, PodContainer, Severity
 from kvtool.audit.references import Reference, vllm_source
 from kvtool.audit.registry import ConfigRule, register
+from kvtool.audit.rules._constraints import api_server_port_at
+from kvtool.audit.rules._premises import capped, premise
 
 PD_ROLES = ("kv_producer", "kv_consumer")
 _OPPOSITE = {"kv_producer": "kv_consumer", "kv_consumer": "kv_producer"}
@@ -111,9 +114,15 @@ SIDECAR_PROGRAMS = frozenset(
 # nixlv2. Go's flag package takes one or two dashes, `=value` or the next word.
 SIDECAR_CONNECTOR_FLAGS = ("connector", "kv-connector")
 SIDECAR_DEFAULT_CONNECTOR = "nixlv2"
+# The sidecar listens on `-port` and forwards the decode request to the engine on
+# localhost:`-vllm-port` (pd-sidecar main.go: defaults "8000" and "8001").
+SIDECAR_LISTEN_FLAG = "port"
+SIDECAR_LISTEN_DEFAULT = 8000
+SIDECAR_TARGET_FLAG = "vllm-port"
+SIDECAR_TARGET_DEFAULT = 8001
 NIXL_PROTOCOLS = frozenset({"nixl", "nixlv2"})
 NIXL_CONNECTOR = "NixlConnector"
-_SIDECAR_MAIN = (
+SIDECAR_MAIN = (
     "https://github.com/llm-d/llm-d-inference-scheduler/blob/"
     "10df70b25e8339f5dc31bb97483ed63773c49750/cmd/pd-sidecar/main.go"
 )
@@ -136,21 +145,39 @@ def _program(word: str) -> str:
     return word.split("@", 1)[0].rsplit("/", 1)[-1].split(":", 1)[0]
 
 
-def routing_sidecar(container: PodContainer) -> SidecarProtocol | None:
-    """The protocol ``container`` speaks when it is llm-d's routing sidecar, else None."""
-    first = container.argv[0].text if container.argv else ""
-    if _program(container.image or "") not in SIDECAR_PROGRAMS and _program(first) not in (
-        SIDECAR_PROGRAMS
-    ):
-        return None
+def flag_value(
+    container: PodContainer, names: Iterable[str]
+) -> tuple[str, Location | None] | None:
+    """The value of the first of ``names`` in the container's words (``-name v``,
+    ``--name=v``: Go's flag package and argparse alike), with where it was written."""
+    wanted = set(names)
     words = container.argv
     for index, token in enumerate(words):
         name, eq, value = token.text.lstrip("-").partition("=")
-        if not token.text.startswith("-") or name not in SIDECAR_CONNECTOR_FLAGS:
+        if not token.text.startswith("-") or name not in wanted:
             continue
         if not eq and index + 1 < len(words):
             value = words[index + 1].text
-        return SidecarProtocol(container, value, token.location)
+        return value, token.location
+    return None
+
+
+def is_routing_sidecar(container: PodContainer) -> bool:
+    """``container`` runs llm-d's routing sidecar (by image or by the program it runs)."""
+    first = container.argv[0].text if container.argv else ""
+    return (
+        _program(container.image or "") in SIDECAR_PROGRAMS
+        or _program(first) in SIDECAR_PROGRAMS
+    )
+
+
+def routing_sidecar(container: PodContainer) -> SidecarProtocol | None:
+    """The protocol ``container`` speaks when it is llm-d's routing sidecar, else None."""
+    if not is_routing_sidecar(container):
+        return None
+    given = flag_value(container, SIDECAR_CONNECTOR_FLAGS)
+    if given is not None:
+        return SidecarProtocol(container, given[0], given[1])
     return SidecarProtocol(container, SIDECAR_DEFAULT_CONNECTOR, container.location)
 
 
@@ -195,7 +222,7 @@ class RoutingSidecarWithoutNixl(ConfigRule):
     default_severity = Severity.error
     summary = "routing sidecar speaks NIXL but the engine in its pod loads no NixlConnector"
     references = (
-        Reference(_SIDECAR_MAIN, "llm-d pd-sidecar flags: --kv-connector, default nixlv2"),
+        Reference(SIDECAR_MAIN, "llm-d pd-sidecar flags: --kv-connector, default nixlv2"),
         Reference(_SIDECAR_NIXLV2, "llm-d pd-sidecar NIXL v2 protocol: kv_transfer_params"),
         Reference(
             "https://github.com/llm-d/llm-d-routing-sidecar",
@@ -226,3 +253,168 @@ class RoutingSidecarWithoutNixl(ConfigRule):
                 protocol=sidecar.protocol,
             )
             return
+
+
+@register
+class RoutingSidecarTargetPort(ConfigRule):
+    """Reports a routing sidecar that forwards to a port the engine in its pod does not serve.
+
+    What
+    ----
+    The engine's pod runs llm-d's routing sidecar, which forwards every request it
+    accepts to `localhost:<-vllm-port>` (default 8001), and the engine listens on another
+    port: its `--port`, or `vllm serve`'s default (8000) when none is given.
+
+    Why
+    ---
+    Nothing answers on the port the sidecar targets: every request routed to this pod
+    fails with a connection error while the engine itself is healthy (its readiness probe
+    passes on its own port). llm-d's decode pods pair the sidecar's `--vllm-port` with the
+    engine's `--port`.
+
+    Example
+    -------
+    A decode Deployment with the sidecar `llm-d-routing-sidecar --port=8000` (no
+    `--vllm-port`) and `vllm serve m --port 8200`.
+
+    Fix
+    ---
+    Give the sidecar `--vllm-port` equal to the engine's `--port`, or the engine the port
+    the sidecar targets.
+
+    Releases
+    --------
+    Every release; the default of `--port` is read from each release's wheel
+    (`scripts/gen_listen_ports.py`), the sidecar's from llm-d's `main.go`.
+    """
+
+    code = "CN064"
+    name = "routing-sidecar-target-port"
+    default_severity = Severity.error
+    summary = "the routing sidecar forwards to a port the engine in its pod does not listen on"
+    fix_applicability = "display"
+    references = (
+        Reference(SIDECAR_MAIN, "llm-d pd-sidecar: -vllm-port (default 8001) is the engine's"),
+        vllm_source(
+            "0.32.0", "vllm/entrypoints/launchers/cli_args.py", "`vllm serve --port`: 8000"
+        ),
+    )
+    since = "0.3.0"
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        opt = ctx.option("--port")
+        engine_port = (
+            int(str(opt.value)) if opt is not None and str(opt.value).isdigit()
+            else api_server_port_at(ctx.version) if opt is None else None
+        )
+        if engine_port is None:
+            return
+        for container in ctx.config.invocation.pod_containers:
+            if not is_routing_sidecar(container):
+                continue
+            given = flag_value(container, (SIDECAR_TARGET_FLAG,))
+            raw = given[0] if given is not None else str(SIDECAR_TARGET_DEFAULT)
+            if not raw.isdigit() or int(raw) == engine_port:
+                continue
+            said = f"`--{SIDECAR_TARGET_FLAG} {raw}`" if given else f"its default port {raw}"
+            engine = f"`--port {engine_port}`" if opt is not None else f"default {engine_port}"
+            yield self.finding(
+                f"Routing sidecar `{container.name}` forwards requests to localhost ({said}) "
+                f"but this engine listens on {engine}: every request routed to this pod "
+                "fails to connect.",
+                flag="--port",
+                location=(opt.location if opt is not None else None)
+                or (given[1] if given else container.location),
+                fix=Fix(
+                    applicability="display",
+                    description=f"run the sidecar with --{SIDECAR_TARGET_FLAG}={engine_port}",
+                ),
+                sidecar=container.name,
+                target_port=int(raw),
+                engine_port=engine_port,
+            )
+            return
+
+
+ENGINE_ID_PREMISE = "nixl.remote_agents_keyed_by_engine_id"
+
+
+def _explicit_engine_id(ctx: RuleContext) -> str | None:
+    if not any(n.startswith("Nixl") for n in ctx.connector_names):
+        return None
+    value = ctx.kv_transfer_config.get("engine_id")
+    return value if isinstance(value, str) and value else None
+
+
+@register
+class NixlEngineIdShared(ConfigRule):
+    """Reports NIXL engines of one deployment that are given the same `engine_id`.
+
+    What
+    ----
+    This engine loads NixlConnector with an explicit `engine_id` in
+    `--kv-transfer-config`, and another engine in the same input file (the other half of
+    a prefill/decode pair, another prefill) is given the same one.
+
+    Why
+    ---
+    A decode engine keeps one NIXL peer per remote `engine_id`, and hands shake only with
+    an id it has not registered yet. The second engine with that id is taken for the
+    first: the decode reads the second's block ids out of the first engine's memory
+    (wrong KV served without an error) or its transfers fail. vLLM gives every engine a
+    fresh UUID when `engine_id` is not set.
+
+    Example
+    -------
+    Two prefill Deployments in one file, both with
+    `{"kv_connector":"NixlConnector","kv_role":"kv_producer","engine_id":"prefill"}`.
+
+    Fix
+    ---
+    Drop `engine_id` from `--kv-transfer-config` (vLLM generates a unique one), or give
+    each engine its own.
+
+    Releases
+    --------
+    The premise `nixl.remote_agents_keyed_by_engine_id` (0.9.0 on, proven from the
+    wheels: `rules/audit/premises.json`).
+    """
+
+    code = "CN065"
+    name = "nixl-engine-id-shared"
+    default_severity = Severity.error
+    summary = "two NIXL engines of one deployment share an explicit engine_id"
+    fix_applicability = "display"
+    references = (
+        vllm_source(
+            "0.32.0",
+            "vllm/distributed/kv_transfer/kv_connector/v1/nixl/pull_worker.py",
+            "a handshake only for a remote engine_id not in _remote_agents",
+        ),
+        vllm_source(
+            "0.32.0", "vllm/config/kv_transfer.py", "engine_id defaults to a fresh uuid4"
+        ),
+    )
+    since = "0.3.0"
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        engine_id = _explicit_engine_id(ctx)
+        if engine_id is None:
+            return
+        verdict = premise(ENGINE_ID_PREMISE, ctx.version)
+        if not verdict.holds:
+            return
+        same = [s for s in ctx.siblings if _explicit_engine_id(s) == engine_id]
+        if not same:
+            return
+        labels = ", ".join(s.config.invocation.label for s in same)
+        yield self.finding(
+            f"`engine_id` `{engine_id}` is also given to {labels}: a decode engine takes "
+            "both for one NIXL peer and reads one engine's blocks from the other's memory "
+            "(wrong KV, no error) or fails the transfer." + verdict.note,
+            flag=KV_TRANSFER_CONFIG,
+            location=ctx.connector_location,
+            severity=capped(self.default_severity, verdict),
+            fix=Fix(applicability="display", description="remove engine_id (vLLM picks a UUID)"),
+            engine_id=engine_id,
+        )

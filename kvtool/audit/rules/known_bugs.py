@@ -17,6 +17,7 @@ from kvtool.audit.model import Finding, Severity
 from kvtool.audit.references import Reference
 from kvtool.audit.registry import ConfigRule, register
 from kvtool.bugdb import BugRecord, proof_of, records, trigger_holds
+from kvtool.bugdb.model import DISPLAY
 
 _LOWER = {Severity.error: Severity.warning, Severity.warning: Severity.info}
 
@@ -25,9 +26,28 @@ def _component_release(ctx: RuleContext, bug: BugRecord) -> str | None:
     """The release of the bug's component this config runs, when the audit knows it."""
     if bug.component == "vllm":
         return ctx.version
-    if bug.component == "lmcache" and ctx.lmcache_version is not None:
-        return ctx.lmcache_version.removeprefix("v")
-    return None
+    if bug.component == "lmcache":
+        return ctx.lmcache_version.removeprefix("v") if ctx.lmcache_version else None
+    known = ctx.component_releases.get(bug.component)
+    return known.version if known is not None else None
+
+
+def _release_basis(ctx: RuleContext, bug: BugRecord, release: str | None) -> str:
+    """Whether the range was applied to a known release (and where it was read) or to an
+    assumed one, for the finding's message."""
+    if release is None:
+        return (
+            f" [{DISPLAY[bug.component]} release not known from the input: assumed affected, as no"
+            " release fixes it]"
+        )
+    if bug.component == "vllm":
+        return ""
+    if bug.component == "lmcache":
+        origin = ctx.lmcache_origin
+    else:
+        origin = ctx.component_releases[bug.component].origin
+    read = f" from {origin}" if origin else ""
+    return f" [{DISPLAY[bug.component]} {release}{read}]"
 
 
 def _range_text(bug: BugRecord) -> str:
@@ -128,9 +148,8 @@ class KnownBugMatches(ConfigRule):
             f"{bug.id} ({bug.upstream}) {verb} {where}: {bug.title}; it {bug.impact.words}"
             f"{fixed}. Avoid: {bug.avoidance}{doubt}"
         )
-        if bug.component == "lmcache" and ctx.lmcache_version is not None:
-            read = f" from {ctx.lmcache_origin}" if ctx.lmcache_origin else ""
-            message += f" [LMCache {ctx.lmcache_version}{read}]"
+        if not (release is None and bug.introduced is not None):  # said in the doubts
+            message += _release_basis(ctx, bug, release)
         return self.finding(
             message,
             flag=flag,
@@ -143,5 +162,7 @@ class KnownBugMatches(ConfigRule):
             impact=bug.impact.value,
             affected=_range_text(bug),
             proven=proof is not None,
+            release=release,
+            release_known=release is not None,
             source=bug.report,
         )

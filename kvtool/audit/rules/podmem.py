@@ -1,4 +1,5 @@
-"""SZ012-SZ014: the host tier against the pod it runs in (memory limit and /dev/shm).
+"""SZ012-SZ015: the host tier against the pod it runs in (memory limit, /dev/shm, and the
+memory request of a pod without a limit).
 
 A container has a memory limit (the cgroup OOM-kills past it) and a ``/dev/shm`` that is
 64 MiB unless a ``medium: Memory`` emptyDir, ``shm_size`` or host IPC gives it more. The
@@ -91,6 +92,9 @@ class HostTier:
     in_dev_shm: bool
     native: bool = False  # the OffloadingConnector tier (vLLM checks /dev/shm before mapping)
     rounding: str = ""  # how ``gib`` exceeds the nominal size, when it does
+    nominal_gib: float | None = None  # the size as written, where rounding makes ``gib`` more
+    # Set per rank (a budget every TP x PP worker allocates again), not for the engine.
+    per_rank: bool = False
 
 
 def number_value(value: Any) -> float | None:
@@ -139,6 +143,7 @@ def _vllm_cpu_tier(ctx: RuleContext) -> HostTier | None:
     connector, total, what, flag, location = setting
     native = connector == NATIVE
     resident, rounding = total, ""
+    per_rank_setting = flag == PER_RANK_BYTES
     if native and premise(PINNED, ctx.version).holds:
         per_rank = total / ctx.world
         rounded = 2.0 ** math.ceil(math.log2(per_rank))
@@ -153,6 +158,8 @@ def _vllm_cpu_tier(ctx: RuleContext) -> HostTier | None:
         in_dev_shm=native and premise(SHM_REGION, ctx.version).holds,
         native=native,
         rounding=rounding,
+        nominal_gib=total if rounding else None,
+        per_rank=per_rank_setting,
     )
 
 
@@ -195,7 +202,7 @@ def _lmcache_tiers(ctx: RuleContext) -> list[HostTier]:
             tiers.append(
                 HostTier(
                     f"{cpu[1]}={per_rank:g} per rank x {ctx.world}", cpu[1],
-                    per_rank * ctx.world, cpu[2], in_dev_shm=False,
+                    per_rank * ctx.world, cpu[2], in_dev_shm=False, per_rank=True,
                 )
             )
     disk = lmcache_setting(ctx, "local_disk")
@@ -212,6 +219,7 @@ def _lmcache_tiers(ctx: RuleContext) -> list[HostTier]:
                 f"{disk[1]}={disk[0]} with {disk_size[1]}={disk_per_rank:g} per rank x "
                 f"{ctx.world}",
                 disk_size[1], disk_per_rank * ctx.world, disk_size[2], in_dev_shm=True,
+                per_rank=True,
             )
         )
     return tiers
@@ -374,6 +382,82 @@ class HostTierExceedsMemoryLimit(ConfigRule):
             tier_gib=tier_gib,
             limit_gib=limit_gib,
             overhead_gib=overhead,
+        )
+
+
+K8S_NODE_PRESSURE = Reference(
+    "https://kubernetes.io/docs/concepts/scheduling-eviction/node-pressure-eviction/",
+    "Kubernetes: under memory pressure the kubelet evicts pods whose usage exceeds their "
+    "requests first",
+)
+
+
+@register
+class HostTierExceedsMemoryRequest(ConfigRule):
+    """Reports host KV tiers larger than the memory a pod without a limit requests.
+
+    What
+    ----
+    The container sets `resources.requests.memory` but no memory limit, and the host
+    tiers SZ012 adds up (plus 3 GiB per worker process) are larger than the request.
+
+    Why
+    ---
+    The scheduler places the pod where the request fits, not the tiers: on a node packed
+    by requests the pinned or shared tier pages push the node into memory pressure, and
+    the kubelet evicts first the pods whose usage exceeds their requests - this one (or
+    the node's OOM killer picks it). A warning: a node with room to spare runs it.
+
+    Example
+    -------
+    `--kv-offloading-size 200` in a Deployment whose container requests `memory: 64Gi`
+    and sets no limit.
+
+    Fix
+    ---
+    Request the memory the tiers take (and set the limit to it), or lower the tiers.
+
+    Releases
+    --------
+    Every release; the tiers as SZ012 counts them.
+    """
+
+    code = "SZ015"
+    name = "host-tier-exceeds-memory-request"
+    default_severity = Severity.warning
+    summary = "host KV tiers exceed the memory request of a pod without a memory limit"
+    fix_applicability = "display"
+    references = (
+        K8S_NODE_PRESSURE,
+        vllm_pr(48436, "per-worker RSS is the tier share + about 3 GB"),
+    )
+    since = "0.2.0"
+
+    def check(self, ctx: RuleContext) -> Iterable[Finding]:
+        resources = _resources(ctx)
+        if resources is None or resources.memory_limit is not None:
+            return
+        request = resources.memory_request
+        tiers = host_tiers(ctx) if request is not None else []
+        if request is None or not tiers:
+            return
+        need = sum(t.gib for t in tiers) + WORKER_OVERHEAD_GIB * ctx.world
+        if need * GIB <= request.bytes:
+            return
+        parts = "; ".join(t.what for t in tiers)
+        yield self.finding(
+            f"host KV tiers and {ctx.world} worker processes take about {_fmt(need)} GiB "
+            f"({parts}), but the pod requests {request.text} and sets no memory limit: the "
+            "scheduler places it by the request, and under node memory pressure the kubelet "
+            "evicts pods using more than they request first.",
+            flag=tiers[0].flag,
+            location=tiers[0].location or request.location,
+            fix=Fix(
+                applicability="display",
+                description=f"request (and limit) at least {math.ceil(need)} GiB",
+            ),
+            need_gib=need,
+            request_bytes=request.bytes,
         )
 
 

@@ -21,6 +21,7 @@ from kvtool.audit.references import (
 )
 from kvtool.audit.registry import ConfigRule, register
 from kvtool.audit.rules._common import conditional_note, replacement_fix
+from kvtool.audit.rules.podmem import HostTier, host_tiers
 from kvtool.sizing.arithmetic import per_rank_gib, total_from_per_rank_gib
 
 LMCACHE_CPU_SIZE = "LMCACHE_MAX_LOCAL_CPU_SIZE"
@@ -127,12 +128,15 @@ class KvOffloadingSizePerRank(ConfigRule):
 
 @register
 class LmcacheCpuSizeTimesTpExceedsHostRam(ConfigRule):
-    """Reports an in-process LMCache CPU size that, per rank, adds up to more than the host has.
+    """Reports a per-rank host budget that, times the ranks, is more than the host has.
 
     What
     ----
-    `LMCACHE_MAX_LOCAL_CPU_SIZE` is allocated by every TP x PP worker of the in-process
-    `LMCacheConnectorV1`; times the world size it exceeds `--host-ram-gib`.
+    A host tier set per worker - in-process LMCache's `max_local_cpu_size`
+    (`LMCACHE_MAX_LOCAL_CPU_SIZE` or the `lmcache.max_local_cpu_size` key), an LMCache
+    `local_disk` under /dev/shm with `max_local_disk_size`, SimpleCPUOffload's
+    `cpu_bytes_to_use_per_rank` - is allocated again by every TP x PP worker; times the
+    world size it exceeds the host's RAM (`--host-ram-gib`).
 
     Why
     ---
@@ -149,13 +153,14 @@ class LmcacheCpuSizeTimesTpExceedsHostRam(ConfigRule):
 
     Releases
     --------
-    Every release with `LMCacheConnectorV1`. Needs `--host-ram-gib` (or `host-ram-gib` in settings).
+    Every release. Needs `--host-ram-gib` (or `host-ram-gib` in settings); a container's
+    memory limit is SZ012's.
     """
 
     code = "SZ002"
     name = "lmcache-cpu-size-times-tp-exceeds-host-ram"
     default_severity = Severity.error
-    summary = "per-rank LMCACHE_MAX_LOCAL_CPU_SIZE x TP x PP exceeds host RAM"
+    summary = "a per-rank host budget (LMCache CPU size, ...) x TP x PP exceeds host RAM"
     fix_applicability = "display"
     references = (
         lmcache_issue(2901, "LMCACHE_MAX_LOCAL_CPU_SIZE is allocated by every rank"),
@@ -164,27 +169,26 @@ class LmcacheCpuSizeTimesTpExceedsHostRam(ConfigRule):
     since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
-        per_rank = _lmcache_cpu_size(ctx)
-        if per_rank is None or ctx.host_ram_gib is None or not _in_process_lmcache(ctx):
+        host = ctx.host_ram_gib
+        if host is None:
             return
-        total = total_from_per_rank_gib(per_rank, ctx.world)
-        if total <= ctx.host_ram_gib:
-            return
-        env = ctx.env(LMCACHE_CPU_SIZE)
-        yield self.finding(
-            f"`{LMCACHE_CPU_SIZE}={_fmt(per_rank)}` is per rank: {ctx.world} ranks allocate "
-            f"{_fmt(total)} GiB, "
-            f"more than the host's {_fmt(ctx.host_ram_gib)} GiB.",
-            flag=LMCACHE_CPU_SIZE,
-            location=env.location if env else None,
-            fix=Fix(
-                applicability="display",
-                description=(
-                    f"at most {_fmt(per_rank_gib(ctx.host_ram_gib, ctx.world))} GiB per rank"
+        for tier in over_host_per_rank(ctx, host):
+            yield self.finding(
+                f"{tier.what} is a budget every rank allocates again: the {ctx.world} ranks "
+                f"take {_fmt(tier.gib)} GiB, more than the host's {_fmt(host)} GiB.",
+                flag=tier.flag,
+                location=tier.location,
+                fix=Fix(
+                    applicability="display",
+                    description=f"at most {_fmt(per_rank_gib(host, ctx.world))} GiB per rank",
                 ),
-            ),
-            total_gib=total,
-        )
+                total_gib=tier.gib,
+            )
+
+
+def over_host_per_rank(ctx: RuleContext, host_gib: float) -> list[HostTier]:
+    """The per-rank tiers that alone, times the ranks, exceed ``host_gib``."""
+    return [t for t in host_tiers(ctx) if t.per_rank and t.gib > host_gib]
 
 
 @register
@@ -253,16 +257,22 @@ class LmcacheSizeDisagreesWithKvOffloadingSize(ConfigRule):
 
 @register
 class OffloadPoolExceedsHostRam(ConfigRule):
-    """Reports a native `--kv-offloading-size` larger than the host's RAM.
+    """Reports host KV tiers that together are larger than the host's RAM.
 
     What
     ----
-    The TP-wide native offload pool is larger than `--host-ram-gib`.
+    Every host tier the engine allocates - native or SimpleCPUOffload
+    `--kv-offloading-size` / `cpu_bytes_to_use` (a total over the ranks, in
+    `kv_connector_extra_config` or a MultiConnector child's), in-process LMCache's
+    `max_local_cpu_size` x TP x PP, the L1 of an LMCache server the MP connector
+    auto-starts, kvtool's own connector's capacity - added up, as written, is larger than
+    `--host-ram-gib`.
 
     Why
     ---
-    The pool is pinned host memory; the host or the pod is OOM-killed. vLLM #53042 (open at
-    0.26) also reports 1.92 x N of unreclaimable shared memory for `--kv-offloading-size N`.
+    The tiers are pinned or shared host memory; the host or the pod is OOM-killed. vLLM
+    #53042 (open at 0.26) also reports 1.92 x N of unreclaimable shared memory for
+    `--kv-offloading-size N`.
 
     Example
     -------
@@ -270,42 +280,46 @@ class OffloadPoolExceedsHostRam(ConfigRule):
 
     Fix
     ---
-    Lower the size below the host (or pod) memory, leaving room for weights and the runtime.
+    Lower the tiers below the host (or pod) memory, leaving room for weights and the
+    runtime.
 
     Releases
     --------
-    Every release with `--kv-offloading-size`. Needs `--host-ram-gib`.
+    Every release. Needs `--host-ram-gib`. A per-rank setting that alone exceeds the host
+    is SZ002's; the pinned tier's power-of-two rounding is SZ011's.
     """
 
     code = "SZ004"
     name = "offload-pool-exceeds-host-ram"
     default_severity = Severity.error
-    summary = "native --kv-offloading-size exceeds the host's RAM"
+    summary = "host KV tiers (--kv-offloading-size, cpu_bytes_to_use, ...) exceed host RAM"
     fix_applicability = "display"
     references = (
         vllm_issue(53042, "--kv-offloading-size N maps about 1.92 x N of shared memory"),
+        vllm_source(
+            "0.32.0", "vllm/v1/kv_offload/cpu/spec.py",
+            "cpu_bytes_to_use: the CPU tier's bytes over all ranks",
+        ),
     )
     since = "0.1.0"
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
-        opt = ctx.option(KV_OFFLOADING_SIZE)
-        size = ctx.float_option(KV_OFFLOADING_SIZE)
-        mapping = ctx.backend_mapping
-        if (
-            opt is None
-            or size is None
-            or ctx.host_ram_gib is None
-            or mapping is None
-            or mapping.size_scope != "total"
-        ):
+        host = ctx.host_ram_gib
+        if host is None or over_host_per_rank(ctx, host):
             return
-        if size <= ctx.host_ram_gib:
+        tiers = host_tiers(ctx)
+        total = sum(t.nominal_gib if t.nominal_gib is not None else t.gib for t in tiers)
+        if not tiers or total <= host:
             return
+        parts = "; ".join(t.what for t in tiers)
+        first = tiers[0]
         yield self.finding(
-            f"`{KV_OFFLOADING_SIZE} {_fmt(size)}` GiB of pinned host memory exceeds the host's "
-            f"{_fmt(ctx.host_ram_gib)} GiB.",
-            flag=KV_OFFLOADING_SIZE,
-            location=opt.location,
+            f"host KV tiers take {_fmt(total)} GiB ({parts}), more than the host's "
+            f"{_fmt(host)} GiB of RAM: the tiers are pinned or shared memory, so the host "
+            "or the pod is OOM-killed.",
+            flag=first.flag,
+            location=first.location,
+            total_gib=total,
         )
 
 

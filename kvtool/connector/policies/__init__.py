@@ -1,6 +1,7 @@
 """Drain policies by name: the one registry of what exists.
 
-A new policy is its own module plus one entry in the ``_registry`` call below;
+A new policy is its own module (naming its class ``POLICY``) plus one entry in the
+``_registry`` call below;
 ``kvtool.policy``'s accepted values (kvtool/connector/config.py), ``kvtool
 simulate --policy`` and the launch recipe's variants are derived from
 :data:`POLICIES`.
@@ -8,6 +9,7 @@ simulate --policy`` and the launch recipe's variants are derived from
 
 from __future__ import annotations
 
+from importlib import import_module
 from typing import TYPE_CHECKING
 
 from kvtool.connector.policies.base import (
@@ -27,16 +29,20 @@ if TYPE_CHECKING:
     from kvtool.connector.config import ConnectorConfig
 
 
-def _registry(*classes: type[DrainPolicy]) -> dict[str, type[DrainPolicy]]:
+def _registry(*modules: str) -> dict[str, type[DrainPolicy]]:
+    """The ``POLICY`` class of each named module of this package, by its ``name``."""
     registry: dict[str, type[DrainPolicy]] = {}
-    for cls in classes:
+    for module in modules:
+        cls = import_module(f"{__name__}.{module}").POLICY
+        if not (isinstance(cls, type) and issubclass(cls, DrainPolicy)):
+            raise RuntimeError(f"{module}.POLICY is not a DrainPolicy subclass")
         if cls.name in registry:
             raise RuntimeError(f"two drain policies are named {cls.name!r}")
         registry[cls.name] = cls
     return registry
 
 
-POLICIES = _registry(EagerPolicy, FifoPolicy, EvictionAwarePolicy)
+POLICIES = _registry("eager", "fifo", "eviction_aware")
 """Every configurable policy name maps to exactly one class, in the order users see them."""
 
 POLICY_NAMES: tuple[str, ...] = tuple(POLICIES)

@@ -31,10 +31,12 @@ class ReleaseReason(str, Enum):
     EAGER = "eager"
     THRESHOLD = "threshold"
     EVICTION_WINDOW = "eviction_window"
-    PREEMPTION_RISK = "preemption_risk"
     DEADLINE = "deadline"
     IDLE = "idle"
     SHUTDOWN = "shutdown"
+    RECYCLED = "recycled"
+    """The manager's own release (no policy decides it): the engine recycled the block
+    before the policy released it, so it is copied before anything overwrites it."""
 
 
 class Release(NamedTuple):
@@ -63,18 +65,6 @@ class StepSignals(NamedTuple):
     """Consecutive steps, this one included, that scheduled no token (0 on a token step)."""
     idle_seconds: float
     """Seconds since the last step that scheduled a token (0 on a token step)."""
-    num_free: int = 0
-    """Blocks in the engine's free queue now."""
-    pass_bound: int = 0
-    """Most blocks the next scheduling pass may take from the free queue's head before
-    the next decision (0 = unknown): its token budget in blocks, a partly filled block
-    per request, host loads (which use no token budget), and the most any pass took so
-    far. A block nearer the head than this may be recycled before the next step."""
-    running_demand: int | None = None
-    """Most blocks the running requests themselves may need in the next pass (one per
-    request, plus the token budget in blocks while one is still prefilling): vLLM
-    preempts only when those do not fit in the free queue (a waiting request that does
-    not fit just waits). None: unknown, ``pass_bound`` is used."""
 
 
 class PendingView(Protocol):
@@ -104,10 +94,6 @@ class PendingView(Protocol):
 
     def iter_requests(self) -> Iterator[RequestKey]:
         """Requests that buffer blocks, oldest admission first; lazy, O(1) per item."""
-
-    def running_newest_first(self) -> list[RequestKey]:
-        """Running (not finished, not preempted) requests that buffer blocks, newest
-        admission first. O(running requests): vLLM runs at most ``max_num_seqs``."""
 
     def iter_fronts_older_than(self, cutoff: float) -> Generator[RequestKey, None, None]:
         """Requests whose oldest buffered block was admitted at or before ``cutoff``,
@@ -164,25 +150,6 @@ class DrainPolicy(ABC):
     def observe(self, signals: StepSignals) -> None:  # noqa: B027 - optional hook
         """Update estimators on a step whose decision does not come from :meth:`_decide`."""
 
-    def release_at_finish(
-        self, request: RequestKey, pending: PendingView, free_blocks: int, max_step_blocks: int
-    ) -> Release | None:
-        """``request`` finished and still buffers blocks; the engine is about to append
-        its blocks to the free queue behind ``free_blocks`` others, and its next
-        scheduling pass allocates (up to ``max_step_blocks``, 0 = unknown) before
-        the next :meth:`decide` runs. A Release protects the request's front now;
-        None leaves it to :meth:`decide`. O(1).
-
-        The default releases the whole buffer when that pass could reach it: no
-        decision at a step can, as the blocks were not in the queue then. The
-        engine frees a request's blocks last-first, so its last buffered block
-        lands nearest the head, at ``free_blocks``; once that one is due, its
-        front (everything buffered) is.
-        """
-        if free_blocks >= max_step_blocks:
-            return None
-        return Release(request, pending.span(request)[1], ReleaseReason.EVICTION_WINDOW)
-
     @abstractmethod
     def _decide(
         self, signals: StepSignals, pending: PendingView, pool: EvictionOrder
@@ -197,50 +164,29 @@ class DrainPolicy(ABC):
         return by_steps or (seconds > 0 and signals.idle_seconds >= seconds)
 
 
-def release_at_risk(
-    signals: StepSignals, pending: PendingView, pool: EvictionOrder, depth: int, budget: int
+def release_due(
+    pending: PendingView, pool: EvictionOrder, depth: int, budget: int
 ) -> tuple[list[Release], set[RequestKey], int]:
-    """What the next scheduling pass may recycle before the next decision, released:
-
-    - when the free queue holds fewer blocks than the running requests may need
-      (``signals.running_demand``), the pass may preempt running requests and hand
-      their blocks out again at once, to them and to the requests it admits
-      (``signals.pass_bound`` in all): vLLM preempts the newest running request
-      first, so the buffers of the newest running requests are released until
-      they cover what the pass may take beyond the free queue;
-    - the due front of each finished request with a buffered block among the
-      first ``depth`` free-queue positions (see :func:`due_in_window`).
+    """The due front of each finished request with a buffered block among the first
+    ``depth`` free-queue positions (see :func:`due_in_window`), nearest the eviction
+    head first, until ``budget`` blocks.
 
     Returns the releases, the requests they name, and the budget left. Costs
-    O(depth + running requests + released).
+    O(depth + released). A block the next pass recycles before any release
+    reached it is not lost: the manager rescues it (``ReleaseReason.RECYCLED``).
     """
     out: list[Release] = []
     named: set[RequestKey] = set()
-    if budget <= 0:
+    if budget <= 0 or depth <= 0 or not pending.finished_ready():
         return out, named, budget
-    ready = pending.finished_ready()
-    demand = signals.pass_bound if signals.running_demand is None else signals.running_demand
-    shortfall = signals.pass_bound - signals.num_free
-    if signals.pass_bound and signals.num_free < demand and shortfall > 0:
-        at_risk: list[tuple[RequestKey, int | None]] = []
-        for request in pending.running_newest_first():
-            at_risk.append((request, None))
-            first, last = pending.span(request)
-            shortfall -= last - first + 1
-            if shortfall <= 0:
-                break
-        taken, budget = take_fronts(pending, at_risk, budget, ReleaseReason.PREEMPTION_RISK)
-        out += taken
-        named.update(r.request for r in taken)
-    due = due_in_window(pending, pool, depth, budget) if ready and budget > 0 else {}
+    due = due_in_window(pending, pool, depth, budget)
     if due:
         # Nearest the eviction head first; the sort only orders two or more.
         order = (sorted(due, key=lambda r: (due[r][0], pending.admission_order(r)))
                  if len(due) > 1 else list(due))
-        taken, budget = take_fronts(pending, ((r, due[r][1]) for r in order), budget,
-                                    ReleaseReason.EVICTION_WINDOW)
-        out += taken
-        named.update(r.request for r in taken)
+        out, budget = take_fronts(pending, ((r, due[r][1]) for r in order), budget,
+                                  ReleaseReason.EVICTION_WINDOW)
+        named.update(r.request for r in out)
     return out, named, budget
 
 

@@ -28,3 +28,6 @@ class EagerPolicy(DrainPolicy):
         # cap held back, so walking it oldest-first is proportional to releases.
         return release_oldest(pending, self.config.max_release_blocks_per_step,
                               ReleaseReason.EAGER)
+
+
+POLICY = EagerPolicy  # what the registry (policies/__init__.py) registers from this module

@@ -16,14 +16,13 @@ Requests nearest the eviction head go first; a per-step block cap bounds the
 burst; an optional deadline releases requests whose oldest buffered block is
 older than ``max_deferral_seconds``, after the window candidates.
 
-A request's blocks join the free queue when it finishes, between two steps,
-and the engine's next scheduling pass may recycle them before any step sees
-them; so at the finish (:meth:`EvictionAwarePolicy.release_at_finish`) the
-whole buffer is released when the queue ahead is shorter than that pass can
-allocate. O(1) per finish. And when the free queue is shorter than what the
-next pass may take, that pass preempts running requests and may recycle their
-blocks at once: their buffers are released too (:func:`release_at_risk`, shared
-with FIFO).
+The window is a prediction, not a worst-case bound: a block the next
+scheduling pass takes before the window reached it (a request's blocks join
+the free queue between two steps, a burst of admissions with host loads takes
+more than the rate predicts) is rescued by the manager, copied ahead of that
+step's forward (``rescued``), not lost. So a wider window only moves copies
+off the forward's path, at the price of storing blocks the prefix cache would
+have hit again; the horizon trades the two.
 """
 
 from __future__ import annotations
@@ -39,9 +38,8 @@ from kvtool.connector.policies.base import (
     PendingView,
     Release,
     ReleaseReason,
-    RequestKey,
     StepSignals,
-    release_at_risk,
+    release_due,
     take_fronts,
 )
 
@@ -76,40 +74,21 @@ class EvictionAwarePolicy(DrainPolicy):
             )
 
     def danger_depth(self, signals: StepSignals) -> int:
-        """Free-queue positions (from the head) whose blocks count as about to be recycled.
-
-        The larger of the predicted consumption over ``horizon_steps`` (the EWMA or
-        this step's feed-forward estimate, whichever is larger) and the most the
-        next scheduling pass may allocate (``signals.pass_bound``): one pass with
-        host loads, which use no token budget, took 41 blocks where the token
-        budget predicted 20, and recycled what a smaller window left buffered.
-        Never divides, so no estimate can be zero-divided.
-        """
-        predicted = self._window(max(self._blocks_per_step or 0.0,
-                                     float(signals.est_next_step_blocks)))
-        return max(predicted, signals.pass_bound)
-
-    def _window(self, blocks_per_step: float) -> int:
+        """Free-queue positions (from the head) whose blocks count as about to be
+        recycled: the predicted consumption over ``horizon_steps`` (the EWMA or this
+        step's feed-forward estimate, whichever is larger). Never divides, so no
+        estimate can be zero-divided."""
+        blocks_per_step = max(self._blocks_per_step or 0.0, float(signals.est_next_step_blocks))
         window = blocks_per_step * self.config.horizon_steps
         return 0 if window < MIN_WINDOW_BLOCKS else math.ceil(window)
-
-    def release_at_finish(
-        self, request: RequestKey, pending: PendingView, free_blocks: int, max_step_blocks: int
-    ) -> Release | None:
-        """The base rule, with the window the smoothed rate predicts when that is
-        larger: admissions after a decode phase come in bursts the rate does not
-        predict, and a long decode phase the pass bound does not (in the e2e
-        24-block pool, a plain window recycled 9 of 32 blocks)."""
-        bound = max(self._window(self._blocks_per_step or 0.0), max_step_blocks)
-        return super().release_at_finish(request, pending, free_blocks, bound)
 
     def _decide(
         self, signals: StepSignals, pending: PendingView, pool: EvictionOrder
     ) -> list[Release]:
         self.observe(signals)
         depth = self.danger_depth(signals) if pending.finished_ready() else 0
-        out, named, budget = release_at_risk(signals, pending, pool, depth,
-                                             self.config.max_release_blocks_per_step)
+        out, named, budget = release_due(pending, pool, depth,
+                                         self.config.max_release_blocks_per_step)
         deferral = self.config.max_deferral_seconds
         if deferral > 0 and budget > 0:
             overdue = pending.iter_fronts_older_than(signals.now - deferral)
@@ -120,3 +99,6 @@ class EvictionAwarePolicy(DrainPolicy):
                 overdue.close()
             out += late
         return out
+
+
+POLICY = EvictionAwarePolicy  # what the registry (policies/__init__.py) registers from this module

@@ -10,13 +10,11 @@ Semantics (LMCache's FIFO, https://github.com/LMCache/LMCache/blob/v0.5.6/lmcach
   nothing more until 5 more finish;
 - unlike LMCache, the tail below the threshold is drained when the engine goes
   idle (base-class rule), and both knobs are validated to be >= 1;
-- unlike LMCache, what the next scheduling pass may recycle before the next
-  decision is released whatever the count: at a finish when the free queue
-  ahead is shorter than that pass may take (base-class rule), a finished
-  request's blocks within that many free-queue positions of the head, and
-  running requests' buffers when the pass may preempt them
-  (:func:`~kvtool.connector.policies.base.release_at_risk`), so FIFO keeps
-  eager's hits under eviction pressure whatever its knobs.
+- unlike LMCache, a block the engine recycles before FIFO released it is not
+  lost: the manager rescues it, copied ahead of the forward that overwrites it
+  (``rescued``), so FIFO keeps eager's hits under eviction pressure whatever its
+  knobs; the knobs decide how many copies go after a forward (released here)
+  and how many ahead of one (rescued).
 """
 
 from __future__ import annotations
@@ -32,7 +30,6 @@ from kvtool.connector.policies.base import (
     Release,
     ReleaseReason,
     StepSignals,
-    release_at_risk,
     take_fronts,
 )
 
@@ -49,12 +46,12 @@ class FifoPolicy(DrainPolicy):
     ) -> list[Release]:
         if signals.scheduled_tokens == 0:
             return []
-        ready = pending.finished_ready()
-        out, named, budget = release_at_risk(signals, pending, pool, signals.pass_bound,
-                                             self.config.max_release_blocks_per_step)
-        if len(ready) < self.config.fifo_threshold:
-            return out
+        if len(pending.finished_ready()) < self.config.fifo_threshold:
+            return []
         # The manager keeps the ready set ordered: O(select * log ready) per trigger.
         chosen = pending.oldest_ready(self.config.fifo_select_count)
-        return out + take_fronts(pending, ((r, None) for r in chosen if r not in named), budget,
-                                 ReleaseReason.THRESHOLD)[0]
+        return take_fronts(pending, ((r, None) for r in chosen),
+                           self.config.max_release_blocks_per_step, ReleaseReason.THRESHOLD)[0]
+
+
+POLICY = FifoPolicy  # what the registry (policies/__init__.py) registers from this module

@@ -20,7 +20,8 @@ from kvtool.connector.store import fingerprint
 
 @dataclass
 class KvtoolConnectorMetadata(KVConnectorMetadata):  # type: ignore[misc]
-    """Scheduler -> workers for one step: blocks to load before the forward, to store after."""
+    """Scheduler -> workers for one step: blocks to store before the loads (rescues),
+    to load before the forward, to store after it."""
 
     load_jobs: list[LoadJob] = field(default_factory=list)
     store_jobs: list[StoreJob] = field(default_factory=list)

@@ -179,8 +179,12 @@ class KvtoolConnector(KVConnectorBase_V1):  # type: ignore[misc]
 
     def bind_connector_metadata(self, connector_metadata: KVConnectorMetadata) -> None:
         super().bind_connector_metadata(connector_metadata)
-        # Called before this step's forward, which must wait for the last step's copies.
-        self._worker().fence()
+        # Called before this step's forward, which must wait for the last step's copies,
+        # and before its loads: rescued blocks are copied before either writes them.
+        worker = self._worker()
+        worker.fence()
+        if isinstance(connector_metadata, KvtoolConnectorMetadata):
+            worker.start_rescues(connector_metadata)
 
     def _bound_metadata(self) -> KvtoolConnectorMetadata | None:
         # The base class's own slot, read directly: this runs twice per step, and

@@ -47,7 +47,7 @@ from vllm.v1.core.kv_cache_utils import maybe_convert_block_hash
 
 from kvtool.connector.blockpool import BlockHash
 from kvtool.connector.config import ShutdownMode
-from kvtool.connector.manager import LazyOffloadManager, LoadJob, StepInput, max_blocks_per_pass
+from kvtool.connector.manager import LazyOffloadManager, LoadJob, StepInput
 from kvtool.connector.stats import ChangeReader
 from kvtool.connector.store import StoreIndex
 from kvtool.connector.vllm.common import (
@@ -91,6 +91,17 @@ class VllmBlockPoolView:
 
     def __init__(self, pool: Any) -> None:
         self._pool = pool
+        self._hash_map = pool.cached_block_hash_to_block
+
+    def prefix_cache_was_reset(self) -> bool:
+        """Whether vLLM cleared every hash since the last call: its
+        ``BlockPool.reset_prefix_cache`` replaces the hash-to-block map, which
+        nothing else does (vllm/v1/core/block_pool.py at v0.32.0). O(1)."""
+        current = self._pool.cached_block_hash_to_block
+        if current is self._hash_map:
+            return False
+        self._hash_map = current
+        return True
 
     def block_hash(self, block_id: int) -> BlockHash | None:
         with_group: bytes | None = self._pool.blocks[block_id].block_hash
@@ -151,11 +162,6 @@ class KvtoolConnectorScheduler:
         self.setup = setup
         self.config = setup.config
         self._block_size = setup.layout.block_size
-        sched = vllm_config.scheduler_config
-        self._max_step_blocks = max_blocks_per_pass(
-            int(sched.max_num_batched_tokens), self._block_size, int(sched.max_num_seqs)
-        )
-        self._budget_blocks = -(-int(sched.max_num_batched_tokens) // self._block_size)
         self.manager: LazyOffloadManager | None = None
         self._pool_view: VllmBlockPoolView | None = None
         self._hash_ratio = 1
@@ -164,7 +170,6 @@ class KvtoolConnectorScheduler:
         self._lookups: dict[str, _Lookup] = {}
         self._load_jobs: list[LoadJob] = []
         self._load_requests: dict[int, str] = {}
-        self._loading_blocks: dict[str, int] = {}  # this pass's host hits, in blocks
         self._stats_reader: ChangeReader | None = None
         events_config = vllm_config.kv_events_config
         self._kv_events = events_config is not None and bool(events_config.enable_kv_cache_events)
@@ -184,7 +189,6 @@ class KvtoolConnectorScheduler:
             store,
             world_size=setup.world_size,
             group_tokens_per_block=[self._block_size],
-            max_step_blocks=self._max_step_blocks,
             null_block_id=int(gpu_block_pool.null_block.block_id),
         )
         self._stats_reader = ChangeReader(self.manager.stats, GAUGES)
@@ -251,9 +255,16 @@ class KvtoolConnectorScheduler:
         local = pool.cached_prefix_blocks(hashes)
         return manager.lookup(hashes[local:local + 1]) > 0
 
+    def _notice_prefix_cache_reset(self) -> None:
+        """Before anything this pass allocated is checked: buffered blocks whose hash a
+        reset cleared are dropped, never taken for recycled ones (and rescued)."""
+        if self._pool_view is not None and self._pool_view.prefix_cache_was_reset():
+            self._manager().on_prefix_cache_reset()
+
     def update_state_after_alloc(
         self, request: Any, blocks: Any, num_external_tokens: int
     ) -> None:
+        self._notice_prefix_cache_reset()
         lookup = self._lookups.pop(request.request_id, None)
         if num_external_tokens <= 0 or lookup is None:
             return
@@ -263,7 +274,6 @@ class KvtoolConnectorScheduler:
         hashes = self._block_hashes(request, start, start + n)
         job = self._manager().plan_load(block_ids, hashes)
         self._load_jobs.append(job)
-        self._loading_blocks[request.request_id] = n
         if self.config.load_async:
             self._load_requests[job.job_id] = request.request_id
 
@@ -271,6 +281,7 @@ class KvtoolConnectorScheduler:
 
     def build_connector_meta(self, scheduler_output: Any) -> KvtoolConnectorMetadata:
         manager = self._manager()
+        self._notice_prefix_cache_reset()
         for request_id in scheduler_output.preempted_req_ids or ():
             manager.on_request_preempted(request_id)
             tracked = self._tracked.get(request_id)
@@ -280,17 +291,12 @@ class KvtoolConnectorScheduler:
                     self._buffering.add(request_id)
         num_scheduled: dict[str, int] = scheduler_output.num_scheduled_tokens
         allocated: list[int] = []
-        # Prefix-cache hits are handed out but not taken from the free queue's head.
-        cached_hits = 0
-        loading, self._loading_blocks = self._loading_blocks, {}
 
         # New requests, and on vLLM 0.34 resumed ones too (see resumed_req_ids):
         # either way the request starts over from the blocks listed here.
         for new in scheduler_output.scheduled_new_reqs:
             group0 = list(new.block_ids[0]) if new.block_ids else []
             allocated += group0
-            computed_blocks = new.num_computed_tokens // self._block_size
-            cached_hits += max(0, computed_blocks - loading.get(new.req_id, 0))
             if new.prompt_token_ids is None:
                 continue  # prompt embeddings: no token hashes to key blocks by
             prompt_len = len(new.prompt_token_ids)
@@ -312,8 +318,7 @@ class KvtoolConnectorScheduler:
             self._buffer_running(cached, num_scheduled, allocated)
 
         result = manager.step(StepInput(int(scheduler_output.total_num_scheduled_tokens),
-                                        allocated, len(allocated) - cached_hits,
-                                        self._running_demand(scheduler_output)))
+                                        allocated))
         meta = KvtoolConnectorMetadata(load_jobs=self._load_jobs,
                                        store_jobs=list(result.store_jobs),
                                        load_requests=self._load_requests)
@@ -321,25 +326,6 @@ class KvtoolConnectorScheduler:
         # (in-process executors share the object) while the next step plans loads.
         self._load_jobs, self._load_requests = [], {}
         return meta
-
-    def _running_demand(self, scheduler_output: Any) -> int:
-        """Most blocks this step's requests may need in the next pass: one each, plus
-        the token budget in blocks while one of them is still prefilling its prompt."""
-        num_scheduled: dict[str, int] = scheduler_output.num_scheduled_tokens
-        prefilling = any(new.prompt_token_ids is not None
-                         and new.num_computed_tokens + num_scheduled.get(new.req_id, 0)
-                         < len(new.prompt_token_ids)
-                         for new in scheduler_output.scheduled_new_reqs)
-        if not prefilling:
-            cached = scheduler_output.scheduled_cached_reqs
-            tracked_by_id = self._tracked
-            for i, request_id in enumerate(cached.req_ids):
-                tracked = tracked_by_id.get(request_id)
-                if tracked is None or (cached.num_computed_tokens[i]
-                                       + num_scheduled.get(request_id, 0)) < tracked.prompt_len:
-                    prefilling = True  # unknown requests count as prefilling: the safe side
-                    break
-        return len(num_scheduled) + (self._budget_blocks if prefilling else 0)
 
     def _buffer_running(
         self, cached: Any, num_scheduled: dict[str, int], allocated: list[int]

@@ -3,8 +3,11 @@
 ``register_kv_caches`` builds the :class:`~kvtool.connector.transfer.TransferEngine`
 over this rank's host arena (one memfd per host, :mod:`kvtool.connector.host_arena`);
 ``fence`` (at ``bind_connector_metadata``) orders the next forward after the
-previous step's copies; ``start_load`` loads hits before the forward;
-``wait_for_save`` copies released blocks after the forward that computed them;
+previous step's copies; ``start_rescues`` (there too) copies the blocks this
+step's scheduling pass recycled before the policy released them, ahead of the
+loads and the forward that will overwrite them; ``start_load`` loads hits
+before the forward; ``wait_for_save`` copies released blocks after the forward
+that computed them;
 ``build_connector_worker_meta`` reports finished jobs, and ``get_finished``
 the requests whose asynchronous load (``kvtool.load_async``) is done.
 
@@ -136,6 +139,20 @@ class KvtoolConnectorWorker:
         if self.engine is not None:
             self.engine.fence()
 
+    def start_rescues(self, meta: KvtoolConnectorMetadata) -> None:
+        """Before this step's loads and forward: copy the rescued blocks
+        (``StoreJob.before_forward``), which this step's pass handed to other
+        requests, while they still hold the KV the manager buffered. The loads
+        wait for them (a load's stream waits for the store stream) and so does
+        the forward (a second fence)."""
+        rescues = [job for job in meta.store_jobs if job.before_forward]
+        if not rescues:
+            return
+        engine = self._engine()
+        for job in rescues:
+            engine.submit_store(job)
+        engine.fence()
+
     def start_load(self, meta: KvtoolConnectorMetadata, *, per_layer: bool = False) -> None:
         """Submit the step's loads. Synchronous ones feed this step's forward: with
         ``per_layer`` (the forward calls the hooks), once every layer has asked for
@@ -189,7 +206,8 @@ class KvtoolConnectorWorker:
             return
         engine = self._engine()
         for job in meta.store_jobs:
-            engine.submit_store(job)
+            if not job.before_forward:  # rescues were copied before the forward
+                engine.submit_store(job)
 
     def _collect(self, engine: TransferEngine) -> None:
         for result in engine.poll():

@@ -4,25 +4,23 @@ Every renderer returns ``{file name: text}``; the command writes them under
 ``--output-dir DIR`` or prints the single file to stdout (``-o FILE`` writes it there).
 :data:`RENDERERS` is the one list of targets: the CLI's choices, its completion and the
 recipes' ``targets`` are checked against it, so a new target is its module plus one line
-here.
+here. A renderer's module is imported when its target is rendered.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from importlib import import_module
 from pathlib import Path
 
 from kvtool.launch.plan import LaunchPlan
-from kvtool.launch.targets.compose import render as render_compose
-from kvtool.launch.targets.json_out import render as render_json
-from kvtool.launch.targets.k8s import render as render_k8s
-from kvtool.launch.targets.shell import render as render_shell
 
-RENDERERS: dict[str, Callable[[LaunchPlan], dict[str, str]]] = {
-    "shell": render_shell,
-    "compose": render_compose,
-    "k8s": render_k8s,
-    "json": render_json,
+# --target value -> the module of this package holding its ``render(plan)``.
+RENDERERS: dict[str, str] = {
+    "shell": "shell",
+    "compose": "compose",
+    "k8s": "k8s",
+    "json": "json_out",
 }
 
 
@@ -36,4 +34,7 @@ def script_mode(path: Path) -> int | None:
 
 
 def render(plan: LaunchPlan, target: str) -> dict[str, str]:
-    return RENDERERS[target](plan)
+    renderer: Callable[[LaunchPlan], dict[str, str]] = import_module(
+        f"{__name__}.{RENDERERS[target]}"
+    ).render
+    return renderer(plan)

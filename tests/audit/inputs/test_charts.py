@@ -260,3 +260,59 @@ def test_a_rendered_serving_runtime_annotation_names_the_release(
         "annotation",
     )
     assert not any(f["flag"] == SWAP_SPACE for f in report["findings"])
+
+
+# Arguments as a loop over values, as charts write them: a list
+# (`{{- range .Values.extraArgs }}` / `- {{ . | quote }}`, vLLM's chart-helm
+# deployment.yaml with its `extraArgs`) and a map (`{{- range $key, $value := ... }}`,
+# https://github.com/castai/helm-charts charts/castai-hosted-model child chart vllm).
+LOOP_TEMPLATE = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: "{{ .Release.Name }}-vllm"
+spec:
+  template:
+    spec:
+      containers:
+        - name: vllm
+          image: "vllm/vllm-openai:{{ .Values.tag }}"
+          command: ["vllm", "serve"]
+          args:
+            - {{ .Values.model | quote }}
+            {{- range .Values.extraArgs }}
+            - {{ . | quote }}
+            {{- end }}
+            {{- range $key, $value := .Values.engine }}
+            - --{{ $key }}={{ $value }}
+            {{- end }}
+          ports:
+            - containerPort: 8000
+"""
+
+
+def test_a_loop_over_default_values_is_written_out_without_a_renderer(
+    tmp_path: Path, kvtool_cli: Any, no_renderer: None
+) -> None:
+    _, gone = _removed_at()
+    chart = tmp_path / "loop"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: loop\nversion: 0.1.0\n")
+    (chart / "values.yaml").write_text(
+        f"tag: v{gone}\nmodel: facebook/opt-125m\n"
+        f"extraArgs: [--enforce-eager, {SWAP_SPACE}, '4']\n"
+        "engine: {max-model-len: 4096, gpu-memory-utilization: 0.8}\n"
+    )
+    (chart / "templates" / "deployment.yaml").write_text(LOOP_TEMPLATE)
+    _, report = _json(kvtool_cli, str(chart))
+    assert len(report["invocations"]) == 1
+    (removed,) = [f for f in report["findings"] if f["flag"] == SWAP_SPACE]
+    # the finding points at the loop's body line in the template
+    body_line = LOOP_TEMPLATE.splitlines().index("            - {{ . | quote }}") + 1
+    assert removed["code"] == "VG002" and removed["location"]["line"] == body_line
+    # no other error: the map's flags (--gpu-memory-utilization=0.8 ...) are valid there
+    errors = {f["code"] for f in report["findings"] if f["severity"] == "error"}
+    assert errors <= {"VG002", "SC001"}, errors
+    # the map's items, in key order, reached the command (no runtime placeholder left)
+    (template,) = [s for s in report["skipped"] if s["unrendered"]]
+    assert "values not applied: none" in template["reason"], template["reason"]

@@ -23,9 +23,16 @@ def test_every_row_cites_a_public_source() -> None:
         ("docker.io/vllm/vllm-openai:0.31.1-cuda12", "0.31.1"),
         ("public.ecr.aws/q9t5s3a7/vllm-openai:v0.30.0", "0.30.0"),  # a mirror, by name
         # Downstream products' own versions are never vLLM's.
-        ("ghcr.io/llm-d/llm-d-cuda:v0.9.0", None),
+        ("ghcr.io/llm-d/llm-d-cuda:v0.2.0", None),
         ("lmcache/vllm-openai:v0.3.1", None),
         ("registry.redhat.io/rhaiis/vllm-cuda-rhel9:3.2.1", None),
+        # ... but their release notes say which vLLM a release bundles (the rows' bundles).
+        ("ghcr.io/llm-d/llm-d-cuda:v0.9.0", "0.26.0"),
+        ("ghcr.io/llm-d/llm-d-cuda:v0.8.1", "0.23.0"),
+        ("ghcr.io/llm-d/llm-d-aws:v0.8.0", "0.23.0"),
+        ("registry.redhat.io/rhaiis/vllm-cuda-rhel9:3.2.2", "0.10.1"),
+        ("registry.redhat.io/rhaiis/vllm-cuda-rhel9:3.3.0", "0.13.0"),
+        ("registry.redhat.io/rhaiis/vllm-cuda-rhel9:3.4.0", None),
         # A vLLM version anywhere in an image that says where it carries one.
         ("aibrix/vllm-openai:aibrix-kvcache-v0.8.5-20250520", "0.8.5"),
         ("aibrix/vllm-openai:v0.7.3.self.post1", "0.7.3"),
@@ -56,6 +63,9 @@ def test_entrypoints() -> None:
 
 
 def test_an_old_downstream_tag_does_not_refuse_the_audit() -> None:
-    # llm-d's v0.9.0 is not vLLM 0.9.0: the newest table applies, with the usual warning.
-    target = resolve_target(None, "ghcr.io/llm-d/llm-d-cuda:v0.9.0")
+    # llm-d's v0.2.0 is not vLLM 0.2.0: the newest table applies, with the usual warning.
+    target = resolve_target(None, "ghcr.io/llm-d/llm-d-cuda:v0.2.0")
     assert target.source == "newest" and target.version == available_versions()[-1]
+    # A release its notes map is checked at the vLLM it bundles.
+    mapped = resolve_target(None, "ghcr.io/llm-d/llm-d-cuda:v0.9.0")
+    assert (mapped.source, mapped.version) == ("image", "0.26.0")

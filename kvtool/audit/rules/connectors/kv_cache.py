@@ -12,6 +12,10 @@ from kvtool.audit.references import CACHE_CONFIG_032, OFFLOADING_SCHEDULER_032, 
 from kvtool.audit.registry import ConfigRule, register
 from kvtool.audit.rules._common import conditional_note, removal_fix, replacement_fix
 from kvtool.audit.rules._premises import capped, premise
+from kvtool.bugdb.model import Impact
+from kvtool.errors import KvtoolError
+from kvtool.models import find_model_config
+from kvtool.sizing.checkpoint_kv import declared_kv_cache_dtype
 
 
 @register
@@ -71,22 +75,44 @@ class OffloadWithoutPrefixCaching(ConfigRule):
         )
 
 
+def checkpoint_declares_kv_scales(ctx: RuleContext) -> bool | None:
+    """Whether the served checkpoint, when it is a local directory, declares a quantized KV
+    cache (ModelOpt ``kv_cache_quant_algo``, a compressed-tensors ``kv_cache_scheme``): such
+    checkpoints ship calibrated k/v scales. None when kvtool cannot read the checkpoint."""
+    name = ctx.config.model
+    if not name:
+        return None
+    try:
+        found = find_model_config(name, catalog=False)
+        if found is None:
+            return None
+        quant = found.raw.get("quantization_config")
+        declared = declared_kv_cache_dtype(quant if quant is not None else found.quant, found.where)
+    except KvtoolError:
+        return None
+    return declared is not None
+
+
 @register
 class Fp8KvCacheWithoutScales(ConfigRule):
     """Reports that an FP8 KV cache uses scale 1.0 unless the checkpoint ships k/v scales.
 
     What
     ----
-    `--kv-cache-dtype fp8*` is set; kvtool cannot see whether the checkpoint ships calibrated
-    `k_scale`/`v_scale`.
+    `--kv-cache-dtype fp8*` is set and the checkpoint does not declare a quantized KV
+    cache (no `kv_cache_scheme` / `kv_cache_quant_algo` in its quantization config), or
+    kvtool cannot read the checkpoint to tell.
 
     Why
     ---
     Without shipped scales vLLM uses 1.0: keys and values above FP8's range are clipped
     and the model's outputs degrade or break (often only past 128k context, so short
-    smoke tests pass). That is a wrong answer served at full speed, so it is a warning,
-    not a note. `--calculate-kv-scales` (removed in 0.28.0) still computed
-    dynamic scales through 0.27.1; the field guide's "it had no effect" is wrong.
+    smoke tests pass). The impact is wrong output served without an error, so the
+    severity follows it: an error when the checkpoint is a local directory whose
+    config declares no KV scales (scale 1.0 is certain), a warning when kvtool cannot
+    see the checkpoint (a hub name: it may ship scales). `--calculate-kv-scales`
+    (removed in 0.28.0) still computed dynamic scales through 0.27.1; the field guide's
+    "it had no effect" is wrong.
 
     Example
     -------
@@ -94,7 +120,8 @@ class Fp8KvCacheWithoutScales(ConfigRule):
 
     Fix
     ---
-    Check the checkpoint for scales, or stay on BF16 KV and use offload to regain memory.
+    Serve a checkpoint calibrated with KV scales (e.g. an `-FP8-KV` export), or stay on
+    BF16 KV and use offload to regain memory.
 
     Releases
     --------
@@ -114,6 +141,7 @@ class Fp8KvCacheWithoutScales(ConfigRule):
         vllm_pr(49389, "--calculate-kv-scales removed (0.28.0)"),
     )
     since = "0.1.0"
+    other_severities = (Severity.error,)  # a local checkpoint that declares no KV scales
 
     def check(self, ctx: RuleContext) -> Iterable[Finding]:
         opt = ctx.option("--kv-cache-dtype")
@@ -125,12 +153,28 @@ class Fp8KvCacheWithoutScales(ConfigRule):
         verdict = premise("fp8_kv.default_scale", ctx.version)
         if not verdict.holds:
             return
+        declares = checkpoint_declares_kv_scales(ctx)
+        if declares:
+            return
+        if declares is False:
+            message = (
+                f"`--kv-cache-dtype {opt.value}`: the checkpoint `{ctx.config.model}` declares "
+                "no quantized KV cache, so it ships no `k_scale`/`v_scale` and vLLM uses scale "
+                "1.0: large keys and values are clipped and outputs break, without an error."
+            )
+            severity = capped(Impact.silent_corruption.severity, verdict)
+        else:
+            message = (
+                f"`--kv-cache-dtype {opt.value}`: unless the checkpoint ships "
+                "`k_scale`/`v_scale`, vLLM uses scale 1.0, which clips large keys and values "
+                "on long contexts and breaks outputs without an error."
+            )
+            severity = Severity.warning
         yield self.finding(
-            f"`--kv-cache-dtype {opt.value}`: unless the checkpoint ships "
-            "`k_scale`/`v_scale`, vLLM uses "
-            "scale 1.0, which can clip large activations on long contexts." + verdict.note,
+            message + verdict.note,
             flag="--kv-cache-dtype",
             location=opt.location,
+            severity=severity,
         )
 
 
