@@ -53,7 +53,7 @@ from kvtool.connector.policies import (
     make_policy,
 )
 from kvtool.connector.stats import ConnectorStats, DropReason
-from kvtool.connector.store import BlockKey, StoreFullError, StoreIndex
+from kvtool.connector.store import BlockKey, StoreIndex
 
 logger = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class StepResult(NamedTuple):
     store_jobs: tuple[StoreJob, ...] = ()
 
 
-@dataclass
+@dataclass(slots=True)
 class _Buffered:
     block_id: int
     block_hash: BlockHash
@@ -263,8 +263,9 @@ class LazyOffloadManager:
         key = self.on_request_arrived(request_id)
         buffer = self._buffers.get(key)
         now = self._clock()
-        admitted = 0
+        admitted = duplicates = 0
         where, claimed, read_hash = self._where, self._claimed, self.pool.block_hash
+        known = self.store.known
         null = self.null_block_id
         for block_id in block_ids:
             if block_id == null:
@@ -282,19 +283,22 @@ class LazyOffloadManager:
                 continue
             if block_id in where:  # a stale entry for a recycled block goes first
                 self._check_block(block_id)
-            if block_hash in claimed or self.store.known(block_hash):
-                self.stats.skipped_duplicate += 1
+            if block_hash in claimed or known(block_hash):
+                duplicates += 1
                 continue
             if buffer is None:
                 buffer = self._new_buffer(key)
-            if not buffer.blocks:
+            blocks = buffer.blocks
+            if not blocks:
                 self._push_front(buffer, now)
-            where[block_id] = (key, buffer.next_ordinal)
-            buffer.blocks.append(_Buffered(block_id, block_hash, now))
+            where[block_id] = (key, buffer.front + len(blocks))
+            blocks.append(_Buffered(block_id, block_hash, now))
             claimed.add(block_hash)
             admitted += 1
-        self.stats.admitted += admitted
-        self.stats.pending += admitted
+        stats = self.stats
+        stats.skipped_duplicate += duplicates
+        stats.admitted += admitted
+        stats.pending += admitted
         if block_ids:  # each block counted once: admitted, skipped or rejected
             self.stats.revision += 1
         return admitted
@@ -307,9 +311,10 @@ class LazyOffloadManager:
         tokens, allocated = step
         where = self._where
         if where:  # else nothing is buffered that could have been recycled
-            for block_id in allocated:
-                if block_id in where:  # most allocated blocks were never buffered
-                    self._check_block(block_id)
+            # Most allocated blocks were never buffered: the filter runs in C. It tests
+            # each block when reached, so one taken by an earlier check is skipped.
+            for block_id in filter(where.__contains__, allocated):
+                self._check_block(block_id)
         if tokens > 0:
             self._idle_steps = 0
             self._last_token_step = now
@@ -452,7 +457,7 @@ class LazyOffloadManager:
         self.stats.host_hits += len(block_ids)
         self.stats.revision += 1
         return LoadJob(job_id, tuple(block_ids), tuple(slots),
-                       tuple(self.store.key(h) for h in block_hashes))
+                       self.store.keys(block_hashes))
 
     # ------------------------------------------------------------------ internals
 
@@ -611,12 +616,7 @@ class LazyOffloadManager:
             if not before_forward and read_hash(block.block_id) != block.block_hash:
                 valid = i
                 break
-        slots: list[int] = []
-        for block in taken[:valid]:
-            try:
-                slots.append(self.store.reserve(block.block_hash))
-            except StoreFullError:
-                break
+        slots = self.store.reserve_run([block.block_hash for block in taken[:valid]])
         stored = len(slots)
         self.stats.store_evictions = self.store.evictions
         rejected = taken[stored:]
@@ -639,18 +639,14 @@ class LazyOffloadManager:
             return None
         kept = taken[:stored]
         job_id = next(self._jobs_ids)
-        self._jobs[job_id] = _InFlight(
-            buffer.key,
-            tuple(b.block_id for b in kept),
-            tuple(b.block_hash for b in kept),
-            tuple(slots),
-            is_store=True,
-        )
+        block_ids = tuple([b.block_id for b in kept])
+        hashes = tuple([b.block_hash for b in kept])
+        kept_slots = tuple(slots)
+        self._jobs[job_id] = _InFlight(buffer.key, block_ids, hashes, kept_slots, is_store=True)
         self.stats.in_flight += stored
         if before_forward:
             self.stats.rescued += stored
-        return StoreJob(job_id, tuple(b.block_id for b in kept), tuple(slots),
-                        tuple(self.store.key(b.block_hash) for b in kept), before_forward)
+        return StoreJob(job_id, block_ids, kept_slots, self.store.keys(hashes), before_forward)
 
     def _complete(self, job: _InFlight) -> None:
         self.stats.revision += 1  # every outcome below counts
@@ -669,12 +665,12 @@ class LazyOffloadManager:
             return
         n = len(job.block_ids)
         self.stats.in_flight -= n
+        self._claimed.difference_update(job.hashes)
         committed = 0
-        for block_hash, slot in zip(job.hashes, job.slots, strict=True):
-            self._claimed.discard(block_hash)
-            if job.ok:
-                committed += self.store.commit(block_hash, slot)
-            else:
+        if job.ok:
+            committed = self.store.commit_run(job.hashes, job.slots)
+        else:
+            for block_hash, slot in zip(job.hashes, job.slots, strict=True):
                 self.store.abort(block_hash, slot)
         if job.ok and committed < n:  # the host store was reset while it was in flight
             self.stats.drop(DropReason.RESET, n - committed)

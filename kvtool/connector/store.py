@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -54,7 +54,7 @@ class BlockKey(NamedTuple):
     block_hash: BlockHash
 
 
-@dataclass
+@dataclass(slots=True)
 class _Entry:
     slot: int
     ready: bool
@@ -181,6 +181,12 @@ class StoreIndex:
     def key(self, block_hash: BlockHash) -> BlockKey:
         return BlockKey(self.fingerprint, block_hash)
 
+    def keys(self, block_hashes: Iterable[BlockHash]) -> tuple[BlockKey, ...]:
+        """:meth:`key` of each hash (built without a Python call per key: one per block
+        of every transfer)."""
+        fingerprint, make = self.fingerprint, tuple.__new__
+        return tuple([make(BlockKey, (fingerprint, h)) for h in block_hashes])
+
     def __len__(self) -> int:
         return len(self._entries)
 
@@ -209,28 +215,51 @@ class StoreIndex:
         Raises StoreFullError when every slot is in use by an in-flight transfer
         and KeyError if the hash is already known.
         """
-        if block_hash in self._entries:
-            raise KeyError(f"{block_hash!r} is already stored or being stored")
-        if self._free_slots:
-            slot = self._free_slots.pop()
-        elif self._next_fresh < self.num_slots:
-            slot = self._next_fresh
-            self._next_fresh += 1
-        else:
-            self._evict_one()
-            slot = self._free_slots.pop()
-        self._entries[block_hash] = _Entry(slot=slot, ready=False, users=1)
-        return slot
+        slots = self.reserve_run((block_hash,))
+        if not slots:
+            raise StoreFullError(f"all {self.num_slots} host slots are in use by transfers")
+        return slots[0]
+
+    def reserve_run(self, block_hashes: Iterable[BlockHash]) -> list[int]:
+        """:meth:`reserve` each hash in order, up to the first for which every slot is
+        in use by an in-flight transfer: the slots of those reserved (KeyError if a hash
+        is already known)."""
+        entries, free_slots = self._entries, self._free_slots
+        slots = []
+        for block_hash in block_hashes:
+            if block_hash in entries:
+                raise KeyError(f"{block_hash!r} is already stored or being stored")
+            if free_slots:
+                slot = free_slots.pop()
+            elif self._next_fresh < self.num_slots:
+                slot = self._next_fresh
+                self._next_fresh += 1
+            elif self._evict_one():
+                slot = free_slots.pop()
+            else:
+                break
+            entries[block_hash] = _Entry(slot, False, 1)
+            slots.append(slot)
+        return slots
 
     def commit(self, block_hash: BlockHash, slot: int) -> bool:
         """The store into ``slot`` completed on every worker; False when the entry was
         reset or evicted meanwhile (then nothing becomes servable)."""
-        entry = self._end_transfer(block_hash, slot)
-        if entry is None:
-            return False
-        entry.ready = True
-        self._note(True, block_hash)
-        return True
+        return self.commit_run((block_hash,), (slot,)) == 1
+
+    def commit_run(self, block_hashes: Sequence[BlockHash], slots: Sequence[int]) -> int:
+        """:meth:`commit` each pair in order; returns how many became servable."""
+        entries, committed = self._entries, 0
+        for block_hash, slot in zip(block_hashes, slots, strict=True):
+            entry = entries.get(block_hash)
+            if entry is None or entry.slot != slot:
+                self._end_transfer(block_hash, slot)  # reset or evicted since: a retired slot
+                continue
+            entry.users -= 1
+            entry.ready = True
+            self._note(True, block_hash)
+            committed += 1
+        return committed
 
     def abort(self, block_hash: BlockHash, slot: int) -> None:
         """The store into ``slot`` failed (or never reached a worker): forget the entry."""
@@ -256,12 +285,13 @@ class StoreIndex:
         for block_hash, slot in zip(block_hashes, slots, strict=True):
             self._end_transfer(block_hash, slot)
 
-    def _evict_one(self) -> None:
+    def _evict_one(self) -> bool:
+        """Evict the least recently used idle entry; False when every one is in use."""
         for block_hash, entry in self._entries.items():
             if entry.users == 0:  # so it is ready: a store in flight is its user
                 del self._entries[block_hash]
                 self._free_slots.append(entry.slot)
                 self.evictions += 1
                 self._note(False, block_hash)
-                return
-        raise StoreFullError(f"all {self.num_slots} host slots are in use by transfers")
+                return True
+        return False

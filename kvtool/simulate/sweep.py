@@ -10,6 +10,7 @@ so no process holds another's.
 from __future__ import annotations
 
 import contextlib
+import gc
 import itertools
 import logging
 import math
@@ -105,7 +106,11 @@ def run_setting(source: WorkloadSource, engine: EngineSettings, config: dict[str
     """One setting, in this process, stopped once it used ``work_limit`` units."""
     meter = WorkMeter(work_limit, f"simulate {config['kvtool.policy']}")
     with quiet_connector():
-        return Simulation(engine, config, meter).run(source.open())
+        result = Simulation(engine, config, meter).run(source.open())
+    # A run's manager and clock refer back to it: freed by the cycle collector, now,
+    # so that the settings a process runs one after another never hold two runs.
+    gc.collect()
+    return result
 
 
 def check_work(source: WorkloadSource, engine: EngineSettings, settings: int) -> float:
