@@ -79,7 +79,9 @@ class Version:
         self.epoch = int(match["epoch"] or 0)
         self.release = tuple(int(part) for part in match["release"].split("."))
         letter = match["pre_letter"]
-        self.pre = (_PRE_SPELLING[letter.lower()], int(match["pre_number"] or 0)) if letter else None
+        self.pre = (
+            (_PRE_SPELLING[letter.lower()], int(match["pre_number"] or 0)) if letter else None
+        )
         if match["post_bare"] is not None:
             self.post = int(match["post_bare"])
         elif match["post_word"] is not None:
@@ -185,7 +187,10 @@ def _local_part(part: str) -> tuple[int, int, str]:
     return (1, int(part), "") if part.isdigit() else (0, 0, part)
 
 
-_CLAUSE: Final = re.compile(rf"\s*(?P<operator>~=|==|!=|<=|>=|<|>)\s*(?P<version>{_VERSION_TEXT})\s*", re.VERBOSE | re.IGNORECASE)
+_CLAUSE: Final = re.compile(
+    rf"\s*(?P<operator>~=|==|!=|<=|>=|<|>)\s*(?P<version>{_VERSION_TEXT})\s*",
+    re.VERBOSE | re.IGNORECASE,
+)
 
 
 class VersionRange:

@@ -20,10 +20,9 @@ from enum import Enum
 from typing import Annotated, Literal
 
 import msgspec
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
 
 from kvtool.audit.model import Severity
+from kvtool.versions import InvalidSpecifier, InvalidVersion, Version, VersionRange
 
 Component = Literal[
     "vllm",
@@ -277,7 +276,7 @@ class BugRecord(_Strict, frozen=True, kw_only=True):
             raise ValueError("give a marker that proves the range, or say why none can")
         if self.trigger.vllm is not None:
             try:
-                SpecifierSet(self.trigger.vllm)
+                VersionRange(self.trigger.vllm)
             except InvalidSpecifier as exc:
                 raise ValueError(f"trigger.vllm: not a version specifier: {exc}") from exc
         for pattern in self.trigger.patterns():
