@@ -101,7 +101,7 @@ class FamilyRow(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
 
     def matches(self, name: str) -> bool:
         lowered = name.lower()
-        return any(re.search(pattern, lowered) for pattern in self.patterns)
+        return any(pattern.search(lowered) for pattern in _compiled(self))
 
 
 @cache
@@ -112,9 +112,7 @@ def families() -> tuple[FamilyRow, ...]:
         rows = msgspec.convert(table.get("families", []), type=tuple[FamilyRow, ...])
         for row in rows:
             ModelIdentity(name=row.family, traits=frozenset(row.traits), source=row.config)
-            for pattern in row.patterns:
-                re.compile(pattern)
-    except (msgspec.ValidationError, ValueError, re.error) as exc:
+    except (msgspec.ValidationError, ValueError) as exc:
         raise KvtoolError(f"{rules_dir() / FAMILIES_FILE}: bad row: {exc}") from exc
     return rows
 
@@ -231,13 +229,19 @@ def identify(name: str, *, config_path: str | None = None) -> ModelIdentity | No
 def family_row(name: str) -> FamilyRow | None:
     """The first family row whose patterns match ``name`` (an audit asks once per model
     name, however many engines serve it)."""
-    lowered = name.lower()
-    for row, compiled in _compiled_families():
-        if any(pattern.search(lowered) for pattern in compiled):
-            return row
-    return None
+    return next((row for row in families() if row.matches(name)), None)
 
 
 @cache
-def _compiled_families() -> tuple[tuple[FamilyRow, tuple[re.Pattern[str], ...]], ...]:
-    return tuple((row, tuple(re.compile(p) for p in row.patterns)) for row in families())
+def _compiled(row: FamilyRow) -> tuple[re.Pattern[str], ...]:
+    """``row``'s patterns, compiled when a name first reaches the row: the table holds
+    ~90 of them and a name is usually told by one of the first rows, so compiling them all
+    at load cost every cold start more than the rest of the identification (issue 26).
+    ``KvtoolError`` for a pattern that is not a regular expression."""
+    try:
+        return tuple(re.compile(pattern) for pattern in row.patterns)
+    except re.error as exc:
+        where = rules_dir() / FAMILIES_FILE
+        raise KvtoolError(
+            f"{where}: bad row {row.family}: not a regular expression: {exc}"
+        ) from exc
