@@ -74,7 +74,7 @@ def test_a_pyproject_naming_kvtool_only_as_metadata_is_passed_over_unparsed(
         '[tool.hatch]\npackages = ["kvtool"]\nbroken = [\n'
     )
     assert load_settings(child).fail_on is Severity.warning
-    (child / "pyproject.toml").write_text('[tool.kvtool]\nbroken = [\n')
+    (child / "pyproject.toml").write_text("[tool.kvtool]\nbroken = [\n")
     with pytest.raises(KvtoolError, match="not valid TOML"):
         load_settings(child)
 
