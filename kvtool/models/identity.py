@@ -101,7 +101,10 @@ class FamilyRow(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields
 
     def matches(self, name: str) -> bool:
         lowered = name.lower()
-        return any(pattern.search(lowered) for pattern in _compiled(self))
+        return any(
+            literal_prefix(pattern) in lowered and _compiled(self.family, pattern).search(lowered)
+            for pattern in self.patterns
+        )
 
 
 @cache
@@ -233,15 +236,37 @@ def family_row(name: str) -> FamilyRow | None:
 
 
 @cache
-def _compiled(row: FamilyRow) -> tuple[re.Pattern[str], ...]:
-    """``row``'s patterns, compiled when a name first reaches the row: the table holds
-    ~90 of them and a name is usually told by one of the first rows, so compiling them all
-    at load cost every cold start more than the rest of the identification (issue 26).
-    ``KvtoolError`` for a pattern that is not a regular expression."""
+def literal_prefix(pattern: str) -> str:
+    """Text every match of ``pattern`` starts with ('' where that is not plain to see):
+    a name without it cannot match, so the pattern need not be compiled for it. The
+    table's ~90 patterns are mostly searched for a name told by one of the last rows
+    (the general ``llama-3`` after the specific ones), and compiling them all cost every
+    cold start more than the rest of the identification (issue 26)."""
+    if "|" in pattern:  # an alternative may start anywhere
+        return ""
+    literal: list[str] = []
+    index = 0
+    while index < len(pattern):
+        char = pattern[index]
+        if char.isascii() and (char.isalnum() or char in "-_/:"):
+            literal.append(char)
+            index += 1
+        elif char == "\\" and pattern[index + 1 : index + 2] in tuple(".-_/:+?*()[]{}^$\\"):
+            literal.append(pattern[index + 1])
+            index += 2
+        else:
+            break
+    if literal and pattern[index : index + 1] in ("?", "*", "{"):
+        literal.pop()  # the last character may be repeated zero times
+    return "".join(literal)
+
+
+@cache
+def _compiled(family: str, pattern: str) -> re.Pattern[str]:
+    """``pattern`` compiled; ``KvtoolError`` naming the row when it is not a regular
+    expression (the table's patterns are compiled when first needed, not at load)."""
     try:
-        return tuple(re.compile(pattern) for pattern in row.patterns)
+        return re.compile(pattern)
     except re.error as exc:
         where = rules_dir() / FAMILIES_FILE
-        raise KvtoolError(
-            f"{where}: bad row {row.family}: not a regular expression: {exc}"
-        ) from exc
+        raise KvtoolError(f"{where}: bad row {family}: not a regular expression: {exc}") from exc
