@@ -14,7 +14,7 @@ without wildcards or arbitrary equality. A property test checks both against
 from __future__ import annotations
 
 import re
-from functools import total_ordering
+from functools import cache, total_ordering
 from typing import Final
 
 __all__ = ["InvalidSpecifier", "InvalidVersion", "Version", "VersionRange"]
@@ -37,7 +37,14 @@ _VERSION_TEXT: Final = r"""
     (?:[-_.]?(?P<dev_word>dev)[-_.]?(?P<dev_number>[0-9]+)?)?
     (?:\+(?P<local>[a-z0-9]+(?:[-_.][a-z0-9]+)*))?
 """
-_VERSION: Final = re.compile(rf"\s*{_VERSION_TEXT}\s*", re.VERBOSE | re.IGNORECASE)
+
+
+@cache
+def _grammar() -> re.Pattern[str]:
+    """The whole grammar, over lower-cased text (compiled on the first version that is not
+    plain ``N.N.N``: compiling it case-insensitively at import cost a cold start more than
+    packaging's import saved)."""
+    return re.compile(rf"\s*{_VERSION_TEXT}\s*", re.VERBOSE)
 # A post-release spelled with a word ("post", "rev", "r") and no number is post 0; the
 # empty group above only records that the word was there.
 _PRE_SPELLING: Final = {
@@ -73,7 +80,13 @@ class Version:
     local: str | None
 
     def __init__(self, text: str) -> None:
-        match = _VERSION.fullmatch(text)
+        parts = text.split(".")
+        if all(part.isascii() and part.isdigit() for part in parts):  # plain N.N.N
+            self.epoch, self.release = 0, tuple(int(part) for part in parts)
+            self.pre = self.post = self.dev = self.local = None
+            self._key = _sort_key(self)
+            return
+        match = _grammar().fullmatch(text.lower())
         if match is None:
             raise InvalidVersion(f"Invalid version: {text!r}")
         self.epoch = int(match["epoch"] or 0)
@@ -90,7 +103,7 @@ class Version:
             self.post = None
         self.dev = int(match["dev_number"] or 0) if match["dev_word"] else None
         local = match["local"]
-        self.local = re.sub(r"[-_.]", ".", local.lower()) if local else None
+        self.local = local.replace("-", ".").replace("_", ".") if local else None
         self._key = _sort_key(self)
 
     @property
@@ -187,10 +200,7 @@ def _local_part(part: str) -> tuple[int, int, str]:
     return (1, int(part), "") if part.isdigit() else (0, 0, part)
 
 
-_CLAUSE: Final = re.compile(
-    rf"\s*(?P<operator>~=|==|!=|<=|>=|<|>)\s*(?P<version>{_VERSION_TEXT})\s*",
-    re.VERBOSE | re.IGNORECASE,
-)
+_CLAUSE: Final = re.compile(r"\s*(?P<operator>~=|==|!=|<=|>=|<|>)(?P<version>.*)", re.DOTALL)
 
 
 class VersionRange:
@@ -213,7 +223,10 @@ class VersionRange:
             match = _CLAUSE.fullmatch(piece)
             if match is None:
                 raise InvalidSpecifier(f"Invalid specifier: {piece.strip()!r}")
-            operator, version = match["operator"], Version(match["version"])
+            try:
+                operator, version = match["operator"], Version(match["version"])
+            except InvalidVersion:
+                raise InvalidSpecifier(f"Invalid specifier: {piece.strip()!r}") from None
             if version.local is not None and operator not in ("==", "!="):
                 raise InvalidSpecifier(f"Invalid specifier: {piece.strip()!r}")
             if operator == "~=" and len(version.release) < 2:
