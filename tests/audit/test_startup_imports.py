@@ -19,8 +19,8 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 
-# packaging: its specifier module alone cost a cold start ~40M instructions; kvtool
-# compares versions with its own kvtool.versions.
+# packaging: importing its version and specifier modules cost a cold start more than
+# every version check kvtool makes; kvtool compares versions with kvtool.versions.
 HEAVY = ("httpx", "docker", "torch", "numpy", "pydantic", "packaging")
 # What a read-only audit of a file outside any Helm chart never uses: a temporary file
 # (only a write makes one), a cryptographic hash, the Helm renderer (only a file under a
