@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import zlib
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -43,8 +44,15 @@ def recipes_dir() -> Path:
     return data_dir("recipes")
 
 
-def read_table(path: Path) -> dict[str, Any]:
-    """The TOML data table at ``path``; ``KvtoolError`` when missing or malformed."""
+def read_table(
+    path: Path, *, check: Callable[[Path, dict[str, Any]], None] | None = None
+) -> dict[str, Any]:
+    """The TOML data table at ``path``; ``KvtoolError`` when missing or malformed.
+
+    ``check`` (raising ``KvtoolError``) runs on the table as parsed, before it is cached:
+    a cached entry records that it passed (the check is part of the key), so a check too
+    costly for every cold start (compiling every regular expression a table holds) runs
+    once per change of the table."""
     try:
         stat = path.stat()
     except FileNotFoundError as exc:
@@ -52,6 +60,8 @@ def read_table(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise KvtoolError(f"data table {path} cannot be read: {exc}") from exc
     key = _cache_key(path, stat)
+    if check is not None:
+        key += f"\0{check.__module__}.{check.__qualname__}"
     cached = _cache_entry(key)
     if cached is not None:
         try:
@@ -69,6 +79,8 @@ def read_table(path: Path) -> dict[str, Any]:
         raise KvtoolError(f"data table {path} is missing from this installation") from exc
     except tomllib.TOMLDecodeError as exc:
         raise KvtoolError(f"data table {path} is not valid TOML: {exc}") from exc
+    if check is not None:
+        check(path, table)
     if cached is not None:
         _store(cached, key, table)
     return table

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from kvtool.errors import KvtoolError
 from kvtool.resources import read_table, rules_dir
 
 
@@ -57,3 +58,34 @@ def test_a_table_with_a_toml_date_is_never_cached(cache_home: Path, tmp_path: Pa
     table.write_text("published = 2026-01-02\n", encoding="utf-8")
     first = read_table(table)
     assert read_table(table) == first and not list(cache_home.glob("*.json"))
+
+
+def test_a_check_runs_when_the_table_is_parsed_and_its_pass_is_cached(
+    cache_home: Path, tmp_path: Path
+) -> None:
+    table = tmp_path / "t.toml"
+    table.write_text("x = 1\n", encoding="utf-8")
+    checked: list[dict[str, object]] = []
+
+    def count(path: Path, parsed: dict[str, object]) -> None:
+        checked.append(parsed)
+
+    assert read_table(table, check=count) == {"x": 1}
+    assert read_table(table, check=count) == {"x": 1}  # from the cache: passed already
+    assert checked == [{"x": 1}]
+    table.write_text("x = 2\n", encoding="utf-8")
+    assert read_table(table, check=count) == {"x": 2}
+    assert checked == [{"x": 1}, {"x": 2}]
+
+
+def test_a_table_failing_its_check_is_never_cached(cache_home: Path, tmp_path: Path) -> None:
+    table = tmp_path / "t.toml"
+    table.write_text("x = 1\n", encoding="utf-8")
+    read_table(table)  # cached without a check: that entry does not count as checked
+
+    def refuse(path: Path, parsed: dict[str, object]) -> None:
+        raise KvtoolError(f"{path}: refused")
+
+    for _ in range(2):
+        with pytest.raises(KvtoolError, match="refused"):
+            read_table(table, check=refuse)

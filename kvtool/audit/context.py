@@ -117,7 +117,7 @@ class Semantics:
     choice_migrations: tuple[ChoiceMigration, ...] = ()
     security_floor: tuple[SecurityAdvisory, ...] = ()
 
-    # Per-version answers, memoised: rows compare versions with packaging, which is the
+    # Per-version answers, memoised: rows compare parsed versions, which is the
     # hot spot when one process audits many files.
     _memo: dict[tuple[str, str, str], Any] = field(default_factory=dict, compare=False, repr=False)
 

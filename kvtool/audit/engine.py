@@ -506,7 +506,7 @@ def _sort_key(finding: Finding) -> tuple[str, int, int, str]:
 def _checked_release(value: str, origin: str, what: str = "an LMCache") -> str:
     """``value`` when it reads as a release (``0.3.9``, ``v0.5.6``); else one line naming
     where it was given, before any rule compares it with a range."""
-    from packaging.version import Version
+    from kvtool.versions import Version
 
     try:
         Version(value.removeprefix("v"))

@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import msgspec
-from packaging.version import Version
 
 from kvtool import limits, redact
 from kvtool.audit.model import Invocation, Location, SourceToken
@@ -36,6 +35,7 @@ from kvtool.errors import KvtoolError
 from kvtool.nesting import loads_json
 from kvtool.releases import load_release, resolve_target
 from kvtool.releases.model import FlagFact, ReleaseFacts
+from kvtool.versions import Version
 
 if TYPE_CHECKING:
     from kvtool.http import Client

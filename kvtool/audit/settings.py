@@ -9,6 +9,7 @@ file: ``--select`` replaces ``select``, ``--ignore`` adds to ``ignore``.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Callable
 from fnmatch import fnmatch
@@ -107,6 +108,8 @@ class AuditSettings(
 def _table_of(path: Path) -> dict[str, Any] | None:
     """The kvtool table in ``path`` (None for a pyproject.toml without ``[tool.kvtool]``)."""
     text = read_input_text(path)  # a regular UTF-8 file within the input size limit
+    if path.name == "pyproject.toml" and not _may_name_kvtool(text):
+        return None  # another project's file: parsing it cost a cold start ~10% (issue 26)
     try:
         data = loads_toml(text, str(path))
     except tomllib.TOMLDecodeError as exc:
@@ -118,6 +121,46 @@ def _table_of(path: Path) -> dict[str, Any] | None:
         table = tool.get("kvtool") if isinstance(tool, dict) else None
         return table if isinstance(table, dict) else None
     return data
+
+
+def _may_name_kvtool(text: str) -> bool:
+    """Whether pyproject.toml ``text`` can hold a ``tool.kvtool`` table: a header or a
+    key whose path, under the header it sits in, starts ``tool.kvtool`` (``[tool.kvtool]``,
+    ``[tool]`` then ``kvtool.select = ...``, ``tool.kvtool.select = ...``), or an inline
+    ``tool = {...}``. Text this line scan cannot follow (a multi-line string, a key with
+    ``\\u`` escapes) is parsed. A file without one is passed over unparsed: a project's
+    own metadata (``name = "kvtool"``, ``[project.scripts] kvtool = ...``) cost a cold
+    start a TOML parse (issue 26), and a broken pyproject.toml of a project that does not
+    configure kvtool is not kvtool's error."""
+    if "kvtool" not in text and "\\u" not in text and "\\U" not in text:
+        return False
+    if any(mark in text for mark in ('"""', "'''", "\\u", "\\U")):
+        return True
+    header = ""
+    for line in text.splitlines():
+        if (found := _HEADER.match(line)) is not None:
+            header = _key_path(found.group(1))
+            if _names_kvtool(header):
+                return True
+        elif (found := _KEY.match(line)) is not None:
+            key = _key_path(found.group(1))
+            path = f"{header}.{key}" if header else key
+            if _names_kvtool(path) or (path == "tool" and found.group(2) == "{"):
+                return True
+    return False
+
+
+_HEADER = re.compile(r"[ \t]*\[\[?([^\]#]*)\]")
+_KEY = re.compile(r"[ \t]*([^=#\[]+?)[ \t]*=[ \t]*(\{)?")
+
+
+def _key_path(key: str) -> str:
+    """A dotted key as ``a.b.c``, without its quotes and the blanks around its dots."""
+    return ".".join(part.strip().strip("\"'") for part in key.split("."))
+
+
+def _names_kvtool(path: str) -> bool:
+    return path == "tool.kvtool" or path.startswith("tool.kvtool.")
 
 
 def find_settings_file(start: Path) -> tuple[Path, dict[str, Any]] | None:

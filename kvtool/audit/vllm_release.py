@@ -36,10 +36,10 @@ from functools import lru_cache
 from typing import Literal
 
 import msgspec
-from packaging.version import InvalidVersion, Version
 
 from kvtool.audit.model import Finding, Invocation
 from kvtool.releases.model import ReleaseIndex
+from kvtool.versions import InvalidVersion, Version
 
 ClaimSource = Literal["pip", "build", "image", "annotation", "dockerfile", "requirement"]
 

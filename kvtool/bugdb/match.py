@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import re
 
-from packaging.specifiers import SpecifierSet
-
 from kvtool.audit.context import RuleContext
 from kvtool.bugdb.model import PodMate, Trigger
+from kvtool.versions import VersionRange
 
 # Pseudo-traits a trigger may name besides kvtool.models.TRAITS.
 _DERIVED_TRAITS = ("hybrid", "state")
@@ -36,7 +35,7 @@ def trigger_holds(ctx: RuleContext, trigger: Trigger) -> bool:
         and (not trigger.inputs or ctx.config.invocation.kind in trigger.inputs)
         and (trigger.pod_mate is None or _pod_mate_in(ctx, trigger.pod_mate))
         and (trigger.no_pod_mate is None or not _pod_mate_in(ctx, trigger.no_pod_mate))
-        and (trigger.vllm is None or SpecifierSet(trigger.vllm).contains(ctx.version))
+        and (trigger.vllm is None or VersionRange(trigger.vllm).contains(ctx.version))
     )
 
 

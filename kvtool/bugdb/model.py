@@ -20,10 +20,9 @@ from enum import Enum
 from typing import Annotated, Literal
 
 import msgspec
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import InvalidVersion, Version
 
 from kvtool.audit.model import Severity
+from kvtool.versions import InvalidSpecifier, InvalidVersion, Version, VersionRange
 
 Component = Literal[
     "vllm",
@@ -277,14 +276,9 @@ class BugRecord(_Strict, frozen=True, kw_only=True):
             raise ValueError("give a marker that proves the range, or say why none can")
         if self.trigger.vllm is not None:
             try:
-                SpecifierSet(self.trigger.vllm)
+                VersionRange(self.trigger.vllm)
             except InvalidSpecifier as exc:
                 raise ValueError(f"trigger.vllm: not a version specifier: {exc}") from exc
-        for pattern in self.trigger.patterns():
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"not a regular expression: {pattern!r}") from exc
         for example in self.examples:
             named = set(example.releases)
             if named - set(PACKAGE) or named & {"vllm", "lmcache"}:

@@ -6,7 +6,7 @@ the adapter loads on without vLLM installed.
 
 from __future__ import annotations
 
-from packaging.version import InvalidVersion, Version
+from kvtool.versions import InvalidVersion, Version
 
 # The hook signatures, SchedulerOutput fields and BlockPool internals the adapter
 # relies on were read from vLLM 0.32.0 (vllm/v1/core/block_pool.py and kv_cache_utils.py);

@@ -15,10 +15,10 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import msgspec
-from packaging.version import Version
 
 from kvtool.releases import available_versions, load_release, release_index
 from kvtool.releases.model import Gate, ReleaseFacts
+from kvtool.versions import Version
 
 NameKind = Literal["flag", "env_var", "connector", "tier"]
 

@@ -14,9 +14,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from packaging.version import Version
-
 from kvtool.launch.recipe import Recipe
+from kvtool.versions import Version
 
 if TYPE_CHECKING:
     from kvtool.bugdb import BugRecord

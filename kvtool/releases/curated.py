@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
-from packaging.version import InvalidVersion, Version
 
 from kvtool.errors import KvtoolError
 from kvtool.resources import read_table, rules_dir
+from kvtool.versions import InvalidVersion, Version
 
 
 class _Row(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -14,10 +14,10 @@ from functools import cache, lru_cache
 from typing import Annotated, Literal
 
 import msgspec
-from packaging.version import InvalidVersion, Version
 
 from kvtool.errors import KvtoolError
 from kvtool.resources import read_table, rules_dir
+from kvtool.versions import InvalidVersion, Version
 
 VLLM_SERVE = ("vllm", "serve")
 _VERSION = r"(\d+\.\d+\.\d+(?:(?:\.post|rc|\.dev)\d+)?)(?![\d])"

@@ -11,11 +11,11 @@ from functools import cache
 from pathlib import Path
 
 import msgspec
-from packaging.version import Version
 
 from kvtool.errors import KvtoolError
 from kvtool.releases.model import Gate, ReleaseFacts, ReleaseIndex
 from kvtool.resources import rules_dir
+from kvtool.versions import Version
 
 _INDEX = "index.json"
 
@@ -33,7 +33,7 @@ def _parse_version(text: str, what: str) -> Version:
 
 @cache
 def available_versions() -> list[str]:
-    """Every release with a table, oldest first (sorted by ``packaging.version``)."""
+    """Every release with a table, oldest first (sorted by PEP 440 order)."""
     names = [p.stem for p in releases_dir().glob("*.json") if p.name != _INDEX]
     return sorted(names, key=Version)
 

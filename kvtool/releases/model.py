@@ -166,7 +166,7 @@ class ReleaseIndex(_Frozen, frozen=True, kw_only=True):
     ``--no-`` form), so a lookup never needs the release table itself.
     """
 
-    versions: tuple[str, ...]  # sorted by packaging.version
+    versions: tuple[str, ...]  # sorted by kvtool.versions.Version
     wheels: dict[str, str]  # version -> sha256 of the wheel its table came from
     flags: dict[str, Gate]
     env_vars: dict[str, Gate]

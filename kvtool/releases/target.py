@@ -23,10 +23,10 @@ from __future__ import annotations
 from typing import Literal
 
 import msgspec
-from packaging.version import Version
 
 from kvtool.errors import KvtoolError
 from kvtool.releases.loader import available_versions
+from kvtool.versions import Version
 
 TargetSource = Literal[
     "flag",

@@ -10,10 +10,10 @@ from functools import cache
 from typing import Any
 
 import msgspec
-from packaging.version import Version
 
 from kvtool.errors import KvtoolError
 from kvtool.resources import read_table, rules_dir
+from kvtool.versions import Version
 
 FACTS_FILE = "models/sizing_facts.toml"
 

@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 import msgspec
-from packaging.version import Version
 
 from kvtool.audit.context import RuleContext
 from kvtool.audit.engine import Auditor, Target
@@ -28,6 +27,7 @@ from kvtool.audit.tables import ShippedTables
 from kvtool.errors import KvtoolError
 from kvtool.releases import available_versions, version_from_image
 from kvtool.upgrade.migrate import env_flag_fix
+from kvtool.versions import Version
 
 ChangeKind = Literal[
     "finding-entered", "finding-left", "default", "behaviour", "connector", "security"

@@ -39,6 +39,46 @@ def test_pyproject_without_a_kvtool_table_is_skipped(tmp_path: Path) -> None:
     assert load_settings(child).fail_on is Severity.warning
 
 
+# Every TOML spelling of a [tool.kvtool] table (https://toml.io/en/v1.0.0#keys: dotted,
+# quoted and inline forms), each read as the same settings.
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[tool.kvtool]\nvllm-version = "0.31.0"\n',
+        '[ "tool" . \'kvtool\' ] # ours\nvllm-version = "0.31.0"\n',
+        '[tool.kvtool.audit]\nvllm-version = "0.31.0"\n',
+        '[tool]\nkvtool.vllm-version = "0.31.0"\n',
+        '[tool]\nkvtool = { vllm-version = "0.31.0" }\n',
+        'tool.kvtool.vllm-version = "0.31.0"\n',
+        'tool = { kvtool = { vllm-version = "0.31.0" } }\n',
+        '[tool."kv\\u0074ool"]\nvllm-version = "0.31.0"\n',
+        'description = """\n[x]\n"""\n[tool]\nkvtool.vllm-version = "0.31.0"\n',
+    ],
+)
+def test_every_spelling_of_a_pyproject_kvtool_table_is_read(tmp_path: Path, text: str) -> None:
+    (tmp_path / "pyproject.toml").write_text(f'{text}[project]\nname = "demo"\n')
+    assert load_settings(tmp_path).vllm_version == "0.31.0"
+
+
+def test_a_pyproject_naming_kvtool_only_as_metadata_is_passed_over_unparsed(
+    tmp_path: Path,
+) -> None:
+    """kvtool's own pyproject.toml names it as the project, a script and a package; none of
+    that is a settings table, and a broken file that never configures kvtool is not an
+    audit error (it is not even parsed)."""
+    (tmp_path / "kvtool.toml").write_text('fail-on = "warning"\n')
+    child = tmp_path / "pkg"
+    child.mkdir()
+    (child / "pyproject.toml").write_text(
+        '[project]\nname = "kvtool"\n[project.scripts]\nkvtool = "kvtool.cli:main"\n'
+        '[tool.hatch]\npackages = ["kvtool"]\nbroken = [\n'
+    )
+    assert load_settings(child).fail_on is Severity.warning
+    (child / "pyproject.toml").write_text("[tool.kvtool]\nbroken = [\n")
+    with pytest.raises(KvtoolError, match="not valid TOML"):
+        load_settings(child)
+
+
 @pytest.mark.parametrize(
     ("text", "needle"),
     [

@@ -19,7 +19,9 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 
-HEAVY = ("httpx", "docker", "torch", "numpy", "pydantic")
+# packaging: importing its version and specifier modules cost a cold start more than
+# every version check kvtool makes; kvtool compares versions with kvtool.versions.
+HEAVY = ("httpx", "docker", "torch", "numpy", "pydantic", "packaging")
 # What a read-only audit of a file outside any Helm chart never uses: a temporary file
 # (only a write makes one), a cryptographic hash, the Helm renderer (only a file under a
 # chart's templates/ is rendered) and rich's emoji table (kvtool prints no :name: codes).

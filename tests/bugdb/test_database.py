@@ -163,3 +163,43 @@ def test_osv_export_never_writes_into_a_folder_with_files(kvtool_cli: Any, tmp_p
     assert result.exit_code == 2
     assert (tmp_path / "keep.json").read_text() == "{}"
     assert list(tmp_path.iterdir()) == [tmp_path / "keep.json"]
+
+
+def test_the_database_refuses_a_bad_pattern_on_every_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Patterns are compiled once per change of a database file (its cached form has
+    passed the check), never skipped: a file with a bad one is refused each time."""
+    import tomllib
+
+    from kvtool.bugdb import store
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.delenv("KVTOOL_TABLE_CACHE", raising=False)
+    monkeypatch.setattr(store, "bugs_dir", lambda: tmp_path)
+    good = (REPO_ROOT / "rules" / "bugs" / "vllm.toml").read_text(encoding="utf-8")
+    (tmp_path / "vllm.toml").write_text(good, encoding="utf-8")
+    expected = parse_records(tomllib.loads(good)["bugs"], "vllm.toml")
+    for _ in range(2):  # parsed and checked, then from the cache
+        store.records.cache_clear()
+        assert store.records() == expected
+    bad = {**GOOD, "trigger": {"model": "("}}
+    (tmp_path / "vllm.toml").write_text(f"[[bugs]]\n{_toml_fields(bad)}", encoding="utf-8")
+    for _ in range(2):
+        store.records.cache_clear()
+        with pytest.raises(KvtoolError, match="KB-VLLM-45268: not a regular expression"):
+            store.records()
+    store.records.cache_clear()
+
+
+def _toml_fields(row: dict[str, Any]) -> str:
+    """``row`` as TOML key lines (JSON values are valid TOML inline values here)."""
+    return "".join(f"{key} = {_toml_value(value)}\n" for key, value in row.items())
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(value)

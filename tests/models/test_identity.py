@@ -7,10 +7,12 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kvtool.errors import KvtoolError
 from kvtool.models import TRAITS, classify_config, identify
-from kvtool.models.identity import families
+from kvtool.models.identity import FamilyRow, families, literal_prefix
 
 # Trimmed config.json shapes as published on the hub (fields the classifier reads).
 # https://huggingface.co/Qwen/Qwen3.5-9B/blob/main/config.json (text_config.layer_types)
@@ -267,3 +269,44 @@ def test_phi3_vision_is_a_wrapper_whose_window_is_never_reached() -> None:
     assert classify_config(mini_4k, name="phi-3-mini-4k", where="test").traits == frozenset(
         {"dense", "sliding_window"}
     )
+
+
+def test_every_family_pattern_is_a_regular_expression() -> None:
+    # Patterns are compiled when a name first reaches their row, not at load: this is
+    # the check the load no longer makes, over the whole shipped table.
+    for row in families():
+        for pattern in row.patterns:
+            assert re.compile(pattern).pattern == pattern, row.family
+
+
+def test_a_bad_family_pattern_is_a_clear_error_when_reached() -> None:
+    row = FamilyRow(family="broken", patterns=("(",), traits=("dense",), config="https://x")
+    with pytest.raises(KvtoolError, match="bad row broken: not a regular expression"):
+        row.matches("any-model")
+
+
+_NAME_PIECES = st.sampled_from(
+    ["llama-3", "qwen2", ".5", "-vl", "qwen3-", "30b", "-a3b", "meta-", "/", "2", "x", "-", "."]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_NAME_PIECES, max_size=6).map("".join), st.data())
+def test_a_pattern_skipped_by_its_literal_prefix_could_not_have_matched(
+    name: str, data: st.DataObject
+) -> None:
+    """The prefix check only saves compiling: every row matches exactly the names its
+    patterns would find searched one by one."""
+    row = data.draw(st.sampled_from(families()))
+    row_name = data.draw(st.sampled_from([name, f"org/{row.family.lower()}-8b", row.config]))
+    expected = any(re.search(p, row_name.lower()) for p in row.patterns)
+    assert row.matches(row_name) == expected
+
+
+@pytest.mark.parametrize(
+    ("pattern", "prefix"),
+    [("qwen2(\\.5)?-vl", "qwen2"), ("llama-3\\.2-\\d+b", "llama-3.2-"), ("ab?c", "a"),
+     ("a|b", ""), ("(?i)llama", ""), ("^x", ""), ("x{2}", ""), ("\\", "")],
+)
+def test_the_literal_prefix_is_what_every_match_starts_with(pattern: str, prefix: str) -> None:
+    assert literal_prefix(pattern) == prefix

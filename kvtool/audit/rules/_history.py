@@ -9,10 +9,10 @@ from __future__ import annotations
 from functools import cache
 
 import msgspec
-from packaging.version import InvalidVersion, Version
 
 from kvtool.errors import KvtoolError
 from kvtool.resources import read_table, rules_dir
+from kvtool.versions import InvalidVersion, Version
 
 TABLE = "removed_before_tables.toml"
 

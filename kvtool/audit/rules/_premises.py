@@ -14,11 +14,11 @@ import json
 from functools import cache
 
 import msgspec
-from packaging.version import Version
 
 from kvtool.audit.model import Severity
 from kvtool.errors import KvtoolError
 from kvtool.resources import rules_dir
+from kvtool.versions import Version
 
 PREMISES_FILE = "audit/premises.json"
 
