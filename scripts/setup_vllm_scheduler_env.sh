@@ -151,6 +151,11 @@ pins=(
     # the model registry inspects the harness's LlamaForCausalLM in a subprocess; llama.py
     # imports vllm/v1/attention/ops/vit_attn_wrappers.py, which imports einops
     "einops==0.8.2"
+    # kvtool/sizing/vllm_probe.py builds model classes: quantized checkpoints' configs and
+    # the MoE/MLA model files import compressed_tensors (the wheel's own pin), which logs
+    # through loguru. The CuTe DSL kernel packages (quack, cutlass) need a CUDA toolkit and
+    # are stubbed by the probe instead: their kernels never run while sizing.
+    "compressed-tensors==0.17.0" "loguru==0.7.3"
 )
 pip_q --no-deps "${pins[@]}"
 

@@ -17,6 +17,9 @@ from kvtool.errors import KvtoolError
 from kvtool.limits import MOST_GIB
 from kvtool.sizing.dtypes import KV_DTYPE_CHOICES, MODEL_DTYPE_BYTES
 
+# The connector --kv-offloading-size makes by default (vLLM's native CPU offload).
+NATIVE_CONNECTOR = "OffloadingConnector"
+
 
 class Deployment(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """Parallelism, cache and host/GPU budgets for one vLLM deployment.
@@ -59,7 +62,7 @@ class Deployment(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     vllm_version: str | None = None
     # The KV connector vLLM runs with: the one --kv-offloading-size makes by default; None
     # for no connector. Its SupportsHMA at the release decides HMA.
-    kv_connector: str | None = "OffloadingConnector"
+    kv_connector: str | None = NATIVE_CONNECTOR
     disable_hybrid_kv_cache_manager: bool | None = None  # None: vLLM decides
     env: dict[str, str] = msgspec.field(default_factory=dict)  # the deployment's vLLM env vars
 

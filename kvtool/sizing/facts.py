@@ -10,11 +10,19 @@ from functools import cache
 from typing import Any
 
 import msgspec
+from packaging.version import Version
 
 from kvtool.errors import KvtoolError
 from kvtool.resources import read_table, rules_dir
 
 FACTS_FILE = "models/sizing_facts.toml"
+
+
+class GdnCheckpointFact(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """From ``since``, GDN layers on the listed GPU capability majors hold a checkpoint block."""
+
+    since: str
+    capabilities: tuple[int, ...]
 
 
 class SizingFacts(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -41,6 +49,7 @@ class SizingFacts(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     async_scheduling_default: bool
     chunked_local_hma_env: str
     state_prefill_checkpoint_blocks: dict[str, int]
+    gdn_flashinfer_checkpoint: GdnCheckpointFact
 
     @property
     def pcie_effective_gbps(self) -> float:
@@ -63,3 +72,16 @@ def sizing_facts() -> SizingFacts:
         return msgspec.convert(flat, type=SizingFacts)
     except msgspec.ValidationError as exc:
         raise KvtoolError(f"sizing facts {rules_dir() / FACTS_FILE} are corrupt: {exc}") from exc
+
+
+def prefill_checkpoint_blocks(facts: SizingFacts, release: str, capability: int) -> dict[str, int]:
+    """Checkpoint blocks per state layer kind for ``release`` on a GPU of ``capability``.
+
+    The per-kind table, with Gated DeltaNet's FlashInfer checkpoint block from the
+    release that added it on the GPUs whose backend choice gives FlashInfer's kernel.
+    """
+    blocks = dict(facts.state_prefill_checkpoint_blocks)
+    gdn = facts.gdn_flashinfer_checkpoint
+    if capability in gdn.capabilities and Version(release) >= Version(gdn.since):
+        blocks["gdn"] = 1
+    return blocks

@@ -28,6 +28,7 @@ from kvtool.sizing.spec import (
     Mamba1Group,
     Mamba2Group,
     ModelSpec,
+    ShortConvGroup,
     SpecError,
     StateGroup,
 )
@@ -454,6 +455,49 @@ def _kimi_delta(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGr
     return attention, states
 
 
+def _short_conv_hybrid(row: Mapping[str, Any]) -> _Parser:
+    """LFM2: ``layer_types`` of full attention and gated short convolutions.
+
+    A conv layer's state is ``conv_L_cache - 1`` columns of the conv width, the field the
+    row's ``conv_width`` names (LFM2's ShortConv reads ``conv_dim``, LFM2-MoE's
+    ``hidden_size``). Where the row has ``layer_types_from`` (LFM2), a config without
+    ``layer_types`` makes the layers listed there (default: all) attention and the rest
+    convolutions, as transformers' Lfm2Config derives them; elsewhere it is required.
+    """
+    width_field = str(row["conv_width"])
+    derive_from = row.get("layer_types_from")
+
+    def parse(cfg: _Config) -> tuple[tuple[AttentionGroup, ...], tuple[StateGroup, ...]]:
+        layers = cfg.positive_int("num_hidden_layers")
+        types = cfg.layer_types(layers)
+        if types is None and derive_from is None:
+            raise KvtoolError(f"{cfg.where}: missing field 'layer_types'")
+        if types is None:
+            listed = cfg.get(str(derive_from), list(range(layers)))
+            if not isinstance(listed, list) or not all(
+                isinstance(i, int) and not isinstance(i, bool) for i in listed
+            ):
+                raise KvtoolError(f"{cfg.where}: field {derive_from!r} must be a list of layers")
+            types = ["full_attention" if i in listed else "conv" for i in range(layers)]
+        unknown = sorted(set(types) - {"full_attention", "conv"})
+        if unknown:
+            raise KvtoolError(f"{cfg.where}: unsupported layer_types {unknown}")
+        full = types.count("full_attention")
+        attention = (_attention(cfg, AttentionKind.FULL, full),) if full else ()
+        states: tuple[StateGroup, ...] = ()
+        if types.count("conv"):
+            states = (
+                ShortConvGroup(
+                    num_layers=types.count("conv"),
+                    conv_dim=cfg.positive_int(width_field),
+                    d_conv=cfg.positive_int("conv_L_cache"),
+                ),
+            )
+        return attention, states
+
+    return parse
+
+
 def _ssm_state_dtype(model_type: str, text: _Config) -> str | None:
     """The SSM state dtype vLLM chooses under "auto", if not the model dtype.
 
@@ -743,6 +787,7 @@ LAYOUT_PARSERS: dict[str, Callable[[Mapping[str, Any]], _Parser]] = {
     "parallel_hybrid": lambda row: _parallel_hybrid,
     "gated_deltanet": lambda row: _gated_deltanet,
     "kimi_delta": lambda row: _kimi_delta,
+    "short_conv_hybrid": _short_conv_hybrid,
 }
 
 LAYOUTS_FILE = "models/layouts.toml"
@@ -836,12 +881,22 @@ def parser_for(model_type: str) -> _Parser | None:
 
 
 def has_layout(raw: Mapping[str, Any]) -> bool:
-    """Whether a config.json's model_type (its text part's when it has one) has a layout row."""
+    """Whether kvtool knows a config.json's cache layout: its model_type (its text part's
+    when it has one) has a layout row, or its fields name only attention heads
+    (:func:`inferred_layout`), which is all vLLM's Transformers backend builds its
+    ``Attention`` layers from (the model's head size and KV heads, ``sliding_window``
+    on the layers ``layer_types`` calls sliding)."""
     text = raw.get("text_config")
-    model_type = (text.get("model_type") if isinstance(text, Mapping) else None) or raw.get(
-        "model_type"
-    )
-    return isinstance(model_type, str) and model_type in layout_rows()
+    text_map = text if isinstance(text, Mapping) else raw
+    model_type = text_map.get("model_type") or raw.get("model_type")
+    if not isinstance(model_type, str):
+        return False
+    if model_type in layout_rows():
+        return True
+    declared = raw.get("architectures") or text_map.get("architectures") or []
+    return model_type not in unmodelled_rows() and inferred_layout(
+        text_map, declared if isinstance(declared, list) else []
+    ) is not None
 
 
 def supported_model_types() -> tuple[str, ...]:

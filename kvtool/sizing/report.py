@@ -11,13 +11,16 @@ import math
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
+import msgspec
+
 from kvtool.errors import KvtoolError
 from kvtool.releases import load_release, resolve_target
 from kvtool.sizing import arithmetic as ar
+from kvtool.sizing.backends import gpu_capability
 from kvtool.sizing.capacity import CapacityFormula, capacity_formula, logged_tokens
-from kvtool.sizing.deployment import Deployment
+from kvtool.sizing.deployment import NATIVE_CONNECTOR, Deployment
 from kvtool.sizing.dtypes import model_dtype_bytes
-from kvtool.sizing.facts import SizingFacts, sizing_facts
+from kvtool.sizing.facts import SizingFacts, prefill_checkpoint_blocks, sizing_facts
 from kvtool.sizing.hma import decide_hma
 from kvtool.sizing.kv_groups import KvGroup
 from kvtool.sizing.kv_plan import KvPlan, plan_kv_cache
@@ -249,6 +252,28 @@ def _state_blocks_per_sequence(spec: ModelSpec, plan: KvPlan, facts: SizingFacts
     return 2 + max(facts.state_prefill_checkpoint_blocks.get(s.kind, 0) for s in spec.states)
 
 
+def _engine_block_size(plan: KvPlan) -> int:
+    """The block size vLLM keeps once its KV cache groups are built.
+
+    ``EngineCore._initialize_kv_caches`` sets ``cache_config.block_size`` to the smallest
+    block of the groups that take part in prefix caching (every group kvtool models
+    does): the chosen block, unless groups of their own block sizes (DeepSeek-V4's
+    compressor states) go below it.
+    """
+    return min([g.block_size for g in plan.pool.groups] or [plan.block.block_size])
+
+
+def _engine_block_reason(plan: KvPlan) -> str:
+    engine = _engine_block_size(plan)
+    if engine == plan.block.block_size:
+        return plan.block.reason
+    return (
+        f"{engine}, the smallest KV cache group block (vLLM keeps the smallest group's block "
+        f"once the groups are built; the attention block is {plan.block.block_size}: "
+        f"{plan.block.reason})"
+    )
+
+
 def _group_row(group: KvGroup) -> KvCacheGroupRow:
     return KvCacheGroupRow(
         kind=group.kind,
@@ -288,6 +313,29 @@ class _CpuTier:
     sessions: int | None
 
 
+def _check_native_offload_blocks(
+    spec: ModelSpec, dep: Deployment, plan: KvPlan, context: int | None
+) -> None:
+    """Refuse what vLLM's native offloading refuses at start-up: a state hybrid without
+    prefix caching.
+
+    Without prefix caching a state group's block is the whole ``max_model_len``, and the
+    hash block of several groups is the LCM of their blocks; ``build_offloading_config``
+    asserts that every offloaded group's block is a multiple of it, which an attention
+    block holds only when ``max_model_len`` divides it.
+    """
+    if dep.kv_connector != NATIVE_CONNECTOR or dep.prefix_caching or context is None:
+        return
+    block = plan.block.block_size
+    if spec.states and spec.attention and block % context:
+        raise KvtoolError(
+            f"vLLM's native offloading ({NATIVE_CONNECTOR}) needs prefix caching for "
+            f"{spec.name}: without it a state group's block is max_model_len ({context}) "
+            f"tokens, which the {block}-token attention block is not a multiple of "
+            "(build_offloading_config asserts it); serve it with --enable-prefix-caching"
+        )
+
+
 def _stored_copies(spec: ModelSpec, dep: Deployment) -> int:
     """Copies of one block the native tier stores: every worker's, or one for replicated MLA.
 
@@ -295,8 +343,12 @@ def _stored_copies(spec: ModelSpec, dep: Deployment) -> int:
     holds the same pages (MLA, TP only, one node); otherwise each of the world's workers
     stores its own block (``CPUOffloadingSpec``).
     """
-    # every TP rank holds the same pages only for pure MLA (a sharded state breaks it)
-    mla_only = spec.is_mla and not spec.states and all(g.is_replicated for g in spec.attention)
+    # every TP rank holds the same pages only for pure MLA (a sharded state breaks it);
+    # DeepSeek-V4's caches (latents, their sliding windows, compressor states, indexer
+    # keys) are all one vector per token on every rank (kv_tp_replicas = TP)
+    mla_only = spec.compressed_mla is not None or (
+        spec.is_mla and not spec.states and all(g.is_replicated for g in spec.attention)
+    )
     if mla_only and dep.mla_dedup and dep.tp > 1 and dep.pp == 1 and dep.dcp == 1:
         return 1
     return dep.tp * dep.pp
@@ -604,6 +656,12 @@ def compute(spec: ModelSpec, dep: Deployment, facts: SizingFacts | None = None) 
     _check_parallelism(spec, dep)
     t = _Trace(assumptions=list(spec.assumptions))
     release = load_release(dep.vllm_version or resolve_target(None, None).version)
+    facts = msgspec.structs.replace(
+        facts,
+        state_prefill_checkpoint_blocks=prefill_checkpoint_blocks(
+            facts, release.version, gpu_capability(dep.gpu)
+        ),
+    )
     formula = capacity_formula(release.version)
     hma = decide_hma(spec, dep, release, facts, formula)
     sched = resolve_scheduling(dep, facts)
@@ -623,6 +681,7 @@ def compute(spec: ModelSpec, dep: Deployment, facts: SizingFacts | None = None) 
     )
     t.explain("block size", plan.block.reason, block)
     context = dep.context_len or spec.max_position_embeddings
+    _check_native_offload_blocks(spec, dep, plan, context)
     if dep.context_len is None and context is not None:
         t.assumptions.append(f"context length {context} = max_position_embeddings (--context-len)")
 
@@ -679,8 +738,8 @@ def compute(spec: ModelSpec, dep: Deployment, facts: SizingFacts | None = None) 
         model_dtype=model_dtype,
         gpu=dep.gpu,
         attention_backend=plan.backend.name,
-        block_size=block,
-        block_size_reason=plan.block.reason,
+        block_size=_engine_block_size(plan),
+        block_size_reason=_engine_block_reason(plan),
         kv_cache_groups=tuple(_group_row(g) for g in plan.pool.groups),
         pool_block_bytes=plan.pool.pool_block_bytes,
         state_page_bytes=plan.block.state_page_bytes or _state_page(plan),

