@@ -25,6 +25,8 @@ _LEADING = re.compile(r"^v?" + _VERSION)
 _ANYWHERE = re.compile(r"(?:^|[^\d.])v?" + _VERSION)
 # A downstream product's own version at the head of its tag: 0.4.2, v1.2, 26.01-py3.
 _PRODUCT = re.compile(r"^v?(\d+(?:\.\d+)+)(?![\d])")
+# Tags of vLLM's own images that follow its newest code rather than a release.
+_MOVING = re.compile(r"^(latest|nightly|main)([-_.].*)?$", re.IGNORECASE)
 
 
 def _check_versions(*values: str | None) -> None:
@@ -182,16 +184,24 @@ def could_be_vllm_release(version: str) -> bool:
 
 
 def names_other_release(image: str) -> bool:
-    """Whether ``image``'s tag is a version of another project that no row maps to vLLM
-    (``llm-d/llm-d-cuda:v0.2.0``, ``opea/vllm-gaudi:1.22.0``): the release inside is unknown."""
-    ref = parse_image(image)
-    if ref.tag is None or vllm_version_of_image(image) is not None:
+    """Whether a vLLM image's reference leaves its vLLM release unknown: the tag does not
+    parse as a vLLM release and no row maps it (``quay.io/modh/vllm:rhoai-2.13-cuda``,
+    ``llm-d/llm-d-cuda:v0.2.0``, ``opea/vllm-gaudi:1.22.0``, a dated vendor nightly, a
+    build pinned by digest alone). vLLM's own images at a tag that follows vLLM's newest
+    code (``latest``, ``nightly``, no tag) are the one place the newest table stands in.
+    Images neither listed nor named for vLLM say nothing either way (False)."""
+    if vllm_version_of_image(image) is not None:
         return False
+    ref = parse_image(image)
     row = image_row(image)
     named_for_vllm = "vllm" in ref.repository.rsplit("/", 1)[-1].lower()
     if row is None and not named_for_vllm:
         return False
-    return _PRODUCT.match(ref.tag) is not None
+    follows_vllm = row is None or row.tag == "vllm"
+    if ref.tag is None:
+        # no tag is `latest`; a digest alone pins a build whose release it does not say
+        return "@" in image or not follows_vllm
+    return not (follows_vllm and _MOVING.match(ref.tag) is not None)
 
 
 def serve_entrypoint(image: str) -> tuple[str, ...] | None:

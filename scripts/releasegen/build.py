@@ -24,7 +24,8 @@ from releasegen.source import WheelSource, jsonable
 # Bump when the extraction logic changes what a table contains.
 # 7: the HMA decision (releasegen.hma); 8: offload extra-config keys; 9: the model registry;
 # 10: releases before `vllm serve` (the api_server's make_arg_parser, 0.4.0 on)
-GENERATOR_VERSION = 10
+# 11: choices from starred names, dict keys, enum comprehensions and get_args(Literal)
+GENERATOR_VERSION = 11
 
 _NO_VALUE_ACTIONS = {
     "store_true",

@@ -18,7 +18,7 @@ from typing import Any
 
 from releasegen.configfields import FieldKwargs, KwargsRules, compute_kwargs
 from releasegen.numbers import numeric_parser
-from releasegen.source import UNKNOWN, Module, ModuleRef, Resolved, WheelSource
+from releasegen.source import UNKNOWN, EnumMember, Module, ModuleRef, Resolved, WheelSource
 
 _MAX_CALL_DEPTH = 12
 _CLI_ARGS = "vllm.entrypoints.openai.cli_args"
@@ -32,6 +32,17 @@ _DEPRECATION = re.compile(
     r"|\bdeprecated\s+(and|in favou?r|since|since\s+v)\b|\bdeprecated[:;]\s|will\s+be\s+removed)",
     re.IGNORECASE,
 )
+
+
+def _static_sequence(value: Any) -> bool:
+    """A non-empty list or tuple every element of which was evaluated (no ``UNKNOWN``
+    inside). An empty one is a registry filled at import time by decorators
+    (``ReasoningParserManager.reasoning_parsers``), not a parser that accepts nothing."""
+    return (
+        isinstance(value, (list, tuple))
+        and len(value) > 0
+        and not any(v is UNKNOWN for v in value)
+    )
 
 
 class Parser:
@@ -218,7 +229,7 @@ class ServeParserBuilder:
         if key == "default":
             kw.default = None if value is UNKNOWN else value
         elif key == "choices":
-            kw.choices = list(value) if isinstance(value, (list, tuple)) else None
+            kw.choices = list(value) if _static_sequence(value) else None
         elif key == "action":
             kw.action = self._action_name(frame, expr) if expr is not None else None
             if kw.action == "BooleanOptionalAction" and kw.nargs == "?":
@@ -287,8 +298,24 @@ class ServeParserBuilder:
                     return flags
                 return UNKNOWN
         if isinstance(expr, (ast.Tuple, ast.List)):
-            items = [self._value(frame, e) for e in expr.elts]
+            items: list[Any] = []
+            for elt in expr.elts:
+                if isinstance(elt, ast.Starred):
+                    # [*QUANTIZATION_METHODS, None]: spliced in when static, and the whole
+                    # list is unknown when not (a partial list would reject real values)
+                    inner = self._iterable(frame, elt.value)
+                    if inner is UNKNOWN:
+                        return UNKNOWN
+                    items.extend(inner)
+                else:
+                    items.append(self._value(frame, elt))
             return tuple(items) if isinstance(expr, ast.Tuple) else items
+        if isinstance(expr, ast.ListComp):
+            return self._comprehension(frame, expr)
+        if isinstance(expr, ast.Attribute):
+            owner = self._value(frame, expr.value)
+            if isinstance(owner, EnumMember) and expr.attr in {"name", "value"}:
+                return getattr(owner, expr.attr)
         if isinstance(expr, ast.Subscript):
             return self._expr(frame, expr)
         if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
@@ -296,6 +323,40 @@ class ServeParserBuilder:
             if isinstance(left, str) and isinstance(right, str):
                 return left + right
         return self.source.evaluate(frame.module, expr)
+
+    def _iterable(self, frame: _Frame, expr: ast.expr) -> Any:
+        """What ``for x in expr`` walks (a list), or ``UNKNOWN``; local names first."""
+        if isinstance(expr, ast.Name) and expr.id in frame.env:
+            local = frame.env[expr.id]
+            if isinstance(local, dict):
+                return list(local)
+            return list(local) if isinstance(local, (list, tuple)) else UNKNOWN
+        if isinstance(expr, (ast.List, ast.Tuple, ast.ListComp)):
+            value = self._value(frame, expr)
+            return list(value) if isinstance(value, (list, tuple)) else UNKNOWN
+        return self.source.iterate(frame.module, expr)
+
+    def _comprehension(self, frame: _Frame, comp: ast.ListComp) -> Any:
+        """``[f.value for f in LoadFormat]`` over a static iterable (an enum, a literal,
+        a dict's keys), one ``for`` clause, no filters; anything else is ``UNKNOWN``."""
+        if len(comp.generators) != 1:
+            return UNKNOWN
+        gen = comp.generators[0]
+        if gen.ifs or gen.is_async or not isinstance(gen.target, ast.Name):
+            return UNKNOWN
+        items = self._iterable(frame, gen.iter)
+        if items is UNKNOWN:
+            return UNKNOWN
+        out: list[Any] = []
+        for item in items:
+            inner = _Frame(
+                frame.module, {**frame.env, gen.target.id: item}, frame.owner, frame.bound_cls
+            )
+            value = self._value(inner, comp.elt)
+            if value is UNKNOWN or isinstance(value, EnumMember):
+                return UNKNOWN
+            out.append(value)
+        return out
 
     def _expr(self, frame: _Frame, expr: ast.expr) -> Any:
         if isinstance(expr, ast.Name):
@@ -530,7 +591,7 @@ class ServeParserBuilder:
                 nargs = value
                 optional_value = value == "?"
             elif key == "choices":
-                choices = list(value) if isinstance(value, (list, tuple)) else UNKNOWN
+                choices = list(value) if _static_sequence(value) else UNKNOWN
                 known_values = None
             elif key == "default":
                 default = None if value is UNKNOWN else value

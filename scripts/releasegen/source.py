@@ -32,6 +32,21 @@ class _Unknown:
 
 UNKNOWN: Any = _Unknown()
 
+# Builtins and typing helpers whose result is the iteration of their argument: a
+# ``choices=`` built as ``list(get_args(SomeLiteral))`` or ``sorted(SOME_DICT)`` is the
+# same sequence ``for x in ...`` would walk.
+_ITERATING_CALLS = {"list": list, "tuple": tuple, "sorted": sorted, "set": list, "frozenset": list}
+_LITERAL_NAMES = {"Literal"}
+
+
+@dataclass(frozen=True)
+class EnumMember:
+    """One member of an ``enum.Enum`` subclass defined in the wheel (``value`` may be
+    ``UNKNOWN``, e.g. ``enum.auto()``)."""
+
+    name: str
+    value: Any
+
 
 def jsonable(value: Any) -> Any:
     """A statically evaluated value as JSON data: containers become lists and objects,
@@ -244,8 +259,8 @@ class WheelSource:
             items: list[Any] = []
             for elt in expr.elts:
                 if isinstance(elt, ast.Starred):
-                    inner = self.evaluate(module, elt.value, depth + 1)
-                    if inner is UNKNOWN or not isinstance(inner, (list, tuple)):
+                    inner = self.iterate(module, elt.value, depth + 1)
+                    if inner is UNKNOWN:
                         return UNKNOWN
                     items.extend(inner)
                     continue
@@ -302,7 +317,99 @@ class WheelSource:
             found = self.resolve_expr(module, expr)
             if isinstance(found, Resolved) and isinstance(found.node, ast.expr):
                 return self.evaluate(found.module, found.node, depth + 1)
+        if isinstance(expr, ast.Call) and len(expr.args) == 1 and not expr.keywords:
+            name = _called_name(expr.func)
+            if name in _ITERATING_CALLS or name == "get_args":
+                items = self.iterate(module, expr, depth + 1)
+                if items is UNKNOWN:
+                    return UNKNOWN
+                return tuple(items) if name in {"tuple", "get_args"} else list(items)
         return UNKNOWN
+
+    def iterate(self, module: Module, expr: ast.expr, depth: int = 0) -> Any:
+        """What ``for x in expr`` walks, as a list, or ``UNKNOWN``: the keys of a dict
+        (whose values need not be static: ``{"fp8": Fp8Config}``), the members of an
+        enum class, the arguments of ``get_args(Literal[...])``, or a static sequence."""
+        if depth > 20:
+            return UNKNOWN
+        if isinstance(expr, ast.Dict):
+            keys = [
+                self.evaluate(module, k, depth + 1) if k is not None else UNKNOWN for k in expr.keys
+            ]
+            return UNKNOWN if any(k is UNKNOWN for k in keys) else keys
+        if isinstance(expr, (ast.Name, ast.Attribute)):
+            found = self.resolve_expr(module, expr)
+            if isinstance(found, Resolved) and isinstance(found.node, ast.ClassDef):
+                return self.enum_members(found)
+            if isinstance(found, Resolved) and isinstance(found.node, ast.expr):
+                return self.iterate(found.module, found.node, depth + 1)
+            return UNKNOWN
+        if isinstance(expr, ast.Call) and len(expr.args) == 1 and not expr.keywords:
+            name = _called_name(expr.func)
+            if name == "get_args":
+                return self.literal_args(module, expr.args[0], depth + 1)
+            if name in _ITERATING_CALLS:
+                items = self.iterate(module, expr.args[0], depth + 1)
+                if items is UNKNOWN or name != "sorted":
+                    return items
+                try:
+                    return sorted(items)
+                except TypeError:
+                    return UNKNOWN
+        value = self.evaluate(module, expr, depth + 1)
+        if isinstance(value, dict):
+            return list(value)
+        if isinstance(value, (list, tuple)):
+            return list(value)
+        return UNKNOWN
+
+    def literal_args(self, module: Module, expr: ast.expr, depth: int = 0) -> Any:
+        """``typing.get_args`` of a ``Literal[...]`` (nested Literals and aliases of
+        them flattened, as typing does), or ``UNKNOWN`` for any other type."""
+        if depth > 20:
+            return UNKNOWN
+        if isinstance(expr, (ast.Name, ast.Attribute)):
+            found = self.resolve_expr(module, expr)
+            if isinstance(found, Resolved) and isinstance(found.node, ast.expr):
+                return self.literal_args(found.module, found.node, depth + 1)
+            return UNKNOWN
+        if not (isinstance(expr, ast.Subscript) and _called_name(expr.value) in _LITERAL_NAMES):
+            return UNKNOWN
+        elts = expr.slice.elts if isinstance(expr.slice, ast.Tuple) else [expr.slice]
+        args: list[Any] = []
+        for elt in elts:
+            if isinstance(elt, ast.Constant):
+                args.append(elt.value)
+                continue
+            nested = self.literal_args(module, elt, depth + 1)
+            if nested is UNKNOWN:
+                return UNKNOWN
+            args.extend(nested)
+        return list(dict.fromkeys(args))  # typing drops repeated arguments
+
+    def enum_members(self, cls: Resolved) -> Any:
+        """The members of an ``Enum`` subclass in definition order, or ``UNKNOWN`` when
+        ``cls`` is not one (iterating another class is not static)."""
+        assert isinstance(cls.node, ast.ClassDef)
+        if not any(base.endswith("Enum") for base in self.base_names(cls)):
+            return UNKNOWN
+        members: list[EnumMember] = []
+        for stmt in cls.node.body:
+            if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1):
+                continue
+            target = stmt.targets[0]
+            if isinstance(target, ast.Name) and not target.id.startswith("_"):
+                members.append(EnumMember(target.id, self.evaluate(cls.module, stmt.value)))
+        return members
+
+
+def _called_name(func: ast.expr) -> str | None:
+    """``list`` for ``list(...)``, ``get_args`` for ``typing.get_args(...)``."""
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return None
 
 
 def _assigned_value(stmt: ast.stmt, name: str) -> ast.expr | None:
